@@ -1,0 +1,50 @@
+// epfuse/layer.h: the MoE layer forward, one object per rank.
+#pragma once
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <string_view>
+
+#include <cuda_runtime.h>
+
+#include "epfuse/config.h"
+#include "epfuse/types.h"
+
+namespace epfuse {
+
+class Communicator;
+
+enum class Impl {
+  kUnfused,  // layout, NCCL all-to-all, permute, cuBLAS grouped GEMMs, SwiGLU, all-to-all, reduce
+  kFused,    // one persistent kernel per GPU
+};
+std::string_view to_string(Impl impl);
+std::optional<Impl> parse_impl(std::string_view name);
+
+// Device memory a layer holds, per GPU, as a function of its config.
+struct MemoryFootprint {
+  size_t symmetric_bytes = 0;  // NCCL symmetric windows (reachable by peers)
+  size_t private_bytes = 0;    // ordinary device memory
+};
+
+class MoeLayer {
+ public:
+  // Collective: every rank creates its layer with the same config. The weights are borrowed and
+  // must outlive the layer. Throws Error(kInvalidConfig / kUnsupported) for configs it cannot run.
+  static std::unique_ptr<MoeLayer> create(Impl impl, const LayerConfig& cfg, Communicator& comm,
+                                          const ExpertWeights& weights);
+  virtual ~MoeLayer() = default;
+
+  // Collective: y[in.num_tokens, hidden] (device, bf16) on `stream`. Validates what is cheap on the
+  // host (token count, pointers). Errors found on the device (expert id out of range, a peer that
+  // never arrives) are recorded and thrown by the next check_errors().
+  virtual void forward(const TokenBatch& in, bf16* y, cudaStream_t stream) = 0;
+  // Synchronises `stream` and throws Error with what the device recorded since the last check.
+  virtual void check_errors(cudaStream_t stream) = 0;
+
+  virtual Impl impl() const = 0;
+  virtual const LayerConfig& config() const = 0;
+  virtual MemoryFootprint memory() const = 0;
+};
+
+}  // namespace epfuse

@@ -1,0 +1,56 @@
+// epfuse/reference.h: the float64 CPU reference of the layer and the error metric.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "epfuse/config.h"
+#include "epfuse/inputs.h"
+
+namespace epfuse {
+
+// Where the reference reads expert weights from: a global expert id to its matrices, as double.
+// w13: [2I, H] (gate rows then up rows), w2: [H, I].
+class ExpertSource {
+ public:
+  virtual ~ExpertSource() = default;
+  virtual void load(int expert, std::vector<double>& w13, std::vector<double>& w2) const = 0;
+};
+
+// The generator's experts (inputs.h), regenerated on demand.
+class GeneratedExperts final : public ExpertSource {
+ public:
+  GeneratedExperts(const LayerConfig& cfg, uint64_t seed) : cfg_(cfg), seed_(seed) {}
+  void load(int expert, std::vector<double>& w13, std::vector<double>& w2) const override;
+
+ private:
+  LayerConfig cfg_;
+  uint64_t seed_;
+};
+
+// Experts held in host memory: w13 [E, 2I, H], w2 [E, H, I] for all E experts.
+class HostExperts final : public ExpertSource {
+ public:
+  HostExperts(const LayerConfig& cfg, std::vector<bf16> w13, std::vector<bf16> w2);
+  void load(int expert, std::vector<double>& w13, std::vector<double>& w2) const override;
+
+ private:
+  LayerConfig cfg_;
+  std::vector<bf16> w13_, w2_;
+};
+
+// Called with (done, total) units of work as the reference proceeds.
+using Progress = std::function<void(int64_t done, int64_t total)>;
+
+// y[t] = sum_j w[t,j] * W2_e(silu(W1_e x[t]) * W3_e x[t]), e = topk_idx[t,j] (slots with -1 skipped),
+// in float64, with the optional clamp of cfg. Computes the rows `rows` of `in` (all rows when
+// empty); returns [rows, H] row-major. Uses up to `threads` threads (0: hardware concurrency).
+std::vector<double> reference_forward(const LayerConfig& cfg, const HostTokens& in,
+                                      const ExpertSource& experts, std::span<const int> rows = {},
+                                      int threads = 0, const Progress& progress = {});
+
+// ||out - ref||_F / ||ref||_F (||out||_F when ref is all zeros). NaN if out holds a NaN.
+double relative_error(std::span<const double> ref, std::span<const double> out);
+
+}  // namespace epfuse

@@ -1,0 +1,3 @@
+#include <cstdio>
+#include <span>
+__global__ void k(std::span<int> s){} 
