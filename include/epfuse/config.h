@@ -23,8 +23,19 @@ struct LayerConfig {
   int experts_per_rank(int world_size) const { return num_experts / world_size; }
 };
 
-// "" when cfg can run on world_size ranks; otherwise one line naming the field, its value and why.
+// "" when cfg can run on world_size ranks; otherwise one line "field=value: why" for the first problem.
+//
+// Besides the range of each field, the kernels index with 32-bit integers, so check_config rejects a
+// config where any of these element counts reaches 2^31 (kMaxElements):
+//   - rows one rank may have to hold for its experts, times the widest row:
+//       world_size * max_tokens_per_rank * min(topk, E/R) * max(hidden, 2 * intermediate)
+//     (every token of every rank may send all of its slots to one rank's experts; a row is H wide
+//     as input and 2I wide after Linear1; this bound also covers the home rank's combine buffer,
+//     max_tokens_per_rank * topk * hidden);
+//   - one expert's weights: 2 * intermediate * hidden (the base of each expert is a 64-bit offset,
+//     so the E/R experts of a rank together may exceed 2^31 elements).
 std::string check_config(const LayerConfig& cfg, int world_size);
+inline constexpr long long kMaxElements = 1LL << 31;
 // Throws Error(kInvalidConfig) with check_config's message.
 void validate_config(const LayerConfig& cfg, int world_size);
 

@@ -19,9 +19,11 @@ namespace epfuse {
 
 enum class Routing {
   kUniform,    // k distinct experts per token, uniformly at random
-  kSkewed,     // a few hot experts take most of the slots (still k distinct experts per token)
-  kOneExpert,  // every token's slot 0 goes to one expert; the other slots are dropped (-1)
-  kDropped,    // uniform, with about a quarter of the slots dropped (-1), some tokens entirely
+  kSkewed,     // k distinct experts per token; 4 hot experts (E/4 when E < 16; the same on every
+               // rank) together weigh 3x all the others together: ~half of all slots at top-8
+  kOneExpert,  // every token's slot 0 goes to one expert (from the seed); the other slots are -1
+  kDropped,    // uniform, then 1 token in 16 loses every slot and the others each slot with
+               // probability 1/5: about a quarter of the slots are -1
 };
 std::string_view to_string(Routing routing);
 std::optional<Routing> parse_routing(std::string_view name);
@@ -34,10 +36,15 @@ struct HostTokens {
   std::vector<float> topk_weights;  // [T, k], positive, each token's non-dropped slots sum to 1
 };
 
-// Tokens of `rank` for input set `seed`.
+// Tokens of `rank` for input set `seed`: x uniform in [-1, 1] (bf16), routing as above, top-k
+// weights positive, normalised over each token's kept slots; a dropped slot keeps a non-zero raw
+// weight (a consumer that forgets to skip it gets a wrong answer, not a lucky one). Token t is the
+// same whatever num_tokens is. Throws Error(kInvalidConfig) for a config check_config rejects;
+// num_tokens is not limited to max_tokens_per_rank, so tests can build oversized batches.
 HostTokens make_tokens(const LayerConfig& cfg, int world_size, int rank, int num_tokens,
                        Routing routing, uint64_t seed);
-// Per-rank token counts drawn in [0, max_tokens] (0 and max both reachable).
+// Per-rank token counts in [0, max_tokens]: 1 rank in 8 gets 0, 1 in 8 gets max_tokens, the others
+// a uniform count, so the edge cases turn up often in stress runs.
 std::vector<int> make_token_counts(int world_size, int max_tokens, uint64_t seed);
 
 // The weights of global expert e, as the generator defines them (bf16 values).
@@ -45,8 +52,8 @@ std::vector<int> make_token_counts(int world_size, int max_tokens, uint64_t seed
 bf16 weight_w13(const LayerConfig& cfg, uint64_t seed, int expert, int row, int col);
 bf16 weight_w2(const LayerConfig& cfg, uint64_t seed, int expert, int row, int col);
 
-// Fills this rank's experts [rank*E/R, (rank+1)*E/R) on the GPU with the same values.
-// w13: [E/R, 2I, H], w2: [E/R, H, I] device buffers.
+// Fills this rank's experts [rank*E/R, (rank+1)*E/R) on the GPU with the same values, asynchronously
+// on `stream`. w13: [E/R, 2I, H], w2: [E/R, H, I] device buffers, 16-byte aligned.
 void generate_expert_weights(const LayerConfig& cfg, int world_size, int rank, uint64_t seed,
                              bf16* w13, bf16* w2, cudaStream_t stream);
 

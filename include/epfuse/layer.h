@@ -27,6 +27,13 @@ struct MemoryFootprint {
   size_t private_bytes = 0;    // ordinary device memory
 };
 
+// Device time of one forward's phases, from CUDA events on its stream.
+struct PhaseTimes {
+  float dispatch_ms = 0;  // routing layout, counts exchange (and the host's wait for it), token exchange
+  float experts_ms = 0;   // expert computation on the received tokens
+  float combine_ms = 0;   // returning the expert outputs and reducing them into y
+};
+
 class MoeLayer {
  public:
   // Collective: every rank creates its layer with the same config. The weights are borrowed and
@@ -41,6 +48,12 @@ class MoeLayer {
   virtual void forward(const TokenBatch& in, bf16* y, cudaStream_t stream) = 0;
   // Synchronises `stream` and throws Error with what the device recorded since the last check.
   virtual void check_errors(cudaStream_t stream) = 0;
+
+  // Optional phase timing (off by default, no cost when off): events around the phases of every
+  // forward. Implementations without it ignore the call and report nullopt.
+  virtual void set_phase_timing(bool enabled) { (void)enabled; }
+  // The phases of the last forward run with timing on (waits for its events); nullopt if none.
+  virtual std::optional<PhaseTimes> last_phase_times() { return std::nullopt; }
 
   virtual Impl impl() const = 0;
   virtual const LayerConfig& config() const = 0;

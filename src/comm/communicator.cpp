@@ -1,1 +1,340 @@
-// placeholder: being written
+// Communicator (epfuse/communicator.h): TCP rendezvous for the NCCL id, the NCCL communicator,
+// symmetric windows and device communicators for the kernels.
+#include "epfuse/communicator.h"
+
+// nccl_device.h is written for nvcc; under g++ it needs size_t and the CUDA vector types first.
+#include <cstddef>
+#include <cuda_runtime.h>
+#include <nccl_device.h>
+
+#include <charconv>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <utility>
+
+#include "comm/tcp_store.h"
+#include "common/check.h"
+
+namespace epfuse {
+namespace {
+
+constexpr const char* kNcclIdKey = "nccl_id";
+constexpr long long kMaxWorldSize = 1 << 16;
+
+std::string rank_prefix(int rank) { return rank >= 0 ? "rank " + std::to_string(rank) + ": " : ""; }
+
+// check.h's macros know neither the rank nor the communicator whose last error explains a failure;
+// in a multi-process job the rank is the first thing a reader needs.
+void check_nccl(ncclResult_t res, const char* call, int rank) {
+  if (res == ncclSuccess) return;
+  const char* last = ncclGetLastError(nullptr);  // the comm argument is unused by NCCL
+  throw Error(ErrorCode::kNccl, rank_prefix(rank) + call + " failed: " + ncclGetErrorString(res) + " (" +
+                                    (last != nullptr && last[0] != '\0' ? last : "no further detail") + ")");
+}
+
+void check_cuda(cudaError_t err, const char* call, int rank) {
+  if (err == cudaSuccess) return;
+  throw Error(ErrorCode::kCuda, rank_prefix(rank) + call + " failed: " + cudaGetErrorString(err) + " (" +
+                                    cudaGetErrorName(err) + ")");
+}
+
+#define EPFUSE_RANK_NCCL_CHECK(rank, call) check_nccl((call), #call, (rank))
+#define EPFUSE_RANK_CUDA_CHECK(rank, call) check_cuda((call), #call, (rank))
+
+int user_rank(ncclComm_t comm) {
+  int rank = -1;
+  return comm != nullptr && ncclCommUserRank(comm, &rank) == ncclSuccess ? rank : -1;
+}
+
+// Selects `device` for a scope and restores the caller's: ncclMemAlloc, streams and enqueues act
+// on the current device, which need not be the communicator's when the caller switched.
+class DeviceGuard {
+ public:
+  DeviceGuard(int device, int rank) : device_(device) {
+    EPFUSE_RANK_CUDA_CHECK(rank, cudaGetDevice(&previous_));
+    if (previous_ != device_) EPFUSE_RANK_CUDA_CHECK(rank, cudaSetDevice(device_));
+  }
+  ~DeviceGuard() {
+    if (previous_ != device_) cudaSetDevice(previous_);
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int device_;
+  int previous_ = -1;
+};
+
+// Destructors must not throw: the error goes to stderr, where a job's log keeps it.
+template <typename F>
+void log_errors(const char* what, F&& f) noexcept {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "epfuse: %s: %s\n", what, e.what());
+  }
+}
+
+// A whole-string integer; Error names the variable and the text.
+long long parse_int(const char* name, const char* text) {
+  long long value = 0;
+  const char* end = text + std::strlen(text);
+  const auto [ptr, ec] = std::from_chars(text, end, value);
+  if (ec == std::errc::result_out_of_range) {
+    throw Error(ErrorCode::kBootstrap, std::string(name) + "='" + text + "' is out of range");
+  }
+  if (ec != std::errc() || ptr != end || ptr == text) {
+    throw Error(ErrorCode::kBootstrap, std::string(name) + "='" + text + "' is not an integer");
+  }
+  return value;
+}
+
+long long int_env(const char* name, bool required, long long fallback, long long lo, long long hi) {
+  const char* text = std::getenv(name);
+  if (text == nullptr) {
+    if (required) {
+      throw Error(ErrorCode::kBootstrap, std::string(name) +
+                                             " is not set (launch with `epfuse launch`, torchrun or mpirun, or "
+                                             "set RANK and WORLD_SIZE yourself)");
+    }
+    return fallback;
+  }
+  const long long value = parse_int(name, text);
+  if (value < lo || value > hi) {
+    throw Error(ErrorCode::kBootstrap, std::string(name) + "=" + text + " is outside [" + std::to_string(lo) +
+                                           ", " + std::to_string(hi) + "]");
+  }
+  return value;
+}
+
+}  // namespace
+
+// --- BootstrapOptions ---
+
+BootstrapOptions BootstrapOptions::from_env() {
+  BootstrapOptions opts;
+  opts.world_size = static_cast<int>(int_env("WORLD_SIZE", true, 1, 1, kMaxWorldSize));
+  opts.rank = static_cast<int>(int_env("RANK", true, 0, 0, kMaxWorldSize - 1));
+  opts.local_rank = static_cast<int>(int_env("LOCAL_RANK", false, opts.rank, 0, kMaxWorldSize - 1));
+  if (const char* addr = std::getenv("MASTER_ADDR")) opts.master_addr = addr;
+  opts.master_port = static_cast<int>(int_env("MASTER_PORT", false, opts.master_port, 1, 65535));
+  opts.timeout = std::chrono::milliseconds(
+      int_env("EPFUSE_BOOTSTRAP_TIMEOUT_MS", false, opts.timeout.count(), 1, 24LL * 3600 * 1000));
+  opts.validate();
+  return opts;
+}
+
+void BootstrapOptions::validate() const {
+  auto fail = [](const std::string& why) { throw Error(ErrorCode::kBootstrap, why); };
+  if (world_size < 1) fail("WORLD_SIZE=" + std::to_string(world_size) + " must be at least 1");
+  if (rank < 0 || rank >= world_size) {
+    fail("RANK=" + std::to_string(rank) + " must be in [0, WORLD_SIZE=" + std::to_string(world_size) + ")");
+  }
+  if (local_rank < 0) fail("LOCAL_RANK=" + std::to_string(local_rank) + " must not be negative");
+  if (local_rank >= world_size) {
+    fail("LOCAL_RANK=" + std::to_string(local_rank) + " must be below WORLD_SIZE=" + std::to_string(world_size));
+  }
+  if (master_addr.empty()) fail("MASTER_ADDR is empty");
+  if (master_port < 1 || master_port > 65535) {
+    fail("MASTER_PORT=" + std::to_string(master_port) + " is outside [1, 65535]");
+  }
+  if (timeout.count() < 1) {
+    fail("EPFUSE_BOOTSTRAP_TIMEOUT_MS=" + std::to_string(timeout.count()) + " must be at least 1");
+  }
+}
+
+// --- SymmetricBuffer ---
+
+SymmetricBuffer::SymmetricBuffer(SymmetricBuffer&& other) noexcept
+    : comm_(std::exchange(other.comm_, nullptr)),
+      device_(other.device_),
+      ptr_(std::exchange(other.ptr_, nullptr)),
+      window_(std::exchange(other.window_, nullptr)),
+      bytes_(std::exchange(other.bytes_, 0)) {}
+
+SymmetricBuffer& SymmetricBuffer::operator=(SymmetricBuffer&& other) noexcept {
+  if (this != &other) {
+    log_errors("SymmetricBuffer move-assignment", [this] { reset(); });
+    comm_ = std::exchange(other.comm_, nullptr);
+    device_ = other.device_;
+    ptr_ = std::exchange(other.ptr_, nullptr);
+    window_ = std::exchange(other.window_, nullptr);
+    bytes_ = std::exchange(other.bytes_, 0);
+  }
+  return *this;
+}
+
+SymmetricBuffer::~SymmetricBuffer() { log_errors("~SymmetricBuffer", [this] { reset(); }); }
+
+void SymmetricBuffer::reset() {
+  if (ptr_ == nullptr) return;
+  // Clear the members first so that a failure below cannot lead to a second free.
+  ncclComm_t comm = std::exchange(comm_, nullptr);
+  void* ptr = std::exchange(ptr_, nullptr);
+  ncclWindow_t window = std::exchange(window_, nullptr);
+  bytes_ = 0;
+  const int rank = user_rank(comm);
+  DeviceGuard guard(device_, rank);
+  const ncclResult_t deregistered = window != nullptr ? ncclCommWindowDeregister(comm, window) : ncclSuccess;
+  const ncclResult_t freed = ncclMemFree(ptr);
+  check_nccl(deregistered, "ncclCommWindowDeregister(comm, window)", rank);
+  check_nccl(freed, "ncclMemFree(ptr)", rank);
+}
+
+// --- DeviceComm ---
+
+DeviceComm::DeviceComm(DeviceComm&& other) noexcept
+    : comm_(std::exchange(other.comm_, nullptr)),
+      device_(other.device_),
+      dev_(std::exchange(other.dev_, nullptr)),
+      lsa_barrier_count_(std::exchange(other.lsa_barrier_count_, 0)) {}
+
+DeviceComm& DeviceComm::operator=(DeviceComm&& other) noexcept {
+  if (this != &other) {
+    log_errors("DeviceComm move-assignment", [this] { reset(); });
+    comm_ = std::exchange(other.comm_, nullptr);
+    device_ = other.device_;
+    dev_ = std::exchange(other.dev_, nullptr);
+    lsa_barrier_count_ = std::exchange(other.lsa_barrier_count_, 0);
+  }
+  return *this;
+}
+
+DeviceComm::~DeviceComm() { log_errors("~DeviceComm", [this] { reset(); }); }
+
+void DeviceComm::reset() {
+  if (dev_ == nullptr) return;
+  std::unique_ptr<ncclDevComm> dev(std::exchange(dev_, nullptr));
+  ncclComm_t comm = std::exchange(comm_, nullptr);
+  lsa_barrier_count_ = 0;
+  const int rank = user_rank(comm);
+  DeviceGuard guard(device_, rank);
+  EPFUSE_RANK_NCCL_CHECK(rank, ncclDevCommDestroy(comm, dev.get()));
+}
+
+// --- Communicator ---
+
+std::unique_ptr<Communicator> Communicator::bootstrap(const BootstrapOptions& opts) {
+  opts.validate();
+  const int rank = opts.rank;
+  int device_count = 0;
+  EPFUSE_RANK_CUDA_CHECK(rank, cudaGetDeviceCount(&device_count));
+  if (opts.local_rank >= device_count) {
+    const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+    throw Error(ErrorCode::kBootstrap,
+                rank_prefix(rank) + "LOCAL_RANK=" + std::to_string(opts.local_rank) + " but this process sees " +
+                    std::to_string(device_count) + " CUDA device(s) (CUDA_VISIBLE_DEVICES=" +
+                    (visible != nullptr ? visible : "<unset>") + "): one process per GPU");
+  }
+  EPFUSE_RANK_CUDA_CHECK(rank, cudaSetDevice(opts.local_rank));
+
+  ncclUniqueId id{};
+  std::unique_ptr<detail::TcpStore> store;  // rank 0 serves the id until ncclCommInitRank returns
+  if (rank == 0) {
+    EPFUSE_RANK_NCCL_CHECK(rank, ncclGetUniqueId(&id));
+    if (opts.world_size > 1) {
+      store = std::make_unique<detail::TcpStore>(opts.master_addr, opts.master_port, rank);
+      const auto* bytes = reinterpret_cast<const uint8_t*>(&id);
+      store->set(kNcclIdKey, detail::Blob(bytes, bytes + sizeof(id)));
+    }
+  } else {
+    const detail::Blob blob =
+        detail::tcp_store_get(opts.master_addr, opts.master_port, kNcclIdKey, opts.timeout, rank);
+    EPFUSE_REQUIRE(blob.size() == sizeof(id), ErrorCode::kBootstrap,
+                   rank_prefix(rank) + "the NCCL id from " + opts.master_addr + ":" +
+                       std::to_string(opts.master_port) + " has " + std::to_string(blob.size()) +
+                       " bytes, expected " + std::to_string(sizeof(id)) + " (a different NCCL version on rank 0?)");
+    std::memcpy(&id, blob.data(), sizeof(id));
+  }
+
+  std::unique_ptr<Communicator> comm(new Communicator());
+  comm->rank_ = rank;
+  comm->world_size_ = opts.world_size;
+  comm->device_ = opts.local_rank;
+  EPFUSE_RANK_NCCL_CHECK(rank, ncclCommInitRank(&comm->comm_, opts.world_size, id, rank));
+  comm->owned_ = true;
+  // ncclCommInitRank is collective: when it returns on rank 0, every rank has read the id.
+  store.reset();
+  comm->init_barrier();
+  return comm;
+}
+
+std::unique_ptr<Communicator> Communicator::borrow(ncclComm_t nccl) {
+  EPFUSE_REQUIRE(nccl != nullptr, ErrorCode::kInvalidArgument, "Communicator::borrow: the ncclComm_t is null");
+  std::unique_ptr<Communicator> comm(new Communicator());
+  comm->comm_ = nccl;
+  comm->owned_ = false;
+  EPFUSE_RANK_NCCL_CHECK(-1, ncclCommUserRank(nccl, &comm->rank_));
+  EPFUSE_RANK_NCCL_CHECK(comm->rank_, ncclCommCount(nccl, &comm->world_size_));
+  EPFUSE_RANK_NCCL_CHECK(comm->rank_, ncclCommCuDevice(nccl, &comm->device_));
+  comm->init_barrier();
+  return comm;
+}
+
+void Communicator::init_barrier() {
+  DeviceGuard guard(device_, rank_);
+  cudaStream_t stream = nullptr;
+  EPFUSE_RANK_CUDA_CHECK(rank_, cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  barrier_stream_ = stream;
+  EPFUSE_RANK_CUDA_CHECK(rank_, cudaMalloc(&barrier_word_, sizeof(int)));
+  EPFUSE_RANK_CUDA_CHECK(rank_, cudaMemsetAsync(barrier_word_, 0, sizeof(int), stream));
+}
+
+Communicator::~Communicator() {
+  log_errors("~Communicator", [this] {
+    DeviceGuard guard(device_, rank_);
+    // Every step runs even when an earlier one failed; the first failure is reported.
+    const cudaError_t freed = barrier_word_ != nullptr ? cudaFree(barrier_word_) : cudaSuccess;
+    const cudaError_t destroyed = barrier_stream_ != nullptr ? cudaStreamDestroy(barrier_stream_) : cudaSuccess;
+    // Finalize flushes outstanding work so that Destroy cannot free resources peers still use.
+    const ncclResult_t finalized = owned_ ? ncclCommFinalize(comm_) : ncclSuccess;
+    const ncclResult_t nccl_destroyed = owned_ ? ncclCommDestroy(comm_) : ncclSuccess;
+    check_cuda(freed, "cudaFree(barrier word)", rank_);
+    check_cuda(destroyed, "cudaStreamDestroy(barrier stream)", rank_);
+    check_nccl(finalized, "ncclCommFinalize(comm)", rank_);
+    check_nccl(nccl_destroyed, "ncclCommDestroy(comm)", rank_);
+  });
+}
+
+SymmetricBuffer Communicator::alloc_symmetric(size_t bytes) {
+  EPFUSE_REQUIRE(bytes > 0, ErrorCode::kInvalidArgument,
+                 rank_prefix(rank_) + "alloc_symmetric: size 0 (a window needs at least one byte)");
+  DeviceGuard guard(device_, rank_);
+  SymmetricBuffer buffer;
+  buffer.comm_ = comm_;
+  buffer.device_ = device_;
+  EPFUSE_RANK_NCCL_CHECK(rank_, ncclMemAlloc(&buffer.ptr_, bytes));
+  buffer.bytes_ = bytes;
+  // On failure `buffer` frees the memory (its window_ is still null).
+  EPFUSE_RANK_NCCL_CHECK(rank_,
+                         ncclCommWindowRegister(comm_, buffer.ptr_, bytes, &buffer.window_, NCCL_WIN_COLL_SYMMETRIC));
+  return buffer;
+}
+
+DeviceComm Communicator::create_device_comm(int lsa_barrier_count) {
+  EPFUSE_REQUIRE(lsa_barrier_count >= 0, ErrorCode::kInvalidArgument,
+                 rank_prefix(rank_) + "create_device_comm: lsa_barrier_count=" + std::to_string(lsa_barrier_count) +
+                     " is negative");
+  DeviceGuard guard(device_, rank_);
+  ncclDevCommRequirements reqs{};  // zero: no GIN, no extra resources, no multimem
+  reqs.lsaBarrierCount = lsa_barrier_count;
+  reqs.lsaMultimem = false;  // never NVLink multicast (DESIGN.md)
+  auto dev = std::make_unique<ncclDevComm>();
+  EPFUSE_RANK_NCCL_CHECK(rank_, ncclDevCommCreate(comm_, &reqs, dev.get()));
+  DeviceComm out;
+  out.comm_ = comm_;
+  out.device_ = device_;
+  out.dev_ = dev.release();
+  out.lsa_barrier_count_ = lsa_barrier_count;
+  return out;
+}
+
+void Communicator::barrier() {
+  DeviceGuard guard(device_, rank_);
+  EPFUSE_RANK_NCCL_CHECK(rank_, ncclAllReduce(barrier_word_, barrier_word_, 1, ncclInt32, ncclMax, comm_,
+                                              barrier_stream_));
+  EPFUSE_RANK_CUDA_CHECK(rank_, cudaStreamSynchronize(barrier_stream_));
+}
+
+}  // namespace epfuse

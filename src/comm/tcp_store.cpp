@@ -1,1 +1,331 @@
-// placeholder: being written
+// TCP rendezvous (tcp_store.h): POSIX sockets, non-blocking I/O under poll() so that every wait
+// has a bound and the server thread can always be woken to stop.
+#include "comm/tcp_store.h"
+
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <utility>
+
+#include "common/check.h"
+#include "epfuse/error.h"
+
+namespace epfuse::detail {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// A client that stalls mid-request cannot hold the server longer than this.
+constexpr auto kServerIoBound = std::chrono::seconds(5);
+constexpr auto kFirstBackoff = std::chrono::milliseconds(50);
+constexpr auto kMaxBackoff = std::chrono::milliseconds(1000);
+
+std::string errno_text(int err) { return std::string(std::strerror(err)); }
+
+std::string where(const std::string& addr, int port) { return addr + ":" + std::to_string(port); }
+
+class Fd {
+ public:
+  explicit Fd(int fd = -1) : fd_(fd) {}
+  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  Fd& operator=(Fd&& o) noexcept {
+    if (this != &o) {
+      close_now();
+      fd_ = std::exchange(o.fd_, -1);
+    }
+    return *this;
+  }
+  ~Fd() { close_now(); }
+  int get() const { return fd_; }
+  int release() { return std::exchange(fd_, -1); }
+
+ private:
+  void close_now() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+  int fd_;
+};
+
+struct AddrInfoDeleter {
+  void operator()(addrinfo* ai) const { freeaddrinfo(ai); }
+};
+using AddrInfoList = std::unique_ptr<addrinfo, AddrInfoDeleter>;
+
+AddrInfoList resolve(const std::string& addr, int port, int rank) {
+  EPFUSE_REQUIRE(!addr.empty(), ErrorCode::kBootstrap,
+                 "rank " + std::to_string(rank) + ": the master address is empty");
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;  // never AI_PASSIVE: only the given address, never a wildcard
+  addrinfo* list = nullptr;
+  const std::string service = std::to_string(port);
+  const int rc = getaddrinfo(addr.c_str(), service.c_str(), &hints, &list);
+  if (rc != 0 || list == nullptr) {
+    throw Error(ErrorCode::kBootstrap, "rank " + std::to_string(rank) + ": cannot resolve master address '" +
+                                           addr + "': " + gai_strerror(rc));
+  }
+  return AddrInfoList(list);
+}
+
+int remaining_ms(Clock::time_point deadline) {
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  return static_cast<int>(std::clamp<long long>(left, 0, 1 << 30));
+}
+
+enum class Io { kOk, kClosed, kTimeout, kError, kWoken };
+
+// Sends or receives exactly n bytes on a non-blocking socket, however the kernel splits them.
+// Stops early when the peer closes, the deadline passes, or wake_fd (if >= 0) becomes readable.
+Io transfer(int fd, void* data, size_t n, bool sending, Clock::time_point deadline, int wake_fd = -1) {
+  auto* p = static_cast<uint8_t*>(data);
+  while (n > 0) {
+    const ssize_t got = sending ? ::send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT) : ::recv(fd, p, n, MSG_DONTWAIT);
+    if (got > 0) {
+      p += got;
+      n -= static_cast<size_t>(got);
+      continue;
+    }
+    if (got == 0 && !sending) return Io::kClosed;
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK) return Io::kError;
+    pollfd fds[2] = {{fd, static_cast<short>(sending ? POLLOUT : POLLIN), 0}, {wake_fd, POLLIN, 0}};
+    const int ms = remaining_ms(deadline);
+    if (ms == 0) return Io::kTimeout;
+    const int ready = ::poll(fds, wake_fd >= 0 ? 2 : 1, ms);
+    if (ready < 0 && errno != EINTR) return Io::kError;
+    if (wake_fd >= 0 && (fds[1].revents & POLLIN)) return Io::kWoken;
+  }
+  return Io::kOk;
+}
+
+void put_be(uint8_t* out, uint64_t v, int bytes) {
+  for (int i = bytes - 1; i >= 0; --i, v >>= 8) out[i] = static_cast<uint8_t>(v);
+}
+uint64_t get_be(const uint8_t* in, int bytes) {
+  uint64_t v = 0;
+  for (int i = 0; i < bytes; ++i) v = (v << 8) | in[i];
+  return v;
+}
+
+// Connects a non-blocking socket, waiting at most until the deadline. On failure returns -1 and
+// describes why in `reason`.
+int connect_by(const addrinfo& ai, Clock::time_point deadline, std::string& reason) {
+  Fd fd(::socket(ai.ai_family, ai.ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai.ai_protocol));
+  if (fd.get() < 0) {
+    reason = "socket(): " + errno_text(errno);
+    return -1;
+  }
+  if (::connect(fd.get(), ai.ai_addr, ai.ai_addrlen) == 0) return fd.release();
+  if (errno != EINPROGRESS && errno != EINTR) {
+    reason = errno_text(errno);
+    return -1;
+  }
+  pollfd pfd{fd.get(), POLLOUT, 0};
+  const int ready = ::poll(&pfd, 1, remaining_ms(deadline));
+  if (ready <= 0) {
+    reason = ready == 0 ? "connect timed out" : "poll(): " + errno_text(errno);
+    return -1;
+  }
+  int err = 0;
+  socklen_t len = sizeof(err);
+  if (::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len) != 0 || err != 0) {
+    reason = errno_text(err != 0 ? err : errno);
+    return -1;
+  }
+  return fd.release();
+}
+
+enum class Ask { kFound, kNotSet, kNoAnswer };
+
+// One request/reply exchange with the store. Throws for a reply that is not from a TcpStore.
+Ask ask_once(const addrinfo& ai, const std::string& key, Clock::time_point deadline, Blob& value,
+             std::string& reason, const std::string& who) {
+  Fd fd(connect_by(ai, deadline, reason));
+  if (fd.get() < 0) return Ask::kNoAnswer;
+  const int one = 1;
+  ::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+
+  std::vector<uint8_t> request(8 + key.size());
+  put_be(request.data(), kRequestMagic, 4);
+  put_be(request.data() + 4, key.size(), 4);
+  std::memcpy(request.data() + 8, key.data(), key.size());
+  if (transfer(fd.get(), request.data(), request.size(), true, deadline) != Io::kOk) {
+    reason = "sending the request failed";
+    return Ask::kNoAnswer;
+  }
+  uint8_t header[13];
+  const Io io = transfer(fd.get(), header, sizeof(header), false, deadline);
+  if (io != Io::kOk) {
+    reason = io == Io::kTimeout ? "no reply in time" : "connection closed before the reply";
+    return Ask::kNoAnswer;
+  }
+  const uint64_t bytes = get_be(header + 5, 8);
+  if (get_be(header, 4) != kReplyMagic || header[4] > 1 || bytes > kMaxValueBytes) {
+    throw Error(ErrorCode::kBootstrap, who + " answered with a malformed reply (not an epfuse TcpStore?)");
+  }
+  if (header[4] == 0) {
+    reason = "key not set yet";
+    return Ask::kNotSet;
+  }
+  value.resize(bytes);
+  if (bytes > 0 && transfer(fd.get(), value.data(), bytes, false, deadline) != Io::kOk) {
+    reason = "the value was cut short";
+    return Ask::kNoAnswer;
+  }
+  return Ask::kFound;
+}
+
+}  // namespace
+
+TcpStore::TcpStore(const std::string& addr, int port, int rank) : rank_(rank) {
+  const std::string me = "rank " + std::to_string(rank) + ": ";
+  EPFUSE_REQUIRE(port >= 0 && port <= 65535, ErrorCode::kBootstrap,
+                 me + "master port " + std::to_string(port) + " is outside [0, 65535]");
+  const AddrInfoList list = resolve(addr, port, rank);
+  std::string reason = "no usable address";
+  for (const addrinfo* ai = list.get(); ai != nullptr && listen_fd_ < 0; ai = ai->ai_next) {
+    Fd fd(::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol));
+    const int one = 1;
+    // SO_REUSEADDR: a test or job restarted at once must not wait out TIME_WAIT on this port.
+    if (fd.get() < 0 || ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
+        ::bind(fd.get(), ai->ai_addr, ai->ai_addrlen) != 0 || ::listen(fd.get(), 128) != 0) {
+      reason = errno_text(errno);
+      continue;
+    }
+    sockaddr_storage bound{};
+    socklen_t len = sizeof(bound);
+    if (::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&bound), &len) != 0) {
+      reason = "getsockname(): " + errno_text(errno);
+      continue;
+    }
+    port_ = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                                              : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+    listen_fd_ = fd.release();
+  }
+  if (listen_fd_ < 0) {
+    throw Error(ErrorCode::kBootstrap, me + "cannot listen on " + where(addr, port) + ": " + reason);
+  }
+  int pipe_fds[2];
+  if (::pipe2(pipe_fds, O_CLOEXEC | O_NONBLOCK) != 0) {
+    const int err = errno;
+    ::close(listen_fd_);
+    throw Error(ErrorCode::kBootstrap, me + "pipe2() failed: " + errno_text(err));
+  }
+  wake_read_fd_ = pipe_fds[0];
+  wake_write_fd_ = pipe_fds[1];
+  thread_ = std::thread([this] { serve(); });
+}
+
+TcpStore::~TcpStore() {
+  const uint8_t stop = 1;
+  while (::write(wake_write_fd_, &stop, 1) < 0 && errno == EINTR) {
+  }
+  thread_.join();
+  ::close(listen_fd_);
+  ::close(wake_read_fd_);
+  ::close(wake_write_fd_);
+}
+
+void TcpStore::set(const std::string& key, Blob value) {
+  EPFUSE_REQUIRE(!key.empty() && key.size() <= kMaxKeyBytes, ErrorCode::kInvalidArgument,
+                 "TcpStore::set: key length " + std::to_string(key.size()) + " is outside [1, " +
+                     std::to_string(kMaxKeyBytes) + "]");
+  EPFUSE_REQUIRE(value.size() <= kMaxValueBytes, ErrorCode::kInvalidArgument,
+                 "TcpStore::set: value for key '" + key + "' has " + std::to_string(value.size()) +
+                     " bytes, more than the limit " + std::to_string(kMaxValueBytes));
+  std::lock_guard<std::mutex> lock(mutex_);
+  entries_[key] = Entry{std::move(value), 0};
+}
+
+int TcpStore::times_served(const std::string& key) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto it = entries_.find(key);
+  return it == entries_.end() ? 0 : it->second.served;
+}
+
+void TcpStore::serve() {
+  for (;;) {
+    pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {wake_read_fd_, POLLIN, 0}};
+    if (::poll(fds, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      std::fprintf(stderr, "epfuse: rank %d: TcpStore server stops: poll(): %s\n", rank_, std::strerror(errno));
+      return;
+    }
+    if (fds[1].revents & POLLIN) return;
+    if (!(fds[0].revents & POLLIN)) continue;
+    Fd client(::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
+    if (client.get() >= 0) answer(client.get());  // failed accepts (client gone, EINTR) are retried by it
+  }
+}
+
+// Answers one request; any malformed or stalled client is just dropped (it retries or times out).
+void TcpStore::answer(int fd) {
+  const auto deadline = Clock::now() + kServerIoBound;
+  uint8_t header[8];
+  if (transfer(fd, header, sizeof(header), false, deadline, wake_read_fd_) != Io::kOk) return;
+  const uint64_t key_bytes = get_be(header + 4, 4);
+  if (get_be(header, 4) != kRequestMagic || key_bytes == 0 || key_bytes > kMaxKeyBytes) return;
+  std::string key(key_bytes, '\0');
+  if (transfer(fd, key.data(), key.size(), false, deadline, wake_read_fd_) != Io::kOk) return;
+
+  Blob reply(13);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto it = entries_.find(key);
+    const bool found = it != entries_.end();
+    put_be(reply.data(), kReplyMagic, 4);
+    reply[4] = found ? 1 : 0;
+    put_be(reply.data() + 5, found ? it->second.value.size() : 0, 8);
+    if (found) reply.insert(reply.end(), it->second.value.begin(), it->second.value.end());
+  }
+  if (transfer(fd, reply.data(), reply.size(), true, deadline, wake_read_fd_) == Io::kOk && reply[4] == 1) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++entries_[key].served;
+  }
+}
+
+Blob tcp_store_get(const std::string& addr, int port, const std::string& key, std::chrono::milliseconds timeout,
+                   int rank) {
+  const std::string me = "rank " + std::to_string(rank) + ": ";
+  EPFUSE_REQUIRE(port >= 1 && port <= 65535, ErrorCode::kBootstrap,
+                 me + "master port " + std::to_string(port) + " is outside [1, 65535]");
+  EPFUSE_REQUIRE(!key.empty() && key.size() <= kMaxKeyBytes, ErrorCode::kInvalidArgument,
+                 me + "key length " + std::to_string(key.size()) + " is outside [1, " +
+                     std::to_string(kMaxKeyBytes) + "]");
+  const AddrInfoList list = resolve(addr, port, rank);
+  const auto deadline = Clock::now() + timeout;
+  auto backoff = std::chrono::duration_cast<Clock::duration>(kFirstBackoff);
+  std::string reason = "no attempt made";
+  int attempts = 0;
+  for (;;) {
+    for (const addrinfo* ai = list.get(); ai != nullptr; ai = ai->ai_next) {
+      Blob value;
+      std::string why;
+      ++attempts;
+      if (ask_once(*ai, key, deadline, value, why, me + where(addr, port)) == Ask::kFound) return value;
+      // An attempt cut short by the deadline says less than the one before it.
+      if (attempts == 1 || Clock::now() < deadline) reason = why;
+    }
+    const auto now = Clock::now();
+    if (now >= deadline) break;
+    std::this_thread::sleep_for(std::min(backoff, deadline - now));
+    backoff = std::min<Clock::duration>(backoff * 2, kMaxBackoff);
+  }
+  throw Error(ErrorCode::kBootstrap, me + "no answer from " + where(addr, port) + " for key '" + key + "' after " +
+                                         std::to_string(timeout.count()) + " ms (" + std::to_string(attempts) +
+                                         " attempts; last: " + reason + ")");
+}
+
+}  // namespace epfuse::detail

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Installs the Debian packages epfuse builds with (cmake, g++, make, GoogleTest, git, python3),
+# only those missing: a no-op when everything is there. CUDA 13 and NCCL >= 2.28 are not
+# installed here; they are checked, with a clear error if absent.
+set -euo pipefail
+
+die() { echo "install-deps: $*" >&2; exit 1; }
+
+missing=()
+have() { command -v "$1" >/dev/null 2>&1; }
+have cmake   || missing+=(cmake)
+have g++     || missing+=(g++)
+have make    || missing+=(make)
+have git     || missing+=(git)
+have python3 || missing+=(python3)
+# GoogleTest: the headers plus the CMake package find_package(GTest) uses.
+gtest_config=$(ls /usr/lib/*/cmake/GTest/GTestConfig.cmake /usr/lib/cmake/GTest/GTestConfig.cmake 2>/dev/null || true)
+if [[ ! -f /usr/include/gtest/gtest.h || -z $gtest_config ]]; then
+  missing+=(libgtest-dev)
+fi
+
+if ((${#missing[@]})); then
+  echo "install-deps: installing ${missing[*]}"
+  if [[ $(id -u) -ne 0 ]]; then
+    have sudo || die "need root (or sudo) to apt-get install ${missing[*]}"
+    apt=(sudo env DEBIAN_FRONTEND=noninteractive apt-get)
+  else
+    apt=(env DEBIAN_FRONTEND=noninteractive apt-get)
+  fi
+  "${apt[@]}" update -qq
+  "${apt[@]}" install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# Versions the build relies on.
+cmake_version=$(cmake --version | head -n1 | awk '{print $3}')
+if [[ $(printf '%s\n3.25\n' "$cmake_version" | sort -V | head -n1) != 3.25 ]]; then
+  die "CMake >= 3.25 is required, found $cmake_version"
+fi
+gcc_major=$(g++ -dumpversion | cut -d. -f1)
+((gcc_major >= 12)) || die "g++ >= 12 is required (C++20), found $(g++ -dumpversion)"
+
+# CUDA and NCCL: checked, never installed.
+cuda=${CUDA_HOME:-/usr/local/cuda}
+[[ -x $cuda/bin/nvcc ]] || die "CUDA 13 not found: no nvcc at $cuda/bin/nvcc (install the CUDA toolkit or set CUDA_HOME)"
+nvcc_version=$("$cuda/bin/nvcc" --version | sed -n 's/.*release \([0-9]*\)\..*/\1/p')
+((nvcc_version >= 13)) || die "CUDA >= 13 is required, found nvcc release $nvcc_version at $cuda"
+nccl_header=""
+for d in ${NCCL_HOME:+$NCCL_HOME/include} "$cuda/include" /usr/include; do
+  [[ -f $d/nccl.h ]] && { nccl_header=$d/nccl.h; break; }
+done
+[[ -n $nccl_header ]] || die "NCCL not found: no nccl.h under \$NCCL_HOME/include, $cuda/include or /usr/include"
+[[ -f $(dirname "$nccl_header")/nccl_device.h ]] ||
+  die "NCCL at $(dirname "$nccl_header") has no nccl_device.h: epfuse needs NCCL >= 2.28 (the device API)"
+nccl_lib=""
+for d in ${NCCL_HOME:+$NCCL_HOME/lib} "$cuda/lib" "$cuda/lib64" /usr/lib/x86_64-linux-gnu; do
+  ls "$d"/libnccl.so* >/dev/null 2>&1 && { nccl_lib=$d; break; }
+done
+[[ -n $nccl_lib ]] || die "NCCL library not found: no libnccl.so under \$NCCL_HOME/lib, $cuda/lib, $cuda/lib64"
+exit 0

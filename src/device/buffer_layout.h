@@ -1,0 +1,156 @@
+// Where everything lives: byte offsets of every region of the fused kernel's symmetric window (what
+// peers write) and of its private workspace (what only this GPU touches), as pure functions of the
+// layer shape. The host sizes its allocations with them and the kernel addresses with them, so there is
+// one definition of each region. Formulas and why each bound is tight: docs/fused_design.md.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "common/hash.h"  // EPFUSE_HD
+
+namespace epfuse::device {
+
+inline constexpr size_t kRegionAlign = 256;
+// The smallest GEMM m-block any tile shape uses: sizes the per-m-block counters.
+inline constexpr int kMinBlockM = 32;
+
+struct FusedDims {
+  int world = 1;
+  int hidden = 0;        // H
+  int intermediate = 0;  // I
+  int num_experts = 0;   // E
+  int topk = 0;          // k
+  int max_tokens = 0;    // T_max per rank
+
+  EPFUSE_HD int local_experts() const { return num_experts / world; }
+  // (token, local expert) pairs one receiver can get in one call: every rank's every slot.
+  EPFUSE_HD int64_t max_recv_pairs() const { return static_cast<int64_t>(world) * max_tokens * topk; }
+  // Tight upper bound on sum_e ceil(n_e / block_m) over local experts with sum_e n_e <= N pairs: with j
+  // non-empty experts it is at most j + (N - j) / block_m, largest at j = min(L, N). Non-increasing in
+  // block_m, so sizing for the smallest m-block covers every tile shape.
+  EPFUSE_HD int64_t max_mblocks(int block_m) const {
+    const int64_t n = max_recv_pairs(), l = local_experts();
+    const int64_t j = n < l ? n : l;
+    return j + (n - j) / block_m;
+  }
+};
+
+// One received (token, local expert) pair: written by the sender next to its row.
+struct RowEntry {
+  int32_t row;    // row slot in the sender's region of recv_rows (or the token index when sender == receiver)
+  int32_t token;  // token index at the sender (its home)
+  int32_t slot;   // top-k slot j at the sender: the combine slot this pair's output goes to
+  float weight;   // top-k weight, applied in the Linear1 epilogue
+};
+static_assert(sizeof(RowEntry) == 16, "one 16-byte store per entry");
+
+EPFUSE_HD size_t align_region(size_t bytes) { return (bytes + kRegionAlign - 1) / kRegionAlign * kRegionAlign; }
+
+// Symmetric window, every region [2 parities][...]:
+//   recv_rows     [2][world-1][T_max][H] bf16      token rows pushed by each remote sender (one per token
+//                                                   and receiver; this rank's own rows are read from x)
+//   recv_entries  [2][world(src)][T_max*k] RowEntry src's pairs, grouped by local expert
+//   count_msgs    [2][world(src)][L] u32            pairs per local expert that src sends this call
+//   count_status  [2][world(src)] u32               src's input status (0 or an ErrorKind)
+//   count_flags   [2][world(src)] u32               = epoch once src's counts and status are written
+//   arrivals      [2][L] u32                        monotonic: pairs of local expert e arrived
+//   combine_rows  [2][T_max][k][H] bf16             expert outputs for (token, top-k slot)
+//   token_signals [2][T_max] u32                    monotonic: output tiles arrived for the token
+struct SymLayout {
+  size_t recv_rows = 0, recv_entries = 0, count_msgs = 0, count_status = 0, count_flags = 0;
+  size_t arrivals = 0, combine_rows = 0, token_signals = 0, total = 0;
+};
+
+EPFUSE_HD SymLayout make_sym_layout(const FusedDims& d) {
+  const size_t w = d.world, t = d.max_tokens, h = d.hidden, k = d.topk, l = d.local_experts();
+  SymLayout s;
+  size_t at = 0;
+  s.recv_rows = at;     at += align_region(2 * (w - 1) * t * h * 2);
+  s.recv_entries = at;  at += align_region(2 * w * t * k * sizeof(RowEntry));
+  s.count_msgs = at;    at += align_region(2 * w * l * 4);
+  s.count_status = at;  at += align_region(2 * w * 4);
+  s.count_flags = at;   at += align_region(2 * w * 4);
+  s.arrivals = at;      at += align_region(2 * l * 4);
+  s.combine_rows = at;  at += align_region(2 * t * k * h * 2);
+  s.token_signals = at; at += align_region(2 * t * 4);
+  s.total = at;
+  return s;
+}
+
+// A receiver keeps rows from its world - 1 remote senders: sender src is region src, or src - 1 when
+// it comes after the receiver (src != receiver).
+EPFUSE_HD int remote_sender_index(int src, int receiver) { return src < receiver ? src : src - 1; }
+
+// Offsets inside the symmetric regions (bytes from the window start).
+EPFUSE_HD size_t recv_row_offset(const SymLayout& s, const FusedDims& d, uint32_t parity, int receiver, int src,
+                                 int row) {
+  const size_t region = static_cast<size_t>(parity) * (d.world - 1) + remote_sender_index(src, receiver);
+  return s.recv_rows + (region * d.max_tokens + row) * d.hidden * 2;
+}
+EPFUSE_HD size_t recv_entry_offset(const SymLayout& s, const FusedDims& d, uint32_t parity, int src, int64_t entry) {
+  return s.recv_entries +
+         ((static_cast<size_t>(parity) * d.world + src) * d.max_tokens * d.topk + entry) * sizeof(RowEntry);
+}
+EPFUSE_HD size_t count_msg_offset(const SymLayout& s, const FusedDims& d, uint32_t parity, int src, int local_expert) {
+  return s.count_msgs + ((static_cast<size_t>(parity) * d.world + src) * d.local_experts() + local_expert) * 4;
+}
+EPFUSE_HD size_t count_status_offset(const SymLayout& s, const FusedDims& d, uint32_t parity, int src) {
+  return s.count_status + (static_cast<size_t>(parity) * d.world + src) * 4;
+}
+EPFUSE_HD size_t count_flag_offset(const SymLayout& s, const FusedDims& d, uint32_t parity, int src) {
+  return s.count_flags + (static_cast<size_t>(parity) * d.world + src) * 4;
+}
+EPFUSE_HD size_t arrival_offset(const SymLayout& s, const FusedDims& d, uint32_t parity, int local_expert) {
+  return s.arrivals + (static_cast<size_t>(parity) * d.local_experts() + local_expert) * 4;
+}
+EPFUSE_HD size_t combine_row_offset(const SymLayout& s, const FusedDims& d, uint32_t parity, int token, int slot) {
+  return s.combine_rows + ((static_cast<size_t>(parity) * d.max_tokens + token) * d.topk + slot) * d.hidden * 2;
+}
+EPFUSE_HD size_t token_signal_offset(const SymLayout& s, const FusedDims& d, uint32_t parity, int token) {
+  return s.token_signals + (static_cast<size_t>(parity) * d.max_tokens + token) * 4;
+}
+
+// Private workspace (this GPU only):
+//   h             [world*T_max*k][I] bf16  Linear1+SwiGLU output (weighted), one row per received pair,
+//                                          expert-contiguous, unpadded
+//   pair_row      [T_max][k] i32           layout -> dispatch: row slot at the slot's receiver
+//   pair_index    [T_max][k] i32           layout -> dispatch: index among this rank's pairs of that expert
+//   row_tickets   [world] u32              ticket dispenser: rows reserved per receiver (zeroed at exit)
+//   pair_tickets  [E] u32                  ticket dispenser: pairs reserved per global expert (same)
+//   plan          ints                     this call's expert plan (tile_map.h ExpertPlan)
+//   arrival_base  [2][L] u32               arrivals' value before the current call of each parity
+//   token_base    [2][T_max] u32           token_signals' value before the current call of each parity
+//   l1_done       [max m-blocks] u32       finished Linear1 tiles per m-block (zeroed at exit)
+//   control       FusedControl             task counter, flags, the error record
+struct PrivLayout {
+  size_t h = 0, pair_row = 0, pair_index = 0, row_tickets = 0, pair_tickets = 0, plan = 0;
+  size_t arrival_base = 0, token_base = 0, l1_done = 0, control = 0, total = 0;
+};
+
+// Ints of the expert plan: rows[L], pair_off[L], mb_start[L+1], src_prefix[L][world+1],
+// entry_off[world][L], arrival_target[L].
+EPFUSE_HD size_t plan_ints(const FusedDims& d) {
+  const size_t l = d.local_experts(), w = d.world;
+  return l + l + (l + 1) + l * (w + 1) + w * l + l;
+}
+
+// control_bytes: sizeof(FusedControl) (kernel_params.h), passed in to keep this header free of it.
+EPFUSE_HD PrivLayout make_priv_layout(const FusedDims& d, size_t control_bytes) {
+  const size_t t = d.max_tokens, k = d.topk, l = d.local_experts();
+  PrivLayout p;
+  size_t at = 0;
+  p.h = at;            at += align_region(static_cast<size_t>(d.max_recv_pairs()) * d.intermediate * 2);
+  p.pair_row = at;     at += align_region(t * k * 4);
+  p.pair_index = at;   at += align_region(t * k * 4);
+  p.row_tickets = at;  at += align_region(static_cast<size_t>(d.world) * 4);
+  p.pair_tickets = at; at += align_region(static_cast<size_t>(d.num_experts) * 4);
+  p.plan = at;         at += align_region(plan_ints(d) * 4);
+  p.arrival_base = at; at += align_region(2 * l * 4);
+  p.token_base = at;   at += align_region(2 * t * 4);
+  p.l1_done = at;      at += align_region(static_cast<size_t>(d.max_mblocks(kMinBlockM)) * 4);
+  p.control = at;      at += align_region(control_bytes);
+  p.total = at;
+  return p;
+}
+
+}  // namespace epfuse::device

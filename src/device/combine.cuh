@@ -1,0 +1,59 @@
+// Combine at home (issue item 4): for each of this rank's tokens, wait until every output tile of its
+// routed slots has arrived (monotonic counter at home; base kept here), then reduce the k slots in fp32
+// in slot order (deterministic) and store y in bf16. A token with no routed slot gets zeros.
+#pragma once
+#include <cstdint>
+
+#include <cuda_bf16.h>
+
+#include "device/context.cuh"
+#include "device/errors.cuh"
+#include "device/routing.h"
+
+namespace epfuse::device {
+
+// Task: tokens [b * kCombineTokens, ...), one warp per token.
+__device__ void combine_task(const FusedContext& c, int block) {
+  const FusedParams& prm = *c.prm;
+  const FusedDims& d = prm.dims;
+  const int k = d.topk, H = d.hidden;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int t = block * kCombineTokens + warp; t < min(prm.num_tokens, (block + 1) * kCombineTokens);
+       t += blockDim.x / 32) {
+    const int32_t* idx = prm.topk_idx + static_cast<int64_t>(t) * k;
+    const uint32_t expected = token_signal_target(idx, k, d.num_experts, H);
+    int ok = 1;
+    if (lane == 0 && expected != 0) {
+      const uint32_t base = c.token_base[t];
+      const uint32_t* signal = c.local<uint32_t>(token_signal_offset(prm.sym, d, c.parity, t));
+      ok = bounded_wait(prm, c.ctl, c.site(Phase::kCombine, WaitKind::kTokenTiles, t), expected,
+                        [&] { return ld_acquire_sys(signal); },
+                        [&](uint32_t v) { return counter_reached(v, base, expected); })
+               ? 1 : 0;
+      if (ok) c.token_base[t] = base + expected;
+    }
+    ok = __shfl_sync(0xffffffffu, ok, 0);
+    if (!ok) continue;
+    for (int v = lane; v < H / 8; v += 32) {
+      float sum[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      for (int j = 0; j < k; ++j) {
+        if (!slot_is_routed(idx[j], d.num_experts)) continue;
+        const int4 raw = __ldcg(c.local<int4>(combine_row_offset(prm.sym, d, c.parity, t, j)) + v);
+        const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+        for (int p = 0; p < 4; ++p) {
+          const float2 f = __bfloat1622float2(pairs[p]);
+          sum[2 * p] += f.x;
+          sum[2 * p + 1] += f.y;
+        }
+      }
+      int4 out;
+      __nv_bfloat162* o = reinterpret_cast<__nv_bfloat162*>(&out);
+#pragma unroll
+      for (int p = 0; p < 4; ++p) o[p] = __floats2bfloat162_rn(sum[2 * p], sum[2 * p + 1]);
+      reinterpret_cast<int4*>(prm.y + static_cast<int64_t>(t) * H)[v] = out;
+    }
+  }
+}
+
+}  // namespace epfuse::device

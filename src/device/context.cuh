@@ -1,0 +1,63 @@
+// The per-launch view every task works through: the kernel argument, the private workspace carved by
+// PrivLayout, this call's parity, and pointers into this GPU's or a peer's symmetric window.
+#pragma once
+#include <cstdint>
+
+#include <cuda_bf16.h>
+#include <nccl_device.h>
+
+#include "device/epoch.h"
+#include "device/errors.cuh"
+#include "device/kernel_params.h"
+#include "device/task_map.h"
+
+namespace epfuse::device {
+
+struct FusedContext {
+  const FusedParams* prm;
+  FusedControl* ctl;
+  uint32_t parity;
+  int local_experts;
+  __nv_bfloat16* h;
+  int32_t* pair_row;
+  int32_t* pair_index;
+  uint32_t* row_tickets;
+  uint32_t* pair_tickets;
+  ExpertPlan plan;
+  uint32_t* arrival_base;  // this parity's [L]
+  uint32_t* token_base;    // this parity's [T_max]
+  uint32_t* l1_done;
+
+  __device__ static FusedContext make(const FusedParams& prm) {
+    FusedContext c;
+    char* ws = prm.workspace;
+    const PrivLayout& pl = prm.priv;
+    c.prm = &prm;
+    c.ctl = reinterpret_cast<FusedControl*>(ws + pl.control);
+    c.parity = epoch_parity(prm.epoch);
+    c.local_experts = prm.dims.local_experts();
+    c.h = reinterpret_cast<__nv_bfloat16*>(ws + pl.h);
+    c.pair_row = reinterpret_cast<int32_t*>(ws + pl.pair_row);
+    c.pair_index = reinterpret_cast<int32_t*>(ws + pl.pair_index);
+    c.row_tickets = reinterpret_cast<uint32_t*>(ws + pl.row_tickets);
+    c.pair_tickets = reinterpret_cast<uint32_t*>(ws + pl.pair_tickets);
+    c.plan = plan_view(reinterpret_cast<int*>(ws + pl.plan), prm.dims.world, c.local_experts);
+    c.arrival_base = reinterpret_cast<uint32_t*>(ws + pl.arrival_base) + c.parity * c.local_experts;
+    c.token_base = reinterpret_cast<uint32_t*>(ws + pl.token_base) + c.parity * prm.dims.max_tokens;
+    c.l1_done = reinterpret_cast<uint32_t*>(ws + pl.l1_done);
+    return c;
+  }
+
+  // `offset` in rank's copy of the symmetric window (NVLink peer-mapped for rank != this rank).
+  template <class T>
+  __device__ T* peer(int rank, size_t offset) const {
+    return static_cast<T*>(ncclGetPeerPointer(prm->window, offset, rank));
+  }
+  template <class T>
+  __device__ T* local(size_t offset) const {
+    return static_cast<T*>(ncclGetLocalPointer(prm->window, offset));
+  }
+  __device__ WaitSite site(Phase phase, WaitKind what, int a = 0, int b = 0) const { return {phase, what, a, b}; }
+};
+
+}  // namespace epfuse::device

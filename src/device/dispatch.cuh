@@ -1,0 +1,64 @@
+// Dispatch over NVLink (issue item 2): each token row is pushed once per receiver rank (16-byte stores
+// through the receiver's LSA pointer), with one RowEntry per (token, local expert) pair; after the
+// block's stores, one release add per (receiver, local expert) counts the pairs that arrived. A row
+// for this rank itself is not copied: its entries point at x.
+#pragma once
+#include <cstdint>
+
+#include "device/context.cuh"
+#include "device/errors.cuh"
+#include "device/layout.cuh"
+#include "device/ptx.cuh"
+#include "device/routing.h"
+
+namespace epfuse::device {
+
+// Task: dispatch tokens [b * kDispatchTokens, ...). smem: 2 * E u32.
+__device__ void dispatch_task(const FusedContext& c, int block, int layout_tasks, void* smem) {
+  const FusedParams& prm = *c.prm;
+  const FusedDims& d = prm.dims;
+  const int k = d.topk, E = d.num_experts, L = c.local_experts, H = d.hidden;
+  if (!wait_layout_done(c, Phase::kDispatch, layout_tasks, /*abortable=*/true)) return;
+  int* entry_base = static_cast<int*>(smem);                            // [E]: my first entry per expert
+  uint32_t* sent = reinterpret_cast<uint32_t*>(entry_base + E);         // [E]: pairs this block sends
+  for (int dst = threadIdx.x; dst < d.world; dst += blockDim.x)
+    exclusive_prefix(c.pair_tickets + dst * L, L, entry_base + dst * L);
+  for (int e = threadIdx.x; e < E; e += blockDim.x) sent[e] = 0;
+  __syncthreads();
+
+  const int t0 = block * kDispatchTokens;
+  const int pairs = min(kDispatchTokens, prm.num_tokens - t0) * k;
+  // Rows: one warp per (token, owning slot) of a remote receiver.
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+  for (int q = warp; q < pairs; q += warps) {
+    const int t = t0 + q / k, j = q % k;
+    const int32_t* idx = prm.topk_idx + static_cast<int64_t>(t) * k;
+    if (first_slot_for_rank(idx, j, E, L) != j) continue;
+    const int dst = expert_rank(idx[j], L);
+    if (dst == prm.rank) continue;
+    const int4* src_row = reinterpret_cast<const int4*>(prm.x + static_cast<int64_t>(t) * H);
+    int4* dst_row = c.peer<int4>(dst, recv_row_offset(prm.sym, d, c.parity, dst, prm.rank,
+                                                    c.pair_row[static_cast<int64_t>(t) * k + j]));
+    for (int v = lane; v < H / 8; v += 32) dst_row[v] = ptx::ld_nc_na_v4(src_row + v);
+  }
+  // Entries: one 16-byte store per routed pair.
+  for (int q = threadIdx.x; q < pairs; q += blockDim.x) {
+    const int t = t0 + q / k, j = q % k;
+    const int64_t at = static_cast<int64_t>(t) * k + j;
+    const int32_t e = prm.topk_idx[at];
+    if (!slot_is_routed(e, E)) continue;
+    const int dst = expert_rank(e, L);
+    const RowEntry entry{dst == prm.rank ? t : c.pair_row[at], t, j, prm.topk_weights[at]};
+    const int64_t slot = entry_base[e] + c.pair_index[at];
+    *c.peer<int4>(dst, recv_entry_offset(prm.sym, d, c.parity, prm.rank, slot)) = *reinterpret_cast<const int4*>(&entry);
+    atomicAdd(&sent[e], 1u);
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < E; e += blockDim.x) {
+    const uint32_t n = sent[e];
+    if (n != 0)
+      red_add_release_sys(c.peer<uint32_t>(expert_rank(e, L), arrival_offset(prm.sym, d, c.parity, expert_local(e, L))), n);
+  }
+}
+
+}  // namespace epfuse::device

@@ -1,0 +1,28 @@
+// Epochs: how the fused kernel reuses its buffers and flags across calls without any reset.
+//
+// The host passes epoch = (call index + 1) mod 2^32 and never skips a value, so the parity alternates
+// even across the 2^32 wrap (2^32 is even). Every buffer a peer writes exists twice, indexed by parity;
+// flags hold the epoch that wrote them; counters only grow and their reader keeps the value they had
+// before this call (its base) in its own memory. Why two parities suffice: docs/fused_design.md.
+#pragma once
+#include <cstdint>
+
+#include "common/hash.h"  // EPFUSE_HD
+
+namespace epfuse::device {
+
+EPFUSE_HD uint32_t epoch_parity(uint32_t epoch) { return epoch & 1u; }
+EPFUSE_HD uint32_t next_epoch(uint32_t epoch) { return epoch + 1u; }
+
+// A flag of parity p holds the epoch of the last call of that parity (epoch - 2), or 0 before its
+// first use, until this call stores `epoch`: equality is the whole test, with no ordering across wrap.
+EPFUSE_HD bool flag_is_current(uint32_t flag, uint32_t epoch) { return flag == epoch; }
+
+// A monotonic counter that peers add to (mod 2^32). The reader's base is the counter's value before
+// this call; the call's adds are complete when (seen - base) reaches `expected`.
+EPFUSE_HD uint32_t counter_progress(uint32_t seen, uint32_t base) { return seen - base; }
+EPFUSE_HD bool counter_reached(uint32_t seen, uint32_t base, uint32_t expected) {
+  return counter_progress(seen, base) >= expected;
+}
+
+}  // namespace epfuse::device

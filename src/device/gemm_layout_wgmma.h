@@ -1,0 +1,81 @@
+// Index maps of the Hopper wgmma tile GEMM (gemm_mainloop_wgmma.cuh): the shared-memory matrix
+// descriptor, the 128-byte swizzle that descriptor names, and the wgmma accumulator fragment.
+// Plain arithmetic, identical on host and device, so the CPU tests (tests/cpu/gemm) check exactly what
+// the kernel computes. Sources: PTX ISA "Asynchronous Warpgroup Level Matrix Shared Memory Layout"
+// (matrix descriptor format, canonical K-major layouts) and "Matrix Fragments for wgmma.m64nNk16".
+#pragma once
+#include <cstdint>
+
+#include "common/hash.h"  // EPFUSE_HD
+#include "device/gemm_layout.h"
+
+namespace epfuse::device {
+
+// ---- 128-byte swizzle (descriptor layout type 1), K-major operands ----
+// A K-major tile is stored as rows of kSw128RowBytes (64 bf16 of K): the hardware reads 8-row x 128-byte
+// atoms (1024 bytes, which must start on a 1024-byte boundary for base_offset 0) and XORs the 16-byte
+// chunk index (address bits 4-6) with the row within the atom (address bits 7-9). With block_k = 64
+// that is exactly gemm_layout.h's swizzled_chunk (chunk ^ row % 8), so cp.async writes each chunk with
+// smem_chunk_offset(row, chunk, 64) and wgmma reads it back through the descriptor.
+inline constexpr int kSw128RowBytes = 128;
+inline constexpr int kSw128AtomBytes = 8 * kSw128RowBytes;  // 8 rows: the descriptor's stride byte offset
+inline constexpr int kWgmmaBlockK = kSw128RowBytes / 2;     // bf16 elements of K per tile row (one atom wide)
+inline constexpr int kWgmmaK = 16;                           // K of one wgmma.m64nNk16 (32 bytes of a row)
+inline constexpr int kWgmmaM = 64;                           // rows of one wgmma (one warpgroup)
+
+// The hardware's view: the physical shared-memory byte address of logical byte address `addr` under
+// the 128-byte swizzle (absolute address bits, hence the 1024-byte alignment of every atom).
+EPFUSE_HD uint32_t sw128_physical(uint32_t addr) { return addr ^ (((addr >> 7) & 7u) << 4); }
+
+// The first swizzle-atom boundary at or after shared address `addr`: where the stages start.
+EPFUSE_HD uint32_t sw128_align(uint32_t addr) {
+  return (addr + kSw128AtomBytes - 1) & ~static_cast<uint32_t>(kSw128AtomBytes - 1);
+}
+
+// ---- shared-memory matrix descriptor (PTX ISA "Matrix Descriptor Format") ----
+//   bits  0-13: start address >> 4        bits 16-29: leading dimension byte offset >> 4
+//   bits 32-45: stride dimension byte offset >> 4
+//   bits 49-51: base offset (0: every swizzle atom starts on a 1024-byte boundary)
+//   bits 62-63: swizzle mode (1 = 128-byte)
+// For a K-major swizzled operand the leading byte offset is unused ("assumed to be 1"): one wgmma reads
+// 16 elements of K, which never leave a 128-byte row. The stride byte offset is the distance between
+// 8-row groups: kSw128AtomBytes for rows packed back to back.
+inline constexpr uint64_t kDescSwizzle128B = 1;
+EPFUSE_HD uint64_t desc_encode(uint32_t bytes) { return (bytes & 0x3FFFFu) >> 4; }
+EPFUSE_HD uint64_t make_sw128_kmajor_desc(uint32_t smem_addr) {
+  return desc_encode(smem_addr) | (uint64_t{1} << 16) | (desc_encode(kSw128AtomBytes) << 32) |
+         (kDescSwizzle128B << 62);
+}
+// Descriptor of the same operand `bytes` further on (k steps within a row: +32 bytes; row groups:
+// +1024). Only the start-address field changes; shared addresses (< 228 KiB) never carry out of it.
+EPFUSE_HD uint64_t desc_advance(uint64_t desc, uint32_t bytes) { return desc + (bytes >> 4); }
+
+// What wgmma reads for element (row, k) (k < kWgmmaK) of a K-major operand with 128-byte swizzle,
+// from the descriptor alone: the canonical layout ((8, m), (T, 2)) : ((8T, SBO), (1, T)), T = 8 bf16,
+// i.e. byte (row % 8) * 128 + (row / 8) * SBO + 2k from the start address, then swizzled. The CPU
+// tests emulate wgmma with this; the kernel never calls it.
+EPFUSE_HD uint32_t sw128_kmajor_element_addr(uint64_t desc, int row, int k) {
+  const uint32_t start = static_cast<uint32_t>(desc & 0x3FFFu) << 4;
+  const uint32_t sbo = static_cast<uint32_t>((desc >> 32) & 0x3FFFu) << 4;
+  return sw128_physical(start + static_cast<uint32_t>(row % 8) * kSw128RowBytes + static_cast<uint32_t>(row / 8) * sbo +
+                        2u * static_cast<uint32_t>(k));
+}
+
+// ---- wgmma.m64nNk16 fp32 accumulator fragment ----
+// Register reg (0 .. N/2 - 1) of thread t of a warpgroup: warp t / 32 owns rows [16 w, 16 w + 16); within
+// each n8 block (4 registers, reg / 4) the layout is mma.m16n8's C fragment (mma_c_coord). So n8 blocks
+// 2p and 2p + 1 (gate and up of swiglu_w13_row) are owned by the same thread, as for TileGemm.
+EPFUSE_HD FragCoord wgmma_c_coord(int thread_in_group, int reg) {
+  const FragCoord c = mma_c_coord(thread_in_group % 32, reg % 4);
+  return FragCoord{(thread_in_group / 32) * 16 + c.row, (reg / 4) * 8 + c.col};
+}
+
+// Tile coordinates of accumulator register reg of CTA thread tid when warpgroup g = tid / 128 owns the
+// group tile (g / groups_n, g % groups_n) of kWgmmaM x group_tile_n elements.
+EPFUSE_HD FragCoord wgmma_accum_coord(int tid, int reg, int groups_n, int group_tile_n) {
+  const int group = tid / 128;
+  const FragCoord c = wgmma_c_coord(tid % 128, reg);
+  return FragCoord{(group / groups_n) * kWgmmaM + c.row, (group % groups_n) * group_tile_n + c.col};
+}
+
+}  // namespace epfuse::device

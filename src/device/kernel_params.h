@@ -1,0 +1,48 @@
+// The fused kernel's argument (passed by value, one per launch) and its private control block.
+// Plain host/device types: the host fills FusedParams, the kernel composes src/device/*.cuh over it.
+#pragma once
+#include <cstdint>
+
+#include <cuda_bf16.h>
+#include <nccl.h>
+
+#include "device/buffer_layout.h"
+#include "device/error_record.h"
+
+namespace epfuse::device {
+
+// Private, per GPU. Every field is either reset by the last CTA of a call (so the next launch starts
+// from zero without a host memset) or tagged with the epoch.
+struct FusedControl {
+  uint32_t task_counter;  // next task id (reset at exit)
+  uint32_t ctas_done;     // CTAs that finished this call (reset at exit)
+  uint32_t layout_done;   // layout tasks finished (reset at exit)
+  uint32_t plan_epoch;    // = epoch once the collect task built this call's plan
+  uint32_t mblocks;       // m-blocks of this call's plan (valid when plan_epoch == epoch)
+  uint32_t abort;         // != 0: leave every wait and take no more tasks (sticky: layer broken)
+  uint32_t input_status;  // ErrorKind::kBadExpert if this rank's topk_idx had a bad id (sticky)
+  uint32_t pad;
+  ErrorRecord error;
+};
+
+struct FusedParams {
+  FusedDims dims;
+  SymLayout sym;
+  PrivLayout priv;
+  int rank = 0;
+  int num_tokens = 0;
+  uint32_t epoch = 0;
+  uint32_t host_status = 0;   // ErrorKind the host found in this call's arguments (then num_tokens = 0)
+  float swiglu_clamp = 0.0f;
+  uint64_t timeout_ns = 0;    // bound of every device-side wait
+  const __nv_bfloat16* x = nullptr;
+  const int32_t* topk_idx = nullptr;
+  const float* topk_weights = nullptr;
+  __nv_bfloat16* y = nullptr;
+  const __nv_bfloat16* w13 = nullptr;  // [L][2I][H]
+  const __nv_bfloat16* w2 = nullptr;   // [L][H][I]
+  ncclWindow_t window = nullptr;       // the symmetric window (peers through ncclGetPeerPointer)
+  char* workspace = nullptr;           // private workspace base (PrivLayout offsets)
+};
+
+}  // namespace epfuse::device

@@ -1,0 +1,142 @@
+// Layout on the GPU (issue item 1): per token block, which receivers and local experts its slots go
+// to; row and pair slots reserved with a ticket dispenser (one atomic per CTA per receiver and per
+// expert, seed 000 L844); then the counts published to every receiver, and read back by the collect
+// task into this call's expert plan. No host involvement, nothing reset by the host.
+#pragma once
+#include <cstdint>
+
+#include "device/context.cuh"
+#include "device/errors.cuh"
+#include "device/routing.h"
+
+namespace epfuse::device {
+
+// Task: layout of tokens [b * kLayoutTokens, ...). smem: (world + E) u32.
+__device__ void layout_task(const FusedContext& c, int block, void* smem) {
+  const FusedParams& prm = *c.prm;
+  const FusedDims& d = prm.dims;
+  const int k = d.topk, E = d.num_experts, L = c.local_experts;
+  const int t0 = block * kLayoutTokens;
+  const int pairs = min(kLayoutTokens, prm.num_tokens - t0) * k;
+  uint32_t* cnt_rows = static_cast<uint32_t*>(smem);  // [world] then [E]: block counts, then ticket bases
+  uint32_t* cnt_pairs = cnt_rows + d.world;
+  for (int i = threadIdx.x; i < d.world + E; i += blockDim.x) cnt_rows[i] = 0;
+  __syncthreads();
+
+  // Slots within the block; the first slot of a token for a receiver owns the token's row there.
+  for (int q = threadIdx.x; q < pairs; q += blockDim.x) {
+    const int t = t0 + q / k, j = q % k;
+    const int32_t* idx = prm.topk_idx + static_cast<int64_t>(t) * k;
+    const int32_t e = idx[j];
+    int32_t row = -1, index = -1;
+    if (slot_is_invalid(e, E)) {
+      record_error(c.ctl, ErrorRecord{static_cast<int32_t>(ErrorKind::kBadExpert), prm.rank,
+                                      static_cast<int32_t>(Phase::kLayout), 0, t, j, static_cast<uint32_t>(e), 0});
+      atomicExch(&c.ctl->input_status, static_cast<uint32_t>(ErrorKind::kBadExpert));
+    } else if (slot_is_routed(e, E)) {
+      if (first_slot_for_rank(idx, j, E, L) == j) row = static_cast<int32_t>(atomicAdd(&cnt_rows[expert_rank(e, L)], 1u));
+      index = static_cast<int32_t>(atomicAdd(&cnt_pairs[e], 1u));
+    }
+    c.pair_row[static_cast<int64_t>(t) * k + j] = row;
+    c.pair_index[static_cast<int64_t>(t) * k + j] = index;
+  }
+  __syncthreads();
+  // Ticket dispenser: one atomic per receiver / expert this block uses turns counts into bases.
+  for (int i = threadIdx.x; i < d.world + E; i += blockDim.x) {
+    const uint32_t n = cnt_rows[i];
+    if (n == 0) continue;
+    uint32_t* ticket = i < d.world ? c.row_tickets + i : c.pair_tickets + (i - d.world);
+    cnt_rows[i] = atomicAdd(ticket, n);
+  }
+  __syncthreads();
+  for (int q = threadIdx.x; q < pairs; q += blockDim.x) {
+    const int t = t0 + q / k, j = q % k;
+    const int32_t e = prm.topk_idx[static_cast<int64_t>(t) * k + j];
+    if (!slot_is_routed(e, E)) continue;
+    const int64_t at = static_cast<int64_t>(t) * k + j;
+    c.pair_index[at] += static_cast<int32_t>(cnt_pairs[e]);
+    if (c.pair_row[at] >= 0) c.pair_row[at] += static_cast<int32_t>(cnt_rows[expert_rank(e, L)]);
+  }
+  __syncthreads();  // the owning slots' rows are final; copy them to the token's other slots there
+  for (int q = threadIdx.x; q < pairs; q += blockDim.x) {
+    const int t = t0 + q / k, j = q % k;
+    const int32_t* idx = prm.topk_idx + static_cast<int64_t>(t) * k;
+    const int first = first_slot_for_rank(idx, j, E, L);
+    if (first >= 0 && first != j) c.pair_row[static_cast<int64_t>(t) * k + j] = c.pair_row[static_cast<int64_t>(t) * k + first];
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) red_add_release_gpu(&c.ctl->layout_done, 1u);
+}
+
+// Waits until every layout task of this call is done (their tickets are totals from then on).
+__device__ bool wait_layout_done(const FusedContext& c, Phase phase, int layout_tasks, bool abortable) {
+  uint32_t* done = &c.ctl->layout_done;
+  return cta_wait(*c.prm, c.ctl, c.site(phase, WaitKind::kLayoutDone), static_cast<uint32_t>(layout_tasks),
+                  [&] { return ld_acquire_gpu(done); },
+                  [&](uint32_t v) { return v >= static_cast<uint32_t>(layout_tasks); }, abortable);
+}
+
+// Task: send every receiver this rank's pair counts per local expert and its input status, then the
+// epoch flag. Runs even after an abort: a rank with bad input must still tell its peers (they then
+// fail with kInvalidArgument instead of timing out).
+__device__ void publish_task(const FusedContext& c, int layout_tasks) {
+  const FusedParams& prm = *c.prm;
+  const FusedDims& d = prm.dims;
+  const int L = c.local_experts;
+  if (!wait_layout_done(c, Phase::kPublish, layout_tasks, /*abortable=*/false)) return;
+  const uint32_t found = *reinterpret_cast<volatile uint32_t*>(&c.ctl->input_status);
+  const uint32_t status = found != 0 ? found : prm.host_status;
+  for (int i = threadIdx.x; i < d.world * L; i += blockDim.x) {
+    const int dst = i / L, e = i % L;
+    *c.peer<uint32_t>(dst, count_msg_offset(prm.sym, d, c.parity, prm.rank, e)) = c.pair_tickets[i];
+  }
+  for (int dst = threadIdx.x; dst < d.world; dst += blockDim.x)
+    *c.peer<uint32_t>(dst, count_status_offset(prm.sym, d, c.parity, prm.rank)) = status;
+  __syncthreads();
+  for (int dst = threadIdx.x; dst < d.world; dst += blockDim.x)
+    st_release_sys(c.peer<uint32_t>(dst, count_flag_offset(prm.sym, d, c.parity, prm.rank)), prm.epoch);
+  if (threadIdx.x == 0 && status != 0) raise_abort(c.ctl);
+}
+
+// Task: wait for every sender's counts, check their input status, build the expert plan (rows per
+// expert, m-blocks of block_m rows, where each expert row sits) and the arrival targets; then publish
+// plan_epoch.
+__device__ void collect_task(const FusedContext& c, int block_m) {
+  const FusedParams& prm = *c.prm;
+  const FusedDims& d = prm.dims;
+  const int L = c.local_experts;
+  for (int src = 0; src < d.world; ++src) {
+    const uint32_t* flag = c.local<uint32_t>(count_flag_offset(prm.sym, d, c.parity, src));
+    if (!cta_wait(prm, c.ctl, c.site(Phase::kCollect, WaitKind::kCounts, src), prm.epoch,
+                  [&] { return ld_acquire_sys(flag); }, [&](uint32_t v) { return flag_is_current(v, prm.epoch); }))
+      return;
+  }
+  if (threadIdx.x == 0) {
+    bool peer_bad = false;
+    for (int src = 0; src < d.world; ++src) {
+      const uint32_t status = __ldcg(c.local<uint32_t>(count_status_offset(prm.sym, d, c.parity, src)));
+      if (status != 0) {
+        record_error(c.ctl, ErrorRecord{static_cast<int32_t>(ErrorKind::kPeerBadInput), prm.rank,
+                                        static_cast<int32_t>(Phase::kCollect), 0, src, 0, 0, status});
+        peer_bad = true;
+      }
+    }
+    if (peer_bad) {
+      raise_abort(c.ctl);
+    } else {
+      // This parity's messages, [world][L] contiguous; the acquires above ordered them.
+      const uint32_t* counts = c.local<uint32_t>(count_msg_offset(prm.sym, d, c.parity, 0, 0));
+      const int mblocks = build_expert_plan(counts, d.world, L, block_m, c.plan);
+      for (int e = 0; e < L; ++e) {
+        const uint32_t target = c.arrival_base[e] + static_cast<uint32_t>(c.plan.rows[e]);
+        c.plan.target[e] = target;
+        c.arrival_base[e] = target;
+      }
+      c.ctl->mblocks = static_cast<uint32_t>(mblocks);
+      st_release_gpu(&c.ctl->plan_epoch, prm.epoch);
+    }
+  }
+  __syncthreads();
+}
+
+}  // namespace epfuse::device

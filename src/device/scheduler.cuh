@@ -1,0 +1,76 @@
+// Which CTA does what (issue item 5), apart from the math: CTAs take task ids from one atomic counter in
+// id order (task_map.h); ids past the static phases wait for this call's expert plan to learn how many
+// GEMM tiles exist. The last CTA to finish resets the per-call counters for the next launch.
+#pragma once
+#include <cstdint>
+
+#include "device/context.cuh"
+#include "device/errors.cuh"
+#include "device/signals.cuh"
+#include "device/task_map.h"
+
+namespace epfuse::device {
+
+class TaskScheduler {
+ public:
+  __device__ TaskScheduler(const FusedContext& c, int nblocks1, int nblocks2)
+      : c_(c), space_(make_task_space(c.prm->num_tokens)), nblocks1_(nblocks1), nblocks2_(nblocks2) {}
+
+  // The next task for the whole CTA (kDone when there is none, or after an abort).
+  __device__ Task next() {
+    __shared__ uint32_t id;
+    __syncthreads();
+    if (threadIdx.x == 0) id = aborted(c_.ctl) ? ~0u : atomicAdd(&c_.ctl->task_counter, 1u);
+    __syncthreads();
+    if (id == ~0u) return {Phase::kDone, 0};
+    const int task = static_cast<int>(id);
+    if (task >= space_.static_tasks() && !have_plan_) {
+      uint32_t* plan_epoch = &c_.ctl->plan_epoch;
+      const uint32_t epoch = c_.prm->epoch;
+      if (!cta_wait(*c_.prm, c_.ctl, c_.site(Phase::kLinear1, WaitKind::kPlan), epoch,
+                    [&] { return ld_acquire_gpu(plan_epoch); }, [&](uint32_t v) { return flag_is_current(v, epoch); }))
+        return {Phase::kDone, 0};
+      space_ = with_gemm_tasks(space_, static_cast<int>(ld_relaxed_gpu(&c_.ctl->mblocks)), nblocks1_, nblocks2_);
+      have_plan_ = true;
+    }
+    return decode_task(space_, task);
+  }
+
+  __device__ const TaskSpace& space() const { return space_; }
+
+  // Every CTA calls this once, after its last task. The last one zeroes what the tasks counted this
+  // call (the next launch is ordered after this one on the stream, so it sees the zeros).
+  __device__ void finish() {
+    __shared__ int last;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      __threadfence();
+      last = atomic_add_done() == gridDim.x - 1 ? 1 : 0;
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    FusedControl* ctl = c_.ctl;
+    const FusedDims& d = c_.prm->dims;
+    const int mblocks = flag_is_current(ld_acquire_gpu(&ctl->plan_epoch), c_.prm->epoch) ? static_cast<int>(ctl->mblocks) : 0;
+    for (int i = threadIdx.x; i < d.world; i += blockDim.x) c_.row_tickets[i] = 0;
+    for (int i = threadIdx.x; i < d.num_experts; i += blockDim.x) c_.pair_tickets[i] = 0;
+    for (int i = threadIdx.x; i < mblocks; i += blockDim.x) c_.l1_done[i] = 0;
+    if (threadIdx.x == 0) {
+      ctl->task_counter = 0;
+      ctl->layout_done = 0;
+      ctl->ctas_done = 0;
+    }
+    __threadfence();
+  }
+
+ private:
+  __device__ uint32_t atomic_add_done() { return atom_add_acq_rel_gpu(&c_.ctl->ctas_done, 1u); }
+
+  const FusedContext& c_;
+  TaskSpace space_;
+  int nblocks1_, nblocks2_;
+  bool have_plan_ = false;
+};
+
+}  // namespace epfuse::device

@@ -1,0 +1,110 @@
+// The fused MoE kernel: one persistent launch per forward, composing the device pieces by role
+// (layout, dispatch, expert tiles, combine) under the task scheduler. One instantiation per GEMM tile
+// shape (heuristics.h); the host picks one per call from the expected rows per expert.
+#include "fused/fused_kernel.h"
+
+#include <algorithm>
+#include <iterator>
+#include <utility>
+
+#include <cuda_runtime.h>
+
+#include "common/check.h"
+#include "device/combine.cuh"
+#include "device/context.cuh"
+#include "device/dispatch.cuh"
+#include "device/expert_ffn.cuh"
+#include "device/gemm_mainloop.cuh"
+#include "device/layout.cuh"
+#include "device/scheduler.cuh"
+
+namespace epfuse::fused {
+namespace {
+
+using device::Phase;
+
+template <class Gemm>
+__global__ void __launch_bounds__(Gemm::kThreads, 1) fused_moe_kernel(const __grid_constant__ device::FusedParams prm) {
+  extern __shared__ __align__(128) char smem[];
+  using Tiles = device::ExpertTiles<Gemm>;
+  const device::FusedContext c = device::FusedContext::make(prm);
+  const int nblocks1 = 2 * prm.dims.intermediate / Gemm::kBlockN;
+  const int nblocks2 = prm.dims.hidden / Gemm::kBlockN;
+  device::TaskScheduler scheduler(c, nblocks1, nblocks2);
+  for (;;) {
+    const device::Task task = scheduler.next();
+    if (task.phase == Phase::kDone) break;
+    switch (task.phase) {
+      case Phase::kLayout: device::layout_task(c, task.index, smem); break;
+      case Phase::kPublish: device::publish_task(c, scheduler.space().layout); break;
+      case Phase::kDispatch: device::dispatch_task(c, task.index, scheduler.space().layout, smem); break;
+      case Phase::kCollect: device::collect_task(c, Gemm::kBlockM); break;
+      case Phase::kLinear1: Tiles::linear1(c, task.index, smem); break;
+      case Phase::kLinear2: Tiles::linear2(c, task.index, smem); break;
+      case Phase::kCombine: device::combine_task(c, task.index); break;
+      case Phase::kDone: break;
+    }
+  }
+  scheduler.finish();
+}
+
+template <class Gemm>
+struct KernelOf {
+  static constexpr auto kKernel = fused_moe_kernel<Gemm>;
+};
+
+// Layout and dispatch scratch lives in the same dynamic smem as the GEMM stages.
+size_t scratch_bytes(const device::FusedDims& d) { return (static_cast<size_t>(d.world) + 2u * d.num_experts) * 4; }
+
+// One kernel per shape of heuristics.h's kGemmTileShapes; fn gets a TileGemm of the matching shape.
+template <size_t I>
+using GemmAt = device::TileGemm<kGemmTileShapes[I].block_m, kGemmTileShapes[I].block_n, kGemmTileShapes[I].block_k,
+                                kGemmTileShapes[I].stages, kGemmTileShapes[I].warps_m, kGemmTileShapes[I].warps_n>;
+
+template <class Fn, size_t... Is>
+void with_shape_impl(const GemmTileShape& s, Fn& fn, std::index_sequence<Is...>) {
+  const bool found = ((s == kGemmTileShapes[Is] ? (fn(GemmAt<Is>{}), true) : false) || ...);
+  if (!found) throw Error(ErrorCode::kInternal, "fused kernel: no instantiation for the chosen GEMM tile shape");
+}
+template <class Fn>
+void with_shape(const GemmTileShape& s, Fn fn) {
+  with_shape_impl(s, fn, std::make_index_sequence<std::size(kGemmTileShapes)>{});
+}
+
+}  // namespace
+
+KernelShape fused_kernel_shape(const GemmTileShape& tile, const device::FusedDims& dims) {
+  KernelShape ks{};
+  with_shape(tile, [&](auto gemm) {
+    using Gemm = decltype(gemm);
+    ks.threads = Gemm::kThreads;
+    ks.smem_bytes = std::max(static_cast<size_t>(device::ExpertTiles<Gemm>::kSmemBytes), scratch_bytes(dims));
+  });
+  return ks;
+}
+
+int prepare_fused_kernel(const GemmTileShape& tile, const device::FusedDims& dims) {
+  int blocks_per_sm = 0;
+  with_shape(tile, [&](auto gemm) {
+    using Gemm = decltype(gemm);
+    const KernelShape ks = fused_kernel_shape(tile, dims);
+    EPFUSE_CUDA_CHECK(cudaFuncSetAttribute(KernelOf<Gemm>::kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(ks.smem_bytes)));
+    EPFUSE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, KernelOf<Gemm>::kKernel,
+                                                                    ks.threads, ks.smem_bytes));
+  });
+  return blocks_per_sm;
+}
+
+int lsa_team_size(ncclComm_t comm) { return ncclTeamLsa(comm).nRanks; }
+
+void launch_fused_kernel(const GemmTileShape& tile, const device::FusedParams& prm, int grid, cudaStream_t stream) {
+  with_shape(tile, [&](auto gemm) {
+    using Gemm = decltype(gemm);
+    const KernelShape ks = fused_kernel_shape(tile, prm.dims);
+    KernelOf<Gemm>::kKernel<<<grid, ks.threads, ks.smem_bytes, stream>>>(prm);
+    EPFUSE_CUDA_CHECK_LAUNCH();
+  });
+}
+
+}  // namespace epfuse::fused

@@ -1,0 +1,26 @@
+// Host side of the fused kernel: its launch shape per GEMM tile shape, the one-time attribute setup
+// (returns CTAs per SM that fit), and the launch itself (one per forward).
+#pragma once
+#include <cstddef>
+
+#include <cuda_runtime.h>
+
+#include "device/kernel_params.h"
+#include "fused/heuristics.h"
+
+namespace epfuse::fused {
+
+struct KernelShape {
+  int threads;
+  size_t smem_bytes;  // dynamic shared memory per CTA
+};
+
+KernelShape fused_kernel_shape(const GemmTileShape& tile, const device::FusedDims& dims);
+// Sets the kernel's smem limit and returns how many of its CTAs fit on one SM (0: none; the grid
+// must be co-resident, or the waits between CTAs would deadlock).
+int prepare_fused_kernel(const GemmTileShape& tile, const device::FusedDims& dims);
+// Ranks of comm that reach each other's windows through LSA (NVLink) pointers.
+int lsa_team_size(ncclComm_t comm);
+void launch_fused_kernel(const GemmTileShape& tile, const device::FusedParams& prm, int grid, cudaStream_t stream);
+
+}  // namespace epfuse::fused

@@ -1,0 +1,108 @@
+#include "fused/plan.h"
+
+#include <cstdio>
+#include <string>
+
+#include "device/kernel_params.h"
+#include "common/check.h"
+#include "epfuse/error.h"
+#include "fused/heuristics.h"
+
+namespace epfuse::fused {
+namespace {
+
+std::string check_fused(const LayerConfig& cfg, int world) {
+  auto bad = [](const char* field, long value, const char* why) {
+    return std::string("fused layer: ") + field + " = " + std::to_string(value) + " " + why;
+  };
+  if (world < 1) return bad("world size", world, "must be >= 1");
+  if (cfg.num_experts < 1 || cfg.num_experts % world != 0)
+    return bad("num_experts", cfg.num_experts, ("must be a positive multiple of the world size " + std::to_string(world)).c_str());
+  if (cfg.topk < 1 || cfg.topk > kMaxTopk) return bad("topk", cfg.topk, "must be in [1, 16]");
+  if (cfg.max_tokens_per_rank < 0) return bad("max_tokens_per_rank", cfg.max_tokens_per_rank, "must be >= 0");
+  if (cfg.hidden <= 0 || cfg.hidden % kDimAlign != 0) return bad("hidden", cfg.hidden, "must be a positive multiple of 128");
+  if (cfg.intermediate <= 0 || cfg.intermediate % kDimAlign != 0)
+    return bad("intermediate", cfg.intermediate, "must be a positive multiple of 128");
+  if (supported_fused_tiles(cfg).empty())
+    return bad("hidden", cfg.hidden, ("with intermediate = " + std::to_string(cfg.intermediate) +
+                                      " cannot be tiled by any fused GEMM tile shape").c_str());
+  // Offsets are 32-bit in a few places (row slots, entries, m-blocks).
+  const device::FusedDims d{world, cfg.hidden, cfg.intermediate, cfg.num_experts, cfg.topk, cfg.max_tokens_per_rank};
+  if (d.max_recv_pairs() > (int64_t{1} << 30))
+    return bad("max_tokens_per_rank", cfg.max_tokens_per_rank, "times world times topk exceeds 2^30 received pairs");
+  return "";
+}
+
+}  // namespace
+
+bool fused_tile_supports(const GemmTileShape& s, const LayerConfig& cfg) {
+  return gemm_tile_supports(s, 2 * cfg.intermediate, cfg.hidden) && gemm_tile_supports(s, cfg.hidden, cfg.intermediate);
+}
+
+std::vector<GemmTileShape> supported_fused_tiles(const LayerConfig& cfg) {
+  std::vector<GemmTileShape> out;
+  for (const GemmTileShape& s : kGemmTileShapes)
+    if (fused_tile_supports(s, cfg)) out.push_back(s);
+  return out;
+}
+
+GemmTileShape choose_fused_tile(const LayerConfig& cfg, int rows_per_expert) {
+  const GemmTileShape preferred = choose_gemm_tile(rows_per_expert, 2 * cfg.intermediate, cfg.hidden);
+  if (preferred.block_m != 0 && fused_tile_supports(preferred, cfg)) return preferred;
+  // Linear2 (n = H, k = I) may rule out what Linear1 prefers (e.g. N256 with H % 256 != 0): take the
+  // supported shape closest in m-block, larger first.
+  const std::vector<GemmTileShape> ok = supported_fused_tiles(cfg);
+  EPFUSE_REQUIRE(!ok.empty(), ErrorCode::kInternal, "fused layer: no GEMM tile shape for a validated config");
+  for (const GemmTileShape& s : ok)
+    if (s.block_m <= preferred.block_m || preferred.block_m == 0) return s;
+  return ok.back();
+}
+
+FusedPlan plan_fused(const LayerConfig& cfg, int world) {
+  const std::string why = check_fused(cfg, world);
+  if (!why.empty()) throw Error(ErrorCode::kInvalidConfig, why);
+  FusedPlan p;
+  p.dims = device::FusedDims{world, cfg.hidden, cfg.intermediate, cfg.num_experts, cfg.topk, cfg.max_tokens_per_rank};
+  p.sym = device::make_sym_layout(p.dims);
+  p.priv = device::make_priv_layout(p.dims, sizeof(device::FusedControl));
+  const auto& s = p.sym;
+  const auto& v = p.priv;
+  p.buffers = {
+      {"recv_rows", "2*(R-1)*T*H*2", s.recv_entries - s.recv_rows, true},
+      {"recv_entries", "2*R*T*k*16", s.count_msgs - s.recv_entries, true},
+      {"count_msgs", "2*R*L*4", s.count_status - s.count_msgs, true},
+      {"count_status", "2*R*4", s.count_flags - s.count_status, true},
+      {"count_flags", "2*R*4", s.arrivals - s.count_flags, true},
+      {"arrivals", "2*L*4", s.combine_rows - s.arrivals, true},
+      {"combine_rows", "2*T*k*H*2", s.token_signals - s.combine_rows, true},
+      {"token_signals", "2*T*4", s.total - s.token_signals, true},
+      {"h", "R*T*k*I*2", v.pair_row - v.h, false},
+      {"pair_row", "T*k*4", v.pair_index - v.pair_row, false},
+      {"pair_index", "T*k*4", v.row_tickets - v.pair_index, false},
+      {"row_tickets", "R*4", v.pair_tickets - v.row_tickets, false},
+      {"pair_tickets", "E*4", v.plan - v.pair_tickets, false},
+      {"plan", "(L*(R+5)+1+R*L)*4", v.arrival_base - v.plan, false},
+      {"arrival_base", "2*L*4", v.token_base - v.arrival_base, false},
+      {"token_base", "2*T*4", v.l1_done - v.token_base, false},
+      {"l1_done", "(min(L,N)+(N-min(L,N))/32)*4, N=R*T*k", v.control - v.l1_done, false},
+      {"control", "sizeof(FusedControl)", v.total - v.control, false},
+  };
+  return p;
+}
+
+std::string format_plan(const FusedPlan& plan) {
+  std::string out;
+  char line[160];
+  for (const BufferBytes& b : plan.buffers) {
+    std::snprintf(line, sizeof line, "  %-9s %-14s %-22s %12zu B (%.2f MiB)\n", b.symmetric ? "symmetric" : "private",
+                  b.name.c_str(), b.formula.c_str(), b.bytes, b.bytes / 1048576.0);
+    out += line;
+  }
+  std::snprintf(line, sizeof line, "  symmetric total %zu B (%.2f MiB), private total %zu B (%.2f MiB)\n",
+                plan.symmetric_bytes(), plan.symmetric_bytes() / 1048576.0, plan.private_bytes(),
+                plan.private_bytes() / 1048576.0);
+  out += line;
+  return out;
+}
+
+}  // namespace epfuse::fused

@@ -1,0 +1,41 @@
+// Memory plan of the fused layer: every buffer's bytes (symmetric and private) as a pure function of
+// the config and world size, for the allocation, the CLI's printout and docs/fused_design.md.
+#pragma once
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "device/buffer_layout.h"
+#include "epfuse/config.h"
+#include "fused/heuristics.h"
+
+namespace epfuse::fused {
+
+struct BufferBytes {
+  std::string name;
+  std::string formula;
+  size_t bytes;
+  bool symmetric;
+};
+
+struct FusedPlan {
+  device::FusedDims dims;
+  device::SymLayout sym;
+  device::PrivLayout priv;
+  std::vector<BufferBytes> buffers;  // each region, in layout order
+  size_t symmetric_bytes() const { return sym.total; }
+  size_t private_bytes() const { return priv.total; }
+};
+
+// Throws Error(kInvalidConfig) when cfg cannot be tiled by the fused kernel on `world` ranks.
+FusedPlan plan_fused(const LayerConfig& cfg, int world);
+// The tile shapes that can run both GEMMs of cfg (Linear1: n = 2I, k = H; Linear2: n = H, k = I).
+bool fused_tile_supports(const GemmTileShape& s, const LayerConfig& cfg);
+std::vector<GemmTileShape> supported_fused_tiles(const LayerConfig& cfg);
+// E1's choose_gemm_tile for Linear1, restricted to shapes that also run Linear2.
+GemmTileShape choose_fused_tile(const LayerConfig& cfg, int rows_per_expert);
+
+// One line per buffer: name, formula, MiB; then the totals.
+std::string format_plan(const FusedPlan& plan);
+
+}  // namespace epfuse::fused

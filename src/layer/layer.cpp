@@ -1,0 +1,40 @@
+// MoeLayer::create: validates the config and picks the implementation.
+#include "epfuse/layer.h"
+
+#include <string>
+
+#include "epfuse/communicator.h"
+#include "epfuse/error.h"
+#include "fused/fused_layer.h"
+#include "unfused/unfused_layer.h"
+
+namespace epfuse {
+
+std::string_view to_string(Impl impl) {
+  switch (impl) {
+    case Impl::kUnfused: return "unfused";
+    case Impl::kFused: return "fused";
+  }
+  return "unknown";
+}
+
+std::optional<Impl> parse_impl(std::string_view name) {
+  for (Impl impl : {Impl::kUnfused, Impl::kFused})
+    if (name == to_string(impl)) return impl;
+  return std::nullopt;
+}
+
+std::unique_ptr<MoeLayer> MoeLayer::create(Impl impl, const LayerConfig& cfg, Communicator& comm,
+                                           const ExpertWeights& weights) {
+  validate_config(cfg, comm.world_size());
+  if (weights.w13 == nullptr || weights.w2 == nullptr)
+    throw Error(ErrorCode::kInvalidArgument, "rank " + std::to_string(comm.rank()) +
+                                                 ": MoeLayer::create: expert weights w13/w2 must not be null");
+  switch (impl) {
+    case Impl::kUnfused: return unfused::make_unfused_layer(cfg, comm, weights);
+    case Impl::kFused: return fused::make_fused_layer(cfg, comm, weights);
+  }
+  throw Error(ErrorCode::kInvalidArgument, "MoeLayer::create: unknown impl " + std::to_string(static_cast<int>(impl)));
+}
+
+}  // namespace epfuse

@@ -1,0 +1,233 @@
+// The unfused chain, host side: one forward enqueues everything on the caller's stream and waits on
+// the host once, for the counts matrix (the sizes of the token exchange and the GEMMs' m values).
+#include "unfused/unfused_layer.h"
+
+#include <array>
+#include <cstdio>
+#include <string>
+
+#include <cublas_v2.h>
+
+#include "common/check.h"
+#include "epfuse/error.h"
+#include "unfused/all_to_all.h"
+#include "unfused/counts.h"
+#include "unfused/device_buffer.h"
+#include "unfused/grouped_gemm.h"
+#include "unfused/kernels.h"
+#include "unfused/plan.h"
+
+namespace epfuse::unfused {
+namespace {
+
+// cuBLAS's recommended workspace on Hopper; given once so no forward allocates.
+constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
+
+// Events at the phase boundaries of a forward.
+enum Mark { kStart, kDispatched, kComputed, kCombined, kMarks };
+
+class UnfusedLayer final : public MoeLayer {
+ public:
+  UnfusedLayer(const LayerConfig& cfg, Communicator& comm, const ExpertWeights& weights);
+  ~UnfusedLayer() override;
+
+  void forward(const TokenBatch& in, bf16* y, cudaStream_t stream) override;
+  void check_errors(cudaStream_t stream) override { EPFUSE_CUDA_CHECK(cudaStreamSynchronize(stream)); }
+  void set_phase_timing(bool enabled) override { timing_ = enabled; }
+  std::optional<PhaseTimes> last_phase_times() override;
+
+  Impl impl() const override { return Impl::kUnfused; }
+  const LayerConfig& config() const override { return cfg_; }
+  MemoryFootprint memory() const override;
+
+ private:
+  HostInputError check_inputs(const TokenBatch& in, const bf16* y) const;
+  void mark(Mark m, cudaStream_t stream) {
+    if (timing_) EPFUSE_CUDA_CHECK(cudaEventRecord(events_[m], stream));
+  }
+
+  int32_t* send_counts() const { return reinterpret_cast<int32_t*>(counts_.as<uint8_t>() + plan_.send_counts_offset); }
+  int32_t* recv_counts() const { return reinterpret_cast<int32_t*>(counts_.as<uint8_t>() + plan_.recv_counts_offset); }
+  int32_t* expert_fill() const { return reinterpret_cast<int32_t*>(counts_.as<uint8_t>() + plan_.expert_fill_offset); }
+  unsigned long long* error_key() const {
+    return reinterpret_cast<unsigned long long*>(counts_.as<uint8_t>() + plan_.error_key_offset);
+  }
+
+  LayerConfig cfg_;
+  ncclComm_t comm_;
+  int rank_;
+  ExpertWeights weights_;
+  UnfusedPlan plan_;
+  ChainShape shape_;
+
+  DeviceMemory send_, recv_, rows_, inter_, row_weight_, token_rows_, send_slot_, counts_, cublas_workspace_;
+  PinnedMemory host_counts_;  // send then receive counts matrix, read once per forward
+  std::vector<int64_t> counts_items_;  // one counts row per peer
+  Traffic traffic_;
+  cublasHandle_t cublas_ = nullptr;
+  GroupedGemm gemm_up_, gemm_down_;  // one each: their pointer staging must not be shared in a forward
+
+  // Recorded at the end of every forward; the next one waits for it on its own stream, so calls on
+  // different streams never overlap on the shared buffers.
+  cudaEvent_t finished_ = nullptr;
+  bool timing_ = false;
+  bool timed_ = false;  // the last forward recorded its events
+  std::array<cudaEvent_t, kMarks> events_{};
+};
+
+UnfusedLayer::UnfusedLayer(const LayerConfig& cfg, Communicator& comm, const ExpertWeights& weights)
+    : cfg_(cfg),
+      comm_(comm.nccl()),
+      rank_(comm.rank()),
+      weights_(weights),
+      plan_(plan_unfused(cfg, comm.world_size())),
+      send_(plan_.send_bytes),
+      recv_(plan_.recv_bytes),
+      rows_(plan_.rows_bytes),
+      inter_(plan_.inter_bytes),
+      row_weight_(plan_.row_weight_bytes),
+      token_rows_(plan_.token_rows_bytes),
+      send_slot_(plan_.send_slot_bytes),
+      counts_(plan_.counts_bytes),
+      cublas_workspace_(kCublasWorkspaceBytes),
+      host_counts_(plan_.recv_counts_offset * 2),
+      counts_items_(comm.world_size(), 1),
+      gemm_up_(plan_.experts_per_rank),
+      gemm_down_(plan_.experts_per_rank) {
+  shape_.hidden = cfg.hidden;
+  shape_.intermediate = cfg.intermediate;
+  shape_.topk = cfg.topk;
+  shape_.num_experts = cfg.num_experts;
+  shape_.experts_per_rank = plan_.experts_per_rank;
+  shape_.world_size = plan_.world_size;
+  shape_.counts_words = plan_.counts_words;
+  shape_.record_bytes = plan_.record_bytes;
+  int device = 0;
+  EPFUSE_CUDA_CHECK(cudaGetDevice(&device));
+  EPFUSE_CUDA_CHECK(cudaDeviceGetAttribute(&shape_.sm_count, cudaDevAttrMultiProcessorCount, device));
+
+  EPFUSE_CUBLAS_CHECK(cublasCreate(&cublas_));
+  try {
+    EPFUSE_CUBLAS_CHECK(cublasSetWorkspace(cublas_, cublas_workspace_.as(), cublas_workspace_.bytes()));
+    for (cudaEvent_t& event : events_) EPFUSE_CUDA_CHECK(cudaEventCreate(&event));
+    EPFUSE_CUDA_CHECK(cudaEventCreateWithFlags(&finished_, cudaEventDisableTiming));
+  } catch (...) {
+    if (finished_ != nullptr) cudaEventDestroy(finished_);
+    for (cudaEvent_t event : events_)
+      if (event != nullptr) cudaEventDestroy(event);
+    cublasDestroy(cublas_);
+    throw;
+  }
+}
+
+UnfusedLayer::~UnfusedLayer() {
+  // The buffers are freed after this: let the last forward finish with them first.
+  if (finished_ != nullptr) {
+    if (cudaEventSynchronize(finished_) != cudaSuccess) std::fprintf(stderr, "epfuse: last unfused forward failed\n");
+    cudaEventDestroy(finished_);
+  }
+  for (cudaEvent_t event : events_)
+    if (event != nullptr) cudaEventDestroy(event);
+  if (cublas_ != nullptr && cublasDestroy(cublas_) != CUBLAS_STATUS_SUCCESS)
+    std::fprintf(stderr, "epfuse: cublasDestroy failed\n");
+}
+
+MemoryFootprint UnfusedLayer::memory() const {
+  return {.symmetric_bytes = 0,
+          .private_bytes = plan_.total_bytes + kCublasWorkspaceBytes + gemm_up_.device_bytes() +
+                           gemm_down_.device_bytes()};
+}
+
+HostInputError UnfusedLayer::check_inputs(const TokenBatch& in, const bf16* y) const {
+  if (in.num_tokens < 0 || in.num_tokens > cfg_.max_tokens_per_rank)
+    return {InputError::kTokenCount, 0, in.num_tokens};
+  if (in.num_tokens == 0) return {};
+  const int32_t null_mask = (in.x == nullptr ? NullPointer::kX : 0) |
+                            (in.topk_idx == nullptr ? NullPointer::kTopkIdx : 0) |
+                            (in.topk_weights == nullptr ? NullPointer::kTopkWeights : 0) |
+                            (y == nullptr ? NullPointer::kOutput : 0);
+  if (null_mask != 0) return {InputError::kNullPointer, in.num_tokens, null_mask};
+  return {};
+}
+
+void UnfusedLayer::forward(const TokenBatch& in, bf16* y, cudaStream_t stream) {
+  timed_ = false;
+  // A rank with bad input still takes part in the counts exchange (with no tokens) and reports the
+  // error there, so that no peer waits for rows that never come.
+  const HostInputError host_error = check_inputs(in, y);
+  const int tokens = host_error.code == InputError::kNone ? in.num_tokens : 0;
+  const int world = plan_.world_size, words = plan_.counts_words;
+
+  // ---- dispatch -----------------------------------------------------------------------------------
+  EPFUSE_CUDA_CHECK(cudaStreamWaitEvent(stream, finished_, 0));
+  mark(kStart, stream);
+  EPFUSE_CUDA_CHECK(cudaMemsetAsync(counts_.as(), 0, plan_.counts_bytes, stream));
+  launch_layout(shape_, in.topk_idx, tokens, send_counts(), send_slot_.as<int32_t>(), error_key(), stream);
+  launch_pack(shape_, in.x, in.topk_idx, in.topk_weights, tokens, send_counts(), send_slot_.as<int32_t>(),
+              error_key(), host_error, send_.as<uint8_t>(), stream);
+  all_to_all(comm_, send_counts(), counts_items_, recv_counts(), counts_items_, int64_t{words} * sizeof(int32_t),
+             stream);
+  EPFUSE_CUDA_CHECK(cudaMemcpyAsync(host_counts_.as(), counts_.as(), host_counts_.bytes(), cudaMemcpyDeviceToHost,
+                                    stream));
+  EPFUSE_CUDA_CHECK(cudaStreamSynchronize(stream));  // the forward's one host synchronisation
+
+  const int32_t* host_send = host_counts_.as<int32_t>();
+  const int32_t* host_recv = host_send + world * words;
+  if (const auto message = first_input_error(host_recv, world, words, cfg_))
+    throw Error(ErrorCode::kInvalidArgument, *message);  // on every rank alike, before any row moves
+  read_traffic(host_send, host_recv, world, words, plan_.experts_per_rank, traffic_);
+  EPFUSE_REQUIRE(traffic_.total_send <= plan_.max_send_records && traffic_.total_recv <= plan_.max_recv_records &&
+                     traffic_.total_rows <= plan_.max_expert_rows,
+                 ErrorCode::kInternal,
+                 "rank " + std::to_string(rank_) + ": unfused traffic exceeds the plan: send " +
+                     std::to_string(traffic_.total_send) + ", receive " + std::to_string(traffic_.total_recv) +
+                     ", expert rows " + std::to_string(traffic_.total_rows));
+  all_to_all(comm_, send_.as(), traffic_.send_records, recv_.as(), traffic_.recv_records, plan_.record_bytes, stream);
+  mark(kDispatched, stream);
+
+  // ---- experts --------------------------------------------------------------------------------------
+  const int records = static_cast<int>(traffic_.total_recv);
+  launch_permute(shape_, recv_.as<uint8_t>(), records, recv_counts(), expert_fill(), rows_.as<bf16>(),
+                 row_weight_.as<float>(), token_rows_.as<int32_t>(), stream);
+  const int64_t inter_ld = 2 * int64_t{cfg_.intermediate};
+  gemm_up_.run(cublas_,
+               {.rows = traffic_.expert_rows, .n = 2 * cfg_.intermediate, .k = cfg_.hidden, .a = rows_.as<bf16>(),
+                .lda = cfg_.hidden, .w = weights_.w13, .w_expert_stride = inter_ld * cfg_.hidden,
+                .c = inter_.as<bf16>(), .ldc = inter_ld},
+               stream);
+  launch_swiglu(shape_, inter_.as<bf16>(), row_weight_.as<float>(), traffic_.total_rows, cfg_.swiglu_clamp, stream);
+  gemm_down_.run(cublas_,
+                 {.rows = traffic_.expert_rows, .n = cfg_.hidden, .k = cfg_.intermediate, .a = inter_.as<bf16>(),
+                  .lda = inter_ld, .w = weights_.w2, .w_expert_stride = int64_t{cfg_.hidden} * cfg_.intermediate,
+                  .c = rows_.as<bf16>(), .ldc = cfg_.hidden},
+                 stream);
+  mark(kComputed, stream);
+
+  // ---- combine: the rows go back the way the records came, in the same buffers ----------------------
+  launch_pre_reduce(shape_, rows_.as<bf16>(), token_rows_.as<int32_t>(), records, recv_.as<bf16>(), stream);
+  all_to_all(comm_, recv_.as(), traffic_.recv_records, send_.as(), traffic_.send_records,
+             int64_t{cfg_.hidden} * sizeof(bf16), stream);
+  launch_home_reduce(shape_, send_.as<bf16>(), in.topk_idx, send_counts(), send_slot_.as<int32_t>(), tokens, y,
+                     stream);
+  mark(kCombined, stream);
+  EPFUSE_CUDA_CHECK(cudaEventRecord(finished_, stream));
+  timed_ = timing_;
+}
+
+std::optional<PhaseTimes> UnfusedLayer::last_phase_times() {
+  if (!timed_) return std::nullopt;
+  EPFUSE_CUDA_CHECK(cudaEventSynchronize(events_[kCombined]));
+  PhaseTimes t;
+  EPFUSE_CUDA_CHECK(cudaEventElapsedTime(&t.dispatch_ms, events_[kStart], events_[kDispatched]));
+  EPFUSE_CUDA_CHECK(cudaEventElapsedTime(&t.experts_ms, events_[kDispatched], events_[kComputed]));
+  EPFUSE_CUDA_CHECK(cudaEventElapsedTime(&t.combine_ms, events_[kComputed], events_[kCombined]));
+  return t;
+}
+
+}  // namespace
+
+std::unique_ptr<MoeLayer> make_unfused_layer(const LayerConfig& cfg, Communicator& comm, const ExpertWeights& weights) {
+  return std::make_unique<UnfusedLayer>(cfg, comm, weights);
+}
+
+}  // namespace epfuse::unfused

@@ -1,0 +1,15 @@
+// The unfused implementation of MoeLayer (Impl::kUnfused): layout, NCCL all-to-all, permute, cuBLAS
+// grouped GEMMs, SwiGLU, pre-reduce, reverse all-to-all, reduce at home. src/layer creates it.
+#pragma once
+#include <memory>
+
+#include "epfuse/communicator.h"
+#include "epfuse/layer.h"
+
+namespace epfuse::unfused {
+
+// cfg must already be valid for comm.world_size() (MoeLayer::create validates). Allocates every
+// buffer now (plan.h); no collective call.
+std::unique_ptr<MoeLayer> make_unfused_layer(const LayerConfig& cfg, Communicator& comm, const ExpertWeights& weights);
+
+}  // namespace epfuse::unfused

@@ -1,0 +1,88 @@
+#include "bench/options.h"
+
+#include <gtest/gtest.h>
+
+#include "common/flags.h"
+
+namespace epfuse::bench {
+namespace {
+
+using tools::UsageError;
+using Args = std::vector<std::string>;
+
+TEST(Options, DefaultIsTheFactsSweep) {
+  const BenchOptions o = parse_bench_options({});
+  ASSERT_EQ(o.cases.size(), 7u);
+  EXPECT_EQ(case_label(o.cases[0]), "dsv3 T=128");
+  EXPECT_EQ(case_label(o.cases[5]), "qwen3-30b T=16384");
+  EXPECT_EQ(case_label(o.cases[6]), "mixtral T=4096");
+  EXPECT_EQ(o.cases[6].layer.num_experts, 8);
+  EXPECT_EQ(o.cases[6].layer.max_tokens_per_rank, 4096);
+  EXPECT_EQ(o.impls, (std::vector<std::string>{"unfused", "fused"}));
+  EXPECT_FALSE(o.ceilings);  // measured
+  EXPECT_EQ(o.torch, TorchMode::kAuto);
+  EXPECT_EQ(o.routing, Routing::kUniform);
+  EXPECT_EQ(parse_bench_options({"--configs", "facts"}).cases.size(), 7u);
+}
+
+TEST(Options, ModelsTimesTokensAndAnExplicitShape) {
+  const BenchOptions o = parse_bench_options({"--model", "dsv3,mixtral", "--tokens", "64,256", "--hidden", "256",
+                                              "--intermediate", "128", "--experts", "16", "--topk", "4",
+                                              "--clamp=7", "--impl", "unfused", "--ranks", "2"});
+  ASSERT_EQ(o.cases.size(), 6u);
+  EXPECT_EQ(case_label(o.cases[1]), "dsv3 T=256");
+  EXPECT_EQ(case_label(o.cases[2]), "mixtral T=64");
+  EXPECT_EQ(o.cases[4].config, "custom");
+  EXPECT_EQ(o.cases[4].layer.hidden, 256);
+  EXPECT_EQ(o.cases[5].layer.max_tokens_per_rank, 256);
+  for (const BenchCase& c : o.cases) EXPECT_FLOAT_EQ(c.layer.swiglu_clamp, 7.0f);
+  EXPECT_EQ(o.impls, (std::vector<std::string>{"unfused"}));
+  EXPECT_EQ(o.ranks, 2);
+  EXPECT_EQ(o.args.size(), 17u);  // kept verbatim for the rank processes
+}
+
+TEST(Options, Ceilings) {
+  const std::optional<Ceilings> c = parse_ceilings("gemm=812,hbm=4250,nvlink=350");
+  ASSERT_TRUE(c);
+  EXPECT_DOUBLE_EQ(c->gemm_tflops, 812);
+  EXPECT_DOUBLE_EQ(c->hbm_gbps, 4250);
+  EXPECT_DOUBLE_EQ(c->nvlink_gbps, 350);
+  EXPECT_FALSE(parse_ceilings("measure"));
+  EXPECT_THROW(parse_ceilings("gemm=812,hbm=4250"), UsageError);
+  EXPECT_THROW(parse_ceilings("gemm=812,hbm=4250,nvlink=x"), UsageError);
+  EXPECT_THROW(parse_ceilings("gemm=812,hbm=4250,nvlink=-1"), UsageError);
+  EXPECT_THROW(parse_ceilings("gemm=812,hbm=4250,nvlink=350,l2=9"), UsageError);
+  EXPECT_TRUE(parse_bench_options({"--ceilings=gemm=812,hbm=4250,nvlink=350"}).ceilings);
+}
+
+TEST(Options, RejectsBadValuesNamingTheFlag) {
+  auto message = [](const Args& args) {
+    try {
+      parse_bench_options(args);
+    } catch (const UsageError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message({"--model", "gpt5"}).find("--model"), std::string::npos);
+  EXPECT_NE(message({"--impl", "fast"}).find("--impl"), std::string::npos);
+  EXPECT_NE(message({"--configs", "facts", "--tokens", "5"}).find("--tokens"), std::string::npos);
+  EXPECT_NE(message({"--configs", "all"}).find("--configs"), std::string::npos);
+  EXPECT_NE(message({"--hidden", "256"}).find("all four"), std::string::npos);
+  EXPECT_NE(message({"--iters", "0"}).find("--iters"), std::string::npos);
+  EXPECT_NE(message({"--sets", "0"}).find("--sets"), std::string::npos);
+  EXPECT_NE(message({"--tokens", "0"}).find("--tokens"), std::string::npos);
+  EXPECT_NE(message({"--torch", "maybe"}).find("--torch"), std::string::npos);
+  EXPECT_NE(message({"--routing", "zipf"}).find("--routing"), std::string::npos);
+  EXPECT_EQ(message({"--routing", "skewed", "--torch", "off"}), "no error");
+}
+
+TEST(Options, HelpShowsUsageButNotTheInternalFlag) {
+  const BenchOptions o = parse_bench_options({"--help"});
+  EXPECT_TRUE(o.help);
+  EXPECT_NE(o.usage.find("--ceilings"), std::string::npos);
+  EXPECT_EQ(o.usage.find("--worker-dir"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace epfuse::bench

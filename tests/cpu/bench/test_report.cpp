@@ -1,0 +1,126 @@
+#include "bench/report.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+namespace epfuse::bench {
+namespace {
+
+const Ceilings kFacts{812.0, 4250.0, 350.0};
+
+BenchRow measured(const BenchCase& c, std::string impl, double median_ms) {
+  BenchRow r = row_for_case(c, std::move(impl), 4, Routing::kUniform);
+  fill_expected_load(r, kFacts);
+  r.median_ms = median_ms;
+  r.p10_ms = median_ms * 0.9;
+  r.p90_ms = median_ms * 1.2;
+  r.gemm_alone_ms = median_ms / 2;
+  r.verified = "yes";
+  r.rel_err = 4e-3;
+  r.unwritten = 0;
+  r.iters = 50;
+  r.sets = 4;
+  return r;
+}
+
+TEST(Report, DerivedFigures) {
+  const BenchCase dsv3 = facts_cases()[2];  // dsv3 T=4096
+  BenchRow r = measured(dsv3, "unfused", 7.109);
+  derive_row(r);
+  // 2 * 4096 * 8 * 3 * 7168 * 2048 FLOP in 7.109 ms.
+  EXPECT_NEAR(r.tflops_per_gpu, 2.0 * 4096 * 8 * 3 * 7168 * 2048 / 7.109e-3 / 1e12, 1e-9);
+  EXPECT_NEAR(r.gemm_alone_tflops, 2 * r.tflops_per_gpu, 1e-9);
+  EXPECT_NEAR(r.floor_ms, 3.554, 0.0005);
+  EXPECT_NEAR(r.floor_fraction, r.floor_ms / 7.109, 1e-12);
+  EXPECT_NEAR(r.nvlink_gbps, r.remote_bytes_per_gpu / 7.109e-3 / 1e9, 1e-9);
+  EXPECT_EQ(r.floor.bound(), "compute");
+}
+
+TEST(Report, SpeedupsPairRowsOfTheSameProblemOnly) {
+  const std::vector<BenchCase> cases = facts_cases();
+  std::vector<BenchRow> rows{measured(cases[0], "unfused", 2.0), measured(cases[0], "torch", 3.0),
+                             measured(cases[1], "torch", 5.0), row_for_case(cases[0], "fused", 4, Routing::kUniform)};
+  rows[3].note = "fused implementation not built yet";
+  fill_speedups(rows);
+  ASSERT_EQ(rows[0].speedup_over.size(), 1u);
+  EXPECT_DOUBLE_EQ(rows[0].speedup_over.at("torch"), 1.5);
+  EXPECT_DOUBLE_EQ(rows[1].speedup_over.at("unfused"), 2.0 / 3.0);
+  EXPECT_TRUE(rows[2].speedup_over.empty());  // another T
+  EXPECT_TRUE(rows[3].speedup_over.empty());  // did not run
+}
+
+TEST(Report, RowRecordRoundTrips) {
+  BenchRow r = measured(facts_cases()[4], "unfused", 1.25);
+  r.dispatch_ms = 0.25;
+  const BenchRow back = row_from_record(*parse_record(row_record(r).format(), kRowTag));
+  EXPECT_EQ(back.config, "qwen3-30b");
+  EXPECT_EQ(back.tokens_per_rank, 4096);
+  EXPECT_EQ(back.ranks, 4);
+  EXPECT_DOUBLE_EQ(back.median_ms, 1.25);
+  EXPECT_DOUBLE_EQ(back.dispatch_ms, 0.25);
+  EXPECT_TRUE(std::isnan(back.combine_ms));
+  EXPECT_DOUBLE_EQ(back.floor.compute_ms, r.floor.compute_ms);
+  EXPECT_DOUBLE_EQ(back.remote_bytes_per_gpu, r.remote_bytes_per_gpu);
+  EXPECT_EQ(back.verified, "yes");
+  EXPECT_EQ(back.unwritten, 0);
+
+  BenchRow skipped = row_for_case(facts_cases()[0], "fused", 4, Routing::kUniform);
+  skipped.note = "not built";
+  const BenchRow skipped_back = row_from_record(*parse_record(row_record(skipped).format(), kRowTag));
+  EXPECT_FALSE(skipped_back.ran());
+  EXPECT_EQ(skipped_back.note, "not built");
+}
+
+// A row as bench/peers/torch_ep.py prints it (its fields and number formats).
+TEST(Report, ReadsThePyTorchPeersRow) {
+  const std::string line =
+      "EPFUSE_ROW\tconfig=mixtral\thidden=4096\tintermediate=14336\texperts=8\ttopk=2\ttokens_per_rank=4096"
+      "\trouting=uniform\timpl=torch\tmedian_ms=7.078000\tp10_ms=7.001000\tp90_ms=7.200000\tdispatch_ms=0.538000"
+      "\texperts_ms=5.912000\tcombine_ms=0.885000\tverified=yes\trel_err=4.512e-03\titers=50\tsets=4";
+  BenchRow r = row_from_record(*parse_record(line, kRowTag));
+  r.ranks = 4;
+  fill_expected_load(r, kFacts);
+  derive_row(r);
+  EXPECT_EQ(r.impl, "torch");
+  EXPECT_DOUBLE_EQ(r.experts_ms, 5.912);
+  EXPECT_DOUBLE_EQ(r.rel_err, 4.512e-3);
+  EXPECT_EQ(r.unwritten, -1);  // the peer counts NaNs into its verdict instead
+  EXPECT_NEAR(r.floor_ms, 3.554, 0.0005);
+  EXPECT_NEAR(r.floor_fraction, 3.554 / 7.078, 1e-3);
+}
+
+TEST(Report, TableAndJsonCarryEveryRow) {
+  const std::vector<BenchCase> cases = facts_cases();
+  std::vector<BenchRow> rows{measured(cases[0], "unfused", 2.0), measured(cases[0], "torch", 3.0),
+                             row_for_case(cases[0], "fused", 4, Routing::kUniform)};
+  rows[2].note = "fused not built";
+  for (BenchRow& r : rows) derive_row(r);
+  fill_speedups(rows);
+  const std::string table = render_table(rows);
+  for (const char* text : {"median ms", "x vs torch", "floor/median", "1.50x", "skipped: fused not built", "yes"})
+    EXPECT_NE(table.find(text), std::string::npos) << text << "\n" << table;
+
+  RunInfo info{"NVIDIA H200", "2026-11-21T10:00:00Z", "abc1234", "epfuse bench", 4, kFacts, "flags"};
+  const std::string json = report_json(info, rows).dump();
+  for (const char* key : {"\"device\"", "\"gpus\"", "\"date\"", "\"commit\"", "\"command\"", "\"ceilings\"",
+                          "\"rows\"", "\"config\"", "\"hidden\"", "\"intermediate\"", "\"experts\"", "\"topk\"",
+                          "\"tokens_per_rank\"", "\"routing\"", "\"impl\"", "\"median_ms\"", "\"p10_ms\"",
+                          "\"p90_ms\"", "\"tflops_per_gpu\"", "\"nvlink_gbps\"", "\"floor_ms\"", "\"verified\"",
+                          "\"rel_err\"", "\"speedup_over\"", "\"gemm_alone_ms\"", "\"skipped\""})
+    EXPECT_NE(json.find(key), std::string::npos) << key;
+  EXPECT_NE(json.find("\"verified\": true"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"nvlink_gbps\": 350"), std::string::npos) << json;
+}
+
+TEST(Report, FloorTableWithoutGpu) {
+  const std::string table = render_floor_table(facts_cases(), 4, kFacts);
+  EXPECT_NE(table.find("3.554"), std::string::npos) << table;
+  EXPECT_NE(table.find("1.326"), std::string::npos) << table;
+  EXPECT_NE(table.find("weights"), std::string::npos) << table;
+  const std::string odd = render_floor_table(facts_cases(), 3, kFacts);  // 256 experts over 3 ranks
+  EXPECT_NE(odd.find("not divisible"), std::string::npos) << odd;
+}
+
+}  // namespace
+}  // namespace epfuse::bench

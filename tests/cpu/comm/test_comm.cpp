@@ -1,0 +1,342 @@
+// CPU tests of the bootstrap: the TCP store between two processes, its timeouts and shutdown, and
+// BootstrapOptions::from_env. No GPU needed.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <initializer_list>
+#include <map>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "comm/tcp_store.h"
+#include "common/hash.h"
+#include "epfuse/communicator.h"
+#include "epfuse/error.h"
+
+namespace {
+
+using epfuse::Error;
+using epfuse::ErrorCode;
+using epfuse::detail::Blob;
+using epfuse::detail::TcpStore;
+using epfuse::detail::tcp_store_get;
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+const char* const kLoopback = "127.0.0.1";
+
+// Random bytes (zeros included) that both processes derive from the seed alone.
+Blob blob(uint64_t seed, size_t bytes) {
+  Blob out(bytes);
+  for (size_t i = 0; i < bytes; ++i) out[i] = static_cast<uint8_t>(epfuse::detail::mix64(seed * 0x100000001b3ULL + i));
+  return out;
+}
+
+// A port nothing listens on right now: bind port 0 on loopback, read it back, close.
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    ADD_FAILURE() << "cannot bind a loopback socket";
+  }
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// Runs f, expects an Error with `code` whose message contains every piece; returns the message.
+std::string expect_error(const std::function<void()>& f, ErrorCode code,
+                         std::initializer_list<std::string> pieces) {
+  try {
+    f();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), code) << e.what();
+    for (const std::string& piece : pieces) EXPECT_NE(std::string(e.what()).find(piece), std::string::npos) << e.what();
+    return e.what();
+  }
+  ADD_FAILURE() << "no Error thrown";
+  return "";
+}
+
+// Waits for a child, at most `limit`; kills it if it hangs. Returns its wait status.
+int wait_child(pid_t pid, milliseconds limit) {
+  const auto deadline = Clock::now() + limit;
+  int status = 0;
+  while (::waitpid(pid, &status, WNOHANG) == 0) {
+    if (Clock::now() > deadline) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      ADD_FAILURE() << "child " << pid << " hung; killed";
+      return status;
+    }
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  return status;
+}
+
+const std::map<std::string, Blob>& served_blobs() {
+  static const std::map<std::string, Blob> blobs = {
+      {"nccl_id", blob(1, 128)},
+      {"big", blob(2, (size_t{3} << 20) + 7)},  // several MiB: many partial reads and writes
+      {"empty", Blob{}},
+  };
+  return blobs;
+}
+
+TEST(TcpStore, ChildProcessFetchesExactBytesFromParent) {
+  const int port = free_port();
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {  // rank 1: only fresh sockets and _exit, nothing of the parent's state
+    int code = 0;
+    try {
+      for (const auto& [key, want] : served_blobs()) {
+        if (tcp_store_get(kLoopback, port, key, milliseconds(20000), 1) != want) {
+          std::fprintf(stderr, "child: key '%s' came back different\n", key.c_str());
+          code = 1;
+        }
+      }
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "child: %s\n", e.what());
+      code = 2;
+    }
+    ::_exit(code);
+  }
+  // Start serving late so that the child has to retry.
+  std::this_thread::sleep_for(milliseconds(300));
+  std::optional<TcpStore> store;
+  store.emplace(kLoopback, port, 0);
+  EXPECT_EQ(store->port(), port);
+  for (const auto& [key, value] : served_blobs()) store->set(key, value);
+  const int status = wait_child(pid, milliseconds(30000));
+  ASSERT_TRUE(WIFEXITED(status)) << "status " << status;
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "1: bytes differ, 2: the child's get threw (see stderr)";
+  for (const auto& [key, value] : served_blobs()) EXPECT_EQ(store->times_served(key), 1) << key;
+  EXPECT_EQ(store->times_served("never-set"), 0);
+  const auto before = Clock::now();
+  store.reset();
+  EXPECT_LT(Clock::now() - before, milliseconds(1000)) << "the destructor must not linger";
+}
+
+TEST(TcpStore, SameProcessSetGetAndOverwrite) {
+  TcpStore store(kLoopback, 0, 0);  // port 0: any free port
+  ASSERT_GT(store.port(), 0);
+  store.set("k", blob(7, 1000));
+  EXPECT_EQ(tcp_store_get(kLoopback, store.port(), "k", milliseconds(5000), 0), blob(7, 1000));
+  store.set("k", blob(8, 3));
+  EXPECT_EQ(tcp_store_get(kLoopback, store.port(), "k", milliseconds(5000), 0), blob(8, 3));
+  EXPECT_EQ(tcp_store_get("localhost", store.port(), "k", milliseconds(5000), 0), blob(8, 3));
+}
+
+TEST(TcpStore, ClientTimesOutWithoutServer) {
+  const int port = free_port();
+  const auto start = Clock::now();
+  expect_error([&] { tcp_store_get(kLoopback, port, "nccl_id", milliseconds(300), 3); }, ErrorCode::kBootstrap,
+               {"rank 3: no answer from 127.0.0.1:" + std::to_string(port) + " for key 'nccl_id' after 300 ms",
+                "refused"});
+  const auto took = Clock::now() - start;
+  EXPECT_GE(took, milliseconds(300));
+  EXPECT_LT(took, milliseconds(3000));
+}
+
+TEST(TcpStore, ClientTimesOutWhenKeyIsNeverSet) {
+  TcpStore store(kLoopback, 0, 0);
+  expect_error([&] { tcp_store_get(kLoopback, store.port(), "missing", milliseconds(250), 1); },
+               ErrorCode::kBootstrap, {"rank 1: no answer from", "for key 'missing' after 250 ms", "not set"});
+}
+
+TEST(TcpStore, KeyTheServerSetsLaterIsFetched) {
+  TcpStore store(kLoopback, 0, 0);
+  std::thread setter([&] {
+    std::this_thread::sleep_for(milliseconds(200));
+    store.set("late", blob(3, 64));
+  });
+  EXPECT_EQ(tcp_store_get(kLoopback, store.port(), "late", milliseconds(10000), 2), blob(3, 64));
+  setter.join();
+}
+
+TEST(TcpStore, DestructorDoesNotWaitForAStalledClient) {
+  std::optional<TcpStore> store;
+  store.emplace(kLoopback, 0, 0);
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(store->port()));
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(::send(fd, "EP", 2, 0), 2);  // half a header, then silence
+  std::this_thread::sleep_for(milliseconds(100));  // the server is now inside this request
+  const auto before = Clock::now();
+  store.reset();
+  EXPECT_LT(Clock::now() - before, milliseconds(1000));
+  ::close(fd);
+}
+
+TEST(TcpStore, ForeignServerIsReportedNotRetried) {
+  // Something else on the port that answers garbage: the client says so at once.
+  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(::listen(listener, 4), 0);
+  ASSERT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  std::thread server([&] {
+    const int client = ::accept(listener, nullptr, nullptr);
+    const char reply[] = "HTTP/1.1 400 Bad Request\r\n\r\n";
+    ::send(client, reply, sizeof(reply) - 1, MSG_NOSIGNAL);
+    ::close(client);
+  });
+  const auto start = Clock::now();
+  expect_error([&] { tcp_store_get(kLoopback, ntohs(addr.sin_port), "nccl_id", milliseconds(10000), 1); },
+               ErrorCode::kBootstrap, {"rank 1:", "malformed reply"});
+  EXPECT_LT(Clock::now() - start, milliseconds(5000));
+  server.join();
+  ::close(listener);
+}
+
+TEST(TcpStore, BadArgumentsAreNamed) {
+  expect_error([] { TcpStore(kLoopback, 70000, 0); }, ErrorCode::kBootstrap, {"rank 0:", "70000"});
+  expect_error([] { tcp_store_get(kLoopback, 0, "k", milliseconds(10), 2); }, ErrorCode::kBootstrap,
+               {"rank 2:", "port 0"});
+  expect_error([] { tcp_store_get("no-such-host.invalid", 29500, "k", milliseconds(10), 1); },
+               ErrorCode::kBootstrap, {"rank 1:", "no-such-host.invalid"});
+  TcpStore store(kLoopback, 0, 0);
+  expect_error([&] { store.set("", Blob{}); }, ErrorCode::kInvalidArgument, {"key length 0"});
+  // A second server on a port in use: the bind error is reported with the address.
+  expect_error([&] { TcpStore(kLoopback, store.port(), 0); }, ErrorCode::kBootstrap,
+               {"cannot listen on 127.0.0.1:" + std::to_string(store.port())});
+}
+
+// Sets the bootstrap variables for one test and restores what was there before.
+class EnvTest : public ::testing::Test {
+ protected:
+  static constexpr const char* kNames[] = {"RANK",        "WORLD_SIZE",  "LOCAL_RANK",
+                                           "MASTER_ADDR", "MASTER_PORT", "EPFUSE_BOOTSTRAP_TIMEOUT_MS"};
+  void SetUp() override {
+    for (const char* name : kNames) {
+      if (const char* v = std::getenv(name)) saved_[name] = v;
+      ::unsetenv(name);
+    }
+  }
+  void TearDown() override {
+    for (const char* name : kNames) {
+      const auto it = saved_.find(name);
+      if (it == saved_.end()) {
+        ::unsetenv(name);
+      } else {
+        ::setenv(name, it->second.c_str(), 1);
+      }
+    }
+  }
+  static void set(const char* name, const char* value) { ::setenv(name, value, 1); }
+  static void expect_env_error(std::initializer_list<std::string> pieces) {
+    expect_error([] { epfuse::BootstrapOptions::from_env(); }, ErrorCode::kBootstrap, pieces);
+  }
+  std::map<std::string, std::string> saved_;
+};
+
+TEST_F(EnvTest, DefaultsFillTheOptionalVariables) {
+  set("RANK", "3");
+  set("WORLD_SIZE", "4");
+  const epfuse::BootstrapOptions opts = epfuse::BootstrapOptions::from_env();
+  EXPECT_EQ(opts.rank, 3);
+  EXPECT_EQ(opts.world_size, 4);
+  EXPECT_EQ(opts.local_rank, 3);
+  EXPECT_EQ(opts.master_addr, "127.0.0.1");
+  EXPECT_EQ(opts.master_port, 29500);
+  EXPECT_EQ(opts.timeout, milliseconds(120000));
+}
+
+TEST_F(EnvTest, EveryVariableIsRead) {
+  set("RANK", "5");
+  set("WORLD_SIZE", "8");
+  set("LOCAL_RANK", "1");
+  set("MASTER_ADDR", "10.1.2.3");
+  set("MASTER_PORT", "12345");
+  set("EPFUSE_BOOTSTRAP_TIMEOUT_MS", "2500");
+  const epfuse::BootstrapOptions opts = epfuse::BootstrapOptions::from_env();
+  EXPECT_EQ(opts.rank, 5);
+  EXPECT_EQ(opts.world_size, 8);
+  EXPECT_EQ(opts.local_rank, 1);
+  EXPECT_EQ(opts.master_addr, "10.1.2.3");
+  EXPECT_EQ(opts.master_port, 12345);
+  EXPECT_EQ(opts.timeout, milliseconds(2500));
+}
+
+TEST_F(EnvTest, MissingRequiredVariablesAreNamed) {
+  set("WORLD_SIZE", "2");
+  expect_env_error({"RANK is not set"});
+  ::unsetenv("WORLD_SIZE");
+  set("RANK", "0");
+  expect_env_error({"WORLD_SIZE is not set"});
+}
+
+TEST_F(EnvTest, MalformedValuesAreNamedWithTheirText) {
+  set("RANK", "0");
+  set("WORLD_SIZE", "2");
+  for (const char* bad : {"abc", "1x", "", " 1", "1.5", "0x10"}) {
+    set("RANK", bad);
+    expect_env_error({"RANK='" + std::string(bad) + "' is not an integer"});
+  }
+  set("RANK", "99999999999999999999999");
+  expect_env_error({"RANK='99999999999999999999999' is out of range"});
+  set("RANK", "0");
+  set("MASTER_PORT", "http");
+  expect_env_error({"MASTER_PORT='http' is not an integer"});
+}
+
+TEST_F(EnvTest, OutOfRangeValuesAreNamed) {
+  set("RANK", "2");
+  set("WORLD_SIZE", "2");
+  expect_env_error({"RANK=2", "WORLD_SIZE=2"});
+  set("RANK", "-1");
+  expect_env_error({"RANK=-1"});
+  set("RANK", "0");
+  set("WORLD_SIZE", "0");
+  expect_env_error({"WORLD_SIZE=0"});
+  set("WORLD_SIZE", "2");
+  set("LOCAL_RANK", "2");
+  expect_env_error({"LOCAL_RANK=2", "WORLD_SIZE=2"});
+  ::unsetenv("LOCAL_RANK");
+  for (const char* port : {"0", "65536", "-5"}) {
+    set("MASTER_PORT", port);
+    expect_env_error({"MASTER_PORT=" + std::string(port), "65535"});
+  }
+  ::unsetenv("MASTER_PORT");
+  set("MASTER_ADDR", "");
+  expect_env_error({"MASTER_ADDR is empty"});
+  ::unsetenv("MASTER_ADDR");
+  set("EPFUSE_BOOTSTRAP_TIMEOUT_MS", "0");
+  expect_env_error({"EPFUSE_BOOTSTRAP_TIMEOUT_MS=0"});
+}
+
+TEST(BootstrapOptions, ValidateNamesTheField) {
+  epfuse::BootstrapOptions opts;
+  EXPECT_NO_THROW(opts.validate());
+  opts.world_size = 2;
+  opts.rank = 2;
+  expect_error([&] { opts.validate(); }, ErrorCode::kBootstrap, {"RANK=2"});
+  opts.rank = 1;
+  opts.master_port = 70000;
+  expect_error([&] { opts.validate(); }, ErrorCode::kBootstrap, {"MASTER_PORT=70000"});
+  opts.master_port = 29500;
+  opts.timeout = milliseconds(0);
+  expect_error([&] { opts.validate(); }, ErrorCode::kBootstrap, {"EPFUSE_BOOTSTRAP_TIMEOUT_MS=0"});
+}
+
+}  // namespace

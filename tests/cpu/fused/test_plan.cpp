@@ -1,0 +1,124 @@
+// CPU tests of the fused layer's host planning: memory formulas, config checks, error messages.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "device/error_record.h"
+#include "device/task_map.h"
+#include "epfuse/error.h"
+#include "fused/describe_error.h"
+#include "fused/plan.h"
+
+namespace epfuse::fused {
+namespace {
+
+LayerConfig config(int H, int I, int E, int k, int T) {
+  LayerConfig c;
+  c.hidden = H;
+  c.intermediate = I;
+  c.num_experts = E;
+  c.topk = k;
+  c.max_tokens_per_rank = T;
+  return c;
+}
+
+TEST(FusedMemoryPlan, MatchesTheDocumentedFormulas) {
+  for (int world : {1, 2, 4, 8}) {
+    const int H = 7168, I = 2048, E = 256, k = 8, T = 1024;
+    const FusedPlan p = plan_fused(config(H, I, E, k, T), world);
+    auto bytes = [&](const std::string& name) {
+      for (const BufferBytes& b : p.buffers)
+        if (b.name == name) return b.bytes;
+      ADD_FAILURE() << "no buffer " << name;
+      return size_t{0};
+    };
+    const size_t R = world, L = E / world;
+    // Regions are 256-byte aligned: each is its formula rounded up.
+    auto near = [](size_t got, size_t want) { return got >= want && got < want + 256; };
+    EXPECT_TRUE(near(bytes("recv_rows"), 2 * (R - 1) * T * H * 2));
+    EXPECT_TRUE(near(bytes("recv_entries"), 2 * R * T * k * 16));
+    EXPECT_TRUE(near(bytes("count_msgs"), 2 * R * L * 4));
+    EXPECT_TRUE(near(bytes("arrivals"), 2 * L * 4));
+    EXPECT_TRUE(near(bytes("combine_rows"), size_t{2} * T * k * H * 2));
+    EXPECT_TRUE(near(bytes("token_signals"), size_t{2} * T * 4));
+    EXPECT_TRUE(near(bytes("h"), R * T * k * I * 2));
+    size_t sym = 0, priv = 0;
+    for (const BufferBytes& b : p.buffers) (b.symmetric ? sym : priv) += b.bytes;
+    EXPECT_EQ(sym, p.symmetric_bytes());
+    EXPECT_EQ(priv, p.private_bytes());
+    EXPECT_NE(format_plan(p).find("recv_rows"), std::string::npos);
+  }
+}
+
+TEST(FusedMemoryPlan, ZeroTokensStillPlans) {
+  const FusedPlan p = plan_fused(config(128, 128, 8, 2, 0), 2);
+  EXPECT_GT(p.symmetric_bytes(), 0u);  // counts and flags exist even without tokens
+}
+
+TEST(FusedMemoryPlan, RejectsWhatTheKernelCannotTile) {
+  auto code_of = [](const LayerConfig& c, int world) {
+    try {
+      plan_fused(c, world);
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("fused layer"), std::string::npos) << e.what();
+      return e.code();
+    }
+    return ErrorCode::kInternal;
+  };
+  EXPECT_EQ(code_of(config(100, 128, 8, 2, 16), 2), ErrorCode::kInvalidConfig);  // H not a multiple of 128
+  EXPECT_EQ(code_of(config(128, 192, 8, 2, 16), 2), ErrorCode::kInvalidConfig);  // I not a multiple of 128
+  EXPECT_EQ(code_of(config(128, 128, 6, 2, 16), 4), ErrorCode::kInvalidConfig);  // E % world
+  EXPECT_EQ(code_of(config(128, 128, 8, 17, 16), 2), ErrorCode::kInvalidConfig); // k > 16
+  EXPECT_EQ(code_of(config(128, 128, 8, 0, 16), 2), ErrorCode::kInvalidConfig);
+}
+
+TEST(FusedErrors, MessagesNameRankPhaseAndWait) {
+  device::ErrorRecord r{static_cast<int32_t>(device::ErrorKind::kTimeout), 1,
+                        static_cast<int32_t>(device::Phase::kLinear1), static_cast<int32_t>(device::WaitKind::kArrivals),
+                        5, 0, 12, 7};
+  EXPECT_EQ(error_code(r), ErrorCode::kTimeout);
+  EXPECT_EQ(describe_error(r),
+            "rank 1: timed out in linear1 waiting for arrivals of local expert 5 from all senders (expected 12, saw 7)");
+  r = {static_cast<int32_t>(device::ErrorKind::kTimeout), 0, static_cast<int32_t>(device::Phase::kCollect),
+       static_cast<int32_t>(device::WaitKind::kCounts), 3, 0, 9, 7};
+  EXPECT_EQ(describe_error(r), "rank 0: timed out in collect counts waiting for the count message of rank 3 (expected 9, saw 7)");
+  r = {static_cast<int32_t>(device::ErrorKind::kBadExpert), 2, 0, 0, 17, 3, static_cast<uint32_t>(-5), 0};
+  EXPECT_EQ(error_code(r), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(describe_error(r), "rank 2: topk_idx[17][3] = -5 is not a valid expert id (-1 or [0, E))");
+  r = {static_cast<int32_t>(device::ErrorKind::kPeerBadInput), 0, 0, 0, 2, 0, 0, 2};
+  EXPECT_EQ(error_code(r), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(describe_error(r), "rank 0: rank 2 reported invalid input (an expert id out of range)");
+  r.seen = static_cast<uint32_t>(device::ErrorKind::kBadTokenCount);
+  EXPECT_EQ(describe_error(r), "rank 0: rank 2 reported invalid input (num_tokens out of range)");
+  r.seen = static_cast<uint32_t>(device::ErrorKind::kBadPointer);
+  EXPECT_EQ(describe_error(r), "rank 0: rank 2 reported invalid input (a null or misaligned pointer)");
+}
+
+}  // namespace
+}  // namespace epfuse::fused
+
+namespace epfuse::fused {
+namespace {
+
+TEST(FusedTileChoice, BothGemmsAlwaysTile) {
+  for (int H : {128, 256, 384, 2048, 7168})
+    for (int I : {128, 256, 768, 2048})
+      for (int rows : {0, 1, 16, 33, 64, 100, 129, 200, 256, 5000}) {
+        LayerConfig c;
+        c.hidden = H;
+        c.intermediate = I;
+        c.num_experts = 8;
+        c.topk = 2;
+        c.max_tokens_per_rank = 16;
+        const GemmTileShape s = choose_fused_tile(c, rows);
+        EXPECT_TRUE(fused_tile_supports(s, c)) << "H " << H << " I " << I << " rows " << rows;
+        // Where Linear2 allows it, the choice is E1's choice for Linear1.
+        const GemmTileShape pref = choose_gemm_tile(rows, 2 * I, H);
+        if (fused_tile_supports(pref, c)) {
+          EXPECT_EQ(s, pref);
+        }
+      }
+}
+
+}  // namespace
+}  // namespace epfuse::fused

@@ -1,0 +1,412 @@
+// CPU tests of the fused kernel's protocol arithmetic: epochs, routing/dedup, ticket-dispenser slot
+// assignment, buffer offsets, the expert plan and the task map. The slot-assignment test simulates
+// the kernel's layout -> dispatch -> collect arithmetic for every rank on the CPU with the same
+// EPFUSE_HD functions and checks that every (token, slot) lands on exactly one entry of the right
+// expert at its receiver, rows are deduplicated per receiver, and nothing overlaps.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <random>
+#include <set>
+#include <tuple>
+#include <vector>
+
+#include "device/buffer_layout.h"
+#include "device/epoch.h"
+#include "device/routing.h"
+#include "device/task_map.h"
+
+namespace epfuse::device {
+namespace {
+
+// ---- epochs ----
+TEST(FusedEpoch, ParityAlternatesAcrossWrap) {
+  uint32_t e = 0xFFFFFFF0u;
+  for (int i = 0; i < 40; ++i) {
+    const uint32_t n = next_epoch(e);
+    EXPECT_NE(epoch_parity(e), epoch_parity(n)) << "epoch " << e;
+    e = n;
+  }
+}
+
+TEST(FusedEpoch, StaleFlagNeverLooksCurrent) {
+  // A flag of parity p holds 0 (never written) or the epoch of the previous call of that parity.
+  for (uint32_t start : {1u, 2u, 0xFFFFFFFDu, 0xFFFFFFFEu, 0xFFFFFFFFu, 0u}) {
+    uint32_t flag[2] = {0, 0};
+    uint32_t e = start;
+    for (int call = 0; call < 8; ++call) {
+      const uint32_t p = epoch_parity(e);
+      // Before this call writes, the flag must not read as current (0 only when e == 0 at the very first
+      // use, which the host never does: it starts at 1).
+      if (!(flag[p] == 0 && e == 0)) {
+        EXPECT_FALSE(flag_is_current(flag[p], e)) << "epoch " << e;
+      }
+      flag[p] = e;
+      EXPECT_TRUE(flag_is_current(flag[p], e));
+      e = next_epoch(e);
+    }
+  }
+}
+
+TEST(FusedEpoch, MonotonicCounterAcrossWrap) {
+  uint32_t counter = 0xFFFFFF00u, base = counter;
+  for (uint32_t expected : {0u, 1u, 300u, 70000u}) {
+    for (uint32_t i = 0; i < expected; ++i) {
+      EXPECT_FALSE(counter_reached(counter, base, expected));
+      counter += 1;
+    }
+    EXPECT_TRUE(counter_reached(counter, base, expected));
+    EXPECT_EQ(counter_progress(counter, base), expected);
+    base += expected;
+  }
+}
+
+// ---- routing ----
+TEST(FusedRouting, FirstSlotPerRankDeduplicates) {
+  const int E = 16, L = 4;  // 4 ranks
+  const std::vector<int32_t> idx = {5, -1, 6, 0, 13, 4, 3, -1};
+  // ranks: 1, -, 1, 0, 3, 1, 0, -
+  EXPECT_EQ(first_slot_for_rank(idx.data(), 0, E, L), 0);
+  EXPECT_EQ(first_slot_for_rank(idx.data(), 1, E, L), -1);
+  EXPECT_EQ(first_slot_for_rank(idx.data(), 2, E, L), 0);
+  EXPECT_EQ(first_slot_for_rank(idx.data(), 3, E, L), 3);
+  EXPECT_EQ(first_slot_for_rank(idx.data(), 4, E, L), 4);
+  EXPECT_EQ(first_slot_for_rank(idx.data(), 5, E, L), 0);
+  EXPECT_EQ(first_slot_for_rank(idx.data(), 6, E, L), 3);
+  EXPECT_EQ(routed_slots(idx.data(), 8, E), 6);
+  EXPECT_EQ(token_signal_target(idx.data(), 8, E, 7168), 6u * 56u);
+  // Tiles of 128 or 256 columns add up to the same target: the home need not know the expert rank's shape.
+  EXPECT_EQ(signal_units(256) * (7168 / 256), signal_units(7168));
+  EXPECT_EQ(signal_units(128) * (7168 / 128), signal_units(7168));
+  EXPECT_TRUE(slot_is_invalid(16, E));
+  EXPECT_TRUE(slot_is_invalid(-2, E));
+  EXPECT_FALSE(slot_is_invalid(-1, E));
+  EXPECT_FALSE(slot_is_routed(-1, E));
+}
+
+// ---- the task map ----
+TEST(FusedTaskMap, DecodeCoversEveryTaskOnce) {
+  for (int tokens : {0, 1, 7, 8, 64, 65, 1000}) {
+    for (int mblocks : {0, 1, 5}) {
+      const TaskSpace s = with_gemm_tasks(make_task_space(tokens), mblocks, 3, 2);
+      std::map<Phase, std::vector<int>> seen;
+      for (int id = 0; id < s.total(); ++id) {
+        const Task t = decode_task(s, id);
+        ASSERT_NE(t.phase, Phase::kDone);
+        seen[t.phase].push_back(t.index);
+        if (id > 0) {  // phases in order
+          EXPECT_GE(static_cast<int>(t.phase), static_cast<int>(decode_task(s, id - 1).phase));
+        }
+      }
+      EXPECT_EQ(decode_task(s, s.total()).phase, Phase::kDone);
+      EXPECT_EQ(decode_task(s, s.total() + 5).phase, Phase::kDone);
+      auto expect_range = [&](Phase p, int n) {
+        std::vector<int> want(n);
+        for (int i = 0; i < n; ++i) want[i] = i;
+        EXPECT_EQ(seen[p], want) << "phase " << static_cast<int>(p) << " tokens " << tokens;
+      };
+      expect_range(Phase::kLayout, (tokens + kLayoutTokens - 1) / kLayoutTokens);
+      expect_range(Phase::kPublish, 1);
+      expect_range(Phase::kDispatch, (tokens + kDispatchTokens - 1) / kDispatchTokens);
+      expect_range(Phase::kCollect, 1);
+      expect_range(Phase::kLinear1, mblocks * 3);
+      expect_range(Phase::kLinear2, mblocks * 2);
+      expect_range(Phase::kCombine, (tokens + kCombineTokens - 1) / kCombineTokens);
+    }
+  }
+}
+
+TEST(FusedTaskMap, TilesAreMblockMajor) {
+  EXPECT_EQ(tile_of(0, 4).mblock, 0);
+  EXPECT_EQ(tile_of(3, 4).nblock, 3);
+  EXPECT_EQ(tile_of(4, 4).mblock, 1);
+  EXPECT_EQ(tile_of(4, 4).nblock, 0);
+}
+
+// ---- the expert plan ----
+struct PlanStore {
+  std::vector<int> ints;
+  ExpertPlan plan;
+  PlanStore(const FusedDims& d) : ints(plan_ints(d), -7) { plan = plan_view(ints.data(), d.world, d.local_experts()); }
+};
+
+TEST(FusedPlan, EmptyHotAndMixedExperts) {
+  const FusedDims d{3, 128, 128, 6, 2, 100};  // L = 2
+  PlanStore st(d);
+  // counts[src][e]: expert 0 empty; expert 1 gets 5, 0 and 70 rows.
+  const std::vector<uint32_t> counts = {0, 5, 0, 0, 0, 70};
+  const int mb = build_expert_plan(counts.data(), d.world, 2, 32, st.plan);
+  EXPECT_EQ(mb, 3);  // ceil(75 / 32)
+  EXPECT_EQ(st.plan.rows[0], 0);
+  EXPECT_EQ(st.plan.rows[1], 75);
+  EXPECT_EQ(st.plan.mb_start[0], 0);
+  EXPECT_EQ(st.plan.mb_start[1], 0);
+  EXPECT_EQ(st.plan.mb_start[2], 3);
+  for (int m = 0; m < 3; ++m) EXPECT_EQ(expert_of_mblock(st.plan.mb_start, 2, m), 1);
+  // Row 4 comes from sender 0 (its 5th entry of expert 1, after its 0 entries of expert 0); rows 5.. from sender 2.
+  RowSource r = row_source(st.plan, d.world, 2, 1, 4);
+  EXPECT_EQ(r.src, 0);
+  EXPECT_EQ(r.entry, 4);
+  r = row_source(st.plan, d.world, 2, 1, 5);
+  EXPECT_EQ(r.src, 2);
+  EXPECT_EQ(r.entry, 0);
+  r = row_source(st.plan, d.world, 2, 1, 74);
+  EXPECT_EQ(r.src, 2);
+  EXPECT_EQ(r.entry, 69);
+}
+
+TEST(FusedPlan, AllEmpty) {
+  const FusedDims d{2, 128, 128, 8, 1, 0};
+  PlanStore st(d);
+  const std::vector<uint32_t> counts(8, 0);
+  EXPECT_EQ(build_expert_plan(counts.data(), 2, 4, 64, st.plan), 0);
+  for (int e = 0; e < 4; ++e) EXPECT_EQ(st.plan.mb_start[e], 0);
+}
+
+TEST(FusedPlan, MblockBoundHolds) {
+  std::mt19937 rng(7);
+  for (int world : {1, 2, 4, 8}) {
+    for (int E : {8, 64, 256}) {
+      for (int k : {1, 2, 8}) {
+        for (int block_m : {32, 64, 128}) {
+          const FusedDims d{world, 128, 128, E, k, 37};
+          const int L = E / world;
+          // Worst case for m-blocks: every pair on one expert, or spread to maximise padding.
+          for (int pattern = 0; pattern < 3; ++pattern) {
+            std::vector<uint32_t> counts(world * L, 0);
+            const int64_t pairs = d.max_recv_pairs();
+            for (int64_t p = 0; p < pairs; ++p) {
+              // 1: one pair on each of experts 1..L-1 and the rest on expert 0, the worst case.
+              const int e = pattern == 0 ? 0 : pattern == 1 ? (p < L - 1 ? static_cast<int>(p) + 1 : 0) : static_cast<int>(rng() % L);
+              counts[(p % world) * L + e] += 1;
+            }
+            PlanStore st(d);
+            const int mb = build_expert_plan(counts.data(), world, L, block_m, st.plan);
+            EXPECT_LE(mb, d.max_mblocks(block_m));
+            EXPECT_LE(d.max_mblocks(block_m), d.max_mblocks(kMinBlockM));  // l1_done is sized for kMinBlockM
+            if (pattern == 1) {
+              EXPECT_EQ(mb, d.max_mblocks(block_m)) << "the bound is tight";
+            }
+            EXPECT_EQ(st.plan.pair_off[L - 1] + st.plan.rows[L - 1], pairs);
+          }
+        }
+      }
+    }
+  }
+}
+
+// ---- buffer layout ----
+TEST(FusedLayout, RegionsAreDisjointAlignedAndInBounds) {
+  for (int world : {1, 2, 4, 8}) {
+    const FusedDims d{world, 256, 384, 16 * world, 8, 129};
+    const SymLayout s = make_sym_layout(d);
+    const std::vector<size_t> starts = {s.recv_rows, s.recv_entries, s.count_msgs, s.count_status, s.count_flags,
+                                        s.arrivals, s.combine_rows, s.token_signals, s.total};
+    for (size_t i = 0; i + 1 < starts.size(); ++i) {
+      EXPECT_LE(starts[i], starts[i + 1]);  // recv_rows is empty at world 1
+      EXPECT_EQ(starts[i] % kRegionAlign, 0u);
+    }
+    // The last element of each region ends at or before the next region.
+    const int T = d.max_tokens, L = d.local_experts();
+    // Each remote sender's rows at each receiver: disjoint, inside the region, parities apart.
+    std::set<size_t> row_starts;
+    for (uint32_t p = 0; p < 2; ++p)
+      for (int recv = 0; recv < world; ++recv)
+        for (int src = 0; src < world; ++src) {
+          if (src == recv) continue;
+          const size_t first = recv_row_offset(s, d, p, recv, src, 0), last = recv_row_offset(s, d, p, recv, src, T - 1);
+          EXPECT_GE(first, s.recv_rows);
+          EXPECT_LE(last + d.hidden * 2, s.recv_entries);
+          EXPECT_EQ(last - first, static_cast<size_t>(T - 1) * d.hidden * 2);
+          if (recv == 0) {
+            EXPECT_TRUE(row_starts.insert(first).second) << "two senders share rows";
+          }
+        }
+    EXPECT_EQ(row_starts.size(), static_cast<size_t>(2 * (world - 1)));
+    EXPECT_LE(recv_entry_offset(s, d, 1, world - 1, int64_t{T} * d.topk - 1) + sizeof(RowEntry), s.count_msgs);
+    EXPECT_LE(count_msg_offset(s, d, 1, world - 1, L - 1) + 4, s.count_status);
+    EXPECT_LE(count_status_offset(s, d, 1, world - 1) + 4, s.count_flags);
+    EXPECT_LE(count_flag_offset(s, d, 1, world - 1) + 4, s.arrivals);
+    EXPECT_LE(arrival_offset(s, d, 1, L - 1) + 4, s.combine_rows);
+    EXPECT_LE(combine_row_offset(s, d, 1, T - 1, d.topk - 1) + d.hidden * 2, s.token_signals);
+    EXPECT_LE(token_signal_offset(s, d, 1, T - 1) + 4, s.total);
+    // Parities never share bytes.
+    EXPECT_LE(combine_row_offset(s, d, 0, T - 1, d.topk - 1) + d.hidden * 2, combine_row_offset(s, d, 1, 0, 0));
+    // 16-byte stores need 16-byte aligned rows and entries.
+    if (world > 1) {
+      EXPECT_EQ(recv_row_offset(s, d, 1, 0, world - 1, 3) % 16, 0u);
+    }
+    EXPECT_EQ(combine_row_offset(s, d, 1, 5, 3) % 16, 0u);
+    EXPECT_EQ(recv_entry_offset(s, d, 1, 0, 7) % 16, 0u);
+
+    const PrivLayout p = make_priv_layout(d, 64);
+    EXPECT_EQ(p.h, 0u);
+    EXPECT_GE(p.pair_row - p.h, static_cast<size_t>(world) * T * d.topk * d.intermediate * 2);
+    EXPECT_GE(p.plan + plan_ints(d) * 4, p.plan);
+    EXPECT_LE(p.plan + plan_ints(d) * 4, p.arrival_base);
+    EXPECT_GE(p.total - p.control, 64u);
+  }
+}
+
+// ---- the whole layout -> dispatch -> collect arithmetic, simulated ----
+// Mirrors layout_task (per-block slot ranks + ticket dispenser), dispatch_task (entry positions) and
+// collect_task (plan, row_source) for every rank, in a scrambled block order.
+struct Sim {
+  FusedDims d;
+  std::vector<std::vector<int32_t>> idx;  // per rank [T_r * k]
+  std::vector<int> tokens;
+};
+
+void simulate(const Sim& sim, std::mt19937& rng) {
+  const FusedDims& d = sim.d;
+  const int R = d.world, k = d.topk, E = d.num_experts, L = d.local_experts();
+  // What each receiver holds: entries[receiver][src][entry] = (row, token, slot); rows[receiver][src] = row -> token.
+  std::vector<std::vector<std::map<int, std::tuple<int, int, int>>>> entries(R, std::vector<std::map<int, std::tuple<int, int, int>>>(R));
+  std::vector<std::vector<std::map<int, int>>> rows(R, std::vector<std::map<int, int>>(R));
+  std::vector<std::vector<uint32_t>> counts_at(R, std::vector<uint32_t>(R * L, 0));  // [receiver][src][e]
+  for (int src = 0; src < R; ++src) {
+    const int T = sim.tokens[src];
+    const int32_t* id = sim.idx[src].data();
+    std::vector<uint32_t> row_tickets(R, 0), pair_tickets(E, 0);
+    std::vector<int32_t> pair_row(T * k, -1), pair_index(T * k, -1);
+    const int blocks = (T + kLayoutTokens - 1) / kLayoutTokens;
+    std::vector<int> order(blocks);
+    for (int b = 0; b < blocks; ++b) order[b] = b;
+    std::shuffle(order.begin(), order.end(), rng);  // CTAs take tickets in any order
+    for (int b : order) {
+      std::vector<uint32_t> cnt_rows(R, 0), cnt_pairs(E, 0);
+      const int t0 = b * kLayoutTokens, t1 = std::min(T, t0 + kLayoutTokens);
+      std::vector<int> qs;
+      for (int q = 0; q < (t1 - t0) * k; ++q) qs.push_back(q);
+      std::shuffle(qs.begin(), qs.end(), rng);  // threads' smem atomics in any order
+      for (int q : qs) {
+        const int t = t0 + q / k, j = q % k;
+        const int32_t e = id[t * k + j];
+        if (!slot_is_routed(e, E)) continue;
+        if (first_slot_for_rank(id + t * k, j, E, L) == j) pair_row[t * k + j] = cnt_rows[expert_rank(e, L)]++;
+        pair_index[t * k + j] = cnt_pairs[e]++;
+      }
+      std::vector<uint32_t> base_rows(R), base_pairs(E);
+      for (int r = 0; r < R; ++r) { base_rows[r] = row_tickets[r]; row_tickets[r] += cnt_rows[r]; }
+      for (int e = 0; e < E; ++e) { base_pairs[e] = pair_tickets[e]; pair_tickets[e] += cnt_pairs[e]; }
+      for (int t = t0; t < t1; ++t)
+        for (int j = 0; j < k; ++j) {
+          const int32_t e = id[t * k + j];
+          if (!slot_is_routed(e, E)) continue;
+          pair_index[t * k + j] += base_pairs[e];
+          if (pair_row[t * k + j] >= 0) pair_row[t * k + j] += base_rows[expert_rank(e, L)];
+        }
+      for (int t = t0; t < t1; ++t)
+        for (int j = 0; j < k; ++j) {
+          const int first = first_slot_for_rank(id + t * k, j, E, L);
+          if (first >= 0 && first != j) pair_row[t * k + j] = pair_row[t * k + first];
+        }
+    }
+    // Rows per receiver never exceed T_max; pairs never exceed T_max * k.
+    for (int r = 0; r < R; ++r) ASSERT_LE(row_tickets[r], static_cast<uint32_t>(d.max_tokens));
+    // Dispatch: entry positions from the sender's own totals.
+    std::vector<int> entry_base(E);
+    for (int r = 0; r < R; ++r) exclusive_prefix(pair_tickets.data() + r * L, L, entry_base.data() + r * L);
+    for (int r = 0; r < R; ++r)
+      for (int e = 0; e < L; ++e) counts_at[r][src * L + e] = pair_tickets[r * L + e];
+    for (int t = 0; t < T; ++t)
+      for (int j = 0; j < k; ++j) {
+        const int32_t e = id[t * k + j];
+        if (!slot_is_routed(e, E)) continue;
+        const int r = expert_rank(e, L);
+        const int row = pair_row[t * k + j];
+        ASSERT_GE(row, 0);
+        ASSERT_LT(row, d.max_tokens);
+        auto [it, fresh] = rows[r][src].emplace(row, t);
+        ASSERT_EQ(it->second, t) << "row slot " << row << " at rank " << r << " shared by two tokens";
+        const int entry = entry_base[e] + pair_index[t * k + j];
+        ASSERT_LT(entry, d.max_tokens * k);
+        ASSERT_TRUE(entries[r][src].emplace(entry, std::make_tuple(row, t, j)).second) << "entry collision";
+        (void)fresh;
+      }
+    // Dedup: exactly one row per (token, receiver).
+    for (int r = 0; r < R; ++r) {
+      std::set<int> want;
+      for (int t = 0; t < T; ++t)
+        for (int j = 0; j < k; ++j)
+          if (slot_is_routed(id[t * k + j], E) && expert_rank(id[t * k + j], L) == r) want.insert(t);
+      std::set<int> got;
+      for (auto& [row, t] : rows[r][src]) got.insert(t);
+      EXPECT_EQ(got, want);
+      EXPECT_EQ(rows[r][src].size(), want.size());
+    }
+  }
+  // Collect at each receiver: every expert row maps to an entry of that expert, each entry once.
+  for (int r = 0; r < R; ++r) {
+    PlanStore st(d);
+    const int mb = build_expert_plan(counts_at[r].data(), R, L, 32, st.plan);
+    ASSERT_LE(mb, d.max_mblocks(32));
+    std::set<std::pair<int, int>> used;
+    for (int e = 0; e < L; ++e) {
+      for (int row = 0; row < st.plan.rows[e]; ++row) {
+        const RowSource rs = row_source(st.plan, R, L, e, row);
+        const auto it = entries[r][rs.src].find(rs.entry);
+        ASSERT_NE(it, entries[r][rs.src].end()) << "row " << row << " of expert " << e << " maps to an unwritten entry";
+        const auto [prow, token, slot] = it->second;
+        EXPECT_EQ(sim.idx[rs.src][token * k + slot], r * L + e) << "entry of the wrong expert";
+        EXPECT_TRUE(used.insert({rs.src, rs.entry}).second);
+      }
+      for (int m = st.plan.mb_start[e]; m < st.plan.mb_start[e + 1]; ++m) {
+        EXPECT_EQ(expert_of_mblock(st.plan.mb_start, L, m), e);
+      }
+    }
+    size_t total = 0;
+    for (int s = 0; s < R; ++s) total += entries[r][s].size();
+    EXPECT_EQ(used.size(), total) << "some received entries are never computed";
+  }
+}
+
+enum class Pattern { kUniform, kOneExpert, kDropped, kDuplicates };
+
+Sim make_sim(int world, int E, int k, int T_max, Pattern pattern, std::mt19937& rng) {
+  Sim s{FusedDims{world, 128, 128, E, k, T_max}, {}, {}};
+  for (int r = 0; r < world; ++r) {
+    const int T = (r == 1) ? 0 : static_cast<int>(rng() % (T_max + 1));  // rank 1 has no tokens
+    s.tokens.push_back(T);
+    std::vector<int32_t> idx(T * k);
+    for (int t = 0; t < T; ++t) {
+      std::vector<int> perm(E);
+      for (int e = 0; e < E; ++e) perm[e] = e;
+      std::shuffle(perm.begin(), perm.end(), rng);
+      for (int j = 0; j < k; ++j) {
+        int32_t e = perm[j % E];
+        if (pattern == Pattern::kOneExpert) e = j == 0 ? E - 1 : -1;
+        if (pattern == Pattern::kDropped && rng() % 4 == 0) e = -1;
+        if (pattern == Pattern::kDropped && t % 5 == 0) e = -1;  // whole tokens dropped
+        if (pattern == Pattern::kDuplicates && j > 0 && rng() % 3 == 0) e = idx[t * k];
+        idx[t * k + j] = e;
+      }
+    }
+    s.idx.push_back(std::move(idx));
+  }
+  return s;
+}
+
+TEST(FusedSlots, EveryPairLandsOnceAtTheRightExpert) {
+  std::mt19937 rng(1234);
+  for (int world : {1, 2, 4, 8}) {
+    for (int E : {8, 32, 256}) {
+      if (E % world != 0) continue;
+      for (int k : {1, 2, 4, 8}) {
+        if (k > E) continue;
+        for (Pattern p : {Pattern::kUniform, Pattern::kOneExpert, Pattern::kDropped, Pattern::kDuplicates}) {
+          const Sim s = make_sim(world, E, k, 150, p, rng);
+          SCOPED_TRACE(testing::Message() << "world " << world << " E " << E << " k " << k << " pattern "
+                                          << static_cast<int>(p));
+          simulate(s, rng);
+          if (testing::Test::HasFatalFailure()) return;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace epfuse::device

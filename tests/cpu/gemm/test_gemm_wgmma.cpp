@@ -1,0 +1,283 @@
+// CPU tests of the wgmma tile GEMM's index arithmetic (src/device/gemm_layout_wgmma.h) and of the Hopper
+// tile-shape choice (src/fused/heuristics.h): descriptor encoding (against an independent bit-field
+// view of the PTX ISA table), the 128-byte swizzle against gemm_layout.h's XOR swizzle, accumulator
+// ownership (against CUTLASS's CLayout_64xN formula), and an emulation of a whole CTA tile:
+// cp.async placement as gemm_mainloop_wgmma.cuh does it, wgmma operand reads through the descriptors
+// it builds, accumulators handed out by the PTX fragment layout and read back through visit /
+// visit_col16's maps. A wrong encoding or map gives a wrong matrix, not just a wrong index.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <set>
+#include <vector>
+
+#include "device/gemm_layout.h"
+#include "device/gemm_layout_wgmma.h"
+#include "fused/heuristics.h"
+
+namespace epfuse::device {
+namespace {
+
+// The descriptor as the PTX ISA's "Matrix Descriptor Format" table lays it out (GCC allocates
+// bit-fields from the least significant bit on x86-64, as CUTLASS's GmmaDescriptor relies on).
+struct DescBits {
+  uint64_t start : 14, : 2;
+  uint64_t leading : 14, : 2;
+  uint64_t stride : 14, : 3;
+  uint64_t base_offset : 3, : 10;
+  uint64_t swizzle : 2;
+};
+static_assert(sizeof(DescBits) == 8);
+
+DescBits decode(uint64_t desc) {
+  DescBits b;
+  std::memcpy(&b, &desc, sizeof(b));
+  return b;
+}
+
+TEST(GemmWgmmaLayout, DescriptorFields) {
+  for (uint32_t addr : {0u, 0x400u, 0x4000u, 0x10400u, 0x30000u, 227u * 1024u - 1024u}) {
+    const uint64_t desc = make_sw128_kmajor_desc(addr);
+    const DescBits b = decode(desc);
+    EXPECT_EQ(b.start, addr >> 4) << addr;
+    EXPECT_EQ(b.leading, 1u);       // unused for swizzled K-major, "assumed to be 1"
+    EXPECT_EQ(b.stride, 1024u >> 4);  // 8 rows x 128 bytes between row groups
+    EXPECT_EQ(b.base_offset, 0u);   // atoms start on 1024-byte boundaries
+    EXPECT_EQ(b.swizzle, 1u);       // 128-byte swizzle
+    DescBits manual{};
+    manual.start = addr >> 4;
+    manual.leading = 1;
+    manual.stride = 64;
+    manual.swizzle = 1;
+    uint64_t expect = 0;
+    std::memcpy(&expect, &manual, sizeof(expect));
+    EXPECT_EQ(desc, expect);
+  }
+  // One literal, worked by hand from the table: start 0x400 >> 4 = 0x40, LBO 1 << 16, SBO 64 << 32,
+  // swizzle 1 << 62.
+  EXPECT_EQ(make_sw128_kmajor_desc(0x400), 0x4000004000010040ull);
+}
+
+TEST(GemmWgmmaLayout, DescriptorAdvanceMovesOnlyTheStart) {
+  // Every (stage, k step) start of a 228 KiB shared memory: the start field never carries.
+  for (uint32_t base : {0x400u, 0x8000u, 0x1fc00u})
+    for (uint32_t bytes : {0u, 32u, 64u, 96u, 1024u, 8192u, 16384u, 3u * 32768u, 3u * 49152u})
+      if (base + bytes < 228u * 1024u) {
+        EXPECT_EQ(desc_advance(make_sw128_kmajor_desc(base), bytes), make_sw128_kmajor_desc(base + bytes))
+            << base << " + " << bytes;
+      }
+}
+
+TEST(GemmWgmmaLayout, AlignIsTheNextAtomBoundary) {
+  EXPECT_EQ(sw128_align(0), 0u);
+  EXPECT_EQ(sw128_align(16), 1024u);
+  EXPECT_EQ(sw128_align(1024), 1024u);
+  EXPECT_EQ(sw128_align(1040), 2048u);
+  for (uint32_t a = 0; a < 8192; a += 16) {
+    EXPECT_EQ(sw128_align(a) % 1024, 0u);
+    EXPECT_GE(sw128_align(a), a);
+    EXPECT_LT(sw128_align(a) - a, 1024u);
+  }
+}
+
+// The cp.async side (gemm_layout.h's XOR swizzle with block_k = 64) and the hardware's 128-byte swizzle
+// put every 16-byte chunk of a tile at the same byte, for tiles starting on any atom boundary.
+TEST(GemmWgmmaLayout, Sw128MatchesXorSwizzleOfBlockK64) {
+  for (uint32_t base : {0u, 1024u, 0x1c000u})
+    for (int row = 0; row < 256; ++row)
+      for (int chunk = 0; chunk < 8; ++chunk) {
+        const uint32_t logical = base + static_cast<uint32_t>(row * kSw128RowBytes + chunk * 16);
+        EXPECT_EQ(sw128_physical(logical), base + 2u * static_cast<uint32_t>(smem_chunk_offset(row, chunk, kWgmmaBlockK)))
+            << "row " << row << " chunk " << chunk;
+      }
+  // Within an atom the swizzle is a permutation of the 64 chunks.
+  std::set<uint32_t> seen;
+  for (uint32_t a = 0; a < 1024; a += 16) seen.insert(sw128_physical(a));
+  EXPECT_EQ(seen.size(), 64u);
+  EXPECT_EQ(*seen.rbegin(), 1008u);
+}
+
+// CUTLASS's CLayout_64xN: (thread (4, 8, 4) : (128, 1, 16), value (2, 2, N/8) : (64, 8, 512)) -> m + 64 n.
+TEST(GemmWgmmaLayout, AccumulatorFragmentMatchesClayout64xN) {
+  for (int n : {128, 256})
+    for (int t = 0; t < 128; ++t)
+      for (int reg = 0; reg < n / 2; ++reg) {
+        const int t0 = t % 4, t1 = (t / 4) % 8, t2 = t / 32;
+        const int v0 = reg % 2, v1 = (reg / 2) % 2, v2 = reg / 4;
+        const int offset = t0 * 128 + t1 + t2 * 16 + v0 * 64 + v1 * 8 + v2 * 512;
+        const FragCoord c = wgmma_c_coord(t, reg);
+        EXPECT_EQ(c.row, offset % 64) << "t " << t << " reg " << reg;
+        EXPECT_EQ(c.col, offset / 64) << "t " << t << " reg " << reg;
+      }
+}
+
+TEST(GemmWgmmaLayout, AccumulatorsCoverTileOnce) {
+  for (const fused::GemmTileShape& s : fused::kWgmmaTileShapes) {
+    const int groups_n = s.warps_n, group_tile_n = s.block_n / groups_n;
+    std::vector<int> hits(s.block_m * s.block_n, 0);
+    for (int tid = 0; tid < s.threads(); ++tid)
+      for (int reg = 0; reg < group_tile_n / 2; ++reg) {
+        const FragCoord c = wgmma_accum_coord(tid, reg, groups_n, group_tile_n);
+        ASSERT_GE(c.row, 0);
+        ASSERT_LT(c.row, s.block_m);
+        ASSERT_GE(c.col, 0);
+        ASSERT_LT(c.col, s.block_n);
+        ++hits[c.row * s.block_n + c.col];
+      }
+    for (int i = 0; i < s.block_m * s.block_n; ++i) ASSERT_EQ(hits[i], 1) << "element " << i;
+  }
+}
+
+// A CTA tile of one wgmma shape, emulated end to end (see the file comment). kGroupsN = warps_n,
+// warpgroups along M = warps_m / 4; the kernel's loops (load slots, k steps, registers) are mirrored.
+void emulate_tile(const fused::GemmTileShape& s, int K, int valid_rows, uint32_t caller_smem) {
+  ASSERT_EQ(s.block_k, kWgmmaBlockK);
+  const int threads = s.threads(), groups_n = s.warps_n, group_tile_n = s.block_n / groups_n;
+  const int chunks_per_row = s.block_k / kChunkElems;
+  const int stage_bytes_a = s.block_m * s.block_k * 2, stage_bytes_b = s.block_n * s.block_k * 2;
+  std::mt19937 rng(777 + s.block_n + K);
+  std::uniform_int_distribution<int> dist(-4, 4);
+  std::vector<float> a(s.block_m * K), b(s.block_n * K);
+  for (auto& v : a) v = static_cast<float>(dist(rng));
+  for (auto& v : b) v = static_cast<float>(dist(rng));
+
+  // Shared memory as bytes, each 2-byte slot holding the index+1 of the element there (0 = zeros).
+  const uint32_t base_a = sw128_align(caller_smem);
+  const uint32_t base_b = base_a + s.stages * stage_bytes_a;
+  const uint32_t smem_end = caller_smem + static_cast<uint32_t>(s.smem_bytes());
+  ASSERT_LE(base_b + s.stages * stage_bytes_b, smem_end);
+  std::vector<float> smem(smem_end / 2, std::nanf(""));
+  auto put = [&](uint32_t byte, float v) {
+    ASSERT_EQ(byte % 2, 0u);
+    ASSERT_GE(byte, caller_smem);
+    ASSERT_LT(byte, smem_end);
+    smem[byte / 2] = v;
+  };
+  auto get = [&](uint32_t byte) { return smem[byte / 2]; };
+
+  std::vector<double> d(s.block_m * s.block_n, 0.0);  // what the accumulators hold, by tile element
+  const int stages_used = K / s.block_k;
+  for (int kb = 0; kb < stages_used; ++kb) {
+    const int stage = kb % s.stages;
+    // Copies: slot index = tid + i * threads -> (row, chunk), 16 bytes at 2 * smem_chunk_offset.
+    for (int index = 0; index < s.block_m * chunks_per_row; ++index) {
+      const int row = load_row(index, s.block_k), chunk = load_chunk(index, s.block_k);
+      const uint32_t dst = base_a + stage * stage_bytes_a + 2u * smem_chunk_offset(row, chunk, s.block_k);
+      for (int e = 0; e < kChunkElems; ++e)
+        put(dst + 2 * e, row < valid_rows ? a[row * K + kb * s.block_k + chunk * kChunkElems + e] : 0.0f);
+    }
+    for (int index = 0; index < s.block_n * chunks_per_row; ++index) {
+      const int row = load_row(index, s.block_k), chunk = load_chunk(index, s.block_k);
+      const uint32_t dst = base_b + stage * stage_bytes_b + 2u * smem_chunk_offset(row, chunk, s.block_k);
+      for (int e = 0; e < kChunkElems; ++e) put(dst + 2 * e, b[row * K + kb * s.block_k + chunk * kChunkElems + e]);
+    }
+    // MMAs: warpgroup g, descriptors exactly as the mainloop builds them.
+    for (int g = 0; g < threads / 128; ++g) {
+      const uint64_t desc_a0 = make_sw128_kmajor_desc(base_a + (g / groups_n) * kWgmmaM * kSw128RowBytes);
+      const uint64_t desc_b0 = make_sw128_kmajor_desc(base_b + (g % groups_n) * group_tile_n * kSw128RowBytes);
+      const uint64_t desc_a = desc_advance(desc_a0, stage * stage_bytes_a);
+      const uint64_t desc_b = desc_advance(desc_b0, stage * stage_bytes_b);
+      for (int ks = 0; ks < s.block_k / kWgmmaK; ++ks) {
+        const uint64_t da = desc_advance(desc_a, ks * kWgmmaK * 2), db = desc_advance(desc_b, ks * kWgmmaK * 2);
+        for (int m = 0; m < kWgmmaM; ++m)
+          for (int n = 0; n < group_tile_n; ++n) {
+            double sum = 0;
+            for (int k = 0; k < kWgmmaK; ++k)
+              sum += double(get(sw128_kmajor_element_addr(da, m, k))) * double(get(sw128_kmajor_element_addr(db, n, k)));
+            d[((g / groups_n) * kWgmmaM + m) * s.block_n + (g % groups_n) * group_tile_n + n] += sum;
+          }
+      }
+    }
+  }
+  // Registers by the PTX fragment layout (wgmma_c_coord within the warpgroup's own tile).
+  std::vector<std::vector<double>> regs(threads, std::vector<double>(group_tile_n / 2));
+  for (int tid = 0; tid < threads; ++tid) {
+    const int g = tid / 128;
+    for (int reg = 0; reg < group_tile_n / 2; ++reg) {
+      const FragCoord c = wgmma_c_coord(tid % 128, reg);
+      regs[tid][reg] = d[((g / groups_n) * kWgmmaM + c.row) * s.block_n + (g % groups_n) * group_tile_n + c.col];
+    }
+  }
+  auto expect = [&](int row, int col) {
+    double sum = 0;
+    if (row < valid_rows)
+      for (int k = 0; k < K; ++k) sum += double(a[row * K + k]) * double(b[col * K + k]);
+    return sum;
+  };
+  // visit: (row, col, v[reg], v[reg + 1]) for even reg.
+  std::vector<int> seen(s.block_m * s.block_n, 0);
+  for (int tid = 0; tid < threads; ++tid)
+    for (int reg = 0; reg < group_tile_n / 2; reg += 2) {
+      const FragCoord c = wgmma_accum_coord(tid, reg, groups_n, group_tile_n);
+      ASSERT_EQ(c.col % 2, 0);
+      ASSERT_EQ(regs[tid][reg], expect(c.row, c.col)) << "tid " << tid << " reg " << reg;
+      ASSERT_EQ(regs[tid][reg + 1], expect(c.row, c.col + 1)) << "tid " << tid << " reg " << reg + 1;
+      seen[c.row * s.block_n + c.col] += 1;
+      seen[c.row * s.block_n + c.col + 1] += 1;
+    }
+  for (int v : seen) ASSERT_EQ(v, 1);
+  // visit_col16: (row, col, v[lo], v[lo + 1], v[hi], v[hi + 1]), lo = 8 np + 2 half, hi = lo + 4 is
+  // column col + 8; and the SwiGLU pairing (gate, up of one output) holds.
+  for (int tid = 0; tid < threads; ++tid)
+    for (int np = 0; np < group_tile_n / 16; ++np)
+      for (int half = 0; half < 2; ++half) {
+        const int lo = 8 * np + 2 * half, hi = lo + 4;
+        const FragCoord c = wgmma_accum_coord(tid, lo, groups_n, group_tile_n);
+        ASSERT_EQ(regs[tid][lo], expect(c.row, c.col));
+        ASSERT_EQ(regs[tid][lo + 1], expect(c.row, c.col + 1));
+        ASSERT_EQ(regs[tid][hi], expect(c.row, c.col + 8));
+        ASSERT_EQ(regs[tid][hi + 1], expect(c.row, c.col + 9));
+        ASSERT_FALSE(swiglu_is_up(c.col));
+        ASSERT_TRUE(swiglu_is_up(c.col + 8));
+        ASSERT_EQ(swiglu_out_col(c.col), swiglu_out_col(c.col + 8));
+      }
+}
+
+TEST(GemmWgmmaLayout, EmulatedTileMatchesProduct) {
+  for (const fused::GemmTileShape& s : fused::kWgmmaTileShapes) {
+    // K over more k-blocks than stages (stage reuse); a full tile and a ragged one (zero padding rows);
+    // a caller buffer that is not atom-aligned.
+    emulate_tile(s, s.block_k * (s.stages + 2), s.block_m, 0x10);
+    emulate_tile(s, s.block_k * 2, 77, 0x400);
+  }
+}
+
+TEST(GemmWgmmaHeuristics, WgmmaShapesFitAndTile) {
+  for (const fused::GemmTileShape& s : fused::kWgmmaTileShapes) {
+    EXPECT_EQ(s.mma, fused::GemmMma::kWgmma);
+    EXPECT_EQ(s.block_k, kWgmmaBlockK);
+    EXPECT_EQ(s.block_m, (s.warps_m / 4) * kWgmmaM);
+    EXPECT_EQ(s.smem_bytes(), s.stages * (s.block_m + s.block_n) * s.block_k * 2 + kSw128AtomBytes);
+    // + the fused kernel's per-tile row table (a few KiB) must still fit the 227 KiB opt-in limit.
+    EXPECT_LE(s.smem_bytes() + 8 * 1024, 227 * 1024);
+    // A wgmma shape is never mistaken for an mma.sync one (the dispatch compares whole shapes).
+    for (const fused::GemmTileShape& m : fused::kGemmTileShapes) EXPECT_FALSE(s == m);
+  }
+}
+
+TEST(GemmWgmmaHeuristics, Sm90ChoiceSwapsOnlyTheM128Shapes) {
+  using fused::choose_gemm_tile_sm90;
+  EXPECT_EQ(choose_gemm_tile_sm90(512, 4096, 7168), fused::kWgmmaM128N256);   // dsv3 T=4096, Linear1
+  EXPECT_EQ(choose_gemm_tile_sm90(4096, 28672, 4096), fused::kWgmmaM128N256); // mixtral T=4096
+  EXPECT_EQ(choose_gemm_tile_sm90(128, 4096, 7168), fused::kWgmmaM128N128);   // dsv3 T=1024
+  EXPECT_EQ(choose_gemm_tile_sm90(512, 7168 + 128, 2048), fused::kWgmmaM128N128);  // n % 256 != 0
+  EXPECT_EQ(choose_gemm_tile_sm90(16, 4096, 7168), fused::kTileM32);
+  EXPECT_EQ(choose_gemm_tile_sm90(64, 1536, 2048), fused::kTileM64);
+  EXPECT_EQ(choose_gemm_tile_sm90(150, 4096, 7168), fused::kTileM64);
+  EXPECT_EQ(choose_gemm_tile_sm90(16, 1000, 2048).block_m, 0);
+  for (int rows : {0, 1, 33, 64, 65, 128, 255, 256, 512, 4096})
+    for (int n : {128, 256, 1536, 4096, 28672})
+      for (int k : {64, 128, 768, 2048, 7168}) {
+        const fused::GemmTileShape s = fused::choose_gemm_tile_sm90(rows, n, k);
+        const fused::GemmTileShape base = fused::choose_gemm_tile(rows, n, k);
+        EXPECT_TRUE(s == base || s.mma == fused::GemmMma::kWgmma);
+        if (s.block_m != 0) {
+          EXPECT_TRUE(fused::gemm_tile_supports(s, n, k));
+        }
+      }
+}
+
+}  // namespace
+}  // namespace epfuse::device

@@ -1,0 +1,238 @@
+// The float64 reference: a case worked by hand, the clamp, dropped slots, row subsets, threading,
+// generated vs host-held experts, and relative_error.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "epfuse/error.h"
+#include "epfuse/reference.h"
+
+namespace epfuse {
+namespace {
+
+std::vector<bf16> to_bf16(std::initializer_list<float> values) {
+  std::vector<bf16> out;
+  for (float v : values) out.push_back(__float2bfloat16_rn(v));  // all exact in bf16
+  return out;
+}
+
+// H = 2, I = 1, E = 2, k = 2. Per expert, w13 is [2I = 2, H = 2] (gate row, up row), w2 is [H = 2, I = 1]:
+//   expert 0: W1 = [1, 0],     W3 = [0, 1],  W2 = [1, 2]^T
+//   expert 1: W1 = [0.5, 0.5], W3 = [1, -1], W2 = [-1, 0.5]^T
+struct HandCase {
+  LayerConfig cfg;
+  HostExperts experts;
+  HostTokens in;
+
+  explicit HandCase(float clamp = 0.0f)
+      : cfg{2, 1, 2, 2, 3, clamp},
+        experts(cfg, to_bf16({1, 0, 0, 1, /**/ 0.5f, 0.5f, 1, -1}), to_bf16({1, 2, /**/ -1, 0.5f})) {
+    in.num_tokens = 3;
+    in.x = to_bf16({2, 1, /**/ -1, 3, /**/ 1, 3});
+    // Token 1's slot 0 is dropped but holds weight 0.5: a reference that used it would be off.
+    in.topk_idx = {0, 1, /**/ -1, 1, /**/ 0, -1};
+    in.topk_weights = {0.75f, 0.25f, /**/ 0.5f, 1.0f, /**/ 1.0f, 0.25f};
+  }
+};
+
+double silu(double g) { return g / (1 + std::exp(-g)); }
+
+TEST(Reference, HandComputedCase) {
+  HandCase c;
+  const std::vector<double> y = reference_forward(c.cfg, c.in, c.experts);
+  ASSERT_EQ(y.size(), 6u);
+  // Token 0, x = [2, 1]: expert 0: gate 2, up 1, a = silu(2) = 1.7615941559557646, W2 a = [a, 2a];
+  //   expert 1: gate 1.5, up 1, b = silu(1.5) = 1.2263617142904656, W2 b = [-b, 0.5b];
+  //   y = 0.75 [a, 2a] + 0.25 [-b, 0.5b] = [1.014605188394207, 2.7956864482199553].
+  EXPECT_NEAR(y[0], 1.014605188394207, 1e-14);
+  EXPECT_NEAR(y[1], 2.7956864482199553, 1e-14);
+  // Token 1, x = [-1, 3], expert 1 only: gate 1, up -4, a = -4 silu(1) = -2.9242343145200196,
+  //   y = [-a, 0.5a] = [2.9242343145200196, -1.4621171572600098].
+  EXPECT_NEAR(y[2], 2.9242343145200196, 1e-14);
+  EXPECT_NEAR(y[3], -1.4621171572600098, 1e-14);
+  // Token 2, x = [1, 3], expert 0 only: gate 1, up 3, a = 3 silu(1) = 2.193175735890015, y = [a, 2a].
+  EXPECT_NEAR(y[4], 2.193175735890015, 1e-14);
+  EXPECT_NEAR(y[5], 4.38635147178003, 1e-14);
+  EXPECT_NEAR(y[4], 3 * silu(1), 1e-14);  // the arithmetic above, once more in code
+}
+
+TEST(Reference, HandComputedClamp) {
+  HandCase c(1.5f);
+  const std::vector<double> y = reference_forward(c.cfg, c.in, c.experts);
+  // Token 0: expert 0's gate 2 is clamped to 1.5: a = silu(1.5) = 1.2263617142904656 (b as before):
+  //   y = 0.75 [a, 2a] + 0.25 [-b, 0.5b] = [0.6131808571452326, 1.9928377857220063].
+  EXPECT_NEAR(y[0], 0.6131808571452326, 1e-14);
+  EXPECT_NEAR(y[1], 1.9928377857220063, 1e-14);
+  // Token 1: up -4 is clamped to -1.5: a = -1.5 silu(1) = -1.0965878679450074, y = [-a, 0.5a].
+  EXPECT_NEAR(y[2], 1.0965878679450074, 1e-14);
+  EXPECT_NEAR(y[3], -0.5482939339725037, 1e-14);
+  // Token 2: up 3 is clamped to 1.5: a = 1.5 silu(1), y = [a, 2a].
+  EXPECT_NEAR(y[4], 1.0965878679450074, 1e-14);
+  EXPECT_NEAR(y[5], 2.193175735890015, 1e-14);
+}
+
+TEST(Reference, AllSlotsDroppedGivesZeroAndNoExpertIsLoaded) {
+  HandCase c;
+  c.in.topk_idx = {-1, -1, -1, -1, -1, -1};
+  const std::vector<double> y = reference_forward(c.cfg, c.in, c.experts);
+  for (double v : y) EXPECT_EQ(v, 0.0);
+}
+
+TEST(Reference, ZeroTokens) {
+  HandCase c;
+  c.in = HostTokens{};
+  EXPECT_TRUE(reference_forward(c.cfg, c.in, c.experts).empty());
+}
+
+TEST(Reference, RejectsBadInputs) {
+  HandCase c;
+  HostTokens bad = c.in;
+  bad.topk_idx[3] = 2;  // only experts 0 and 1 exist
+  EXPECT_THROW(reference_forward(c.cfg, bad, c.experts), Error);
+  bad = c.in;
+  bad.topk_idx[3] = -2;
+  EXPECT_THROW(reference_forward(c.cfg, bad, c.experts), Error);
+  bad = c.in;
+  bad.x.pop_back();
+  EXPECT_THROW(reference_forward(c.cfg, bad, c.experts), Error);
+  const int out_of_range[] = {3};
+  EXPECT_THROW(reference_forward(c.cfg, c.in, c.experts, out_of_range), Error);
+  EXPECT_THROW(HostExperts(c.cfg, to_bf16({1, 2, 3}), to_bf16({1, 2, 3, 4})), Error);
+}
+
+// A generated layer small enough to compute in full.
+struct GeneratedCase {
+  LayerConfig cfg{256, 128, 16, 4, 64, 0.0f};
+  uint64_t seed = 42;
+  GeneratedExperts experts{cfg, seed};
+  HostTokens in = make_tokens(cfg, 2, 1, 40, Routing::kDropped, seed);
+};
+
+TEST(Reference, RowSubsetEqualsFullRows) {
+  GeneratedCase g;
+  const std::vector<double> full = reference_forward(g.cfg, g.in, g.experts, {}, 2);
+  const std::vector<int> rows = {37, 3, 3, 0, 21};  // any order, repeats allowed
+  const std::vector<double> sub = reference_forward(g.cfg, g.in, g.experts, rows, 2);
+  ASSERT_EQ(sub.size(), rows.size() * 256);
+  for (size_t i = 0; i < rows.size(); ++i)
+    for (int h = 0; h < 256; ++h) ASSERT_EQ(sub[i * 256 + h], full[rows[i] * 256 + h]) << "row " << rows[i];
+}
+
+TEST(Reference, ThreadCountDoesNotChangeTheResult) {
+  GeneratedCase g;
+  const std::vector<double> one = reference_forward(g.cfg, g.in, g.experts, {}, 1);
+  for (int threads : {2, 3, 7, 0}) {
+    const std::vector<double> many = reference_forward(g.cfg, g.in, g.experts, {}, threads);
+    ASSERT_EQ(one, many) << threads << " threads";
+  }
+  double norm = 0;
+  for (double v : one) norm += v * v;
+  EXPECT_GT(norm, 0.0);
+}
+
+TEST(Reference, GeneratedExpertsEqualHostExpertsFromWeightFunctions) {
+  GeneratedCase g;
+  const int E = g.cfg.num_experts, H = g.cfg.hidden, I = g.cfg.intermediate;
+  std::vector<bf16> w13(static_cast<size_t>(E) * 2 * I * H), w2(static_cast<size_t>(E) * H * I);
+  for (int e = 0; e < E; ++e) {
+    for (int r = 0; r < 2 * I; ++r)
+      for (int c = 0; c < H; ++c)
+        w13[(static_cast<size_t>(e) * 2 * I + r) * H + c] = weight_w13(g.cfg, g.seed, e, r, c);
+    for (int r = 0; r < H; ++r)
+      for (int c = 0; c < I; ++c) w2[(static_cast<size_t>(e) * H + r) * I + c] = weight_w2(g.cfg, g.seed, e, r, c);
+  }
+  const HostExperts host(g.cfg, std::move(w13), std::move(w2));
+  std::vector<double> a13, a2, b13, b2;
+  for (int e : {0, 7, 15}) {
+    g.experts.load(e, a13, a2);
+    host.load(e, b13, b2);
+    EXPECT_EQ(a13, b13) << "expert " << e;
+    EXPECT_EQ(a2, b2) << "expert " << e;
+  }
+  EXPECT_EQ(reference_forward(g.cfg, g.in, g.experts), reference_forward(g.cfg, g.in, host));
+  EXPECT_THROW(g.experts.load(E, a13, a2), Error);
+  EXPECT_THROW(host.load(-1, a13, a2), Error);
+}
+
+TEST(Reference, DroppedSlotsAreSkipped) {
+  // Dropping a slot equals removing that expert from the token: compare with the same token where the
+  // dropped slot points at an expert whose weight is 0.
+  GeneratedCase g;
+  HostTokens zeroed = g.in;
+  int dropped = 0;
+  for (size_t s = 0; s < zeroed.topk_idx.size(); ++s)
+    if (zeroed.topk_idx[s] < 0) {
+      zeroed.topk_idx[s] = static_cast<int>(s % g.cfg.num_experts);
+      zeroed.topk_weights[s] = 0.0f;
+      ++dropped;
+    }
+  ASSERT_GT(dropped, 0);
+  const std::vector<double> a = reference_forward(g.cfg, g.in, g.experts);
+  const std::vector<double> b = reference_forward(g.cfg, zeroed, g.experts);
+  EXPECT_LT(relative_error(b, a), 1e-15);
+}
+
+TEST(Reference, ProgressCountsExperts) {
+  GeneratedCase g;
+  int64_t last = 0, calls = 0, total = -1;
+  reference_forward(g.cfg, g.in, g.experts, {}, 3, [&](int64_t done, int64_t all) {
+    EXPECT_EQ(done, last + 1);  // serialised, in order
+    last = done;
+    total = all;
+    ++calls;
+  });
+  EXPECT_EQ(total, g.cfg.num_experts);  // 40 tokens x 4 slots hit all 16 experts
+  EXPECT_EQ(calls, total);
+}
+
+TEST(Reference, ExceptionsFromLoadReachTheCaller) {
+  struct Failing final : ExpertSource {
+    void load(int expert, std::vector<double>&, std::vector<double>&) const override {
+      throw Error(ErrorCode::kInternal, "cannot load expert " + std::to_string(expert));
+    }
+  };
+  GeneratedCase g;
+  EXPECT_THROW(reference_forward(g.cfg, g.in, Failing{}, {}, 4), Error);
+}
+
+// The reference's use case: a few sampled rows of a big layer. On a machine with 16+ threads this
+// is the 16 tokens x 8 experts case that must take seconds; on smaller ones, 2 tokens.
+TEST(Reference, Dsv3SampledRowsTakeSeconds) {
+  const LayerConfig cfg = make_config(*find_model("dsv3"), 4096);
+  const HostTokens in = make_tokens(cfg, 4, 2, 4096, Routing::kUniform, 1);
+  const int num_rows = std::thread::hardware_concurrency() >= 16 ? 16 : 2;
+  std::vector<int> rows;
+  for (int i = 0; i < num_rows; ++i) rows.push_back(i * 257);
+  const auto start = std::chrono::steady_clock::now();
+  const std::vector<double> y = reference_forward(cfg, in, GeneratedExperts(cfg, 1), rows);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("dsv3, %d rows x 8 experts on %u threads: %.2f s\n", num_rows, std::thread::hardware_concurrency(),
+              seconds);
+  ASSERT_EQ(y.size(), static_cast<size_t>(num_rows) * 7168);
+  double norm = 0;
+  for (double v : y) norm += v * v;
+  EXPECT_GT(norm, 0.0);
+  EXPECT_LT(seconds, 60.0);
+}
+
+TEST(RelativeError, Basics) {
+  const std::vector<double> ref = {3, 4};
+  EXPECT_EQ(relative_error(ref, ref), 0.0);
+  EXPECT_DOUBLE_EQ(relative_error(ref, std::vector<double>{3, 4.5}), 0.5 / 5);
+  EXPECT_DOUBLE_EQ(relative_error(ref, std::vector<double>{0, 0}), 1.0);
+  // All-zero reference: the absolute norm of out.
+  EXPECT_EQ(relative_error(std::vector<double>{0, 0}, std::vector<double>{0, 0}), 0.0);
+  EXPECT_DOUBLE_EQ(relative_error(std::vector<double>{0, 0}, std::vector<double>{3, 4}), 5.0);
+  EXPECT_TRUE(std::isnan(relative_error(ref, std::vector<double>{3, std::nan("")})));
+  EXPECT_TRUE(std::isnan(relative_error(std::vector<double>{0, 0}, std::vector<double>{std::nan(""), 0})));
+  EXPECT_EQ(relative_error(std::vector<double>{}, std::vector<double>{}), 0.0);
+  EXPECT_THROW(relative_error(ref, std::vector<double>{1}), Error);
+}
+
+}  // namespace
+}  // namespace epfuse

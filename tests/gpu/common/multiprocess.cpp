@@ -1,0 +1,139 @@
+// run_multiprocess (multiprocess.h): parent = GPU count check + launcher; child = bootstrap + gtest.
+#include "multiprocess.h"
+
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "epfuse/error.h"
+#include "launch/launcher.h"
+
+namespace epfuse::testing {
+namespace {
+
+std::unique_ptr<Communicator> g_comm;
+int g_world = 0;
+
+struct Args {
+  int world = 0;
+  std::vector<char*> for_gtest;  // argv without --world
+};
+
+int parse_world(std::string_view text) {
+  size_t used = 0;
+  int world = 0;
+  try {
+    world = std::stoi(std::string(text), &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != text.size() || world < 1) {
+    throw Error(ErrorCode::kInvalidArgument, "--world='" + std::string(text) + "' is not a positive integer");
+  }
+  return world;
+}
+
+Args parse_args(int argc, char** argv, int default_world) {
+  Args args{default_world, {argv[0]}};
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg.starts_with("--world=")) {
+      args.world = parse_world(arg.substr(8));
+    } else if (arg == "--world") {
+      if (i + 1 >= argc) throw Error(ErrorCode::kInvalidArgument, "--world needs a value");
+      args.world = parse_world(argv[++i]);
+    } else {
+      args.for_gtest.push_back(argv[i]);
+    }
+  }
+  args.for_gtest.push_back(nullptr);
+  return args;
+}
+
+// A failing cudaGetDeviceCount (no driver, no device) means no GPU, not an error.
+int gpu_count() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return count;
+}
+
+int run_rank(Args& args) {
+  int gtest_argc = static_cast<int>(args.for_gtest.size()) - 1;
+  ::testing::InitGoogleTest(&gtest_argc, args.for_gtest.data());
+  const BootstrapOptions opts = BootstrapOptions::from_env();
+  if (opts.world_size != args.world) {
+    throw Error(ErrorCode::kInvalidArgument, "WORLD_SIZE=" + std::to_string(opts.world_size) +
+                                                 " but the test was started for --world=" + std::to_string(args.world));
+  }
+  g_comm = Communicator::bootstrap(opts);
+  const int result = RUN_ALL_TESTS();
+  // Leave together: a rank tearing down NCCL while a peer is still inside a test would turn that
+  // peer's ordinary failure into a hang.
+  g_comm->barrier();
+  g_comm.reset();
+  return result;
+}
+
+int launch_ranks(const Args& args, int argc, char** argv) {
+  const int found = gpu_count();
+  if (found < args.world) {
+    std::printf("SKIPPED: needs %d GPUs, found %d\n", args.world, found);
+    std::fflush(stdout);
+    return kSkipExitCode;
+  }
+  // NVLink multicast stays off on our machines (DESIGN.md); a user's explicit setting wins.
+  setenv("NCCL_NVLS_ENABLE", "0", 0);
+  std::vector<std::string> command{std::filesystem::read_symlink("/proc/self/exe").string()};
+  for (int i = 1; i < argc; ++i) command.emplace_back(argv[i]);
+  tools::LaunchOptions opts;
+  opts.nprocs = args.world;
+  const int result = tools::launch(opts, command);
+  // A rank's own exit code passes through the launcher; never let one read as "skipped".
+  return result == kSkipExitCode ? 1 : result;
+}
+
+}  // namespace
+
+int run_multiprocess(int argc, char** argv, int default_world) {
+  try {
+    Args args = parse_args(argc, argv, default_world);
+    g_world = args.world;
+    const bool listing = std::any_of(args.for_gtest.begin(), args.for_gtest.end() - 1, [](const char* a) {
+      return std::string_view(a).starts_with("--gtest_list_tests");
+    });
+    if (listing) {
+      int gtest_argc = static_cast<int>(args.for_gtest.size()) - 1;
+      ::testing::InitGoogleTest(&gtest_argc, args.for_gtest.data());
+      return RUN_ALL_TESTS();
+    }
+    return std::getenv("RANK") != nullptr ? run_rank(args) : launch_ranks(args, argc, argv);
+  } catch (const std::exception& e) {
+    const char* rank = std::getenv("RANK");
+    std::fprintf(stderr, "%s%s\n", rank != nullptr ? "" : "launcher: ", e.what());
+    g_comm.reset();
+    return 1;
+  }
+}
+
+Communicator& comm() {
+  if (g_comm == nullptr) {
+    throw Error(ErrorCode::kInternal, "epfuse::testing::comm() outside a rank started by run_multiprocess");
+  }
+  return *g_comm;
+}
+
+int world() { return g_world; }
+
+}  // namespace epfuse::testing

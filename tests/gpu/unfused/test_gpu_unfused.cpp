@@ -1,0 +1,231 @@
+// The unfused layer on 1, 2 or 4 GPUs (one process each): what the CLI correctness matrix
+// (tests/gpu/run) cannot cover. Bad input on one rank must make EVERY rank throw the same Error
+// before any row moves, and the next call must work; plus a reference check over all routings,
+// changing token counts (0 and 1 included), the clamp, and phase timing.
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "common/check.h"
+#include "epfuse/epfuse.h"
+#include "multiprocess.h"
+#include "unfused/device_buffer.h"
+
+namespace epfuse {
+namespace {
+
+using unfused::DeviceMemory;
+
+constexpr uint64_t kWeightSeed = 42;
+
+LayerConfig test_config(float clamp = 0.0f) {
+  LayerConfig cfg;
+  cfg.hidden = 256;
+  cfg.intermediate = 128;
+  cfg.num_experts = 16;  // 16, 8 or 4 per rank on 1, 2, 4 ranks
+  cfg.topk = 4;
+  cfg.max_tokens_per_rank = 96;
+  cfg.swiglu_clamp = clamp;
+  return cfg;
+}
+
+// One rank's layer with generated weights and device inputs.
+class Rank {
+ public:
+  explicit Rank(const LayerConfig& cfg) : cfg_(cfg), comm_(testing::comm()) {
+    const int local = cfg.experts_per_rank(comm_.world_size());
+    w13_ = DeviceMemory(size_t(local) * 2 * cfg.intermediate * cfg.hidden * sizeof(bf16));
+    w2_ = DeviceMemory(size_t(local) * cfg.hidden * cfg.intermediate * sizeof(bf16));
+    EPFUSE_CUDA_CHECK(cudaStreamCreate(&stream_));
+    generate_expert_weights(cfg, comm_.world_size(), comm_.rank(), kWeightSeed, w13_.as<bf16>(), w2_.as<bf16>(),
+                            stream_);
+    layer_ = MoeLayer::create(Impl::kUnfused, cfg, comm_, {w13_.as<bf16>(), w2_.as<bf16>()});
+    const size_t tokens = cfg.max_tokens_per_rank;
+    x_ = DeviceMemory(tokens * cfg.hidden * sizeof(bf16));
+    idx_ = DeviceMemory(tokens * cfg.topk * sizeof(int32_t));
+    weights_ = DeviceMemory(tokens * cfg.topk * sizeof(float));
+    y_ = DeviceMemory(tokens * cfg.hidden * sizeof(bf16));
+  }
+  ~Rank() {
+    layer_.reset();
+    cudaStreamDestroy(stream_);
+  }
+
+  MoeLayer& layer() { return *layer_; }
+  cudaStream_t stream() const { return stream_; }
+  int rank() const { return comm_.rank(); }
+  int world() const { return comm_.world_size(); }
+
+  HostTokens tokens(int count, Routing routing, uint64_t seed) const {
+    return make_tokens(cfg_, world(), rank(), count, routing, seed);
+  }
+  void upload(const HostTokens& in) {
+    EPFUSE_CUDA_CHECK(cudaMemcpy(x_.as(), in.x.data(), in.x.size() * sizeof(bf16), cudaMemcpyHostToDevice));
+    EPFUSE_CUDA_CHECK(
+        cudaMemcpy(idx_.as(), in.topk_idx.data(), in.topk_idx.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+    EPFUSE_CUDA_CHECK(cudaMemcpy(weights_.as(), in.topk_weights.data(), in.topk_weights.size() * sizeof(float),
+                                 cudaMemcpyHostToDevice));
+  }
+  TokenBatch batch(int count) const {
+    return {x_.as<bf16>(), idx_.as<int32_t>(), weights_.as<float>(), count};
+  }
+  bf16* y() const { return y_.as<bf16>(); }
+
+  // Poisons y, runs one forward, and returns the rows as double (NaN where unwritten).
+  std::vector<double> forward(const HostTokens& in) {
+    upload(in);
+    EPFUSE_CUDA_CHECK(cudaMemsetAsync(y_.as(), 0xff, y_.bytes(), stream_));  // bf16 NaN
+    layer_->forward(batch(in.num_tokens), y(), stream_);
+    layer_->check_errors(stream_);
+    std::vector<bf16> host(size_t(in.num_tokens) * cfg_.hidden);
+    EPFUSE_CUDA_CHECK(cudaMemcpy(host.data(), y_.as(), host.size() * sizeof(bf16), cudaMemcpyDeviceToHost));
+    std::vector<double> out(host.size());
+    for (size_t i = 0; i < host.size(); ++i) out[i] = __bfloat162float(host[i]);
+    return out;
+  }
+
+  // A forward checked against the float64 reference on every row.
+  void expect_matches_reference(const HostTokens& in, const std::string& what) {
+    const std::vector<double> got = forward(in);
+    size_t unwritten = 0;
+    for (double v : got) unwritten += std::isnan(v);
+    EXPECT_EQ(unwritten, 0u) << what;
+    const std::vector<double> want = reference_forward(cfg_, in, GeneratedExperts(cfg_, kWeightSeed));
+    if (in.num_tokens > 0) {
+      EXPECT_LT(relative_error(want, got), 2e-2) << what;
+    }
+  }
+
+ private:
+  LayerConfig cfg_;
+  Communicator& comm_;
+  DeviceMemory w13_, w2_, x_, idx_, weights_, y_;
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<MoeLayer> layer_;
+};
+
+// Every rank calls forward with its own batch and must get kInvalidArgument with exactly `message`.
+void expect_everyone_throws(Rank& r, const TokenBatch& batch, bf16* y, const std::string& message) {
+  try {
+    r.layer().forward(batch, y, r.stream());
+    ADD_FAILURE() << "rank " << r.rank() << ": no error, expected: " << message;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_EQ(std::string(e.what()), message);
+  }
+}
+
+TEST(UnfusedLayer, MatchesReferenceForEveryRoutingAndTokenCount) {
+  Rank r(test_config());
+  uint64_t seed = 100;
+  for (Routing routing : {Routing::kUniform, Routing::kSkewed, Routing::kOneExpert, Routing::kDropped}) {
+    // Changing per-rank counts from a shared seed: 0 and max both occur over the calls.
+    for (int call = 0; call < 3; ++call, ++seed) {
+      const int count = make_token_counts(r.world(), 96, seed)[r.rank()];
+      r.expect_matches_reference(r.tokens(count, routing, seed),
+                                 std::string(to_string(routing)) + " T=" + std::to_string(count));
+    }
+  }
+  r.expect_matches_reference(r.tokens(1, Routing::kUniform, 7), "T=1");
+  r.expect_matches_reference(r.tokens(0, Routing::kUniform, 8), "T=0");
+  r.expect_matches_reference(r.tokens(96, Routing::kUniform, 9), "T=max");
+}
+
+TEST(UnfusedLayer, AllRanksWithoutTokens) {
+  Rank r(test_config());
+  r.expect_matches_reference(r.tokens(0, Routing::kUniform, 1), "all T=0");
+  r.expect_matches_reference(r.tokens(5, Routing::kUniform, 2), "after all T=0");
+}
+
+TEST(UnfusedLayer, ClampMatchesReference) {
+  Rank r(test_config(0.05f));  // small enough to bite on these inputs
+  r.expect_matches_reference(r.tokens(64, Routing::kUniform, 11), "clamp 0.05");
+}
+
+TEST(UnfusedLayer, BadExpertIdOnOneRankFailsEveryRankThenRecovers) {
+  const LayerConfig cfg = test_config();
+  Rank r(cfg);
+  const int bad_rank = r.world() - 1;
+  HostTokens in = r.tokens(40, Routing::kUniform, 21);
+  if (r.rank() == bad_rank) {
+    in.topk_idx[7 * cfg.topk + 2] = cfg.num_experts + 3;  // the first bad one: reported
+    in.topk_idx[30 * cfg.topk + 0] = -5;                  // a later one: not reported
+  }
+  r.upload(in);
+  expect_everyone_throws(r, r.batch(in.num_tokens), r.y(),
+                         "rank " + std::to_string(bad_rank) + ": topk_idx[7][2] = " +
+                             std::to_string(cfg.num_experts + 3) + " out of range [-1, " +
+                             std::to_string(cfg.num_experts) + ")");
+  r.expect_matches_reference(r.tokens(40, Routing::kUniform, 22), "after a bad expert id");
+}
+
+TEST(UnfusedLayer, TooManyTokensFailsEveryRank) {
+  const LayerConfig cfg = test_config();
+  Rank r(cfg);
+  r.upload(r.tokens(10, Routing::kUniform, 30));  // valid routing behind every pointer
+  const int count = r.rank() == 0 ? cfg.max_tokens_per_rank + 1 : 10;
+  expect_everyone_throws(r, r.batch(count), r.y(),
+                         "rank 0: num_tokens = " + std::to_string(cfg.max_tokens_per_rank + 1) +
+                             " out of range [0, max_tokens_per_rank = " + std::to_string(cfg.max_tokens_per_rank) +
+                             "]");
+  r.expect_matches_reference(r.tokens(10, Routing::kDropped, 31), "after too many tokens");
+}
+
+TEST(UnfusedLayer, NullPointerFailsEveryRank) {
+  Rank r(test_config());
+  const int bad_rank = r.world() / 2;
+  TokenBatch batch = r.batch(12);
+  if (r.rank() == bad_rank) batch.topk_idx = nullptr;
+  r.upload(r.tokens(12, Routing::kUniform, 41));
+  expect_everyone_throws(r, batch, r.y(),
+                         "rank " + std::to_string(bad_rank) + ": null pointer(s) topk_idx with num_tokens = 12");
+  r.expect_matches_reference(r.tokens(12, Routing::kUniform, 42), "after a null pointer");
+}
+
+TEST(UnfusedLayer, PhaseTimingIsOptional) {
+  Rank r(test_config());
+  EXPECT_FALSE(r.layer().last_phase_times().has_value());  // off by default
+  r.layer().set_phase_timing(true);
+  r.expect_matches_reference(r.tokens(32, Routing::kUniform, 51), "timed");
+  const auto times = r.layer().last_phase_times();
+  ASSERT_TRUE(times.has_value());
+  EXPECT_GT(times->dispatch_ms, 0.0f);
+  EXPECT_GT(times->experts_ms, 0.0f);
+  EXPECT_GT(times->combine_ms, 0.0f);
+  r.layer().set_phase_timing(false);
+  r.expect_matches_reference(r.tokens(32, Routing::kUniform, 52), "untimed");
+  EXPECT_FALSE(r.layer().last_phase_times().has_value());
+}
+
+TEST(UnfusedLayer, CreateValidates) {
+  const LayerConfig cfg = test_config();
+  DeviceMemory w(16);
+  const ExpertWeights weights{w.as<bf16>(), w.as<bf16>()};
+  LayerConfig bad = cfg;
+  bad.hidden = 100;
+  try {
+    MoeLayer::create(Impl::kUnfused, bad, testing::comm(), weights);
+    ADD_FAILURE() << "no error for hidden=100";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidConfig);
+  }
+  try {
+    MoeLayer::create(Impl::kUnfused, cfg, testing::comm(), {nullptr, nullptr});
+    ADD_FAILURE() << "no error for null weights";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+  }
+  auto layer = MoeLayer::create(Impl::kUnfused, cfg, testing::comm(), weights);
+  EXPECT_EQ(layer->impl(), Impl::kUnfused);
+  EXPECT_GT(layer->memory().private_bytes, 0u);
+  EXPECT_EQ(layer->memory().symmetric_bytes, 0u);
+}
+
+}  // namespace
+}  // namespace epfuse
+
+int main(int argc, char** argv) { return epfuse::testing::run_multiprocess(argc, argv, 2); }

@@ -1,0 +1,344 @@
+// The `epfuse bench` parent: no GPU work of its own. It launches one rank process per GPU (itself,
+// re-executed with --worker-dir), follows their progress records, runs the PyTorch peer on the same
+// shapes, merges the rows, derives the figures and prints the table (and --json).
+#include "bench/bench.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include <cuda_runtime.h>
+
+#include "bench/report.h"
+#include "bench/worker.h"
+#include "common/flags.h"
+#include "common/output.h"
+#include "epfuse/error.h"
+#include "launch/launcher.h"
+
+namespace epfuse::tools {
+namespace {
+
+using namespace epfuse::bench;
+
+constexpr const char* kPeerScript = "bench/peers/torch_ep.py";
+constexpr size_t kPeerLogLines = 30;  // shown when the peer fails
+
+int fail(const std::string& reason) {
+  std::fflush(stdout);
+  std::fprintf(stderr, "epfuse bench: %s\n", reason.c_str());
+  return 1;
+}
+
+bool env_is(const char* name, const char* value) {
+  const char* v = std::getenv(name);
+  return v && std::string(v) == value;
+}
+
+// 0 without a usable GPU (no driver, CUDA_VISIBLE_DEVICES="", EPFUSE_FORCE_CPU=1), as `epfuse run`.
+int visible_gpus() {
+  if (env_is("EPFUSE_FORCE_CPU", "1")) return 0;
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+std::string device_name() {
+  cudaDeviceProp prop{};
+  return cudaGetDeviceProperties(&prop, 0) == cudaSuccess ? prop.name : "unknown";
+}
+
+std::string self_executable() {
+  char buf[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "epfuse";
+}
+
+std::string shell_quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+// The peer script: from the source tree this binary was built from, else the tree around the
+// executable (build/tools/epfuse -> ./bench/peers), else the working directory.
+std::string find_peer_script() {
+  namespace fs = std::filesystem;
+  const fs::path exe = fs::path(self_executable()).parent_path();
+  for (const fs::path& root : {fs::path(EPFUSE_SOURCE_DIR), exe.parent_path().parent_path(), exe.parent_path(),
+                               fs::current_path()})
+    if (fs::exists(root / kPeerScript)) return (root / kPeerScript).string();
+  return "";
+}
+
+// Follows rank 0's records file while the ranks run and moves the progress bar with it.
+class RecordFollower {
+ public:
+  RecordFollower(std::string path, Progress& progress)
+      : path_(std::move(path)), progress_(progress), thread_([this] { loop(); }) {}
+  ~RecordFollower() {
+    stop_ = true;
+    thread_.join();
+  }
+
+ private:
+  void loop() {
+    std::ifstream in;
+    std::string line, partial;
+    while (true) {
+      const bool last_pass = stop_.load();  // read once more after the ranks ended
+      if (!in.is_open()) in.open(path_);
+      if (in.is_open()) {
+        while (std::getline(in, line)) {
+          if (in.eof()) {  // no newline yet: the writer is mid-line
+            partial += line;
+            break;
+          }
+          if (auto rec = parse_record(partial + line, kProgressTag)) progress_.update(rec->integer("done"));
+          partial.clear();
+        }
+        in.clear();
+      }
+      if (last_pass) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+  }
+  std::string path_;
+  Progress& progress_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;  // last: starts after the members it reads
+};
+
+struct WorkerResult {
+  int exit_code = 0;
+  std::optional<Ceilings> ceilings;
+  std::string ceilings_source;
+  std::vector<BenchRow> rows;
+};
+
+WorkerResult run_ranks(const BenchOptions& o, int world, Progress& progress) {
+  namespace fs = std::filesystem;
+  std::string dir = (fs::temp_directory_path() / "epfuse-bench-XXXXXX").string();
+  if (!::mkdtemp(dir.data())) throw epfuse::Error(epfuse::ErrorCode::kInvalidArgument, "bench: cannot create a temporary directory in " + fs::temp_directory_path().string());
+  const std::string records = dir + "/" + kRecordsFile;
+  WorkerResult out;
+  {
+    RecordFollower follow(records, progress);
+    std::vector<std::string> argv{self_executable(), "bench"};
+    argv.insert(argv.end(), o.args.begin(), o.args.end());
+    argv.insert(argv.end(), {"--worker-dir", dir});
+    LaunchOptions opts;
+    opts.nprocs = world;
+    out.exit_code = launch(opts, argv);
+  }
+  std::ifstream in(records);
+  for (std::string line; std::getline(in, line);) {
+    if (auto rec = parse_record(line, kCeilingsTag)) {
+      out.ceilings = ceilings_from_record(*rec);
+      out.ceilings_source = rec->text("source");
+    } else if (auto row = parse_record(line, kRowTag)) {
+      out.rows.push_back(row_from_record(*row));
+    }
+  }
+  std::error_code ignored;
+  fs::remove_all(dir, ignored);
+  return out;
+}
+
+bool torch_importable() {
+  return std::system("python3 -c 'import torch' >/dev/null 2>&1") == 0;
+}
+
+struct PeerResult {
+  bool ok = false;
+  std::string why;  // when !ok
+  std::vector<BenchRow> rows;
+};
+
+// Runs the PyTorch peer over the uniform-routing cases, reading its records as it goes.
+PeerResult run_peer(const BenchOptions& o, const std::vector<BenchCase>& cases, int world, Progress& progress,
+                    int progress_base) {
+  PeerResult out;
+  const std::string script = find_peer_script();
+  if (script.empty()) {
+    out.why = std::string("cannot find ") + kPeerScript;
+    return out;
+  }
+  std::string shapes;
+  for (const BenchCase& c : cases)
+    shapes += (shapes.empty() ? "" : ";") + c.config + "," + std::to_string(c.layer.hidden) + "," +
+              std::to_string(c.layer.intermediate) + "," + std::to_string(c.layer.num_experts) + "," +
+              std::to_string(c.layer.topk) + "," + std::to_string(c.tokens_per_rank);
+  // NVLink multicast stays off (FACTS.md); --standalone picks a free rendezvous port.
+  const std::string cmd = "NCCL_NVLS_ENABLE=0 python3 -m torch.distributed.run --standalone --nproc_per_node=" +
+                          std::to_string(world) + " " + shell_quote(script) + " --shapes " + shell_quote(shapes) +
+                          " --warmup " + std::to_string(o.warmup) + " --iters " + std::to_string(o.iters) +
+                          " --sets " + std::to_string(o.sets) + " --seed " + std::to_string(o.seed) +
+                          " --verify-rows " + std::to_string(o.verify_rows) + " --tolerance " +
+                          std::to_string(o.tolerance) + " 2>&1";
+  FILE* pipe = ::popen(cmd.c_str(), "r");
+  if (!pipe) {
+    out.why = "cannot start python3";
+    return out;
+  }
+  std::deque<std::string> log;
+  std::string line;
+  char buf[4096];
+  while (std::fgets(buf, sizeof buf, pipe)) {
+    line += buf;
+    if (line.back() != '\n') continue;  // a longer line continues
+    if (auto rec = parse_record(line, kProgressTag)) {
+      progress.update(progress_base + rec->integer("done"));
+    } else if (auto row = parse_record(line, kRowTag)) {
+      BenchRow r = row_from_record(*row);
+      r.ranks = world;
+      out.rows.push_back(std::move(r));
+    } else {
+      log.push_back(line);
+      if (log.size() > kPeerLogLines) log.pop_front();
+    }
+    line.clear();
+  }
+  const int status = ::pclose(pipe);
+  out.ok = status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  if (!out.ok) {
+    out.why = "python3 -m torch.distributed.run exited with status " +
+              std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : status) + "; its last lines:\n";
+    for (const std::string& l : log) out.why += "  " + l;
+  }
+  return out;
+}
+
+bool same_case(const BenchRow& r, const BenchCase& c) {
+  return r.config == c.config && r.tokens_per_rank == c.tokens_per_rank && r.hidden == c.layer.hidden &&
+         r.intermediate == c.layer.intermediate && r.experts == c.layer.num_experts && r.topk == c.layer.topk;
+}
+
+int run_floors_only(const BenchOptions& o, const std::string& command) {
+  const int world = o.ranks > 0 ? o.ranks : 4;
+  const Ceilings c = o.ceilings.value_or(Ceilings{812, 4250, 350});
+  std::printf("epfuse bench: no GPU found: printing the floors only (%d ranks, uniform routing; ceilings %s: "
+              "GEMM %.0f TFLOP/s, HBM %.0f GB/s, NVLink %.0f GB/s)\n",
+              world, o.ceilings ? "from --ceilings" : "of FACTS.md", c.gemm_tflops, c.hbm_gbps, c.nvlink_gbps);
+  std::fputs(render_floor_table(o.cases, world, c).c_str(), stdout);
+  if (o.json_path.empty()) return 0;
+  RunInfo info{"none", utc_timestamp(), git_commit(), command, 0, c, o.ceilings ? "flags" : "FACTS.md"};
+  std::vector<BenchRow> rows;
+  for (const BenchCase& bc : o.cases) {
+    if (!check_config(bc.layer, world).empty()) continue;
+    BenchRow r = row_for_case(bc, "none", world, o.routing);
+    r.note = "no GPU: floor only";
+    fill_expected_load(r, c);
+    derive_row(r);
+    rows.push_back(std::move(r));
+  }
+  write_file(o.json_path, report_json(info, rows).dump() + "\n");
+  return 0;
+}
+
+}  // namespace
+
+int bench_command(int argc, char** argv) {
+  BenchOptions o;
+  try {
+    o = parse_bench_options(std::vector<std::string>(argv + 1, argv + argc));
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "epfuse bench: %s\n\n%s", e.what(), parse_bench_options({"--help"}).usage.c_str());
+    return 2;
+  }
+  if (o.help) {
+    std::fputs(o.usage.c_str(), stdout);
+    return 0;
+  }
+  if (!o.worker_dir.empty()) {
+    run_worker(o);  // errors propagate: the CLI prints them and exits 1, the launcher stops the others
+    return 0;
+  }
+
+  const std::string command = "epfuse " + command_line(argc, argv);
+  const int gpus = visible_gpus();
+  if (gpus == 0) return run_floors_only(o, command);
+  const int world = o.ranks > 0 ? o.ranks : gpus;
+  if (world > gpus) {
+    if (env_is("EPFUSE_SKIP_IF_FEWER_GPUS", "1")) {
+      std::printf("SKIPPED: needs %d GPUs, found %d\n", world, gpus);
+      return 77;
+    }
+    return fail("--ranks " + std::to_string(world) + " needs " + std::to_string(world) + " GPUs, found " +
+                std::to_string(gpus));
+  }
+
+  // The PyTorch peer: uniform routing, no clamp (what torch_ep_baseline.py computes).
+  bool torch = o.torch == TorchMode::kOn || (o.torch == TorchMode::kAuto && torch_importable());
+  std::string torch_note;
+  if (torch && o.routing != Routing::kUniform) torch_note = "the PyTorch peer runs uniform routing only";
+  if (torch && o.cases.front().layer.swiglu_clamp > 0) torch_note = "the PyTorch peer has no SwiGLU clamp";
+  if (!torch_note.empty()) torch = false;
+  if (o.torch == TorchMode::kOn && !torch_note.empty()) return fail("--torch on: " + torch_note);
+
+  const int worker_units = static_cast<int>(o.cases.size() * o.impls.size()) + 1;
+  Progress progress("epfuse bench", worker_units + (torch ? static_cast<int>(o.cases.size()) : 0));
+  const WorkerResult ranks = run_ranks(o, world, progress);
+  if (ranks.exit_code != 0 && ranks.rows.empty()) {
+    progress.finish();
+    return fail("the rank processes failed before any row (see their output above)");
+  }
+  PeerResult peer;
+  if (torch && ranks.ceilings) {
+    peer = run_peer(o, o.cases, world, progress, worker_units);
+    if (!peer.ok) std::fprintf(stderr, "\nepfuse bench: the PyTorch peer failed: %s", peer.why.c_str());
+  }
+  progress.finish();
+
+  RunInfo info;
+  info.device = device_name();
+  info.gpus = world;
+  info.date = utc_timestamp();
+  info.commit = git_commit();
+  info.command = command;
+  info.ceilings = ranks.ceilings.value_or(Ceilings{});
+  info.ceilings_source = ranks.ceilings_source;
+
+  // Per case: the implementations in --impl order, then PyTorch.
+  std::vector<BenchRow> rows;
+  for (const BenchCase& c : o.cases) {
+    for (const BenchRow& r : ranks.rows)
+      if (same_case(r, c)) rows.push_back(r);
+    for (BenchRow r : peer.rows)
+      if (same_case(r, c)) {
+        fill_expected_load(r, info.ceilings);
+        rows.push_back(std::move(r));
+      }
+  }
+  for (BenchRow& r : rows) derive_row(r);
+  fill_speedups(rows);
+
+  std::printf("\nepfuse bench: %s x %d, %d warm-up + %d timed forwards over %d input sets per row, routing %s\n",
+              info.device.c_str(), world, o.warmup, o.iters, o.sets, std::string(to_string(o.routing)).c_str());
+  std::printf("ceilings (%s): GEMM %.0f TFLOP/s, HBM %.0f GB/s, NVLink %.0f GB/s\n", info.ceilings_source.c_str(),
+              info.ceilings.gemm_tflops, info.ceilings.hbm_gbps, info.ceilings.nvlink_gbps);
+  if (!torch_note.empty()) std::printf("torch: skipped: %s\n", torch_note.c_str());
+  std::fputs(render_table(rows).c_str(), stdout);
+  std::fflush(stdout);
+  if (!o.json_path.empty()) write_file(o.json_path, report_json(info, rows).dump() + "\n");
+
+  if (ranks.exit_code != 0) return fail("a rank process failed; the table holds the rows finished before it");
+  if (o.torch == TorchMode::kOn && !peer.ok) return fail("--torch on and the PyTorch peer failed");
+  for (const BenchRow& r : rows)
+    if (r.verified == "no")
+      return fail(r.config + " T=" + std::to_string(r.tokens_per_rank) + " " + r.impl +
+                  " did not match the reference (rel err " + format_sci(r.rel_err) + ")");
+  return 0;
+}
+
+}  // namespace epfuse::tools

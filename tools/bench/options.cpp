@@ -1,0 +1,148 @@
+#include "bench/options.h"
+
+#include <map>
+
+#include "common/flags.h"
+
+namespace epfuse::bench {
+namespace {
+
+using tools::UsageError;
+
+BenchCase make_case(std::string config, const LayerConfig& shape, int tokens) {
+  BenchCase c{std::move(config), shape, tokens};
+  c.layer.max_tokens_per_rank = tokens;
+  return c;
+}
+
+BenchCase model_case(std::string_view name, int tokens) {
+  const std::optional<ModelShape> shape = find_model(name);
+  if (!shape) {
+    std::string known;
+    for (const ModelShape& m : model_shapes()) known += (known.empty() ? "" : ", ") + std::string(m.name);
+    throw UsageError("--model: unknown model '" + std::string(name) + "' (known: " + known + ")");
+  }
+  return make_case(std::string(name), make_config(*shape, tokens), tokens);
+}
+
+constexpr const char* kDescription =
+    "Times the MoE layer over a sweep of shapes x tokens per rank x implementations on N GPUs (one\n"
+    "process per GPU), with the PyTorch peer (bench/peers/torch_ep.py) when torch imports. Per row:\n"
+    "median/p10/p90 ms of the layer (per iteration the slowest rank), TFLOP/s per GPU, achieved NVLink\n"
+    "GB/s, the floor (max of compute at the GEMM ceiling, touched weights at the HBM ceiling,\n"
+    "deduplicated remote bytes at the NVLink ceiling), floor/median, speedups, the grouped GEMMs\n"
+    "alone, and whether the configuration matched the float64 reference. Without a GPU it prints the\n"
+    "floors only. bench/README.md explains every column.";
+
+}  // namespace
+
+std::vector<BenchCase> facts_cases() {
+  std::vector<BenchCase> cases;
+  for (int t : {128, 1024, 4096}) cases.push_back(model_case("dsv3", t));
+  for (int t : {128, 4096, 16384}) cases.push_back(model_case("qwen3-30b", t));
+  cases.push_back(model_case("mixtral", 4096));
+  return cases;
+}
+
+std::optional<Ceilings> parse_ceilings(std::string_view text) {
+  if (text == "measure") return std::nullopt;
+  std::map<std::string, double> rates;
+  for (const std::string& item : tools::split_list(text)) {
+    const size_t eq = item.find('=');
+    const std::string key = item.substr(0, eq);
+    char* end = nullptr;
+    const double v = eq == std::string::npos ? 0.0 : std::strtod(item.c_str() + eq + 1, &end);
+    if (eq == std::string::npos || end == item.c_str() + eq + 1 || *end != '\0' || !(v > 0))
+      throw UsageError("--ceilings: item '" + item + "' is not name=positive-number");
+    if (key != "gemm" && key != "hbm" && key != "nvlink")
+      throw UsageError("--ceilings: unknown ceiling '" + key + "' (gemm, hbm, nvlink)");
+    rates[key] = v;
+  }
+  for (const char* key : {"gemm", "hbm", "nvlink"})
+    if (!rates.count(key))
+      throw UsageError(std::string("--ceilings: missing ") + key +
+                       "= (give all of gemm=TFLOP/s,hbm=GB/s,nvlink=GB/s, or 'measure')");
+  return Ceilings{rates["gemm"], rates["hbm"], rates["nvlink"]};
+}
+
+BenchOptions parse_bench_options(const std::vector<std::string>& args) {
+  BenchOptions o;
+  o.args = args;
+  std::vector<std::string> models, impls{"unfused", "fused"};
+  std::vector<int> tokens{128, 1024, 4096};
+  std::string configs, routing = "uniform", torch = "auto", ceilings = "measure";
+  LayerConfig custom;
+
+  tools::FlagParser p("epfuse bench [flags]", kDescription);
+  p.add("model", models, "models to sweep (dsv3, qwen3-30b, mixtral)")
+      .add("configs", configs, "'facts': the seven rows of FACTS.md (fixes shapes and tokens)")
+      .add("hidden", custom.hidden, "explicit shape (config 'custom'): hidden size H")
+      .add("intermediate", custom.intermediate, "explicit shape: intermediate size I")
+      .add("experts", custom.num_experts, "explicit shape: number of experts E")
+      .add("topk", custom.topk, "explicit shape: experts per token k")
+      .add("clamp", custom.swiglu_clamp, "SwiGLU clamp (0: none), for every shape")
+      .add("tokens", tokens, "tokens per rank to sweep")
+      .add("impl", impls, "implementations (unfused, fused); unbuilt ones are skipped with a note")
+      .add("ranks", o.ranks, "GPUs, one process each (0: all)")
+      .add("routing", routing, "uniform, skewed, one-expert or dropped (torch runs uniform only)")
+      .add("warmup", o.warmup, "untimed forwards before timing")
+      .add("iters", o.iters, "timed forwards per row")
+      .add("sets", o.sets, "input sets rotated over the iterations, each with fresh routing")
+      .add("seed", o.seed, "weights and inputs seed")
+      .add("verify-rows", o.verify_rows, "sampled rows per rank checked against the float64 reference")
+      .add("tolerance", o.tolerance, "max relative error for verified=yes (bf16: ~5e-3 expected)")
+      .add("torch", torch, "the PyTorch peer: auto (if `import torch` works), on, off")
+      .add("ceilings", ceilings, "'measure' or gemm=TFLOP/s,hbm=GB/s,nvlink=GB/s (e.g. 812,4250,350)")
+      .add("json", o.json_path, "write every row and the ceilings to this file")
+      .add("worker-dir", o.worker_dir, "internal: rank process of a bench run")
+      .hide("worker-dir");
+  p.parse(args);
+  o.help = p.help_requested();
+  o.usage = p.usage();
+  if (o.help) return o;
+
+  if (o.ranks < 0) throw UsageError("--ranks: must be >= 0 (0: all GPUs)");
+  if (o.warmup < 0) throw UsageError("--warmup: must be >= 0");
+  if (o.iters < 1) throw UsageError("--iters: must be >= 1");
+  if (o.sets < 1) throw UsageError("--sets: must be >= 1");
+  if (o.verify_rows < 1) throw UsageError("--verify-rows: must be >= 1");
+  const std::optional<Routing> r = parse_routing(routing);
+  if (!r) throw UsageError("--routing: unknown routing '" + routing + "'");
+  o.routing = *r;
+  if (torch == "auto") o.torch = TorchMode::kAuto;
+  else if (torch == "on") o.torch = TorchMode::kOn;
+  else if (torch == "off") o.torch = TorchMode::kOff;
+  else throw UsageError("--torch: expected auto, on or off, got '" + torch + "'");
+  o.ceilings = parse_ceilings(ceilings);
+
+  for (const std::string& name : impls) {
+    if (!parse_impl(name)) throw UsageError("--impl: unknown implementation '" + name + "'");
+    bool dup = false;
+    for (const std::string& seen : o.impls) dup = dup || seen == name;
+    if (!dup) o.impls.push_back(name);
+  }
+  if (o.impls.empty()) throw UsageError("--impl: no implementation given");
+  for (int t : tokens)
+    if (t < 1) throw UsageError("--tokens: item " + std::to_string(t) + " must be >= 1");
+
+  const bool explicit_shape = p.seen("hidden") || p.seen("intermediate") || p.seen("experts") || p.seen("topk");
+  if (!configs.empty()) {
+    if (configs != "facts") throw UsageError("--configs: expected 'facts', got '" + configs + "'");
+    if (p.seen("tokens")) throw UsageError("--tokens: not with --configs facts (it fixes the tokens)");
+    o.cases = facts_cases();
+  }
+  for (const std::string& m : models)
+    for (int t : tokens) o.cases.push_back(model_case(m, t));
+  if (explicit_shape) {
+    if (!(p.seen("hidden") && p.seen("intermediate") && p.seen("experts") && p.seen("topk")))
+      throw UsageError("--hidden, --intermediate, --experts and --topk: give all four for an explicit shape");
+    for (int t : tokens) o.cases.push_back(make_case("custom", custom, t));
+  }
+  if (o.cases.empty()) o.cases = facts_cases();  // no shape asked: the FACTS.md sweep
+  for (BenchCase& c : o.cases) c.layer.swiglu_clamp = custom.swiglu_clamp;
+  return o;
+}
+
+std::string case_label(const BenchCase& c) { return c.config + " T=" + std::to_string(c.tokens_per_rank); }
+
+}  // namespace epfuse::bench

@@ -1,0 +1,58 @@
+// `epfuse bench` options and the sweep they describe: which layer shapes, tokens per rank and
+// implementations run, with which protocol (warm-up, iterations, rotated input sets) and ceilings.
+// Parsing and expansion are pure host code, unit-tested on the CPU.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "bench/floor.h"
+#include "epfuse/config.h"
+#include "epfuse/inputs.h"
+#include "epfuse/layer.h"
+
+namespace epfuse::bench {
+
+// One layer shape at one token count per rank (every rank gets the same count).
+struct BenchCase {
+  std::string config;  // model name, or "custom" for explicit --hidden/--intermediate/...
+  LayerConfig layer;   // max_tokens_per_rank = tokens_per_rank
+  int tokens_per_rank = 0;
+};
+
+enum class TorchMode { kAuto, kOn, kOff };
+
+struct BenchOptions {
+  std::vector<BenchCase> cases;
+  std::vector<std::string> impls;  // as given ("unfused", "fused"); unknown names rejected
+  int ranks = 0;                   // 0: every GPU
+  Routing routing = Routing::kUniform;
+  int warmup = 5;
+  int iters = 50;
+  int sets = 4;
+  uint64_t seed = 1;
+  int verify_rows = 8;  // sampled rows per rank compared with the float64 reference
+  double tolerance = 2e-2;
+  TorchMode torch = TorchMode::kAuto;
+  std::optional<Ceilings> ceilings;  // nullopt: measure on every GPU in the run
+  std::string json_path;
+  std::string worker_dir;  // internal: set in the rank processes the parent launches
+  std::vector<std::string> args;  // as given, so the parent can pass them on to its rank processes
+  bool help = false;
+  std::string usage;
+};
+
+// The seven rows of FACTS.md: dsv3 x {128, 1024, 4096}, qwen3-30b x {128, 4096, 16384}, mixtral x 4096.
+std::vector<BenchCase> facts_cases();
+// "measure" -> nullopt; "gemm=812,hbm=4250,nvlink=350" (TFLOP/s, GB/s, GB/s; all three) -> rates.
+// Throws tools::UsageError naming the item.
+std::optional<Ceilings> parse_ceilings(std::string_view text);
+// The arguments after "bench". Throws tools::UsageError for bad flags, names or shapes.
+BenchOptions parse_bench_options(const std::vector<std::string>& args);
+
+// "dsv3 T=4096" etc. for progress and tables.
+std::string case_label(const BenchCase& c);
+
+}  // namespace epfuse::bench

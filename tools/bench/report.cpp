@@ -1,0 +1,232 @@
+#include "bench/report.h"
+
+#include <cmath>
+
+namespace epfuse::bench {
+namespace {
+
+std::string fixed(double v, int decimals) { return std::isfinite(v) ? tools::format_fixed(v, decimals) : "-"; }
+
+LayerConfig row_layer(const BenchRow& row) {
+  LayerConfig cfg;
+  cfg.hidden = row.hidden;
+  cfg.intermediate = row.intermediate;
+  cfg.num_experts = row.experts;
+  cfg.topk = row.topk;
+  cfg.max_tokens_per_rank = row.tokens_per_rank;
+  return cfg;
+}
+
+bool same_problem(const BenchRow& a, const BenchRow& b) {
+  return a.config == b.config && a.hidden == b.hidden && a.intermediate == b.intermediate &&
+         a.experts == b.experts && a.topk == b.topk && a.tokens_per_rank == b.tokens_per_rank &&
+         a.routing == b.routing && a.ranks == b.ranks;
+}
+
+}  // namespace
+
+BenchRow row_for_case(const BenchCase& c, std::string impl, int ranks, Routing routing) {
+  BenchRow row;
+  row.config = c.config;
+  row.routing = std::string(to_string(routing));
+  row.impl = std::move(impl);
+  row.hidden = c.layer.hidden;
+  row.intermediate = c.layer.intermediate;
+  row.experts = c.layer.num_experts;
+  row.topk = c.layer.topk;
+  row.tokens_per_rank = c.tokens_per_rank;
+  row.ranks = ranks;
+  return row;
+}
+
+void fill_expected_load(BenchRow& row, const Ceilings& ceilings) {
+  const LayerConfig cfg = row_layer(row);
+  const RankLoad load = expected_uniform_load(cfg, row.ranks, row.tokens_per_rank);
+  row.flops_per_gpu = expert_flops(cfg, load.routed_slots);
+  row.remote_bytes_per_gpu = load.remote_rows * token_row_bytes(cfg);
+  row.floor = layer_floor(cfg, load, ceilings);
+}
+
+void derive_row(BenchRow& row) {
+  row.floor_ms = row.floor.floor_ms();
+  if (!row.ran()) return;
+  const double seconds = row.median_ms * 1e-3;
+  row.tflops_per_gpu = row.flops_per_gpu / seconds / 1e12;
+  row.nvlink_gbps = row.remote_bytes_per_gpu / seconds / 1e9;
+  row.floor_fraction = row.floor_ms / row.median_ms;
+  row.gemm_alone_tflops = row.flops_per_gpu / (row.gemm_alone_ms * 1e-3) / 1e12;
+}
+
+void fill_speedups(std::vector<BenchRow>& rows) {
+  for (BenchRow& row : rows) {
+    row.speedup_over.clear();
+    if (!row.ran()) continue;
+    for (const BenchRow& other : rows)
+      if (&other != &row && other.ran() && other.impl != row.impl && same_problem(row, other))
+        row.speedup_over[other.impl] = other.median_ms / row.median_ms;
+  }
+}
+
+Record row_record(const BenchRow& row) {
+  Record r{std::string(kRowTag)};
+  r.set("config", row.config).set("hidden", row.hidden).set("intermediate", row.intermediate);
+  r.set("experts", row.experts).set("topk", row.topk).set("tokens_per_rank", row.tokens_per_rank);
+  r.set("routing", row.routing).set("impl", row.impl).set("ranks", row.ranks);
+  if (!row.ran()) return r.set("note", row.note);
+  r.set("iters", row.iters).set("sets", row.sets);
+  r.set("median_ms", row.median_ms).set("p10_ms", row.p10_ms).set("p90_ms", row.p90_ms);
+  r.set("dispatch_ms", row.dispatch_ms).set("experts_ms", row.experts_ms).set("combine_ms", row.combine_ms);
+  r.set("gemm_alone_ms", row.gemm_alone_ms);
+  r.set("verified", row.verified).set("rel_err", row.rel_err).set("unwritten", row.unwritten);
+  r.set("flops_per_gpu", row.flops_per_gpu).set("remote_bytes_per_gpu", row.remote_bytes_per_gpu);
+  r.set("floor_compute_ms", row.floor.compute_ms).set("floor_weights_ms", row.floor.weights_ms);
+  r.set("floor_comm_ms", row.floor.comm_ms);
+  return r;
+}
+
+BenchRow row_from_record(const Record& rec) {
+  BenchRow row;
+  row.config = rec.text("config");
+  row.hidden = static_cast<int>(rec.integer("hidden"));
+  row.intermediate = static_cast<int>(rec.integer("intermediate"));
+  row.experts = static_cast<int>(rec.integer("experts"));
+  row.topk = static_cast<int>(rec.integer("topk"));
+  row.tokens_per_rank = static_cast<int>(rec.integer("tokens_per_rank"));
+  row.routing = rec.text("routing");
+  row.impl = rec.text("impl");
+  row.ranks = rec.has("ranks") ? static_cast<int>(rec.integer("ranks")) : 0;
+  if (rec.has("note")) {
+    row.note = rec.text("note");
+    return row;
+  }
+  row.iters = static_cast<int>(rec.integer("iters"));
+  row.sets = static_cast<int>(rec.integer("sets"));
+  row.median_ms = rec.number("median_ms");
+  row.p10_ms = rec.number("p10_ms");
+  row.p90_ms = rec.number("p90_ms");
+  row.dispatch_ms = rec.number_or("dispatch_ms", kNaN);
+  row.experts_ms = rec.number_or("experts_ms", kNaN);
+  row.combine_ms = rec.number_or("combine_ms", kNaN);
+  row.gemm_alone_ms = rec.number_or("gemm_alone_ms", kNaN);
+  row.verified = rec.text("verified");
+  row.rel_err = rec.number("rel_err");
+  row.unwritten = rec.has("unwritten") ? rec.integer("unwritten") : -1;
+  // The PyTorch peer reports no work figures: the parent fills them (fill_expected_load).
+  row.flops_per_gpu = rec.number_or("flops_per_gpu", kNaN);
+  row.remote_bytes_per_gpu = rec.number_or("remote_bytes_per_gpu", kNaN);
+  row.floor.compute_ms = rec.number_or("floor_compute_ms", kNaN);
+  row.floor.weights_ms = rec.number_or("floor_weights_ms", kNaN);
+  row.floor.comm_ms = rec.number_or("floor_comm_ms", kNaN);
+  return row;
+}
+
+Record ceilings_record(const Ceilings& c, std::string_view source) {
+  Record r{std::string(kCeilingsTag)};
+  r.set("gemm_tflops", c.gemm_tflops).set("hbm_gbps", c.hbm_gbps).set("nvlink_gbps", c.nvlink_gbps);
+  return r.set("source", source);
+}
+
+Ceilings ceilings_from_record(const Record& rec) {
+  return {rec.number("gemm_tflops"), rec.number("hbm_gbps"), rec.number("nvlink_gbps")};
+}
+
+std::string render_table(const std::vector<BenchRow>& rows) {
+  // One speedup column per implementation present, in order of first appearance.
+  std::vector<std::string> impls;
+  for (const BenchRow& r : rows) {
+    bool seen = false;
+    for (const std::string& i : impls) seen = seen || i == r.impl;
+    if (!seen) impls.push_back(r.impl);
+  }
+  std::vector<std::string> headers{"config", "T/rank", "impl", "median ms", "p10", "p90", "TFLOP/s/GPU",
+                                   "NVLink GB/s", "floor ms", "floor/median"};
+  for (const std::string& i : impls) headers.push_back("x vs " + i);
+  for (const char* h : {"GEMM alone ms", "GEMM TFLOP/s", "disp/exp/comb ms", "verified", "rel err"})
+    headers.push_back(h);
+  tools::Table table(headers);
+  for (const BenchRow& r : rows) {
+    std::vector<std::string> cells{r.config, std::to_string(r.tokens_per_rank), r.impl};
+    if (!r.ran()) {
+      cells.push_back("skipped: " + r.note);
+      cells.resize(headers.size(), "");
+      table.add_row(cells);
+      continue;
+    }
+    cells.push_back(fixed(r.median_ms, 3));
+    cells.push_back(fixed(r.p10_ms, 3));
+    cells.push_back(fixed(r.p90_ms, 3));
+    cells.push_back(fixed(r.tflops_per_gpu, 1));
+    cells.push_back(fixed(r.nvlink_gbps, 1));
+    cells.push_back(fixed(r.floor_ms, 3) + " (" + std::string(r.floor.bound()) + ")");
+    cells.push_back(std::isfinite(r.floor_fraction) ? fixed(100 * r.floor_fraction, 1) + "%" : "-");
+    for (const std::string& i : impls) {
+      const auto it = r.speedup_over.find(i);
+      cells.push_back(it == r.speedup_over.end() ? "-" : fixed(it->second, 2) + "x");
+    }
+    cells.push_back(fixed(r.gemm_alone_ms, 3));
+    cells.push_back(fixed(r.gemm_alone_tflops, 1));
+    cells.push_back(std::isfinite(r.dispatch_ms) ? fixed(r.dispatch_ms, 3) + "/" + fixed(r.experts_ms, 3) +
+                                                       "/" + fixed(r.combine_ms, 3)
+                                                 : "-");
+    cells.push_back(r.verified);
+    cells.push_back(tools::format_sci(r.rel_err));
+    table.add_row(cells);
+  }
+  return table.render();
+}
+
+std::string render_floor_table(const std::vector<BenchCase>& cases, int world, const Ceilings& c) {
+  tools::Table table({"config", "T/rank", "compute ms", "weights ms", "comm ms", "floor ms", "bound"});
+  for (const BenchCase& bc : cases) {
+    if (bc.layer.num_experts % world != 0) {
+      table.add_row({bc.config, std::to_string(bc.tokens_per_rank), "E not divisible by ranks", "", "", "", ""});
+      continue;
+    }
+    const Floor f = layer_floor(bc.layer, expected_uniform_load(bc.layer, world, bc.tokens_per_rank), c);
+    table.add_row({bc.config, std::to_string(bc.tokens_per_rank), fixed(f.compute_ms, 3), fixed(f.weights_ms, 3),
+                   fixed(f.comm_ms, 3), fixed(f.floor_ms(), 3), std::string(f.bound())});
+  }
+  return table.render();
+}
+
+tools::Json row_json(const BenchRow& r) {
+  tools::Json j = tools::Json::object();
+  j.set("config", r.config).set("hidden", r.hidden).set("intermediate", r.intermediate);
+  j.set("experts", r.experts).set("topk", r.topk).set("tokens_per_rank", r.tokens_per_rank);
+  j.set("routing", r.routing).set("impl", r.impl).set("ranks", r.ranks);
+  j.set("median_ms", r.median_ms).set("p10_ms", r.p10_ms).set("p90_ms", r.p90_ms);
+  j.set("tflops_per_gpu", r.tflops_per_gpu).set("nvlink_gbps", r.nvlink_gbps);
+  j.set("floor_ms", r.floor_ms).set("fraction_of_floor", r.floor_fraction);
+  tools::Json floor = tools::Json::object();
+  floor.set("compute_ms", r.floor.compute_ms).set("weights_ms", r.floor.weights_ms);
+  floor.set("comm_ms", r.floor.comm_ms).set("bound", r.floor.bound());
+  j.set("floor_terms", floor);
+  // Rows that did not run are unverified, not failed; only a run that failed the check says false.
+  j.set("verified", r.verified == "yes" ? tools::Json(true) : r.verified == "no" ? tools::Json(false) : tools::Json());
+  j.set("rel_err", r.rel_err).set("unwritten", r.unwritten < 0 ? tools::Json() : tools::Json(int64_t{r.unwritten}));
+  tools::Json speedups = tools::Json::object();
+  for (const auto& [impl, s] : r.speedup_over) speedups.set(impl, s);
+  j.set("speedup_over", speedups);
+  tools::Json phases = tools::Json::object();
+  phases.set("dispatch_ms", r.dispatch_ms).set("experts_ms", r.experts_ms).set("combine_ms", r.combine_ms);
+  j.set("phases", phases);
+  j.set("gemm_alone_ms", r.gemm_alone_ms).set("gemm_alone_tflops", r.gemm_alone_tflops);
+  j.set("flops_per_gpu", r.flops_per_gpu).set("remote_bytes_per_gpu", r.remote_bytes_per_gpu);
+  j.set("iters", r.iters).set("sets", r.sets);
+  if (!r.ran()) j.set("skipped", r.note);
+  return j;
+}
+
+tools::Json report_json(const RunInfo& info, const std::vector<BenchRow>& rows) {
+  tools::Json ceilings = tools::Json::object();
+  ceilings.set("gemm_tflops", info.ceilings.gemm_tflops).set("hbm_gbps", info.ceilings.hbm_gbps);
+  ceilings.set("nvlink_gbps", info.ceilings.nvlink_gbps).set("source", info.ceilings_source);
+  tools::Json all = tools::Json::array();
+  for (const BenchRow& r : rows) all.push(row_json(r));
+  tools::Json j = tools::Json::object();
+  j.set("device", info.device).set("gpus", info.gpus).set("date", info.date).set("commit", info.commit);
+  j.set("command", info.command).set("ceilings", ceilings).set("rows", all);
+  return j;
+}
+
+}  // namespace epfuse::bench

@@ -1,0 +1,74 @@
+// The rows of a bench run: what the rank processes and the PyTorch peer measure, the figures
+// derived from them (TFLOP/s, NVLink GB/s, floor, fraction of floor, speedups), the terminal table
+// and the JSON document. Pure host code, unit-tested on the CPU.
+#pragma once
+#include <limits>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "bench/floor.h"
+#include "bench/options.h"
+#include "bench/record.h"
+#include "common/output.h"
+
+namespace epfuse::bench {
+
+inline constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+struct BenchRow {
+  // What ran.
+  std::string config, routing, impl;
+  int hidden = 0, intermediate = 0, experts = 0, topk = 0, tokens_per_rank = 0, ranks = 0;
+  int iters = 0, sets = 0;
+  std::string note;  // non-empty: the row did not run (e.g. implementation not built), and why
+  // Measured: per iteration the slowest rank's ms; statistics over iterations.
+  double median_ms = kNaN, p10_ms = kNaN, p90_ms = kNaN;
+  double dispatch_ms = kNaN, experts_ms = kNaN, combine_ms = kNaN;  // phase medians, when reported
+  double gemm_alone_ms = kNaN;  // the same cuBLAS grouped GEMMs (W13 and W2) alone, same row counts
+  std::string verified = "n/a";  // yes / no / n/a
+  double rel_err = kNaN;
+  long long unwritten = -1;
+  // Work per GPU (mean over ranks), from the routing that ran (or its expectation: torch rows).
+  double flops_per_gpu = kNaN;
+  double remote_bytes_per_gpu = kNaN;  // dispatch (token once per remote rank) + combine rows sent
+  Floor floor;                         // per term, the slowest rank's
+  // Derived by derive_row.
+  double tflops_per_gpu = kNaN, nvlink_gbps = kNaN, gemm_alone_tflops = kNaN;
+  double floor_ms = kNaN, floor_fraction = kNaN;  // floor_fraction = floor_ms / median_ms
+  std::map<std::string, double> speedup_over;     // other impl -> its median / this median
+
+  bool ran() const { return note.empty(); }
+};
+
+// The shape fields of a row from its case.
+BenchRow row_for_case(const BenchCase& c, std::string impl, int ranks, Routing routing);
+// Work and floor of a row under uniform routing's expectation (the PyTorch peer's rows).
+void fill_expected_load(BenchRow& row, const Ceilings& ceilings);
+// TFLOP/s, NVLink GB/s, GEMM-alone TFLOP/s, floor_ms and floor_fraction from the measured fields.
+void derive_row(BenchRow& row);
+// For every pair of rows that ran with the same shape, tokens and routing: speedup_over.
+void fill_speedups(std::vector<BenchRow>& rows);
+
+// Between processes.
+Record row_record(const BenchRow& row);
+BenchRow row_from_record(const Record& rec);
+Record ceilings_record(const Ceilings& c, std::string_view source);
+Ceilings ceilings_from_record(const Record& rec);
+
+// Output.
+std::string render_table(const std::vector<BenchRow>& rows);
+std::string render_floor_table(const std::vector<BenchCase>& cases, int world, const Ceilings& c);
+tools::Json row_json(const BenchRow& row);
+
+// The facts of a run that head its JSON document.
+struct RunInfo {
+  std::string device, date, commit, command;
+  int gpus = 0;
+  Ceilings ceilings;
+  std::string ceilings_source;  // "measured" or "flags"
+};
+// {"device", "gpus", "date", "commit", "command", "ceilings": {...}, "rows": [...]}
+tools::Json report_json(const RunInfo& info, const std::vector<BenchRow>& rows);
+
+}  // namespace epfuse::bench

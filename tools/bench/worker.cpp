@@ -1,0 +1,237 @@
+#include "bench/worker.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <thread>
+
+#include "bench/ceilings.h"
+#include "bench/gemm_alone.h"
+#include "bench/report.h"
+#include "bench/stats.h"
+#include "common/check.h"
+#include "common/job.h"
+#include "epfuse/communicator.h"
+#include "epfuse/error.h"
+
+namespace epfuse::bench {
+namespace {
+
+using tools::InputSet;
+using tools::RankJob;
+
+// Forwards per rank timed with phase events on, after the main timing (events add a little work).
+constexpr int kPhaseIters = 20;
+
+// Rank 0's records file; the other ranks report nothing (the parent reads rank 0 alone).
+class RecordSink {
+ public:
+  RecordSink(const std::string& dir, bool active) {
+    if (!active) return;
+    out_.open(dir + "/" + kRecordsFile, std::ios::app);
+    EPFUSE_REQUIRE(out_.good(), ErrorCode::kInvalidArgument,
+                   "bench: cannot write " + dir + "/" + kRecordsFile);
+  }
+  void write(const Record& rec) {
+    if (!out_.is_open()) return;
+    out_ << rec.format() << std::endl;  // flushed: the parent follows the file while we run
+  }
+  void progress(int done, int total, const std::string& label) {
+    Record r{std::string(kProgressTag)};
+    write(r.set("done", done).set("total", total).set("label", label));
+  }
+
+ private:
+  std::ofstream out_;
+};
+
+// Collective: each rank's values summed over ranks.
+std::vector<double> sum_over_ranks(Communicator& comm, const std::vector<double>& mine, cudaStream_t stream) {
+  const std::vector<double> all = tools::all_gather(comm, mine, stream);
+  std::vector<double> sum(mine.size(), 0.0);
+  for (size_t i = 0; i < all.size(); ++i) sum[i % mine.size()] += all[i];
+  return sum;
+}
+
+// Collective: per iteration the slowest rank, then statistics over iterations.
+Summary slowest_rank(Communicator& comm, const std::vector<double>& ms, cudaStream_t stream) {
+  return summarize(max_over_ranks(tools::all_gather(comm, ms, stream), comm.world_size()));
+}
+
+// What the routing of a case's input sets asks of the GPUs: the floor (per term the slowest rank,
+// averaged over sets), work per GPU (mean over ranks and sets), and set 0's rows per local expert.
+struct CaseLoad {
+  Floor floor;
+  double flops_per_gpu = 0, remote_bytes_per_gpu = 0;
+  std::vector<int> local_rows;
+};
+
+CaseLoad case_load(Communicator& comm, const LayerConfig& cfg, const std::vector<InputSet>& sets,
+                   const Ceilings& ceilings, cudaStream_t stream) {
+  const int world = comm.world_size(), rank = comm.rank(), per_rank = cfg.experts_per_rank(world);
+  CaseLoad out;
+  for (size_t s = 0; s < sets.size(); ++s) {
+    RoutingCounts counts = make_routing_counts(cfg, world);
+    count_rank_routing(cfg, world, rank, sets[s].host().topk_idx, counts);
+    // One collective for the three vectors: [E slots | R sends | R recvs].
+    std::vector<double> packed = counts.slots_per_expert;
+    packed.insert(packed.end(), counts.sends_per_rank.begin(), counts.sends_per_rank.end());
+    packed.insert(packed.end(), counts.recvs_per_rank.begin(), counts.recvs_per_rank.end());
+    packed = sum_over_ranks(comm, packed, stream);
+    const auto e_end = packed.begin() + cfg.num_experts;
+    counts.slots_per_expert.assign(packed.begin(), e_end);
+    counts.sends_per_rank.assign(e_end, e_end + world);
+    counts.recvs_per_rank.assign(e_end + world, packed.end());
+
+    Floor slowest;
+    for (int r = 0; r < world; ++r) {
+      const RankLoad load = rank_load(cfg, world, r, counts);
+      const Floor f = layer_floor(cfg, load, ceilings);
+      slowest.compute_ms = std::max(slowest.compute_ms, f.compute_ms);
+      slowest.weights_ms = std::max(slowest.weights_ms, f.weights_ms);
+      slowest.comm_ms = std::max(slowest.comm_ms, f.comm_ms);
+      out.flops_per_gpu += expert_flops(cfg, load.routed_slots) / world / sets.size();
+      out.remote_bytes_per_gpu += load.remote_rows * token_row_bytes(cfg) / world / sets.size();
+    }
+    out.floor.compute_ms += slowest.compute_ms / sets.size();
+    out.floor.weights_ms += slowest.weights_ms / sets.size();
+    out.floor.comm_ms += slowest.comm_ms / sets.size();
+    if (s == 0)
+      for (int e = rank * per_rank; e < (rank + 1) * per_rank; ++e)
+        out.local_rows.push_back(static_cast<int>(counts.slots_per_expert[e]));
+  }
+  return out;
+}
+
+// A note travels in a record field: no tabs or newlines.
+std::string one_line(std::string text) {
+  std::replace_if(text.begin(), text.end(), [](char c) { return c == '\t' || c == '\n' || c == '\r'; }, ' ');
+  return text;
+}
+
+int reference_threads() {
+  const char* local_world = std::getenv("LOCAL_WORLD_SIZE");
+  const int ranks = local_world ? std::max(1, std::atoi(local_world)) : 1;
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / ranks);
+}
+
+// Collective: phase medians of the slowest rank, or NaN when the implementation has no phase timing.
+void time_phases(RankJob& job, const std::vector<InputSet>& sets, BenchRow& row) {
+  MoeLayer& layer = job.layer();
+  layer.set_phase_timing(true);
+  std::vector<double> phases[3];
+  bool supported = true;
+  for (int i = 0; i < kPhaseIters; ++i) {
+    EPFUSE_CUDA_CHECK(cudaStreamSynchronize(job.stream()));
+    job.comm().barrier();
+    job.forward(sets[i % sets.size()]);
+    const std::optional<PhaseTimes> t = layer.last_phase_times();
+    if (!t) {
+      supported = false;  // the same on every rank: it depends on the implementation only
+      break;
+    }
+    phases[0].push_back(t->dispatch_ms);
+    phases[1].push_back(t->experts_ms);
+    phases[2].push_back(t->combine_ms);
+  }
+  layer.set_phase_timing(false);
+  if (!supported) return;
+  row.dispatch_ms = slowest_rank(job.comm(), phases[0], job.stream()).median;
+  row.experts_ms = slowest_rank(job.comm(), phases[1], job.stream()).median;
+  row.combine_ms = slowest_rank(job.comm(), phases[2], job.stream()).median;
+}
+
+}  // namespace
+
+void run_worker(const BenchOptions& o) {
+  const BootstrapOptions boot = BootstrapOptions::from_env();
+  const std::unique_ptr<Communicator> comm = Communicator::bootstrap(boot);
+  const int world = comm->world_size(), rank = comm->rank();
+  RecordSink sink(o.worker_dir, rank == 0);
+  cudaStream_t stream = nullptr;
+  EPFUSE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  struct DestroyStream {
+    cudaStream_t s;
+    ~DestroyStream() { (void)cudaStreamDestroy(s); }
+  } destroy_stream{stream};
+
+  const int total = static_cast<int>(o.cases.size() * o.impls.size()) + 1;
+  sink.progress(0, total, "ceilings");
+  const Ceilings ceilings = o.ceilings ? *o.ceilings : measure_ceilings(*comm, stream);
+  sink.write(ceilings_record(ceilings, o.ceilings ? "flags" : "measured"));
+
+  int done = 1;
+  for (const BenchCase& bc : o.cases) {
+    const LayerConfig& cfg = bc.layer;
+    if (const std::string problem = check_config(cfg, world); !problem.empty()) {
+      for (const std::string& impl : o.impls) {
+        BenchRow row = row_for_case(bc, impl, world, o.routing);
+        row.note = one_line("invalid config on " + std::to_string(world) + " ranks: " + problem);
+        sink.write(row_record(row));
+        sink.progress(++done, total, case_label(bc));
+      }
+      continue;
+    }
+    // Input sets shared by the implementations: fresh tokens and routing per set.
+    std::vector<InputSet> sets;
+    for (int s = 0; s < o.sets; ++s)
+      sets.emplace_back(cfg, world, rank, bc.tokens_per_rank, o.routing, tools::call_seed(o.seed, s), stream);
+    EPFUSE_CUDA_CHECK(cudaStreamSynchronize(stream));  // the jobs use their own streams
+    const CaseLoad load = case_load(*comm, cfg, sets, ceilings, stream);
+    double gemm_alone_ms = kNaN;
+
+    for (const std::string& impl_name : o.impls) {
+      sink.progress(done, total, case_label(bc) + " " + impl_name);
+      BenchRow row = row_for_case(bc, impl_name, world, o.routing);
+      std::unique_ptr<RankJob> job;
+      try {
+        job = std::make_unique<RankJob>(*comm, cfg, *parse_impl(impl_name), o.seed);
+      } catch (const Error& e) {
+        // Every rank refuses the same way (the implementation or the shape), so all skip together.
+        if (e.code() != ErrorCode::kUnsupported && e.code() != ErrorCode::kInvalidConfig) throw;
+        row.note = one_line(e.what());
+        sink.write(row_record(row));
+        sink.progress(++done, total, case_label(bc));
+        continue;
+      }
+      if (std::isnan(gemm_alone_ms)) {  // once per case, with the first layer's weights
+        const std::vector<double> ms =
+            time_grouped_gemms(cfg, job->weights().view(), load.local_rows, o.warmup, o.iters, stream);
+        gemm_alone_ms = slowest_rank(*comm, ms, stream).median;
+      }
+      const std::vector<int> rows = tools::sample_rows(bc.tokens_per_rank, o.verify_rows);
+      const tools::Verdict verdict = job->verified_forward(sets[0], rows, o.tolerance, reference_threads());
+
+      for (int i = 0; i < o.warmup; ++i) job->forward(sets[i % sets.size()]);
+      const std::vector<double> ms = tools::time_iterations(
+          job->stream(), o.iters, [&](int i) { job->forward(sets[i % sets.size()]); },
+          [&](int) {
+            // Ranks start each timed call together; the wait stays outside the events.
+            EPFUSE_CUDA_CHECK(cudaStreamSynchronize(job->stream()));
+            comm->barrier();
+          });
+      const Summary layer_ms = slowest_rank(*comm, ms, stream);
+      time_phases(*job, sets, row);
+
+      row.iters = o.iters;
+      row.sets = o.sets;
+      row.median_ms = layer_ms.median;
+      row.p10_ms = layer_ms.p10;
+      row.p90_ms = layer_ms.p90;
+      row.gemm_alone_ms = gemm_alone_ms;
+      row.verified = verdict.passed ? "yes" : "no";
+      row.rel_err = verdict.max_rel_err;
+      row.unwritten = verdict.total_unwritten;
+      row.flops_per_gpu = load.flops_per_gpu;
+      row.remote_bytes_per_gpu = load.remote_bytes_per_gpu;
+      row.floor = load.floor;
+      sink.write(row_record(row));
+      sink.progress(++done, total, case_label(bc));
+    }
+  }
+  EPFUSE_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
+}  // namespace epfuse::bench

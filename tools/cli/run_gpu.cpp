@@ -1,0 +1,125 @@
+// One rank of `epfuse run` on a GPU: bootstrap from the environment, build the job, run the calls
+// (verifying the scheduled ones), gather every rank's statistics and report on rank 0.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <optional>
+#include <thread>
+
+#include "cli/commands.h"
+#include "cli/run.h"
+#include "cli/run_report.h"
+#include "common/check.h"
+#include "common/job.h"
+#include "common/output.h"
+
+namespace epfuse::tools {
+namespace {
+
+// Each rank checks its rows on its share of the host's cores.
+int reference_threads(int world_size) {
+  int local = world_size;
+  if (const char* s = std::getenv("LOCAL_WORLD_SIZE")) local = std::max(1, std::atoi(s));
+  int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return std::max(1, cores / local);
+}
+
+struct Outcome {
+  RankStats stats;
+  int calls = 0;
+  int calls_verified = 0;
+  double max_rel_err = 0.0;   // agreed by all ranks
+  int64_t unwritten = 0;      // agreed by all ranks
+  std::optional<int> failed_call;
+};
+
+Outcome run_calls(const RunPlan& plan, RankJob& job, int rank) {
+  Outcome o;
+  const int threads = reference_threads(plan.ranks);
+  std::optional<Progress> progress;
+  if (rank == 0 && plan.iters > 1) progress.emplace("calls", plan.iters);
+  std::optional<InputSet> inputs;  // without --vary every call repeats call 0's inputs
+  for (int call = 0; call < plan.iters; ++call) {
+    if (!inputs || plan.vary) {
+      int tokens = plan.token_counts(call)[static_cast<size_t>(rank)];
+      inputs.reset();  // free the previous set first
+      inputs.emplace(job.make_inputs(tokens, plan.routing, plan.input_seed(call)));
+    }
+    count_slots(inputs->host(), o.stats);
+    if (plan.verifies_call(call)) {
+      std::vector<int> rows = sample_rows(inputs->num_tokens(), plan.verify_rows);
+      Verdict v = job.verified_forward(*inputs, rows, plan.tolerance, threads);
+      o.stats.seconds += v.forward_ms * 1e-3;
+      o.stats.rows_checked += v.rows_checked;
+      o.stats.unwritten += v.unwritten;
+      o.stats.rel_err = std::max(o.stats.rel_err, std::isnan(v.rel_err) ? INFINITY : v.rel_err);
+      o.stats.output_norm = std::hypot(o.stats.output_norm, v.output_norm);
+      o.max_rel_err = std::max(o.max_rel_err, v.max_rel_err);
+      o.unwritten += v.total_unwritten;
+      ++o.calls_verified;
+      ++o.calls;
+      // The verdict is all-reduced, so every rank stops at the same call.
+      if (!v.passed) {
+        o.failed_call = call;
+        break;
+      }
+    } else {
+      o.stats.seconds += time_iterations(job.stream(), 1, [&](int) { job.forward(*inputs); })[0] * 1e-3;
+      job.layer().check_errors(job.stream());
+      ++o.calls;
+    }
+    if (progress) progress->update(call + 1);
+  }
+  if (progress) progress->finish();
+  return o;
+}
+
+}  // namespace
+
+int run_rank(const RunPlan& plan, const BootstrapOptions& boot, const std::string& command) {
+  // Multicast is never used by epfuse; keep NCCL from setting it up either.
+  ::setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0);
+  std::unique_ptr<Communicator> comm = Communicator::bootstrap(boot);
+  try {
+    RunResult result;
+    std::optional<int> failed_call;
+    {
+      RankJob job(*comm, plan.cfg, *plan.impl, plan.seed);
+      Outcome o = run_calls(plan, job, comm->rank());
+      std::vector<double> all = all_gather(*comm, o.stats.pack(), job.stream());
+      for (int r = 0; r < comm->world_size(); ++r)
+        result.ranks.push_back(RankStats::unpack(all.data() + r * RankStats::kFields));
+      result.calls = o.calls;
+      result.calls_verified = o.calls_verified;
+      result.max_rel_err = o.max_rel_err;
+      result.unwritten = o.unwritten;
+      result.verified = !o.failed_call;
+      failed_call = o.failed_call;
+      cudaDeviceProp prop{};
+      EPFUSE_CUDA_CHECK(cudaGetDeviceProperties(&prop, comm->device()));
+      result.device = prop.name;
+      EPFUSE_CUDA_CHECK(cudaGetDeviceCount(&result.gpus));
+    }
+    result.first_call_tokens = plan.token_counts(0);
+    if (comm->rank() != 0) return failed_call ? 1 : 0;
+    std::fputs(summary(plan, result, /*reference_only=*/false).c_str(), stdout);
+    std::fflush(stdout);
+    if (!plan.json.empty()) write_file(plan.json, result_json(plan, result, command));
+    if (failed_call)
+      return fail("verification failed at call " + std::to_string(*failed_call) + ": max rel err " +
+                  format_sci(result.max_rel_err) + " (tolerance " + format_sci(plan.tolerance) + "), " +
+                  std::to_string(result.unwritten) + " unwritten elements");
+    return 0;
+  } catch (const std::exception& e) {
+    // Peers may be blocked in a collective this rank will never join: tearing down the NCCL
+    // communicator could wait for them forever. Report and leave now; the launcher stops the rest.
+    std::fprintf(stderr, "epfuse: rank %d: %s\n", comm->rank(), e.what());
+    std::fflush(stdout);
+    std::fflush(stderr);
+    std::_Exit(1);
+  }
+}
+
+}  // namespace epfuse::tools

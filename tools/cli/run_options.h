@@ -1,0 +1,74 @@
+// `epfuse run`'s options: the flags, and their resolution into a layer config, a token plan and
+// a verification schedule (pure; checked before any rank starts).
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/flags.h"
+#include "common/job.h"
+#include "epfuse/config.h"
+#include "epfuse/inputs.h"
+#include "epfuse/layer.h"
+
+namespace epfuse::tools {
+
+// The flags as given.
+struct RunFlags {
+  std::string model;
+  int hidden = 0, intermediate = 0, experts = 0, topk = 0;
+  float clamp = 0.0f;
+  std::string tokens = "128";
+  int max_tokens = 0;
+  int ranks = 0;
+  std::string routing = "uniform";
+  uint64_t seed = 1;
+  std::string impl;
+  int iters = 1;
+  bool vary = false;
+  int verify_every = 1;
+  int verify_rows = 0;
+  double tolerance = 2e-2;
+  std::string json;
+};
+
+// Registers every `epfuse run` flag on `parser`, writing into `flags`.
+void add_run_flags(FlagParser& parser, RunFlags& flags);
+
+// What the run does, resolved.
+struct RunPlan {
+  std::string model;       // a model name, or "custom"
+  LayerConfig cfg;
+  int ranks = 1;
+  TokenPlan tokens;
+  Routing routing = Routing::kUniform;
+  uint64_t seed = 1;
+  std::optional<Impl> impl;  // nullopt: the CPU reference
+  int iters = 1;
+  bool vary = false;
+  int verify_every = 1;
+  int verify_rows = 0;     // 0: sample_rows' default
+  double tolerance = 2e-2;
+  std::string json;
+
+  bool verifies_call(int call) const {
+    return call == 0 || call == iters - 1 || (verify_every > 0 && call % verify_every == 0);
+  }
+  // The input seed of a call: fresh per call with --vary, else every call repeats call 0's inputs.
+  uint64_t input_seed(int call) const { return call_seed(seed, vary ? call : 0); }
+  std::vector<int> token_counts(int call) const {
+    return token_counts_for_call(tokens, ranks, seed, call, vary);
+  }
+};
+
+// Resolves flags for `ranks` ranks (the caller picked it: --ranks, the GPU count, or the token
+// list's length). `have_gpu` decides the default impl. Throws UsageError for flag combinations
+// that make no sense and epfuse::Error(kInvalidConfig) for a layer config check_config rejects.
+RunPlan resolve_run_plan(const RunFlags& flags, const FlagParser& parser, int ranks, bool have_gpu);
+
+// The number of ranks the flags ask for without looking at GPUs: --ranks, else the length of a
+// --tokens list with more than one entry, else 0 (let the caller decide).
+int requested_ranks(const RunFlags& flags);
+
+}  // namespace epfuse::tools

@@ -1,0 +1,124 @@
+#include "cli/run_report.h"
+
+#include <algorithm>
+
+#include "common/output.h"
+
+namespace epfuse::tools {
+
+std::vector<double> RankStats::pack() const {
+  return {static_cast<double>(tokens),       static_cast<double>(routed),
+          static_cast<double>(dropped),      static_cast<double>(rows_checked),
+          static_cast<double>(unwritten),    rel_err,
+          output_norm,                       seconds};
+}
+
+RankStats RankStats::unpack(const double* v) {
+  RankStats s;
+  s.tokens = static_cast<int64_t>(v[0]);
+  s.routed = static_cast<int64_t>(v[1]);
+  s.dropped = static_cast<int64_t>(v[2]);
+  s.rows_checked = static_cast<int64_t>(v[3]);
+  s.unwritten = static_cast<int64_t>(v[4]);
+  s.rel_err = v[5];
+  s.output_norm = v[6];
+  s.seconds = v[7];
+  return s;
+}
+
+void count_slots(const HostTokens& tokens, RankStats& s) {
+  s.tokens += tokens.num_tokens;
+  for (int32_t e : tokens.topk_idx) (e >= 0 ? s.routed : s.dropped) += 1;
+}
+
+namespace {
+
+std::string config_line(const RunPlan& plan) {
+  const LayerConfig& c = plan.cfg;
+  std::string line = "config: " + plan.model + " (H=" + std::to_string(c.hidden) +
+                     " I=" + std::to_string(c.intermediate) + " E=" + std::to_string(c.num_experts) +
+                     " k=" + std::to_string(c.topk);
+  if (c.swiglu_clamp > 0) line += " clamp=" + format_fixed(c.swiglu_clamp, 3);
+  line += ")  impl=" + std::string(plan.impl ? to_string(*plan.impl) : "reference") +
+          "  ranks=" + std::to_string(plan.ranks) + "  routing=" + std::string(to_string(plan.routing)) +
+          "  seed=" + std::to_string(plan.seed) + "  max tokens/rank=" + std::to_string(c.max_tokens_per_rank);
+  if (plan.vary) line += "  vary";
+  return line + "\n";
+}
+
+}  // namespace
+
+std::string summary(const RunPlan& plan, const RunResult& r, bool reference_only) {
+  std::string out = config_line(plan);
+  std::string tokens_header = r.calls > 1 ? "tokens (" + std::to_string(r.calls) + " calls)" : "tokens";
+  if (reference_only) {
+    Table t({"rank", tokens_header, "routed slots", "dropped", "output norm", "time s"});
+    for (size_t i = 0; i < r.ranks.size(); ++i) {
+      const RankStats& s = r.ranks[i];
+      t.add_row({std::to_string(i), std::to_string(s.tokens), std::to_string(s.routed), std::to_string(s.dropped),
+                 format_sci(s.output_norm, 4), format_fixed(s.seconds, 2)});
+    }
+    return out + t.render();
+  }
+  Table t({"rank", tokens_header, "routed slots", "dropped", "rows checked", "rel err", "unwritten", "ms/call"});
+  for (size_t i = 0; i < r.ranks.size(); ++i) {
+    const RankStats& s = r.ranks[i];
+    t.add_row({std::to_string(i), std::to_string(s.tokens), std::to_string(s.routed), std::to_string(s.dropped),
+               std::to_string(s.rows_checked), format_sci(s.rel_err), std::to_string(s.unwritten),
+               format_fixed(r.calls ? 1e3 * s.seconds / r.calls : 0.0, 3)});
+  }
+  out += t.render();
+  out += "verified: " + std::string(r.verified ? "yes" : "NO") + " (max rel err " + format_sci(r.max_rel_err) +
+         ", tolerance " + format_sci(plan.tolerance) + "; " + std::to_string(r.unwritten) +
+         " unwritten elements; " + std::to_string(r.calls_verified) + " of " + std::to_string(r.calls) +
+         " calls checked)\n";
+  return out;
+}
+
+std::string result_json(const RunPlan& plan, const RunResult& r, const std::string& command) {
+  const LayerConfig& c = plan.cfg;
+  Json config = Json::object();
+  config.set("model", plan.model)
+      .set("hidden", c.hidden)
+      .set("intermediate", c.intermediate)
+      .set("experts", c.num_experts)
+      .set("topk", c.topk)
+      .set("clamp", static_cast<double>(c.swiglu_clamp))
+      .set("max_tokens_per_rank", c.max_tokens_per_rank)
+      .set("routing", to_string(plan.routing))
+      .set("seed", plan.seed)
+      .set("vary", plan.vary)
+      .set("verify_every", plan.verify_every)
+      .set("verify_rows", plan.verify_rows)
+      .set("tolerance", plan.tolerance);
+  Json per_rank = Json::array();
+  for (const RankStats& s : r.ranks) {
+    per_rank.push(Json::object()
+                      .set("tokens", s.tokens)
+                      .set("routed_slots", s.routed)
+                      .set("dropped_slots", s.dropped)
+                      .set("rows_checked", s.rows_checked)
+                      .set("rel_err", s.rel_err)
+                      .set("unwritten", s.unwritten)
+                      .set("output_norm", s.output_norm)
+                      .set("seconds", s.seconds));
+  }
+  Json doc = Json::object();
+  doc.set("device", r.device)
+      .set("gpus", r.gpus)
+      .set("date", utc_timestamp())
+      .set("commit", git_commit())
+      .set("command", command)
+      .set("config", std::move(config))
+      .set("impl", plan.impl ? std::string(to_string(*plan.impl)) : std::string("reference"))
+      .set("ranks", Json::array_of(r.first_call_tokens))
+      .set("calls", r.calls)
+      .set("calls_verified", r.calls_verified)
+      .set("max_rel_err", plan.impl ? Json(r.max_rel_err) : Json())
+      .set("unwritten", r.unwritten)
+      .set("verified", r.verified)
+      .set("rank_stats", std::move(per_rank));
+  return doc.dump();
+}
+
+}  // namespace epfuse::tools

@@ -1,0 +1,253 @@
+#include "common/job.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "common/check.h"
+#include "common/hash.h"
+#include "epfuse/communicator.h"
+#include "epfuse/error.h"
+#include "epfuse/reference.h"
+
+namespace epfuse::tools {
+
+// ---- pure helpers ----
+
+uint64_t call_seed(uint64_t seed, int call) {
+  return detail::mix64(seed + 0x9e3779b97f4a7c15ULL * (static_cast<uint64_t>(call) + 1));
+}
+
+std::vector<int> token_counts_for_call(const TokenPlan& plan, int world_size, uint64_t seed, int call,
+                                       bool vary) {
+  if (plan.random || (vary && call > 0))
+    return make_token_counts(world_size, plan.max_tokens, call_seed(seed, plan.random && !vary ? 0 : call));
+  EPFUSE_REQUIRE(static_cast<int>(plan.per_rank.size()) == world_size, ErrorCode::kInvalidArgument,
+                 "token plan has " + std::to_string(plan.per_rank.size()) + " counts for " +
+                     std::to_string(world_size) + " ranks");
+  return plan.per_rank;
+}
+
+std::vector<int> sample_rows(int num_tokens, int max_rows) {
+  int n = max_rows > 0 ? std::min(max_rows, num_tokens)
+                       : (num_tokens <= kAllRowsUpTo ? num_tokens : kSampledRows);
+  std::vector<int> rows;
+  if (n <= 0) return rows;
+  if (n == 1) return {0};  // a single row: the first (the last is checked whenever n >= 2)
+  rows.reserve(static_cast<size_t>(n));
+  // Row i of n at round(i * (T-1) / (n-1)): first and last included, evenly spread; distinct
+  // because n <= T makes the step >= 1.
+  for (int i = 0; i < n; ++i) {
+    int64_t r = (static_cast<int64_t>(i) * (num_tokens - 1) + (n - 1) / 2) / (n - 1);
+    rows.push_back(static_cast<int>(r));
+  }
+  return rows;
+}
+
+int64_t count_unwritten(std::span<const bf16> y) {
+  int64_t n = 0;
+  for (const bf16& v : y) {
+    uint16_t bits;
+    std::memcpy(&bits, &v, sizeof(bits));
+    n += (bits & 0x7fff) > 0x7f80;  // exponent all ones, mantissa non-zero: NaN (0xFFFF is the poison)
+  }
+  return n;
+}
+
+// ---- device resources ----
+
+void* device_alloc(size_t bytes) {
+  void* p = nullptr;
+  if (bytes > 0) EPFUSE_CUDA_CHECK(cudaMalloc(&p, bytes));
+  return p;
+}
+
+void device_free(void* ptr) noexcept {
+  if (ptr) (void)cudaFree(ptr);
+}
+
+namespace {
+
+// Never empty: some layers reject null pointers even for T = 0.
+template <class T>
+DeviceArray<T> upload(const std::vector<T>& host, cudaStream_t stream) {
+  DeviceArray<T> dev(std::max<size_t>(host.size(), 1));
+  if (!host.empty())
+    EPFUSE_CUDA_CHECK(cudaMemcpyAsync(dev.get(), host.data(), host.size() * sizeof(T),
+                                      cudaMemcpyHostToDevice, stream));
+  return dev;
+}
+
+size_t expert_elems(const LayerConfig& cfg, int world_size) {
+  return static_cast<size_t>(cfg.experts_per_rank(world_size)) * 2 * cfg.intermediate * cfg.hidden;
+}
+
+}  // namespace
+
+RankWeights::RankWeights(const LayerConfig& cfg, int world_size, int rank, uint64_t seed,
+                         cudaStream_t stream)
+    : seed_(seed), w13_(expert_elems(cfg, world_size)), w2_(expert_elems(cfg, world_size) / 2) {
+  generate_expert_weights(cfg, world_size, rank, seed, w13_.get(), w2_.get(), stream);
+}
+
+InputSet::InputSet(const LayerConfig& cfg, int world_size, int rank, int num_tokens, Routing routing,
+                   uint64_t seed, cudaStream_t stream)
+    : host_(make_tokens(cfg, world_size, rank, num_tokens, routing, seed)),
+      seed_(seed),
+      x_(upload(host_.x, stream)),
+      topk_idx_(upload(host_.topk_idx, stream)),
+      topk_weights_(upload(host_.topk_weights, stream)) {}
+
+TokenBatch InputSet::batch() const {
+  return {x_.get(), topk_idx_.get(), topk_weights_.get(), host_.num_tokens};
+}
+
+// ---- the job ----
+
+RankJob::RankJob(Communicator& comm, const LayerConfig& cfg, Impl impl, uint64_t weight_seed)
+    : comm_(comm), cfg_(cfg) {
+  validate_config(cfg_, comm.world_size());
+  EPFUSE_CUDA_CHECK(cudaSetDevice(comm.device()));
+  EPFUSE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  try {
+    weights_ = std::make_unique<RankWeights>(cfg_, comm.world_size(), comm.rank(), weight_seed, stream_);
+    // The layer may set up on its own streams: the weights must be complete first.
+    EPFUSE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    layer_ = MoeLayer::create(impl, cfg_, comm_, weights_->view());
+    y_ = DeviceArray<bf16>(static_cast<size_t>(std::max(cfg_.max_tokens_per_rank, 1)) * cfg_.hidden);
+    reduce_max_ = DeviceArray<double>(1);
+    reduce_sum_ = DeviceArray<int64_t>(1);
+  } catch (...) {
+    layer_.reset();
+    weights_.reset();
+    (void)cudaStreamDestroy(stream_);
+    throw;
+  }
+}
+
+RankJob::~RankJob() {
+  layer_.reset();  // borrows the weights
+  weights_.reset();
+  (void)cudaStreamDestroy(stream_);
+}
+
+InputSet RankJob::make_inputs(int num_tokens, Routing routing, uint64_t seed) const {
+  return InputSet(cfg_, comm_.world_size(), comm_.rank(), num_tokens, routing, seed, stream_);
+}
+
+void RankJob::forward(const InputSet& in) { layer_->forward(in.batch(), y_.get(), stream_); }
+
+Verdict RankJob::verified_forward(const InputSet& in, std::span<const int> rows, double tolerance,
+                                  int reference_threads) {
+  const int T = in.num_tokens();
+  const size_t H = static_cast<size_t>(cfg_.hidden);
+  Verdict v;
+  v.num_tokens = T;
+  v.rows_checked = static_cast<int>(rows.size());
+
+  // 0xFFFF is a bf16 NaN: any element the layer does not write stays NaN and is counted below.
+  EPFUSE_CUDA_CHECK(cudaMemsetAsync(y_.get(), 0xFF, y_.bytes(), stream_));
+  v.forward_ms = time_iterations(stream_, 1, [&](int) { forward(in); })[0];
+  layer_->check_errors(stream_);
+  std::vector<bf16> y(static_cast<size_t>(T) * H);
+  if (T > 0)
+    EPFUSE_CUDA_CHECK(cudaMemcpyAsync(y.data(), y_.get(), y.size() * sizeof(bf16), cudaMemcpyDeviceToHost,
+                                      stream_));
+  EPFUSE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  v.unwritten = count_unwritten(y);
+
+  if (!rows.empty()) {
+    for (int r : rows)
+      EPFUSE_REQUIRE(r >= 0 && r < T, ErrorCode::kInvalidArgument,
+                     "verified row " + std::to_string(r) + " is outside the rank's " + std::to_string(T) +
+                         " tokens");
+    GeneratedExperts experts(cfg_, weights_->seed());
+    std::vector<double> ref = reference_forward(cfg_, in.host(), experts, rows, reference_threads);
+    std::vector<double> out;
+    out.reserve(rows.size() * H);
+    for (int r : rows)
+      for (size_t h = 0; h < H; ++h) out.push_back(static_cast<double>(__bfloat162float(y[r * H + h])));
+    v.rel_err = relative_error(ref, out);
+    double sq = 0.0;
+    for (double o : out) sq += o * o;
+    v.output_norm = std::sqrt(sq);
+  }
+
+  // NCCL has no NaN-propagating max: a NaN error travels as +inf (unwritten > 0 says why).
+  double local_err = std::isnan(v.rel_err) ? std::numeric_limits<double>::infinity() : v.rel_err;
+  EPFUSE_CUDA_CHECK(cudaMemcpyAsync(reduce_max_.get(), &local_err, sizeof(double), cudaMemcpyHostToDevice,
+                                    stream_));
+  EPFUSE_CUDA_CHECK(cudaMemcpyAsync(reduce_sum_.get(), &v.unwritten, sizeof(int64_t),
+                                    cudaMemcpyHostToDevice, stream_));
+  EPFUSE_NCCL_CHECK(ncclGroupStart());
+  EPFUSE_NCCL_CHECK(ncclAllReduce(reduce_max_.get(), reduce_max_.get(), 1, ncclFloat64, ncclMax,
+                                  comm_.nccl(), stream_));
+  EPFUSE_NCCL_CHECK(ncclAllReduce(reduce_sum_.get(), reduce_sum_.get(), 1, ncclInt64, ncclSum,
+                                  comm_.nccl(), stream_));
+  EPFUSE_NCCL_CHECK(ncclGroupEnd());
+  EPFUSE_CUDA_CHECK(cudaMemcpyAsync(&v.max_rel_err, reduce_max_.get(), sizeof(double), cudaMemcpyDeviceToHost,
+                                    stream_));
+  EPFUSE_CUDA_CHECK(cudaMemcpyAsync(&v.total_unwritten, reduce_sum_.get(), sizeof(int64_t),
+                                    cudaMemcpyDeviceToHost, stream_));
+  EPFUSE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  v.passed = v.max_rel_err <= tolerance && v.total_unwritten == 0;
+  return v;
+}
+
+std::vector<double> all_gather(Communicator& comm, std::span<const double> local, cudaStream_t stream) {
+  const size_t n = local.size();
+  std::vector<double> all(n * static_cast<size_t>(comm.world_size()));
+  if (n == 0) return all;
+  DeviceArray<double> send(n), recv(all.size());
+  EPFUSE_CUDA_CHECK(cudaMemcpyAsync(send.get(), local.data(), send.bytes(), cudaMemcpyHostToDevice, stream));
+  EPFUSE_NCCL_CHECK(ncclAllGather(send.get(), recv.get(), n, ncclFloat64, comm.nccl(), stream));
+  EPFUSE_CUDA_CHECK(cudaMemcpyAsync(all.data(), recv.get(), recv.bytes(), cudaMemcpyDeviceToHost, stream));
+  EPFUSE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return all;
+}
+
+// ---- timing ----
+
+namespace {
+
+class Events {
+ public:
+  explicit Events(size_t n) : events_(n, nullptr) {
+    for (cudaEvent_t& e : events_) EPFUSE_CUDA_CHECK(cudaEventCreate(&e));
+  }
+  ~Events() {
+    for (cudaEvent_t e : events_)
+      if (e) (void)cudaEventDestroy(e);
+  }
+  Events(const Events&) = delete;
+  Events& operator=(const Events&) = delete;
+  cudaEvent_t operator[](size_t i) const { return events_[i]; }
+
+ private:
+  std::vector<cudaEvent_t> events_;
+};
+
+}  // namespace
+
+std::vector<double> time_iterations(cudaStream_t stream, int n, const std::function<void(int)>& body,
+                                    const std::function<void(int)>& before) {
+  EPFUSE_REQUIRE(n >= 0, ErrorCode::kInvalidArgument, "iteration count must be >= 0, got " + std::to_string(n));
+  Events events(2 * static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    if (before) before(i);
+    EPFUSE_CUDA_CHECK(cudaEventRecord(events[2 * i], stream));
+    body(i);
+    EPFUSE_CUDA_CHECK(cudaEventRecord(events[2 * i + 1], stream));
+  }
+  EPFUSE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  std::vector<double> ms(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    float t = 0.0f;
+    EPFUSE_CUDA_CHECK(cudaEventElapsedTime(&t, events[2 * i], events[2 * i + 1]));
+    ms[static_cast<size_t>(i)] = t;
+  }
+  return ms;
+}
+
+}  // namespace epfuse::tools

@@ -1,0 +1,180 @@
+// The per-rank job shared by `epfuse run`, `epfuse bench` and the GPU tests: this rank's expert
+// weights on its GPU, seeded input sets, the layer, one forward verified against the float64 CPU
+// reference (the verdict agreed by all ranks), and event timing of repeated forwards.
+//
+// Everything a rank needs is derived from seeds, so ranks agree on token counts, routing and
+// weights without exchanging anything but the final verdict.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+#include "epfuse/communicator.h"
+#include "epfuse/config.h"
+#include "epfuse/inputs.h"
+#include "epfuse/layer.h"
+#include "epfuse/types.h"
+
+namespace epfuse::tools {
+
+// ---- pure helpers (host only, unit-tested on the CPU) ----
+
+// The input seed of forward call `call` (0-based) of a run seeded with `seed`; the weight seed is
+// `seed` itself. Distinct calls get unrelated inputs; the same (seed, call) gives the same inputs.
+uint64_t call_seed(uint64_t seed, int call);
+
+// How many tokens each rank gets.
+struct TokenPlan {
+  std::vector<int> per_rank;  // fixed counts, one per rank (used when !random)
+  bool random = false;        // counts drawn per call in [0, max_tokens] (make_token_counts)
+  int max_tokens = 0;         // the layer's max_tokens_per_rank
+};
+// The counts of call `call`: fixed ones, or drawn from call_seed(seed, call) when the plan is
+// random or `vary` asks for fresh counts every call (then the first call keeps the fixed counts).
+std::vector<int> token_counts_for_call(const TokenPlan& plan, int world_size, uint64_t seed, int call,
+                                       bool vary);
+
+// The rows of a rank's T tokens compared with the reference: all of them when max_rows <= 0 and
+// T <= kAllRowsUpTo, or when max_rows >= T; otherwise max_rows (default kSampledRows) rows spread
+// evenly over [0, T), always including the first and the last. Sorted, distinct.
+inline constexpr int kAllRowsUpTo = 64;
+inline constexpr int kSampledRows = 32;
+std::vector<int> sample_rows(int num_tokens, int max_rows);
+
+// Poisoned or NaN bf16 elements of y: the layer never wrote them (or wrote garbage).
+int64_t count_unwritten(std::span<const bf16> y);
+
+// ---- device resources ----
+
+// cudaMalloc / cudaFree with errors as epfuse::Error (cudaFree errors are swallowed: destructors).
+void* device_alloc(size_t bytes);
+void device_free(void* ptr) noexcept;
+
+// A device array of T (uninitialised), freed on destruction.
+template <class T>
+class DeviceArray {
+ public:
+  DeviceArray() = default;
+  explicit DeviceArray(size_t count)
+      : ptr_(static_cast<T*>(device_alloc(count * sizeof(T)))), count_(count) {}
+  DeviceArray(DeviceArray&& other) noexcept { swap(other); }
+  DeviceArray& operator=(DeviceArray&& other) noexcept {
+    swap(other);
+    return *this;
+  }
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+  ~DeviceArray() { device_free(ptr_); }
+
+  T* get() const { return ptr_; }
+  size_t size() const { return count_; }
+  size_t bytes() const { return count_ * sizeof(T); }
+
+ private:
+  void swap(DeviceArray& o) noexcept {
+    std::swap(ptr_, o.ptr_);
+    std::swap(count_, o.count_);
+  }
+  T* ptr_ = nullptr;
+  size_t count_ = 0;
+};
+
+// This rank's experts [rank*E/R, (rank+1)*E/R) on the current device, generated from `seed`.
+class RankWeights {
+ public:
+  RankWeights(const LayerConfig& cfg, int world_size, int rank, uint64_t seed, cudaStream_t stream);
+  ExpertWeights view() const { return {w13_.get(), w2_.get()}; }
+  uint64_t seed() const { return seed_; }
+  size_t bytes() const { return w13_.bytes() + w2_.bytes(); }
+
+ private:
+  uint64_t seed_;
+  DeviceArray<bf16> w13_, w2_;
+};
+
+// One rank's inputs for one forward call: the host copy (for the reference) and a device copy.
+class InputSet {
+ public:
+  InputSet(const LayerConfig& cfg, int world_size, int rank, int num_tokens, Routing routing,
+           uint64_t seed, cudaStream_t stream);
+  const HostTokens& host() const { return host_; }
+  TokenBatch batch() const;
+  int num_tokens() const { return host_.num_tokens; }
+  uint64_t seed() const { return seed_; }
+
+ private:
+  HostTokens host_;
+  uint64_t seed_;
+  DeviceArray<bf16> x_;
+  DeviceArray<int32_t> topk_idx_;
+  DeviceArray<float> topk_weights_;
+};
+
+// The outcome of one verified forward. The `max_`/`total_` fields and `passed` are the same on
+// every rank (all-reduced); the others are this rank's.
+struct Verdict {
+  int num_tokens = 0;          // this rank's T
+  int rows_checked = 0;        // rows compared with the reference on this rank
+  double rel_err = 0.0;        // this rank's relative Frobenius error on the checked rows
+  int64_t unwritten = 0;       // this rank's poisoned/NaN elements of y, over all T rows
+  double max_rel_err = 0.0;    // over ranks (+inf if any rank's is NaN)
+  int64_t total_unwritten = 0; // over ranks
+  bool passed = false;         // max_rel_err <= tolerance and total_unwritten == 0
+  double output_norm = 0.0;    // ||y||_F of this rank's checked rows (a cheap fingerprint)
+  double forward_ms = 0.0;     // this rank's forward alone (cudaEvents), without poison and checks
+};
+
+// A rank's layer with its weights, stream and output buffer, created collectively.
+class RankJob {
+ public:
+  // Collective. Uses comm's device; weights from `weight_seed`; y sized for cfg.max_tokens_per_rank.
+  RankJob(Communicator& comm, const LayerConfig& cfg, Impl impl, uint64_t weight_seed);
+  ~RankJob();
+  RankJob(const RankJob&) = delete;
+  RankJob& operator=(const RankJob&) = delete;
+
+  // An input set for this rank (routing and seed as the caller chose, e.g. call_seed(seed, i)).
+  InputSet make_inputs(int num_tokens, Routing routing, uint64_t seed) const;
+
+  // Collective: the layer's forward on this job's stream into y (no synchronisation).
+  void forward(const InputSet& in);
+  // Collective: poison y (0xFF bytes: bf16 NaN), forward, check_errors, copy y back, count unwritten
+  // elements over all rows, compare `rows` (sample_rows) with reference_forward, all-reduce the
+  // verdict. `reference_threads` as in reference_forward (0: all cores).
+  Verdict verified_forward(const InputSet& in, std::span<const int> rows, double tolerance,
+                           int reference_threads = 0);
+
+  MoeLayer& layer() { return *layer_; }
+  Communicator& comm() { return comm_; }
+  const LayerConfig& config() const { return cfg_; }
+  const RankWeights& weights() const { return *weights_; }
+  cudaStream_t stream() const { return stream_; }
+  bf16* output() const { return y_.get(); }
+
+ private:
+  Communicator& comm_;
+  LayerConfig cfg_;
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<RankWeights> weights_;
+  std::unique_ptr<MoeLayer> layer_;
+  DeviceArray<bf16> y_;
+  DeviceArray<double> reduce_max_;     // all-reduce scratch: max rel err
+  DeviceArray<int64_t> reduce_sum_;    // all-reduce scratch: unwritten count
+};
+
+// Collective: every rank's `local` values (all ranks pass the same count), rank-major.
+std::vector<double> all_gather(Communicator& comm, std::span<const double> local, cudaStream_t stream);
+
+// Runs `body(i)` n times on `stream`, each between two cudaEvents, and returns each iteration's
+// milliseconds. `before(i)`, if given, runs on the host ahead of each iteration outside the timed
+// region (e.g. Communicator::barrier so that ranks start together). Synchronises at the end.
+std::vector<double> time_iterations(cudaStream_t stream, int n, const std::function<void(int)>& body,
+                                    const std::function<void(int)>& before = {});
+
+}  // namespace epfuse::tools
