@@ -24,6 +24,7 @@ __device__ void combine_task(const FusedContext& c, int block) {
     const uint32_t expected = token_signal_target(idx, k, d.num_experts, H);
     int ok = 1;
     if (lane == 0 && expected != 0) {
+      const uint64_t start = prm.profile != nullptr ? globaltimer_ns() : 0;
       const uint32_t base = c.token_base[t];
       const uint32_t* signal = c.local<uint32_t>(token_signal_offset(prm.sym, d, c.parity, t));
       ok = bounded_wait(prm, c.ctl, c.site(Phase::kCombine, WaitKind::kTokenTiles, t), expected,
@@ -31,6 +32,8 @@ __device__ void combine_task(const FusedContext& c, int block) {
                         [&](uint32_t v) { return counter_reached(v, base, expected); })
                ? 1 : 0;
       if (ok) c.token_base[t] = base + expected;
+      // Warps wait side by side: each adds its share of the CTA's time.
+      if (prm.profile != nullptr) profile_add_wait((globaltimer_ns() - start) / (blockDim.x / 32));
     }
     ok = __shfl_sync(0xffffffffu, ok, 0);
     if (!ok) continue;

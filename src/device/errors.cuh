@@ -7,6 +7,7 @@
 
 #include "device/error_record.h"
 #include "device/kernel_params.h"
+#include "device/profile.cuh"
 #include "device/signals.cuh"
 #include "device/task_map.h"
 
@@ -69,7 +70,11 @@ __device__ bool cta_wait(const FusedParams& prm, FusedControl* ctl, const WaitSi
                          Load load, Done done, bool abortable = true) {
   __shared__ int ok;
   __syncthreads();  // `ok` may still be read from a previous wait
-  if (threadIdx.x == 0) ok = bounded_wait(prm, ctl, site, expected, load, done, abortable) ? 1 : 0;
+  if (threadIdx.x == 0) {
+    const uint64_t start = prm.profile != nullptr ? globaltimer_ns() : 0;
+    ok = bounded_wait(prm, ctl, site, expected, load, done, abortable) ? 1 : 0;
+    if (prm.profile != nullptr) profile_add_wait(globaltimer_ns() - start);
+  }
   __syncthreads();
   return ok != 0;
 }

@@ -8,6 +8,7 @@
 
 #include "device/buffer_layout.h"
 #include "device/error_record.h"
+#include "device/profile.h"
 
 namespace epfuse::device {
 
@@ -43,6 +44,7 @@ struct FusedParams {
   const __nv_bfloat16* w2 = nullptr;   // [L][H][I]
   ncclWindow_t window = nullptr;       // the symmetric window (peers through ncclGetPeerPointer)
   char* workspace = nullptr;           // private workspace base (PrivLayout offsets)
+  FusedProfile* profile = nullptr;     // optional in-kernel profile (profile.h); null = off
 };
 
 }  // namespace epfuse::device

@@ -1,10 +1,12 @@
 // The fused MoE kernel: one persistent launch per forward, composing the device pieces by role
-// (layout, dispatch, expert tiles, combine) under the task scheduler. One instantiation per GEMM tile
-// shape (heuristics.h); the host picks one per call from the expected rows per expert.
+// (layout, dispatch, expert tiles, combine) under the task scheduler. One instantiation per shape of
+// heuristics.h's kFusedTileShapes (TileGemmWgmma or TileGemm); the host picks one per call from the
+// expected rows per expert.
 #include "fused/fused_kernel.h"
 
 #include <algorithm>
 #include <iterator>
+#include <type_traits>
 #include <utility>
 
 #include <cuda_runtime.h>
@@ -15,7 +17,9 @@
 #include "device/dispatch.cuh"
 #include "device/expert_ffn.cuh"
 #include "device/gemm_mainloop.cuh"
+#include "device/gemm_mainloop_wgmma.cuh"
 #include "device/layout.cuh"
+#include "device/profile.cuh"
 #include "device/scheduler.cuh"
 
 namespace epfuse::fused {
@@ -31,8 +35,10 @@ __global__ void __launch_bounds__(Gemm::kThreads, 1) fused_moe_kernel(const __gr
   const int nblocks1 = 2 * prm.dims.intermediate / Gemm::kBlockN;
   const int nblocks2 = prm.dims.hidden / Gemm::kBlockN;
   device::TaskScheduler scheduler(c, nblocks1, nblocks2);
+  device::TaskProfiler profiler(prm.profile);
   for (;;) {
     const device::Task task = scheduler.next();
+    profiler.after_next(static_cast<int>(Phase::kDone));
     if (task.phase == Phase::kDone) break;
     switch (task.phase) {
       case Phase::kLayout: device::layout_task(c, task.index, smem); break;
@@ -44,7 +50,9 @@ __global__ void __launch_bounds__(Gemm::kThreads, 1) fused_moe_kernel(const __gr
       case Phase::kCombine: device::combine_task(c, task.index); break;
       case Phase::kDone: break;
     }
+    profiler.after_task(static_cast<int>(task.phase));
   }
+  profiler.flush();
   scheduler.finish();
 }
 
@@ -56,19 +64,25 @@ struct KernelOf {
 // Layout and dispatch scratch lives in the same dynamic smem as the GEMM stages.
 size_t scratch_bytes(const device::FusedDims& d) { return (static_cast<size_t>(d.world) + 2u * d.num_experts) * 4; }
 
-// One kernel per shape of heuristics.h's kGemmTileShapes; fn gets a TileGemm of the matching shape.
+// One kernel per shape of kFusedTileShapes; fn gets the tile GEMM (wgmma or mma.sync) of that shape.
 template <size_t I>
-using GemmAt = device::TileGemm<kGemmTileShapes[I].block_m, kGemmTileShapes[I].block_n, kGemmTileShapes[I].block_k,
-                                kGemmTileShapes[I].stages, kGemmTileShapes[I].warps_m, kGemmTileShapes[I].warps_n>;
+struct GemmOf {
+  static constexpr GemmTileShape S = kFusedTileShapes[I];
+  using type = std::conditional_t<S.mma == GemmMma::kWgmma,
+                                  device::TileGemmWgmma<S.block_m, S.block_n, S.block_k, S.stages, S.warps_m, S.warps_n>,
+                                  device::TileGemm<S.block_m, S.block_n, S.block_k, S.stages, S.warps_m, S.warps_n>>;
+};
+template <size_t I>
+using GemmAt = typename GemmOf<I>::type;
 
 template <class Fn, size_t... Is>
 void with_shape_impl(const GemmTileShape& s, Fn& fn, std::index_sequence<Is...>) {
-  const bool found = ((s == kGemmTileShapes[Is] ? (fn(GemmAt<Is>{}), true) : false) || ...);
+  const bool found = ((s == kFusedTileShapes[Is] ? (fn(GemmAt<Is>{}), true) : false) || ...);
   if (!found) throw Error(ErrorCode::kInternal, "fused kernel: no instantiation for the chosen GEMM tile shape");
 }
 template <class Fn>
 void with_shape(const GemmTileShape& s, Fn fn) {
-  with_shape_impl(s, fn, std::make_index_sequence<std::size(kGemmTileShapes)>{});
+  with_shape_impl(s, fn, std::make_index_sequence<std::size(kFusedTileShapes)>{});
 }
 
 }  // namespace

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 
 #include <cuda_runtime.h>
@@ -16,11 +18,19 @@
 #include "fused/fused_kernel.h"
 #include "fused/heuristics.h"
 #include "fused/plan.h"
+#include "fused/profile.h"
 
 namespace epfuse::fused {
 namespace {
 
 constexpr uint64_t kDefaultTimeoutMs = 20000;
+
+// EPFUSE_PROFILE=1: while phase timing is on, rank 0 prints the in-kernel profile's per-phase table
+// (means over the timed calls) when timing is switched off again.
+bool profile_print_from_env() {
+  const char* s = std::getenv("EPFUSE_PROFILE");
+  return s != nullptr && std::string(s) == "1";
+}
 
 uint64_t timeout_ms_from_env() {
   const char* s = std::getenv("EPFUSE_TIMEOUT_MS");
@@ -86,10 +96,36 @@ class FusedLayer final : public MoeLayer {
   }
 
   ~FusedLayer() override {
-    if (workspace_ != nullptr) {
+    if (workspace_ != nullptr || profile_ != nullptr) {
       OnDevice on(comm_.device());
       cudaFree(workspace_);  // destructor: nothing to report an error to
+      cudaFree(profile_);
     }
+  }
+
+  // Phase timing = the in-kernel profile (device/profile.h): per-phase CTA-time / CTAs.
+  void set_phase_timing(bool enabled) override {
+    if (enabled && profile_ == nullptr) {
+      OnDevice on(comm_.device());
+      EPFUSE_CUDA_CHECK(cudaMalloc(&profile_, sizeof(device::FusedProfile)));
+    }
+    if (!enabled && timing_ && print_profile_ && comm_.rank() == 0 && profile_sum_.calls > 0)
+      std::fprintf(stderr, "%s", format_profile(profile_sum_).c_str());
+    if (enabled && !timing_) profile_sum_ = ProfileSummary{};
+    timing_ = enabled;
+    profiled_ = false;
+  }
+
+  std::optional<PhaseTimes> last_phase_times() override {
+    if (!profiled_) return std::nullopt;
+    OnDevice on(comm_.device());
+    EPFUSE_CUDA_CHECK(cudaStreamSynchronize(profiled_stream_));
+    device::FusedProfile rec{};
+    EPFUSE_CUDA_CHECK(cudaMemcpy(&rec, profile_, sizeof rec, cudaMemcpyDeviceToHost));
+    const ProfileSummary s = summarize_profile(rec);
+    if (!summed_) accumulate_profile(profile_sum_, s);  // once per forward, however often it is asked
+    summed_ = true;
+    return phase_times_of(s);
   }
 
   void forward(const TokenBatch& in, bf16* y, cudaStream_t stream) override {
@@ -136,6 +172,14 @@ class FusedLayer final : public MoeLayer {
     prm.w2 = weights_.w2;
     prm.window = window_.window();
     prm.workspace = static_cast<char*>(workspace_);
+    if (timing_) {
+      // The kernel adds into the record: zero it first (stream-ordered, only while timing).
+      EPFUSE_CUDA_CHECK(cudaMemsetAsync(profile_, 0, sizeof(device::FusedProfile), stream));
+      prm.profile = profile_;
+      profiled_stream_ = stream;
+    }
+    profiled_ = timing_;
+    summed_ = false;
     launch_fused_kernel(tile, prm, grid_, stream);
     if (host_status != 0) {
       broken_ = true;
@@ -169,6 +213,14 @@ class FusedLayer final : public MoeLayer {
   void* workspace_ = nullptr;
   uint32_t epoch_ = 0;  // the last call's epoch; the first call uses 1
   bool broken_ = false;
+  // Phase timing (off by default): the device record of the last forward and the sum over forwards.
+  bool timing_ = false;
+  bool profiled_ = false;  // the last forward ran with the profile on
+  bool summed_ = false;    // ... and was added to profile_sum_
+  bool print_profile_ = profile_print_from_env();
+  device::FusedProfile* profile_ = nullptr;
+  cudaStream_t profiled_stream_ = nullptr;
+  ProfileSummary profile_sum_;
 };
 
 }  // namespace

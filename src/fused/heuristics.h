@@ -1,7 +1,9 @@
 // Tile shapes of the fused kernel's expert GEMMs, chosen from the problem shape: pure functions (host
-// and device), so they can be unit-tested and printed. The device side instantiates one TileGemm per
-// shape listed here (src/device/gemm_mainloop.cuh), or a TileGemmWgmma for the kWgmma shapes
-// (src/device/gemm_mainloop_wgmma.cuh); a shape is a compile-time property of the kernel.
+// and device), so they can be unit-tested and printed. A shape names a TileGemm (mma.sync,
+// src/device/gemm_mainloop.cuh) or, for the kWgmma shapes, a TileGemmWgmma
+// (src/device/gemm_mainloop_wgmma.cuh); it is a compile-time property of a kernel. The fused kernel is
+// instantiated for kFusedTileShapes only (picked by choose_gemm_tile_sm90); the other shapes serve the
+// tile tests and benchmarks (tests/gpu/gemm).
 #pragma once
 #include "common/hash.h"  // EPFUSE_HD
 
@@ -99,16 +101,29 @@ EPFUSE_HD GemmTileShape choose_gemm_tile(int rows_per_expert, int n, int k) {
   return GemmTileShape{0, 0, 0, 0, 0, 0};
 }
 
-// choose_gemm_tile with the M = 128 mma.sync shapes replaced by their wgmma counterparts on Hopper
-// (same padding rules, same fallbacks): kTileM128N256 -> kWgmmaM128N256, kTileM128 -> kWgmmaM128N128.
-// The M64 / M32 shapes stay mma.sync (bound by weight bytes, not by the MMAs).
+// The Hopper choice (measured on one H200, tests/gpu/gemm/bench_tile_gemm, grouped Linear1+SwiGLU+Linear2
+// at world-4 shapes; bench/NOTES.md "Fused"):
+//  1. <= 32 rows: kTileM32 (mma.sync). Weight-bound; at 16 and 32 rows it beat every wgmma shape
+//     (dsv3 1.32 vs 1.38 ms, qwen3 0.106 vs 0.108).
+//  2. >= 128 rows: kWgmmaM128N256, 20-35% faster than the best mma.sync shape (dsv3 128 rows: 1.64 vs
+//     2.06 ms; 512 rows: 5.17 vs 7.84) and 7% faster than kWgmmaM128N128 at 128 rows.
+//  3. 33..127 rows: kWgmmaM128N128: one m-block per expert reads each weight once (M32 would read it
+//     2-4 times), twice the tiles of N256 for SM fill at small T, and at 32 rows it was within 2% of
+//     M32 despite 4x padding.
+//  A shape that cannot tile (n, k) falls back to kWgmmaM128N128 (n % 128, k % 64), then kTileM32
+//  (k % 128). Returns block_m == 0 when none fits. Only these three shapes: each is one instantiation
+//  of the fused kernel (kFusedTileShapes), and compile time counts.
 EPFUSE_HD GemmTileShape choose_gemm_tile_sm90(int rows_per_expert, int n, int k) {
-  constexpr GemmTileShape m128n256 = kTileM128N256, m128 = kTileM128;
-  constexpr GemmTileShape wg_n256 = kWgmmaM128N256, wg_n128 = kWgmmaM128N128;
-  const GemmTileShape s = choose_gemm_tile(rows_per_expert, n, k);
-  if (s == m128n256 && gemm_tile_supports(wg_n256, n, k)) return wg_n256;
-  if (s == m128 && gemm_tile_supports(wg_n128, n, k)) return wg_n128;
-  return s;
+  // Local copies: device code cannot refer to the namespace-scope (host) constants.
+  constexpr GemmTileShape m32 = kTileM32, wg_n256 = kWgmmaM128N256, wg_n128 = kWgmmaM128N128;
+  const GemmTileShape preferred = rows_per_expert <= 32 ? m32 : rows_per_expert >= 128 ? wg_n256 : wg_n128;
+  if (gemm_tile_supports(preferred, n, k)) return preferred;
+  if (gemm_tile_supports(wg_n128, n, k)) return wg_n128;
+  if (gemm_tile_supports(m32, n, k)) return m32;
+  return GemmTileShape{0, 0, 0, 0, 0, 0};
 }
+
+// The shapes the fused kernel is instantiated for: everything choose_gemm_tile_sm90 can return.
+inline constexpr GemmTileShape kFusedTileShapes[] = {kWgmmaM128N256, kWgmmaM128N128, kTileM32};
 
 }  // namespace epfuse::fused

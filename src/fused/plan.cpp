@@ -41,13 +41,13 @@ bool fused_tile_supports(const GemmTileShape& s, const LayerConfig& cfg) {
 
 std::vector<GemmTileShape> supported_fused_tiles(const LayerConfig& cfg) {
   std::vector<GemmTileShape> out;
-  for (const GemmTileShape& s : kGemmTileShapes)
+  for (const GemmTileShape& s : kFusedTileShapes)
     if (fused_tile_supports(s, cfg)) out.push_back(s);
   return out;
 }
 
 GemmTileShape choose_fused_tile(const LayerConfig& cfg, int rows_per_expert) {
-  const GemmTileShape preferred = choose_gemm_tile(rows_per_expert, 2 * cfg.intermediate, cfg.hidden);
+  const GemmTileShape preferred = choose_gemm_tile_sm90(rows_per_expert, 2 * cfg.intermediate, cfg.hidden);
   if (preferred.block_m != 0 && fused_tile_supports(preferred, cfg)) return preferred;
   // Linear2 (n = H, k = I) may rule out what Linear1 prefers (e.g. N256 with H % 256 != 0): take the
   // supported shape closest in m-block, larger first.

@@ -32,7 +32,7 @@ FusedPlan plan_fused(const LayerConfig& cfg, int world);
 // The tile shapes that can run both GEMMs of cfg (Linear1: n = 2I, k = H; Linear2: n = H, k = I).
 bool fused_tile_supports(const GemmTileShape& s, const LayerConfig& cfg);
 std::vector<GemmTileShape> supported_fused_tiles(const LayerConfig& cfg);
-// E1's choose_gemm_tile for Linear1, restricted to shapes that also run Linear2.
+// choose_gemm_tile_sm90 for Linear1, restricted to shapes that also run Linear2.
 GemmTileShape choose_fused_tile(const LayerConfig& cfg, int rows_per_expert);
 
 // One line per buffer: name, formula, MiB; then the totals.

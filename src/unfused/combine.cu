@@ -13,6 +13,22 @@ constexpr int kReduceWarps = kReduceThreads / kWarp;
 // slot order keeps the result independent of where the rows happen to lie.
 __device__ __forceinline__ void sum_rows(const bf16* const (&sources)[kMaxTopk], bf16* out, int hidden, int lane) {
   const int row_vecs = hidden / kVec;
+  int count = 0;
+  const bf16* single = nullptr;
+#pragma unroll
+  for (int j = 0; j < kMaxTopk; ++j)
+    if (sources[j] != nullptr) {
+      ++count;
+      single = sources[j];
+    }
+  // One source (most records and tokens at top-2, e.g. mixtral): a plain copy. bf16 -> fp32 -> bf16
+  // is exact, so it gives the sum's bits (up to the sign of a zero) without the conversions and the
+  // 16 per-vector source tests.
+  if (count == 1) {
+    for (int v = lane; v < row_vecs; v += kWarp)
+      reinterpret_cast<uint4*>(out)[v] = reinterpret_cast<const uint4*>(single)[v];
+    return;
+  }
   for (int v = lane; v < row_vecs; v += kWarp) {
     Vec8 acc{};
 #pragma unroll

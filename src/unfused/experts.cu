@@ -109,10 +109,11 @@ __global__ void __launch_bounds__(kPermuteThreads) permute_kernel(ChainShape s, 
 __global__ void __launch_bounds__(kSwigluThreads) swiglu_kernel(bf16* inter, const float* __restrict__ row_weight,
                                                                  int64_t num_rows, int intermediate, float clamp) {
   const int row_vecs = intermediate / kVec;
-  const int64_t total = num_rows * row_vecs;
-  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < total; i += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t row = i / row_vecs;
-    const int v = static_cast<int>(i % row_vecs);
+  for (RowVecWalk w = row_vec_walk(int64_t{blockIdx.x} * blockDim.x + threadIdx.x, int64_t{gridDim.x} * blockDim.x,
+                                   row_vecs);
+       w.row < num_rows; advance(w)) {
+    const int64_t row = w.row;
+    const int v = w.vec;
     uint4* gate_up = reinterpret_cast<uint4*>(inter + row * 2 * intermediate);
     const Vec8 gate = to_float(gate_up[v]);
     const Vec8 up = to_float(gate_up[row_vecs + v]);

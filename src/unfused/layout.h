@@ -122,4 +122,27 @@ EPFUSE_HD int grid_blocks(int64_t work_items, int items_per_block, int sm_count,
   return blocks < 1 ? 1 : static_cast<int>(blocks);
 }
 
+// A grid-stride walk over the flat index row * row_vecs + vec of a [rows, row_vecs] array, kept as a
+// (row, vec) pair so that a step needs no division (64-bit division is a long software routine on
+// the GPU): one division per thread at the start, then an add and at most one carry per step.
+struct RowVecWalk {
+  int64_t row;
+  int vec;
+  int64_t stride_rows;
+  int stride_vecs;  // < row_vecs
+  int row_vecs;
+};
+EPFUSE_HD RowVecWalk row_vec_walk(int64_t start, int64_t stride, int row_vecs) {
+  return {start / row_vecs, static_cast<int>(start % row_vecs), stride / row_vecs,
+          static_cast<int>(stride % row_vecs), row_vecs};
+}
+EPFUSE_HD void advance(RowVecWalk& w) {
+  w.row += w.stride_rows;
+  w.vec += w.stride_vecs;
+  if (w.vec >= w.row_vecs) {
+    w.vec -= w.row_vecs;
+    ++w.row;
+  }
+}
+
 }  // namespace epfuse::unfused

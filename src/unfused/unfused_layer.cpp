@@ -13,15 +13,13 @@
 #include "unfused/all_to_all.h"
 #include "unfused/counts.h"
 #include "unfused/device_buffer.h"
+#include "unfused/gemm_path.h"
 #include "unfused/grouped_gemm.h"
 #include "unfused/kernels.h"
 #include "unfused/plan.h"
 
 namespace epfuse::unfused {
 namespace {
-
-// cuBLAS's recommended workspace on Hopper; given once so no forward allocates.
-constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
 
 // Events at the phase boundaries of a forward.
 enum Mark { kStart, kDispatched, kComputed, kCombined, kMarks };
@@ -66,6 +64,7 @@ class UnfusedLayer final : public MoeLayer {
   Traffic traffic_;
   cublasHandle_t cublas_ = nullptr;
   GroupedGemm gemm_up_, gemm_down_;  // one each: their pointer staging must not be shared in a forward
+  std::optional<GemmPath> forced_gemm_path_;  // EPFUSE_UNFUSED_GEMM, read once at creation
 
   // Recorded at the end of every forward; the next one waits for it on its own stream, so calls on
   // different streams never overlap on the shared buffers.
@@ -93,7 +92,8 @@ UnfusedLayer::UnfusedLayer(const LayerConfig& cfg, Communicator& comm, const Exp
       host_counts_(plan_.recv_counts_offset * 2),
       counts_items_(comm.world_size(), 1),
       gemm_up_(plan_.experts_per_rank),
-      gemm_down_(plan_.experts_per_rank) {
+      gemm_down_(plan_.experts_per_rank),
+      forced_gemm_path_(gemm_path_override_from_env()) {
   shape_.hidden = cfg.hidden;
   shape_.intermediate = cfg.intermediate;
   shape_.topk = cfg.topk;
@@ -190,17 +190,18 @@ void UnfusedLayer::forward(const TokenBatch& in, bf16* y, cudaStream_t stream) {
   launch_permute(shape_, recv_.as<uint8_t>(), records, recv_counts(), expert_fill(), rows_.as<bf16>(),
                  row_weight_.as<float>(), token_rows_.as<int32_t>(), stream);
   const int64_t inter_ld = 2 * int64_t{cfg_.intermediate};
+  const GemmPath gemm_path = select_gemm_path(forced_gemm_path_, traffic_.expert_rows);
   gemm_up_.run(cublas_,
                {.rows = traffic_.expert_rows, .n = 2 * cfg_.intermediate, .k = cfg_.hidden, .a = rows_.as<bf16>(),
                 .lda = cfg_.hidden, .w = weights_.w13, .w_expert_stride = inter_ld * cfg_.hidden,
                 .c = inter_.as<bf16>(), .ldc = inter_ld},
-               stream);
+               gemm_path, stream);
   launch_swiglu(shape_, inter_.as<bf16>(), row_weight_.as<float>(), traffic_.total_rows, cfg_.swiglu_clamp, stream);
   gemm_down_.run(cublas_,
                  {.rows = traffic_.expert_rows, .n = cfg_.hidden, .k = cfg_.intermediate, .a = inter_.as<bf16>(),
                   .lda = inter_ld, .w = weights_.w2, .w_expert_stride = int64_t{cfg_.hidden} * cfg_.intermediate,
                   .c = rows_.as<bf16>(), .ldc = cfg_.hidden},
-                 stream);
+                 gemm_path, stream);
   mark(kComputed, stream);
 
   // ---- combine: the rows go back the way the records came, in the same buffers ----------------------

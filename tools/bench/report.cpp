@@ -77,6 +77,8 @@ Record row_record(const BenchRow& row) {
   r.set("median_ms", row.median_ms).set("p10_ms", row.p10_ms).set("p90_ms", row.p90_ms);
   r.set("dispatch_ms", row.dispatch_ms).set("experts_ms", row.experts_ms).set("combine_ms", row.combine_ms);
   r.set("gemm_alone_ms", row.gemm_alone_ms);
+  r.set("gemm_alone_grouped_ms", row.gemm_alone_grouped_ms).set("gemm_alone_loop_ms", row.gemm_alone_loop_ms);
+  if (!row.gemm_path.empty()) r.set("gemm_path", row.gemm_path);
   r.set("verified", row.verified).set("rel_err", row.rel_err).set("unwritten", row.unwritten);
   r.set("flops_per_gpu", row.flops_per_gpu).set("remote_bytes_per_gpu", row.remote_bytes_per_gpu);
   r.set("floor_compute_ms", row.floor.compute_ms).set("floor_weights_ms", row.floor.weights_ms);
@@ -108,6 +110,9 @@ BenchRow row_from_record(const Record& rec) {
   row.experts_ms = rec.number_or("experts_ms", kNaN);
   row.combine_ms = rec.number_or("combine_ms", kNaN);
   row.gemm_alone_ms = rec.number_or("gemm_alone_ms", kNaN);
+  row.gemm_alone_grouped_ms = rec.number_or("gemm_alone_grouped_ms", kNaN);
+  row.gemm_alone_loop_ms = rec.number_or("gemm_alone_loop_ms", kNaN);
+  if (rec.has("gemm_path")) row.gemm_path = rec.text("gemm_path");
   row.verified = rec.text("verified");
   row.rel_err = rec.number("rel_err");
   row.unwritten = rec.has("unwritten") ? rec.integer("unwritten") : -1;
@@ -163,7 +168,7 @@ std::string render_table(const std::vector<BenchRow>& rows) {
       const auto it = r.speedup_over.find(i);
       cells.push_back(it == r.speedup_over.end() ? "-" : fixed(it->second, 2) + "x");
     }
-    cells.push_back(fixed(r.gemm_alone_ms, 3));
+    cells.push_back(fixed(r.gemm_alone_ms, 3) + (r.gemm_path.empty() ? "" : " " + r.gemm_path));
     cells.push_back(fixed(r.gemm_alone_tflops, 1));
     cells.push_back(std::isfinite(r.dispatch_ms) ? fixed(r.dispatch_ms, 3) + "/" + fixed(r.experts_ms, 3) +
                                                        "/" + fixed(r.combine_ms, 3)
@@ -211,6 +216,8 @@ tools::Json row_json(const BenchRow& r) {
   phases.set("dispatch_ms", r.dispatch_ms).set("experts_ms", r.experts_ms).set("combine_ms", r.combine_ms);
   j.set("phases", phases);
   j.set("gemm_alone_ms", r.gemm_alone_ms).set("gemm_alone_tflops", r.gemm_alone_tflops);
+  j.set("gemm_alone_grouped_ms", r.gemm_alone_grouped_ms).set("gemm_alone_loop_ms", r.gemm_alone_loop_ms);
+  j.set("gemm_path", r.gemm_path.empty() ? tools::Json() : tools::Json(r.gemm_path));
   j.set("flops_per_gpu", r.flops_per_gpu).set("remote_bytes_per_gpu", r.remote_bytes_per_gpu);
   j.set("iters", r.iters).set("sets", r.sets);
   if (!r.ran()) j.set("skipped", r.note);

@@ -25,7 +25,10 @@ struct BenchRow {
   // Measured: per iteration the slowest rank's ms; statistics over iterations.
   double median_ms = kNaN, p10_ms = kNaN, p90_ms = kNaN;
   double dispatch_ms = kNaN, experts_ms = kNaN, combine_ms = kNaN;  // phase medians, when reported
-  double gemm_alone_ms = kNaN;  // the same cuBLAS grouped GEMMs (W13 and W2) alone, same row counts
+  double gemm_alone_ms = kNaN;  // the same cuBLAS GEMMs (W13 and W2) alone, same row counts and path
+  // Both paths of the unfused expert GEMM alone (bench/gemm_alone.h), and rank 0's choice.
+  double gemm_alone_grouped_ms = kNaN, gemm_alone_loop_ms = kNaN;
+  std::string gemm_path;  // "grouped" / "loop"; empty when not measured
   std::string verified = "n/a";  // yes / no / n/a
   double rel_err = kNaN;
   long long unwritten = -1;

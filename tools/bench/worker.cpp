@@ -180,7 +180,8 @@ void run_worker(const BenchOptions& o) {
       sets.emplace_back(cfg, world, rank, bc.tokens_per_rank, o.routing, tools::call_seed(o.seed, s), stream);
     EPFUSE_CUDA_CHECK(cudaStreamSynchronize(stream));  // the jobs use their own streams
     const CaseLoad load = case_load(*comm, cfg, sets, ceilings, stream);
-    double gemm_alone_ms = kNaN;
+    double gemm_alone_ms = kNaN, gemm_alone_grouped_ms = kNaN, gemm_alone_loop_ms = kNaN;
+    std::string gemm_path;
 
     for (const std::string& impl_name : o.impls) {
       sink.progress(done, total, case_label(bc) + " " + impl_name);
@@ -197,9 +198,12 @@ void run_worker(const BenchOptions& o) {
         continue;
       }
       if (std::isnan(gemm_alone_ms)) {  // once per case, with the first layer's weights
-        const std::vector<double> ms =
-            time_grouped_gemms(cfg, job->weights().view(), load.local_rows, o.warmup, o.iters, stream);
-        gemm_alone_ms = slowest_rank(*comm, ms, stream).median;
+        const GemmAloneTimes t =
+            time_expert_gemms(cfg, job->weights().view(), load.local_rows, o.warmup, o.iters, stream);
+        gemm_alone_ms = slowest_rank(*comm, t.layer_ms(), stream).median;
+        gemm_alone_grouped_ms = slowest_rank(*comm, t.grouped_ms, stream).median;
+        gemm_alone_loop_ms = slowest_rank(*comm, t.loop_ms, stream).median;
+        gemm_path = unfused::to_string(t.layer_path);  // rank 0's: only rank 0 writes the record
       }
       const std::vector<int> rows = tools::sample_rows(bc.tokens_per_rank, o.verify_rows);
       const tools::Verdict verdict = job->verified_forward(sets[0], rows, o.tolerance, reference_threads());
@@ -221,6 +225,9 @@ void run_worker(const BenchOptions& o) {
       row.p10_ms = layer_ms.p10;
       row.p90_ms = layer_ms.p90;
       row.gemm_alone_ms = gemm_alone_ms;
+      row.gemm_alone_grouped_ms = gemm_alone_grouped_ms;
+      row.gemm_alone_loop_ms = gemm_alone_loop_ms;
+      row.gemm_path = gemm_path;
       row.verified = verdict.passed ? "yes" : "no";
       row.rel_err = verdict.max_rel_err;
       row.unwritten = verdict.total_unwritten;

@@ -87,6 +87,7 @@ int run_rank(const RunPlan& plan, const BootstrapOptions& boot, const std::strin
     std::optional<int> failed_call;
     {
       RankJob job(*comm, plan.cfg, *plan.impl, plan.seed);
+      result.memory = job.layer().memory();
       Outcome o = run_calls(plan, job, comm->rank());
       std::vector<double> all = all_gather(*comm, o.stats.pack(), job.stream());
       for (int r = 0; r < comm->world_size(); ++r)

@@ -72,6 +72,8 @@ std::string summary(const RunPlan& plan, const RunResult& r, bool reference_only
          ", tolerance " + format_sci(plan.tolerance) + "; " + std::to_string(r.unwritten) +
          " unwritten elements; " + std::to_string(r.calls_verified) + " of " + std::to_string(r.calls) +
          " calls checked)\n";
+  out += "layer memory per GPU (weights not included): " + format_fixed(r.memory.symmetric_bytes / 1048576.0, 1) +
+         " MiB symmetric (NCCL window), " + format_fixed(r.memory.private_bytes / 1048576.0, 1) + " MiB private\n";
   return out;
 }
 
@@ -117,6 +119,9 @@ std::string result_json(const RunPlan& plan, const RunResult& r, const std::stri
       .set("max_rel_err", plan.impl ? Json(r.max_rel_err) : Json())
       .set("unwritten", r.unwritten)
       .set("verified", r.verified)
+      .set("memory", Json::object()
+                         .set("symmetric_bytes", static_cast<int64_t>(r.memory.symmetric_bytes))
+                         .set("private_bytes", static_cast<int64_t>(r.memory.private_bytes)))
       .set("rank_stats", std::move(per_rank));
   return doc.dump();
 }

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "epfuse/layer.h"
+
 #include "cli/run_options.h"
 
 namespace epfuse::tools {
@@ -38,6 +40,7 @@ struct RunResult {
   double max_rel_err = 0.0;
   int64_t unwritten = 0;
   bool verified = false;         // every verified call passed (false for the CPU reference alone)
+  MemoryFootprint memory;        // the layer's device buffers on rank 0 (weights not included)
 };
 
 // The summary table with a header line naming the config; for the CPU reference the error

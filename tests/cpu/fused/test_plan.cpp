@@ -112,12 +112,33 @@ TEST(FusedTileChoice, BothGemmsAlwaysTile) {
         c.max_tokens_per_rank = 16;
         const GemmTileShape s = choose_fused_tile(c, rows);
         EXPECT_TRUE(fused_tile_supports(s, c)) << "H " << H << " I " << I << " rows " << rows;
-        // Where Linear2 allows it, the choice is E1's choice for Linear1.
-        const GemmTileShape pref = choose_gemm_tile(rows, 2 * I, H);
+        // Where Linear2 allows it, the choice is the Hopper choice for Linear1.
+        const GemmTileShape pref = choose_gemm_tile_sm90(rows, 2 * I, H);
         if (fused_tile_supports(pref, c)) {
           EXPECT_EQ(s, pref);
         }
+        // The kernel has an instantiation for it.
+        bool instantiated = false;
+        for (const GemmTileShape& f : kFusedTileShapes) instantiated = instantiated || f == s;
+        EXPECT_TRUE(instantiated) << "H " << H << " I " << I << " rows " << rows;
       }
+}
+
+TEST(FusedTileChoice, HopperShapesPerRowCount) {
+  LayerConfig c;
+  c.hidden = 7168;
+  c.intermediate = 2048;
+  c.num_experts = 256;
+  c.topk = 8;
+  c.max_tokens_per_rank = 4096;
+  EXPECT_EQ(choose_fused_tile(c, 16), kTileM32);          // dsv3 T=128: weight-bound, mma.sync
+  EXPECT_EQ(choose_fused_tile(c, 32), kTileM32);
+  EXPECT_EQ(choose_fused_tile(c, 33), kWgmmaM128N128);
+  EXPECT_EQ(choose_fused_tile(c, 127), kWgmmaM128N128);
+  EXPECT_EQ(choose_fused_tile(c, 128), kWgmmaM128N256);   // dsv3 T=1024
+  EXPECT_EQ(choose_fused_tile(c, 512), kWgmmaM128N256);   // dsv3 T=4096
+  c.hidden = 7168 + 128;                                  // Linear2 (n = H) cannot take N256
+  EXPECT_EQ(choose_fused_tile(c, 512), kWgmmaM128N128);
 }
 
 }  // namespace

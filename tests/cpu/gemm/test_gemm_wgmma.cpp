@@ -257,25 +257,28 @@ TEST(GemmWgmmaHeuristics, WgmmaShapesFitAndTile) {
   }
 }
 
-TEST(GemmWgmmaHeuristics, Sm90ChoiceSwapsOnlyTheM128Shapes) {
+TEST(GemmWgmmaHeuristics, Sm90Choice) {
   using fused::choose_gemm_tile_sm90;
   EXPECT_EQ(choose_gemm_tile_sm90(512, 4096, 7168), fused::kWgmmaM128N256);   // dsv3 T=4096, Linear1
   EXPECT_EQ(choose_gemm_tile_sm90(4096, 28672, 4096), fused::kWgmmaM128N256); // mixtral T=4096
-  EXPECT_EQ(choose_gemm_tile_sm90(128, 4096, 7168), fused::kWgmmaM128N128);   // dsv3 T=1024
+  EXPECT_EQ(choose_gemm_tile_sm90(128, 4096, 7168), fused::kWgmmaM128N256);   // dsv3 T=1024
+  EXPECT_EQ(choose_gemm_tile_sm90(127, 4096, 7168), fused::kWgmmaM128N128);
   EXPECT_EQ(choose_gemm_tile_sm90(512, 7168 + 128, 2048), fused::kWgmmaM128N128);  // n % 256 != 0
   EXPECT_EQ(choose_gemm_tile_sm90(16, 4096, 7168), fused::kTileM32);
-  EXPECT_EQ(choose_gemm_tile_sm90(64, 1536, 2048), fused::kTileM64);
-  EXPECT_EQ(choose_gemm_tile_sm90(150, 4096, 7168), fused::kTileM64);
+  EXPECT_EQ(choose_gemm_tile_sm90(32, 1536, 2048), fused::kTileM32);          // qwen3 T=128
+  EXPECT_EQ(choose_gemm_tile_sm90(33, 1536, 2048), fused::kWgmmaM128N128);
+  EXPECT_EQ(choose_gemm_tile_sm90(16, 1536, 192), fused::kWgmmaM128N128);     // k % 128 != 0: no M32
   EXPECT_EQ(choose_gemm_tile_sm90(16, 1000, 2048).block_m, 0);
   for (int rows : {0, 1, 33, 64, 65, 128, 255, 256, 512, 4096})
     for (int n : {128, 256, 1536, 4096, 28672})
       for (int k : {64, 128, 768, 2048, 7168}) {
         const fused::GemmTileShape s = fused::choose_gemm_tile_sm90(rows, n, k);
-        const fused::GemmTileShape base = fused::choose_gemm_tile(rows, n, k);
-        EXPECT_TRUE(s == base || s.mma == fused::GemmMma::kWgmma);
-        if (s.block_m != 0) {
-          EXPECT_TRUE(fused::gemm_tile_supports(s, n, k));
-        }
+        // Every (n, k) with n % 128 == 0 and k % 64 == 0 tiles, with a shape the fused kernel has.
+        ASSERT_NE(s.block_m, 0);
+        EXPECT_TRUE(fused::gemm_tile_supports(s, n, k));
+        bool fused_shape = false;
+        for (const fused::GemmTileShape& f : fused::kFusedTileShapes) fused_shape = fused_shape || f == s;
+        EXPECT_TRUE(fused_shape);
       }
 }
 

@@ -1,7 +1,7 @@
-// The unfused chain's protocol arithmetic (layout.h), buffer plan (plan.h) and count reading
-// (counts.h), and a CPU walk through the whole protocol on simulated ranks that uses the same
-// functions as the kernels: every (token, slot) must reach its expert's row exactly once and come
-// back to its token, within the plan's bounds.
+// The unfused chain's protocol arithmetic (layout.h), buffer plan (plan.h), count reading
+// (counts.h) and GEMM path choice (gemm_path.h), and a CPU walk through the whole protocol on
+// simulated ranks that uses the same functions as the kernels: every (token, slot) must reach its
+// expert's row exactly once and come back to its token, within the plan's bounds.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,6 +15,7 @@
 #include "epfuse/error.h"
 #include "epfuse/layer.h"
 #include "unfused/counts.h"
+#include "unfused/gemm_path.h"
 #include "unfused/layout.h"
 #include "unfused/plan.h"
 
@@ -121,6 +122,31 @@ TEST(Layout, GridBlocks) {
   EXPECT_EQ(grid_blocks(1, 256, 132, 2), 1);
   EXPECT_EQ(grid_blocks(257, 256, 132, 2), 2);
   EXPECT_EQ(grid_blocks(int64_t{1} << 30, 256, 132, 2), 264);  // capped at SMs x blocks per SM
+}
+
+TEST(Layout, RowVecWalkVisitsEveryElementOnce) {
+  // Every (start, stride) of a grid over [rows, row_vecs], including strides below, equal to and
+  // above a row and row_vecs = 1: the walks together visit each flat index exactly once, in order.
+  for (const int row_vecs : {1, 7, 96, 256}) {
+    for (const int64_t rows : {int64_t{0}, int64_t{1}, int64_t{13}}) {
+      for (const int64_t stride :
+           {int64_t{1}, int64_t{5}, int64_t{row_vecs}, int64_t{3 * row_vecs + 2}, int64_t{1000}}) {
+        std::vector<int> visits(static_cast<size_t>(rows * row_vecs), 0);
+        for (int64_t start = 0; start < stride; ++start) {
+          int64_t expected = start;
+          for (RowVecWalk w = row_vec_walk(start, stride, row_vecs); w.row < rows; advance(w)) {
+            ASSERT_GE(w.vec, 0);
+            ASSERT_LT(w.vec, row_vecs);
+            ASSERT_EQ(w.row * row_vecs + w.vec, expected) << "start " << start << " stride " << stride;
+            ++visits[static_cast<size_t>(expected)];
+            expected += stride;
+          }
+          EXPECT_GE(expected, rows * row_vecs);  // stopped only past the end
+        }
+        for (size_t i = 0; i < visits.size(); ++i) ASSERT_EQ(visits[i], 1) << "index " << i;
+      }
+    }
+  }
 }
 
 // ---- plan.h -----------------------------------------------------------------------------------------
@@ -244,6 +270,70 @@ TEST(Counts, TrafficFromCounts) {
   EXPECT_EQ(t.total_send, 10);
   EXPECT_EQ(t.total_recv, 4);
   EXPECT_EQ(t.total_rows, 10);
+}
+
+// ---- gemm_path.h -------------------------------------------------------------------------------------
+
+TEST(GemmPath, FactsShapesAtWorld4) {
+  // Rows per local expert under uniform routing at world 4 (T * k / E per expert, the same on every
+  // rank): dsv3 and qwen3-30b decode stay grouped (weight-bound), the large rows loop.
+  const auto uniform = [](int experts, int rows) { return std::vector<int>(experts, rows); };
+  EXPECT_EQ(choose_gemm_path(uniform(64, 16)), GemmPath::kGrouped);    // dsv3 T=128
+  EXPECT_EQ(choose_gemm_path(uniform(64, 128)), GemmPath::kLoop);      // dsv3 T=1024
+  EXPECT_EQ(choose_gemm_path(uniform(64, 512)), GemmPath::kLoop);      // dsv3 T=4096
+  EXPECT_EQ(choose_gemm_path(uniform(32, 32)), GemmPath::kGrouped);    // qwen3-30b T=128
+  EXPECT_EQ(choose_gemm_path(uniform(32, 1024)), GemmPath::kLoop);     // qwen3-30b T=4096
+  EXPECT_EQ(choose_gemm_path(uniform(32, 4096)), GemmPath::kLoop);     // qwen3-30b T=16384
+  EXPECT_EQ(choose_gemm_path(uniform(2, 4096)), GemmPath::kLoop);      // mixtral T=4096
+}
+
+TEST(GemmPath, MeanOverNonEmptyExpertsOnly) {
+  // 127.5 rows on average over the non-empty experts: just under the threshold.
+  EXPECT_EQ(choose_gemm_path(std::vector<int>{0, 127, 0, 128, 0}), GemmPath::kGrouped);
+  EXPECT_EQ(choose_gemm_path(std::vector<int>{0, 128, 0, 128, 0}), GemmPath::kLoop);
+  // Empty experts do not dilute the mean: 2 x 200 rows among 62 empty experts still loops.
+  std::vector<int> sparse(64, 0);
+  sparse[3] = sparse[40] = 200;
+  EXPECT_EQ(choose_gemm_path(sparse), GemmPath::kLoop);
+  // Skewed: one hot expert cannot lift a mean of many small ones over the threshold...
+  std::vector<int> skewed(64, 8);
+  skewed[0] = 4000;
+  EXPECT_EQ(choose_gemm_path(skewed), GemmPath::kGrouped);  // (4000 + 63 * 8) / 64 = 70.4
+  // ...but a few hot ones can.
+  for (int e = 0; e < 4; ++e) skewed[e] = 4000;
+  EXPECT_EQ(choose_gemm_path(skewed), GemmPath::kLoop);  // (16000 + 60 * 8) / 64 = 257.5
+  static_assert(kLoopMinMeanRows == 128, "update the cases above with the threshold");
+}
+
+TEST(GemmPath, OneOrNoGroup) {
+  EXPECT_EQ(choose_gemm_path(std::vector<int>{0, 0, 1, 0}), GemmPath::kLoop);  // one GEMM either way
+  EXPECT_EQ(choose_gemm_path(std::vector<int>{0, 0, 0}), GemmPath::kGrouped);  // nothing runs
+  EXPECT_EQ(choose_gemm_path(std::vector<int>{}), GemmPath::kGrouped);
+}
+
+TEST(GemmPath, OverrideParsing) {
+  EXPECT_EQ(parse_gemm_path_override(nullptr), std::nullopt);
+  EXPECT_EQ(parse_gemm_path_override(""), std::nullopt);
+  EXPECT_EQ(parse_gemm_path_override("auto"), std::nullopt);
+  EXPECT_EQ(parse_gemm_path_override("grouped"), GemmPath::kGrouped);
+  EXPECT_EQ(parse_gemm_path_override("loop"), GemmPath::kLoop);
+  for (GemmPath path : {GemmPath::kGrouped, GemmPath::kLoop})
+    EXPECT_EQ(parse_gemm_path_override(to_string(path)), path);
+  try {
+    parse_gemm_path_override("Loop");
+    FAIL() << "no throw";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("EPFUSE_UNFUSED_GEMM=\"Loop\""), std::string::npos) << e.what();
+  }
+}
+
+TEST(GemmPath, OverrideWinsOverTheHeuristic) {
+  const std::vector<int> decode(64, 16), prefill(2, 4096);
+  EXPECT_EQ(select_gemm_path(std::nullopt, decode), GemmPath::kGrouped);
+  EXPECT_EQ(select_gemm_path(std::nullopt, prefill), GemmPath::kLoop);
+  EXPECT_EQ(select_gemm_path(GemmPath::kLoop, decode), GemmPath::kLoop);
+  EXPECT_EQ(select_gemm_path(GemmPath::kGrouped, prefill), GemmPath::kGrouped);
 }
 
 // ---- layer.h names -------------------------------------------------------------------------------

@@ -5,10 +5,13 @@
 // fast (no timeout); a layer with a device error refuses further calls and a re-created one works.
 // Plus a reference check over many consecutive calls (epochs of both parities, wraps of nothing
 // reset by the host), changing token counts (0 and 1 included), all routings and the clamp.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <iterator>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,6 +19,7 @@
 
 #include "common/check.h"
 #include "epfuse/epfuse.h"
+#include "fused/heuristics.h"
 #include "fused/plan.h"
 #include "multiprocess.h"
 #include "unfused/device_buffer.h"
@@ -158,6 +162,49 @@ TEST(FusedLayer, MatchesReferenceOverManyCalls) {
   r.expect_matches_reference(r.tokens(0, Routing::kUniform, 8), "all T=0");
   r.expect_matches_reference(r.tokens(96, Routing::kUniform, 9), "T=max");
   r.expect_matches_reference(r.tokens(96, Routing::kOneExpert, 10), "T=max, one expert");
+}
+
+// Every instantiation of the fused kernel (kFusedTileShapes: wgmma 128x256 and 128x128, mma.sync
+// 32x128) against the reference: few experts and up to 256 tokens, so the per-call row estimate
+// (tokens x k x world / E) crosses each shape's range.
+TEST(FusedLayer, EveryTileShapeMatchesReference) {
+  LayerConfig cfg = test_config();
+  cfg.num_experts = 4;
+  cfg.topk = 2;
+  cfg.max_tokens_per_rank = 256;
+  Rank r(cfg);
+  std::vector<fused::GemmTileShape> seen;
+  uint64_t seed = 300;
+  for (int count : {256, 100, 16, 256, 40}) {
+    const int rows = count * cfg.topk * r.world() / cfg.num_experts;
+    const fused::GemmTileShape tile = fused::choose_fused_tile(cfg, rows);
+    if (std::find(seen.begin(), seen.end(), tile) == seen.end()) seen.push_back(tile);
+    for (Routing routing : {Routing::kUniform, Routing::kOneExpert})
+      r.expect_matches_reference(r.tokens(count, routing, seed++),
+                                 std::string(to_string(routing)) + " T=" + std::to_string(count) + " block " +
+                                     std::to_string(tile.block_m) + "x" + std::to_string(tile.block_n) +
+                                     (tile.mma == fused::GemmMma::kWgmma ? " wgmma" : " mma.sync"));
+  }
+  EXPECT_EQ(seen.size(), std::size(fused::kFusedTileShapes)) << "a fused tile shape went untested";
+}
+
+// Phase timing (the in-kernel profile): off by default, per-phase ms per SM when on, results unchanged.
+TEST(FusedLayer, PhaseTimingReportsEveryPhase) {
+  Rank r(test_config());
+  EXPECT_FALSE(r.layer().last_phase_times().has_value());  // off by default
+  r.layer().set_phase_timing(true);
+  r.expect_matches_reference(r.tokens(96, Routing::kUniform, 21), "timed call");
+  const std::optional<PhaseTimes> t = r.layer().last_phase_times();
+  ASSERT_TRUE(t.has_value());
+  EXPECT_GT(t->dispatch_ms, 0.0f);
+  EXPECT_GT(t->experts_ms, 0.0f);
+  EXPECT_GT(t->combine_ms, 0.0f);
+  EXPECT_LT(t->dispatch_ms + t->experts_ms + t->combine_ms, 1000.0f);  // ms, not ns
+  r.expect_matches_reference(r.tokens(50, Routing::kSkewed, 22), "second timed call");
+  ASSERT_TRUE(r.layer().last_phase_times().has_value());
+  r.layer().set_phase_timing(false);
+  r.expect_matches_reference(r.tokens(96, Routing::kUniform, 23), "untimed call");
+  EXPECT_FALSE(r.layer().last_phase_times().has_value());
 }
 
 TEST(FusedLayer, ClampMatchesReference) {

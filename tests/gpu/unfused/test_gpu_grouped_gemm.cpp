@@ -1,9 +1,11 @@
-// The unfused chain's grouped GEMM unit (src/unfused/grouped_gemm.h) against a float64 host GEMM,
-// on random bf16 data with uneven and empty groups and padded leading dimensions (1 GPU).
+// The unfused chain's expert GEMM unit (src/unfused/grouped_gemm.h), both paths (grouped call and
+// per-expert loop), against a float64 host GEMM, on random bf16 data with uneven and empty groups
+// and padded leading dimensions (1 GPU).
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -11,6 +13,7 @@
 #include "common/check.h"
 #include "epfuse/types.h"
 #include "unfused/device_buffer.h"
+#include "unfused/gemm_path.h"
 #include "unfused/grouped_gemm.h"
 
 namespace epfuse::unfused {
@@ -35,7 +38,11 @@ struct Shape {
   int lda_pad, ldc_pad;  // extra columns in A and C rows (untouched in C)
 };
 
-void run_case(const Shape& s, uint64_t seed, int calls) {
+// One call per entry of `call_paths`, on the same unit; the output of the last one is checked.
+void run_case(const Shape& s, uint64_t seed, const std::vector<GemmPath>& call_paths) {
+  std::string trace;
+  for (GemmPath path : call_paths) trace += std::string(to_string(path)) + " ";
+  SCOPED_TRACE("paths: " + trace);
   std::mt19937 rng(static_cast<uint32_t>(seed));
   const int experts = static_cast<int>(s.rows.size());
   int64_t total_rows = 0;
@@ -48,17 +55,19 @@ void run_case(const Shape& s, uint64_t seed, int calls) {
 
   cublasHandle_t handle;
   EPFUSE_CUBLAS_CHECK(cublasCreate(&handle));
+  DeviceMemory workspace(kCublasWorkspaceBytes);  // as in the layer: the loop's kernels may use it
+  EPFUSE_CUBLAS_CHECK(cublasSetWorkspace(handle, workspace.as(), workspace.bytes()));
   cudaStream_t stream;
   EPFUSE_CUDA_CHECK(cudaStreamCreate(&stream));
   GroupedGemm gemm(experts);
   std::vector<bf16> c(static_cast<size_t>(total_rows * ldc));
   // Several calls on the same unit: the pointer staging is reused between them.
-  for (int call = 0; call < calls; ++call) {
+  for (GemmPath path : call_paths) {
     EPFUSE_CUDA_CHECK(cudaMemsetAsync(c_dev.as(), 0xff, c_dev.bytes(), stream));  // NaN: unwritten shows
     gemm.run(handle,
              {.rows = s.rows, .n = s.n, .k = s.k, .a = a_dev.as<bf16>(), .lda = lda, .w = w_dev.as<bf16>(),
               .w_expert_stride = int64_t{s.n} * s.k, .c = c_dev.as<bf16>(), .ldc = ldc},
-             stream);
+             path, stream);
     EPFUSE_CUDA_CHECK(cudaStreamSynchronize(stream));
   }
   EPFUSE_CUDA_CHECK(cudaMemcpy(c.data(), c_dev.as(), c.size() * sizeof(bf16), cudaMemcpyDeviceToHost));
@@ -98,22 +107,51 @@ void run_case(const Shape& s, uint64_t seed, int calls) {
   cublasDestroy(handle);
 }
 
-TEST(GroupedGemm, UnevenAndEmptyGroups) {
-  run_case({.rows = {37, 0, 1, 128, 0, 5, 300, 0}, .n = 256, .k = 384, .lda_pad = 0, .ldc_pad = 0}, 1, 1);
+// Every case runs on both paths.
+class ExpertGemm : public ::testing::TestWithParam<GemmPath> {};
+
+TEST_P(ExpertGemm, UnevenAndEmptyGroups) {
+  run_case({.rows = {37, 0, 1, 128, 0, 5, 300, 0}, .n = 256, .k = 384, .lda_pad = 0, .ldc_pad = 0}, 1, {GetParam()});
 }
 
-TEST(GroupedGemm, LeadingDimensionsAsInTheChain) {
+TEST_P(ExpertGemm, LeadingDimensionsAsInTheChain) {
   // Linear2 reads h from the first half of [rows, 2I] rows: lda = 2 * k.
-  run_case({.rows = {16, 0, 64, 3}, .n = 256, .k = 128, .lda_pad = 128, .ldc_pad = 0}, 2, 1);
-  run_case({.rows = {9, 40}, .n = 128, .k = 256, .lda_pad = 0, .ldc_pad = 64}, 3, 1);
+  run_case({.rows = {16, 0, 64, 3}, .n = 256, .k = 128, .lda_pad = 128, .ldc_pad = 0}, 2, {GetParam()});
+  run_case({.rows = {9, 40}, .n = 128, .k = 256, .lda_pad = 0, .ldc_pad = 64}, 3, {GetParam()});
 }
 
-TEST(GroupedGemm, OneHotExpertAndRepeatedCalls) {
-  run_case({.rows = {0, 0, 700, 0}, .n = 512, .k = 256, .lda_pad = 0, .ldc_pad = 0}, 4, 3);
+TEST_P(ExpertGemm, OneHotExpertAndRepeatedCalls) {
+  run_case({.rows = {0, 0, 700, 0}, .n = 512, .k = 256, .lda_pad = 0, .ldc_pad = 0}, 4,
+           {GetParam(), GetParam(), GetParam()});
 }
 
-TEST(GroupedGemm, AllGroupsEmptyIsANoOp) {
-  run_case({.rows = {0, 0, 0}, .n = 128, .k = 128, .lda_pad = 0, .ldc_pad = 0}, 5, 2);
+TEST_P(ExpertGemm, AllGroupsEmptyIsANoOp) {
+  run_case({.rows = {0, 0, 0}, .n = 128, .k = 128, .lda_pad = 0, .ldc_pad = 0}, 5, {GetParam(), GetParam()});
+}
+
+TEST_P(ExpertGemm, LargeUnevenGroupsWithTails) {
+  // Rows not multiples of any tile and an N-tail, where the loop's per-shape kernels differ from the
+  // grouped kernel (and may split K through the workspace): the shapes the heuristic loops on.
+  run_case({.rows = {513, 0, 1029, 131, 0, 257}, .n = 1000, .k = 512, .lda_pad = 0, .ldc_pad = 24}, 6,
+           {GetParam(), GetParam()});
+}
+
+TEST_P(ExpertGemm, SkinnyDeepGemm) {
+  // Few rows with a long K: what decode asks of a single expert (cuBLAS may choose split-K here).
+  run_case({.rows = {3, 16, 0, 1}, .n = 512, .k = 4096, .lda_pad = 0, .ldc_pad = 0}, 7, {GetParam()});
+}
+
+INSTANTIATE_TEST_SUITE_P(Paths, ExpertGemm, ::testing::Values(GemmPath::kGrouped, GemmPath::kLoop),
+                         [](const ::testing::TestParamInfo<GemmPath>& info) {
+                           return std::string(to_string(info.param));
+                         });
+
+// Alternating paths on one unit: the grouped path's pointer staging survives a loop call in between.
+TEST(ExpertGemmPaths, AlternateOnOneUnit) {
+  run_case({.rows = {20, 0, 90}, .n = 256, .k = 256, .lda_pad = 0, .ldc_pad = 0}, 8,
+           {GemmPath::kGrouped, GemmPath::kLoop, GemmPath::kGrouped});
+  run_case({.rows = {20, 0, 90}, .n = 256, .k = 256, .lda_pad = 0, .ldc_pad = 0}, 9,
+           {GemmPath::kLoop, GemmPath::kGrouped, GemmPath::kLoop});
 }
 
 }  // namespace
