@@ -20,6 +20,7 @@
 #include "bench/worker.h"
 #include "common/flags.h"
 #include "common/output.h"
+#include "common/process.h"
 #include "epfuse/error.h"
 #include "launch/launcher.h"
 
@@ -35,33 +36,6 @@ int fail(const std::string& reason) {
   std::fflush(stdout);
   std::fprintf(stderr, "epfuse bench: %s\n", reason.c_str());
   return 1;
-}
-
-bool env_is(const char* name, const char* value) {
-  const char* v = std::getenv(name);
-  return v && std::string(v) == value;
-}
-
-// 0 without a usable GPU (no driver, CUDA_VISIBLE_DEVICES="", EPFUSE_FORCE_CPU=1), as `epfuse run`.
-int visible_gpus() {
-  if (env_is("EPFUSE_FORCE_CPU", "1")) return 0;
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 0;
-  }
-  return n;
-}
-
-std::string device_name() {
-  cudaDeviceProp prop{};
-  return cudaGetDeviceProperties(&prop, 0) == cudaSuccess ? prop.name : "unknown";
-}
-
-std::string self_executable() {
-  char buf[4096];
-  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "epfuse";
 }
 
 std::string shell_quote(const std::string& s) {

@@ -15,6 +15,7 @@
 #include "cli/run_options.h"
 #include "common/flags.h"
 #include "common/output.h"
+#include "common/process.h"
 #include "launch/launcher.h"
 
 namespace epfuse::tools {
@@ -27,29 +28,6 @@ constexpr const char* kDescription =
     "--tolerance and every output element was written, 1 otherwise, 2 for bad flags.\n"
     "Environment: EPFUSE_FORCE_CPU=1 ignores GPUs; EPFUSE_SKIP_IF_FEWER_GPUS=1 makes a run that\n"
     "needs more GPUs than present exit 77 (skipped) instead of failing.";
-
-bool env_is(const char* name, const char* value) {
-  const char* v = std::getenv(name);
-  return v && std::string(v) == value;
-}
-
-// 0 when there is no usable GPU: no driver, CUDA_VISIBLE_DEVICES="" or EPFUSE_FORCE_CPU=1.
-int visible_gpus() {
-  if (env_is("EPFUSE_FORCE_CPU", "1")) return 0;
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 0;
-  }
-  return n;
-}
-
-std::string self_executable() {
-  char buf[4096];
-  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-  if (n <= 0) return "epfuse";  // fall back to a PATH lookup
-  return std::string(buf, static_cast<size_t>(n));
-}
 
 }  // namespace
 

@@ -1,0 +1,37 @@
+#include "common/process.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+
+#include <cuda_runtime.h>
+
+namespace epfuse::tools {
+
+bool env_is(const char* name, const char* value) {
+  const char* v = std::getenv(name);
+  return v && std::string(v) == value;
+}
+
+int visible_gpus() {
+  if (env_is("EPFUSE_FORCE_CPU", "1")) return 0;
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError();  // clear it: a machine without a GPU is not an error here
+    return 0;
+  }
+  return n;
+}
+
+std::string device_name() {
+  cudaDeviceProp prop{};
+  return cudaGetDeviceProperties(&prop, 0) == cudaSuccess ? prop.name : "unknown";
+}
+
+std::string self_executable() {
+  char buf[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "epfuse";
+}
+
+}  // namespace epfuse::tools
