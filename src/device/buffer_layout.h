@@ -117,24 +117,21 @@ EPFUSE_HD size_t token_signal_offset(const SymLayout& s, const FusedDims& d, uin
 //   pair_index    [T_max][k] i32           layout -> dispatch: index among this rank's pairs of that expert
 //   row_tickets   [world] u32              ticket dispenser: rows reserved per receiver (zeroed at exit)
 //   pair_tickets  [E] u32                  ticket dispenser: pairs reserved per global expert (same)
-//   owner_tickets [E] u32                  ticket dispenser: rows this rank owns per global expert (same)
-//   dispatch_order [E][T_max] i32          layout -> dispatch: token of each owned row, per expert
 //   plan          ints                     this call's expert plan (tile_map.h ExpertPlan)
 //   arrival_base  [2][L] u32               arrivals' value before the current call of each parity
 //   token_base    [2][T_max] u32           token_signals' value before the current call of each parity
 //   l1_done       [max m-blocks] u32       finished Linear1 tiles per m-block (zeroed at exit)
 //   control       FusedControl             task counter, flags, the error record
 struct PrivLayout {
-  size_t h = 0, pair_row = 0, pair_index = 0, row_tickets = 0, pair_tickets = 0, owner_tickets = 0, dispatch_order = 0;
-  size_t plan = 0;
+  size_t h = 0, pair_row = 0, pair_index = 0, row_tickets = 0, pair_tickets = 0, plan = 0;
   size_t arrival_base = 0, token_base = 0, l1_done = 0, control = 0, total = 0;
 };
 
 // Ints of the expert plan: rows[L], pair_off[L], mb_start[L+1], src_prefix[L][world+1],
-// entry_off[world][L], arrival_target[L], dispatch_start[L+1].
+// entry_off[world][L], arrival_target[L].
 EPFUSE_HD size_t plan_ints(const FusedDims& d) {
   const size_t l = d.local_experts(), w = d.world;
-  return l + l + (l + 1) + l * (w + 1) + w * l + l + (l + 1);
+  return l + l + (l + 1) + l * (w + 1) + w * l + l;
 }
 
 // control_bytes: sizeof(FusedControl) (kernel_params.h), passed in to keep this header free of it.
@@ -147,8 +144,6 @@ EPFUSE_HD PrivLayout make_priv_layout(const FusedDims& d, size_t control_bytes) 
   p.pair_index = at;   at += align_region(t * k * 4);
   p.row_tickets = at;  at += align_region(static_cast<size_t>(d.world) * 4);
   p.pair_tickets = at; at += align_region(static_cast<size_t>(d.num_experts) * 4);
-  p.owner_tickets = at; at += align_region(static_cast<size_t>(d.num_experts) * 4);
-  p.dispatch_order = at; at += align_region(static_cast<size_t>(d.num_experts) * t * 4);
   p.plan = at;         at += align_region(plan_ints(d) * 4);
   p.arrival_base = at; at += align_region(2 * l * 4);
   p.token_base = at;   at += align_region(2 * t * 4);

@@ -23,8 +23,6 @@ struct FusedContext {
   int32_t* pair_index;
   uint32_t* row_tickets;
   uint32_t* pair_tickets;
-  uint32_t* owner_tickets;   // [E] rows this rank owns per global expert (task_map.h)
-  int32_t* dispatch_order;   // [E][T_max] token of each owned row
   ExpertPlan plan;
   uint32_t* arrival_base;  // this parity's [L]
   uint32_t* token_base;    // this parity's [T_max]
@@ -43,8 +41,6 @@ struct FusedContext {
     c.pair_index = reinterpret_cast<int32_t*>(ws + pl.pair_index);
     c.row_tickets = reinterpret_cast<uint32_t*>(ws + pl.row_tickets);
     c.pair_tickets = reinterpret_cast<uint32_t*>(ws + pl.pair_tickets);
-    c.owner_tickets = reinterpret_cast<uint32_t*>(ws + pl.owner_tickets);
-    c.dispatch_order = reinterpret_cast<int32_t*>(ws + pl.dispatch_order);
     c.plan = plan_view(reinterpret_cast<int*>(ws + pl.plan), prm.dims.world, c.local_experts);
     c.arrival_base = reinterpret_cast<uint32_t*>(ws + pl.arrival_base) + c.parity * c.local_experts;
     c.token_base = reinterpret_cast<uint32_t*>(ws + pl.token_base) + c.parity * prm.dims.max_tokens;

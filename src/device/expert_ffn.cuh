@@ -5,10 +5,7 @@
 //     SwiGLU with the pair's top-k weight -> h (local, bf16), counts itself done for the m-block.
 //   Linear2 tile (m-block, n-block of H): waits for the m-block's Linear1 tiles, stages the bf16 output
 //     in smem and writes each row into its home rank's combine slot (token, top-k slot) with 16-byte
-//     stores over NVLink. The release add per row on the token's counter at home comes one tile later
-//     (release_stored_rows, after the CTA's next Linear2 mainloop, or before any other task: the rule
-//     is may_hold_signals_into in task_map.h), so the stores drain under the next GEMM instead of
-//     stalling the CTA.
+//     stores over NVLink, then one release add per row on the token's counter at home.
 #pragma once
 #include <cstdint>
 
@@ -37,36 +34,7 @@ struct ExpertTiles {
     int token[kBlockM];
     int slot[kBlockM];
   };
-  // Rows of the CTA's previous Linear2 tile: stored at home, not yet signalled (after the RowTable;
-  // the next tile's load_entries overwrites the RowTable before the signals go out).
-  struct StoredRows {
-    int home[kBlockM];
-    int token[kBlockM];
-  };
-  static constexpr int kSmemBytes = Gemm::kSmemBytes + static_cast<int>(sizeof(RowTable) + sizeof(StoredRows));
-
-  __device__ static RowTable& row_table(void* smem) {
-    return *reinterpret_cast<RowTable*>(static_cast<char*>(smem) + Gemm::kSmemBytes);
-  }
-  __device__ static StoredRows& stored_rows(void* smem) {
-    return *reinterpret_cast<StoredRows*>(static_cast<char*>(smem) + Gemm::kSmemBytes + sizeof(RowTable));
-  }
-
-  // Releases the token counters of the `held` rows the CTA's last Linear2 tile stored (held is the
-  // same in every thread; 0 afterwards). Ordering: every thread's combine stores, then bar.sync, then
-  // one red.release.sys per row: the release is cumulative over the stores bar.sync ordered before
-  // it, so a home rank that acquires the counter sees the rows (as when it followed the stores
-  // directly). By now the stores have had a mainloop's time to drain, so the releases rarely stall.
-  __device__ static void release_stored_rows(const FusedContext& c, void* smem, int& held) {
-    if (held == 0) return;
-    const FusedParams& prm = *c.prm;
-    const StoredRows& s = stored_rows(smem);
-    __syncthreads();
-    for (int row = threadIdx.x; row < held; row += blockDim.x)
-      red_add_release_sys(c.peer<uint32_t>(s.home[row], token_signal_offset(prm.sym, prm.dims, c.parity, s.token[row])),
-                          signal_units(kBlockN));
-    held = 0;
-  }
+  static constexpr int kSmemBytes = Gemm::kSmemBytes + static_cast<int>(sizeof(RowTable));
 
   struct Where {
     int expert, row0, rows;  // the tile's expert rows [row0, row0 + rows)
@@ -110,7 +78,7 @@ struct ExpertTiles {
                   [&] { return ld_acquire_sys(arrived); },
                   [&](uint32_t v) { return counter_reached(v, base, rows); }))
       return;
-    RowTable& t = row_table(smem);
+    RowTable& t = *reinterpret_cast<RowTable*>(static_cast<char*>(smem) + Gemm::kSmemBytes);
     load_entries(c, w, t);
     __syncthreads();
     const int n_out0 = tile.nblock * (kBlockN / 2);
@@ -128,9 +96,7 @@ struct ExpertTiles {
     if (threadIdx.x == 0) red_add_release_gpu(c.l1_done + tile.mblock, 1u);
   }
 
-  // held: rows of the previous Linear2 tile not yet signalled (release_stored_rows); on return, this
-  // tile's rows (unless the wait failed).
-  __device__ static void linear2(const FusedContext& c, int index, void* smem, int& held) {
+  __device__ static void linear2(const FusedContext& c, int index, void* smem) {
     const FusedParams& prm = *c.prm;
     const FusedDims& d = prm.dims;
     const int H = d.hidden, I = d.intermediate;
@@ -141,7 +107,7 @@ struct ExpertTiles {
     if (!cta_wait(prm, c.ctl, c.site(Phase::kLinear2, WaitKind::kLinear1, tile.mblock, w.expert), l1_tiles,
                   [&] { return ld_acquire_gpu(done); }, [&](uint32_t v) { return v >= l1_tiles; }))
       return;
-    RowTable& t = row_table(smem);
+    RowTable& t = *reinterpret_cast<RowTable*>(static_cast<char*>(smem) + Gemm::kSmemBytes);
     load_entries(c, w, t);
     const __nv_bfloat16* h = c.h + (static_cast<int64_t>(c.plan.pair_off[w.expert]) + w.row0) * I;
     for (int i = threadIdx.x; i < kBlockM; i += blockDim.x) t.a[i] = i < w.rows ? h + static_cast<int64_t>(i) * I : nullptr;
@@ -150,7 +116,6 @@ struct ExpertTiles {
     typename Gemm::Accum acc;
     Gemm::mainloop([&](int i) { return t.a[i]; },
                    dense_b_row(prm.w2 + static_cast<int64_t>(w.expert) * H * I, I, n0), I, smem, acc);
-    release_stored_rows(c, smem, held);  // the previous tile's stores drained under this mainloop
     // mainloop left smem free: stage the bf16 tile so the remote writes are whole 16-byte chunks.
     auto* stage = static_cast<__nv_bfloat16*>(smem);
     Gemm::visit(acc, [&](int row, int col, float v0, float v1) {
@@ -164,15 +129,11 @@ struct ExpertTiles {
                                                 static_cast<size_t>(n0 + chunk * 8) * 2);
       *dst = *reinterpret_cast<const int4*>(stage + row * kBlockN + chunk * 8);
     }
-    // Signalled later; release_stored_rows above finished reading StoredRows before the bar.sync
-    // that followed the staging.
-    StoredRows& s = stored_rows(smem);
-    for (int row = threadIdx.x; row < w.rows; row += blockDim.x) {
-      s.home[row] = t.home[row];
-      s.token[row] = t.token[row];
-    }
-    held = w.rows;
-    __syncthreads();  // the row table, stored rows and stage are reused by the next task
+    __syncthreads();
+    for (int row = threadIdx.x; row < w.rows; row += blockDim.x)
+      red_add_release_sys(c.peer<uint32_t>(t.home[row], token_signal_offset(prm.sym, d, c.parity, t.token[row])),
+                          signal_units(kBlockN));
+    __syncthreads();  // the row table and stage are reused by the next task
   }
 };
 

@@ -1,8 +1,7 @@
 // Layout on the GPU (issue item 1): per token block, which receivers and local experts its slots go
-// to; row, pair and owned-row slots reserved with a ticket dispenser (one atomic per CTA per receiver
-// and per expert, seed 000 L844), owned rows listed per expert for the expert-ordered dispatch; then
-// the counts published to every receiver, and read back by the collect task into this call's expert
-// plan and dispatch groups. No host involvement, nothing reset by the host.
+// to; row and pair slots reserved with a ticket dispenser (one atomic per CTA per receiver and per
+// expert, seed 000 L844); then the counts published to every receiver, and read back by the collect
+// task into this call's expert plan. No host involvement, nothing reset by the host.
 #pragma once
 #include <cstdint>
 
@@ -12,21 +11,19 @@
 
 namespace epfuse::device {
 
-// Task: layout of tokens [b * kLayoutTokens, ...). smem: (world + 2 E) u32.
+// Task: layout of tokens [b * kLayoutTokens, ...). smem: (world + E) u32.
 __device__ void layout_task(const FusedContext& c, int block, void* smem) {
   const FusedParams& prm = *c.prm;
   const FusedDims& d = prm.dims;
   const int k = d.topk, E = d.num_experts, L = c.local_experts;
   const int t0 = block * kLayoutTokens;
   const int pairs = min(kLayoutTokens, prm.num_tokens - t0) * k;
-  // [world] rows, [E] pairs, [E] owned rows: block counts, then ticket bases.
-  uint32_t* cnt_rows = static_cast<uint32_t*>(smem);
+  uint32_t* cnt_rows = static_cast<uint32_t*>(smem);  // [world] then [E]: block counts, then ticket bases
   uint32_t* cnt_pairs = cnt_rows + d.world;
-  uint32_t* cnt_owned = cnt_pairs + E;
-  for (int i = threadIdx.x; i < d.world + 2 * E; i += blockDim.x) cnt_rows[i] = 0;
+  for (int i = threadIdx.x; i < d.world + E; i += blockDim.x) cnt_rows[i] = 0;
   __syncthreads();
 
-  // Slots within the block; the owner slot of a token for a receiver owns the token's row there.
+  // Slots within the block; the first slot of a token for a receiver owns the token's row there.
   for (int q = threadIdx.x; q < pairs; q += blockDim.x) {
     const int t = t0 + q / k, j = q % k;
     const int32_t* idx = prm.topk_idx + static_cast<int64_t>(t) * k;
@@ -37,10 +34,7 @@ __device__ void layout_task(const FusedContext& c, int block, void* smem) {
                                       static_cast<int32_t>(Phase::kLayout), 0, t, j, static_cast<uint32_t>(e), 0});
       atomicExch(&c.ctl->input_status, static_cast<uint32_t>(ErrorKind::kBadExpert));
     } else if (slot_is_routed(e, E)) {
-      if (owner_slot_for_rank(idx, k, j, E, L) == j) {
-        row = static_cast<int32_t>(atomicAdd(&cnt_rows[expert_rank(e, L)], 1u));
-        atomicAdd(&cnt_owned[e], 1u);
-      }
+      if (first_slot_for_rank(idx, j, E, L) == j) row = static_cast<int32_t>(atomicAdd(&cnt_rows[expert_rank(e, L)], 1u));
       index = static_cast<int32_t>(atomicAdd(&cnt_pairs[e], 1u));
     }
     c.pair_row[static_cast<int64_t>(t) * k + j] = row;
@@ -48,11 +42,10 @@ __device__ void layout_task(const FusedContext& c, int block, void* smem) {
   }
   __syncthreads();
   // Ticket dispenser: one atomic per receiver / expert this block uses turns counts into bases.
-  for (int i = threadIdx.x; i < d.world + 2 * E; i += blockDim.x) {
+  for (int i = threadIdx.x; i < d.world + E; i += blockDim.x) {
     const uint32_t n = cnt_rows[i];
     if (n == 0) continue;
-    uint32_t* ticket = i < d.world ? c.row_tickets + i
-                       : i < d.world + E ? c.pair_tickets + (i - d.world) : c.owner_tickets + (i - d.world - E);
+    uint32_t* ticket = i < d.world ? c.row_tickets + i : c.pair_tickets + (i - d.world);
     cnt_rows[i] = atomicAdd(ticket, n);
   }
   __syncthreads();
@@ -62,18 +55,14 @@ __device__ void layout_task(const FusedContext& c, int block, void* smem) {
     if (!slot_is_routed(e, E)) continue;
     const int64_t at = static_cast<int64_t>(t) * k + j;
     c.pair_index[at] += static_cast<int32_t>(cnt_pairs[e]);
-    if (c.pair_row[at] >= 0) {
-      c.pair_row[at] += static_cast<int32_t>(cnt_rows[expert_rank(e, L)]);
-      // Any place among this block's owned rows of e will do: dispatch only needs each listed once.
-      c.dispatch_order[static_cast<int64_t>(e) * d.max_tokens + atomicAdd(&cnt_owned[e], 1u)] = t;
-    }
+    if (c.pair_row[at] >= 0) c.pair_row[at] += static_cast<int32_t>(cnt_rows[expert_rank(e, L)]);
   }
   __syncthreads();  // the owning slots' rows are final; copy them to the token's other slots there
   for (int q = threadIdx.x; q < pairs; q += blockDim.x) {
     const int t = t0 + q / k, j = q % k;
     const int32_t* idx = prm.topk_idx + static_cast<int64_t>(t) * k;
-    const int owner = owner_slot_for_rank(idx, k, j, E, L);
-    if (owner >= 0 && owner != j) c.pair_row[static_cast<int64_t>(t) * k + j] = c.pair_row[static_cast<int64_t>(t) * k + owner];
+    const int first = first_slot_for_rank(idx, j, E, L);
+    if (first >= 0 && first != j) c.pair_row[static_cast<int64_t>(t) * k + j] = c.pair_row[static_cast<int64_t>(t) * k + first];
   }
   __syncthreads();
   if (threadIdx.x == 0) red_add_release_gpu(&c.ctl->layout_done, 1u);
@@ -110,9 +99,8 @@ __device__ void publish_task(const FusedContext& c, int layout_tasks) {
 }
 
 // Task: wait for every sender's counts, check their input status, build the expert plan (rows per
-// expert, m-blocks of block_m rows, where each expert row sits), the arrival targets and this rank's
-// dispatch groups; then publish plan_epoch. This rank's own count flag orders its layout before
-// (layout -> publish -> flag), so the owner tickets are totals here.
+// expert, m-blocks of block_m rows, where each expert row sits) and the arrival targets; then publish
+// plan_epoch.
 __device__ void collect_task(const FusedContext& c, int block_m) {
   const FusedParams& prm = *c.prm;
   const FusedDims& d = prm.dims;
@@ -139,7 +127,6 @@ __device__ void collect_task(const FusedContext& c, int block_m) {
       // This parity's messages, [world][L] contiguous; the acquires above ordered them.
       const uint32_t* counts = c.local<uint32_t>(count_msg_offset(prm.sym, d, c.parity, 0, 0));
       const int mblocks = build_expert_plan(counts, d.world, L, block_m, c.plan);
-      build_dispatch_groups(c.owner_tickets, d.world, L, c.plan.dispatch_start);
       for (int e = 0; e < L; ++e) {
         const uint32_t target = c.arrival_base[e] + static_cast<uint32_t>(c.plan.rows[e]);
         c.plan.target[e] = target;

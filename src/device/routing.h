@@ -1,5 +1,5 @@
 // Routing of one token's top-k slots to ranks and local experts: which slots are routed, which rank
-// owns an expert, and which slot of a token owns its row at a rank (a token travels once per
+// owns an expert, and which slot of a token carries its row to a rank (a token travels once per
 // destination rank even when several of its experts live there).
 #pragma once
 #include <cstdint>
@@ -16,20 +16,14 @@ EPFUSE_HD bool slot_is_invalid(int32_t expert, int num_experts) { return expert 
 EPFUSE_HD int expert_rank(int expert, int local_experts) { return expert / local_experts; }
 EPFUSE_HD int expert_local(int expert, int local_experts) { return expert % local_experts; }
 
-// The slot of a token (slots idx[0, k)) that owns its row slot at the rank of slot j's expert, or -1
-// when slot j is not routed: the routed slot there with the smallest expert id (the first of them when
-// an expert repeats). Owning by the smallest expert lets dispatch go in expert order (task_map.h): the
-// row of any pair of local expert g at a receiver travels with the rows owned by experts <= g, so an
-// expert's pairs are complete once the dispatch groups up to it are done.
-EPFUSE_HD int owner_slot_for_rank(const int32_t* idx, int k, int j, int num_experts, int local_experts) {
+// The first routed slot of the token (slots idx[0, k)) whose expert lives on the same rank as slot j's,
+// or -1 when slot j is not routed. That slot owns the token's row slot in the receiver's buffer.
+EPFUSE_HD int first_slot_for_rank(const int32_t* idx, int j, int num_experts, int local_experts) {
   if (!slot_is_routed(idx[j], num_experts)) return -1;
   const int rank = expert_rank(idx[j], local_experts);
-  int owner = j;
-  for (int i = 0; i < k; ++i) {
-    if (!slot_is_routed(idx[i], num_experts) || expert_rank(idx[i], local_experts) != rank) continue;
-    if (idx[i] < idx[owner] || (idx[i] == idx[owner] && i < owner)) owner = i;
-  }
-  return owner;
+  for (int i = 0; i < j; ++i)
+    if (slot_is_routed(idx[i], num_experts) && expert_rank(idx[i], local_experts) == rank) return i;
+  return j;
 }
 
 // Number of routed slots of a token: the contributions its home rank waits for.

@@ -1,6 +1,6 @@
 // Which CTA does what (issue item 5), apart from the math: CTAs take task ids from one atomic counter in
 // id order (task_map.h); ids past the static phases wait for this call's expert plan to learn how many
-// dispatch tasks and GEMM tiles exist. The last CTA to finish resets the per-call counters for the next launch.
+// GEMM tiles exist. The last CTA to finish resets the per-call counters for the next launch.
 #pragma once
 #include <cstdint>
 
@@ -27,10 +27,10 @@ class TaskScheduler {
     if (task >= space_.static_tasks() && !have_plan_) {
       uint32_t* plan_epoch = &c_.ctl->plan_epoch;
       const uint32_t epoch = c_.prm->epoch;
-      if (!cta_wait(*c_.prm, c_.ctl, c_.site(Phase::kDispatch, WaitKind::kPlan), epoch,
+      if (!cta_wait(*c_.prm, c_.ctl, c_.site(Phase::kLinear1, WaitKind::kPlan), epoch,
                     [&] { return ld_acquire_gpu(plan_epoch); }, [&](uint32_t v) { return flag_is_current(v, epoch); }))
         return {Phase::kDone, 0};
-      space_ = with_plan_tasks(space_, c_.local_experts, c_.plan.dispatch_start, c_.plan.mb_start, nblocks1_, nblocks2_);
+      space_ = with_gemm_tasks(space_, static_cast<int>(ld_relaxed_gpu(&c_.ctl->mblocks)), nblocks1_, nblocks2_);
       have_plan_ = true;
     }
     return decode_task(space_, task);
@@ -54,10 +54,7 @@ class TaskScheduler {
     const FusedDims& d = c_.prm->dims;
     const int mblocks = flag_is_current(ld_acquire_gpu(&ctl->plan_epoch), c_.prm->epoch) ? static_cast<int>(ctl->mblocks) : 0;
     for (int i = threadIdx.x; i < d.world; i += blockDim.x) c_.row_tickets[i] = 0;
-    for (int i = threadIdx.x; i < d.num_experts; i += blockDim.x) {
-      c_.pair_tickets[i] = 0;
-      c_.owner_tickets[i] = 0;
-    }
+    for (int i = threadIdx.x; i < d.num_experts; i += blockDim.x) c_.pair_tickets[i] = 0;
     for (int i = threadIdx.x; i < mblocks; i += blockDim.x) c_.l1_done[i] = 0;
     if (threadIdx.x == 0) {
       ctl->task_counter = 0;

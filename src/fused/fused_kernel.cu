@@ -36,19 +36,17 @@ __global__ void __launch_bounds__(Gemm::kThreads, 1) fused_moe_kernel(const __gr
   const int nblocks2 = prm.dims.hidden / Gemm::kBlockN;
   device::TaskScheduler scheduler(c, nblocks1, nblocks2);
   device::TaskProfiler profiler(prm.profile);
-  int held_rows = 0;  // Linear2 rows stored at home whose signals this CTA has not released yet
   for (;;) {
     const device::Task task = scheduler.next();
     profiler.after_next(static_cast<int>(Phase::kDone));
-    if (!device::may_hold_signals_into(task.phase)) Tiles::release_stored_rows(c, smem, held_rows);
     if (task.phase == Phase::kDone) break;
     switch (task.phase) {
       case Phase::kLayout: device::layout_task(c, task.index, smem); break;
       case Phase::kPublish: device::publish_task(c, scheduler.space().layout); break;
-      case Phase::kDispatch: device::dispatch_task(c, task.index, smem); break;
+      case Phase::kDispatch: device::dispatch_task(c, task.index, scheduler.space().layout, smem); break;
       case Phase::kCollect: device::collect_task(c, Gemm::kBlockM); break;
       case Phase::kLinear1: Tiles::linear1(c, task.index, smem); break;
-      case Phase::kLinear2: Tiles::linear2(c, task.index, smem, held_rows); break;
+      case Phase::kLinear2: Tiles::linear2(c, task.index, smem); break;
       case Phase::kCombine: device::combine_task(c, task.index); break;
       case Phase::kDone: break;
     }

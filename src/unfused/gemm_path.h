@@ -22,7 +22,11 @@ const char* to_string(GemmPath path) noexcept;
 // under H200's ~200 FLOP/B ridge it is bound by reading its weights, and the grouped call, which
 // streams every expert's weights at once, reads them closer to the HBM rate than a sequence of small
 // launches does (dsv3 at 16 rows per expert: 1.42 ms grouped against a 1.33 ms weight floor).
-inline constexpr int kLoopMinMeanRows = 128;
+// Measured on 4x H200 (bench/results/2026-11-21-h200x4-fused.json, GEMM alone, W13 + W2): 16 rows per
+// expert grouped 1.42 / loop 2.02 ms, 32 rows 0.114 / 0.428, 128 rows 3.17 / 2.18, 512 rows 10.6 /
+// 4.84. The threshold sits between 32 and 128; at 128 (dsv3 T=1024) ranks with a few rows under the
+// mean fell back to grouped and held the layer at 3.6 ms, so it is not at 128 itself.
+inline constexpr int kLoopMinMeanRows = 64;
 
 // The heuristic: kLoop when the non-empty experts average at least kLoopMinMeanRows rows, or when
 // only one expert has rows (then both paths are one GEMM, and cuBLAS's per-shape choice is the

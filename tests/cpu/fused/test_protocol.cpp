@@ -17,7 +17,6 @@
 #include "device/epoch.h"
 #include "device/routing.h"
 #include "device/task_map.h"
-#include "routing_sim.h"
 
 namespace epfuse::device {
 namespace {
@@ -65,19 +64,17 @@ TEST(FusedEpoch, MonotonicCounterAcrossWrap) {
 }
 
 // ---- routing ----
-TEST(FusedRouting, OwnerSlotPerRankIsTheSmallestExpert) {
+TEST(FusedRouting, FirstSlotPerRankDeduplicates) {
   const int E = 16, L = 4;  // 4 ranks
   const std::vector<int32_t> idx = {5, -1, 6, 0, 13, 4, 3, -1};
   // ranks: 1, -, 1, 0, 3, 1, 0, -
-  // Owner at a rank: the smallest expert there (rank 1: 4 at slot 5; rank 0: 0 at slot 3; rank 3: slot 4).
-  const int want[8] = {5, -1, 5, 3, 4, 5, 3, -1};
-  for (int j = 0; j < 8; ++j) EXPECT_EQ(owner_slot_for_rank(idx.data(), 8, j, E, L), want[j]) << "slot " << j;
-  // A repeated expert: its first slot owns the row, unless a smaller expert is there.
-  const std::vector<int32_t> dup = {2, 2, 3}, dup_small = {2, 2, 1};
-  for (int j = 0; j < 3; ++j) {
-    EXPECT_EQ(owner_slot_for_rank(dup.data(), 3, j, 4, 4), 0);
-    EXPECT_EQ(owner_slot_for_rank(dup_small.data(), 3, j, 4, 4), 2);
-  }
+  EXPECT_EQ(first_slot_for_rank(idx.data(), 0, E, L), 0);
+  EXPECT_EQ(first_slot_for_rank(idx.data(), 1, E, L), -1);
+  EXPECT_EQ(first_slot_for_rank(idx.data(), 2, E, L), 0);
+  EXPECT_EQ(first_slot_for_rank(idx.data(), 3, E, L), 3);
+  EXPECT_EQ(first_slot_for_rank(idx.data(), 4, E, L), 4);
+  EXPECT_EQ(first_slot_for_rank(idx.data(), 5, E, L), 0);
+  EXPECT_EQ(first_slot_for_rank(idx.data(), 6, E, L), 3);
   EXPECT_EQ(routed_slots(idx.data(), 8, E), 6);
   EXPECT_EQ(token_signal_target(idx.data(), 8, E, 7168), 6u * 56u);
   // Tiles of 128 or 256 columns add up to the same target: the home need not know the expert rank's shape.
@@ -91,32 +88,15 @@ TEST(FusedRouting, OwnerSlotPerRankIsTheSmallestExpert) {
 
 // ---- the task map ----
 TEST(FusedTaskMap, DecodeCoversEveryTaskOnce) {
-  // Per group: dispatch tasks and m-blocks (empty groups and experts included).
-  const std::vector<std::pair<std::vector<int>, std::vector<int>>> plans = {
-      {{2, 0, 3}, {1, 0, 2}}, {{0, 0}, {0, 0}}, {{1}, {4}}, {{0, 2, 0, 1}, {3, 0, 0, 1}}, {{5, 1}, {0, 2}}};
-  const int nb1 = 3, nb2 = 2;
   for (int tokens : {0, 1, 7, 8, 64, 65, 1000}) {
-    for (const auto& [dispatch, mblocks] : plans) {
-      const int L = static_cast<int>(dispatch.size());
-      std::vector<int> ds(L + 1, 0), mb(L + 1, 0);
-      for (int g = 0; g < L; ++g) {
-        ds[g + 1] = ds[g] + dispatch[g];
-        mb[g + 1] = mb[g] + mblocks[g];
-      }
-      const TaskSpace s = with_plan_tasks(make_task_space(tokens), L, ds.data(), mb.data(), nb1, nb2);
+    for (int mblocks : {0, 1, 5}) {
+      const TaskSpace s = with_gemm_tasks(make_task_space(tokens), mblocks, 3, 2);
       std::map<Phase, std::vector<int>> seen;
-      std::vector<int> dispatch_id(ds[L], -1);  // id of each dispatch task
       for (int id = 0; id < s.total(); ++id) {
         const Task t = decode_task(s, id);
         ASSERT_NE(t.phase, Phase::kDone);
         seen[t.phase].push_back(t.index);
-        if (t.phase == Phase::kDispatch) dispatch_id[t.index] = id;
-        if (t.phase == Phase::kLinear1) {
-          // Every dispatch task of the tile's group and of the groups before it has a smaller id.
-          const int e = expert_of_mblock(mb.data(), L, tile_of(t.index, nb1).mblock);
-          for (int i = 0; i < ds[e + 1]; ++i) EXPECT_GE(dispatch_id[i], 0) << "linear1 of expert " << e << " before dispatch " << i;
-        }
-        if (id > 0 && t.phase != Phase::kDispatch && t.phase != Phase::kLinear1) {  // the rest in phase order
+        if (id > 0) {  // phases in order
           EXPECT_GE(static_cast<int>(t.phase), static_cast<int>(decode_task(s, id - 1).phase));
         }
       }
@@ -129,36 +109,13 @@ TEST(FusedTaskMap, DecodeCoversEveryTaskOnce) {
       };
       expect_range(Phase::kLayout, (tokens + kLayoutTokens - 1) / kLayoutTokens);
       expect_range(Phase::kPublish, 1);
+      expect_range(Phase::kDispatch, (tokens + kDispatchTokens - 1) / kDispatchTokens);
       expect_range(Phase::kCollect, 1);
-      expect_range(Phase::kDispatch, ds[L]);
-      expect_range(Phase::kLinear1, mb[L] * nb1);
-      expect_range(Phase::kLinear2, mb[L] * nb2);
+      expect_range(Phase::kLinear1, mblocks * 3);
+      expect_range(Phase::kLinear2, mblocks * 2);
       expect_range(Phase::kCombine, (tokens + kCombineTokens - 1) / kCombineTokens);
-      // Static part before the plan: layout, publish, collect.
-      EXPECT_EQ(decode_task(make_task_space(tokens), s.static_tasks() - 1).phase, Phase::kCollect);
     }
   }
-}
-
-TEST(FusedTaskMap, DispatchGroupsCoverOwnedRows) {
-  // owner_tickets [world=3][L=2]
-  const std::vector<uint32_t> owned = {3, 0, 20, 16, 0, 1};
-  std::vector<int> ds(3);
-  EXPECT_EQ(build_dispatch_groups(owned.data(), 3, 2, ds.data()), 2 + 2);  // 23 rows, 17 rows
-  EXPECT_EQ(ds[0], 0);
-  EXPECT_EQ(ds[1], 2);
-  EXPECT_EQ(group_rows(owned.data(), 3, 2, 0), 23);
-  EXPECT_EQ(group_rows(owned.data(), 3, 2, 1), 17);
-  for (int g = 0; g < 2; ++g) {
-    std::vector<int> per_rank(3, 0);
-    for (int p = 0; p < group_rows(owned.data(), 3, 2, g); ++p) {
-      const OwnedRow o = owned_row(owned.data(), 3, 2, g, p);
-      EXPECT_EQ(o.index, per_rank[o.receiver]++);  // receiver-major, in order
-    }
-    for (int r = 0; r < 3; ++r) EXPECT_EQ(per_rank[r], static_cast<int>(owned[r * 2 + g]));
-  }
-  EXPECT_EQ(segment_of(ds.data(), 2, 3), 1);
-  EXPECT_EQ(segment_of(ds.data(), 2, 0), 0);
 }
 
 TEST(FusedTaskMap, TilesAreMblockMajor) {
@@ -169,6 +126,12 @@ TEST(FusedTaskMap, TilesAreMblockMajor) {
 }
 
 // ---- the expert plan ----
+struct PlanStore {
+  std::vector<int> ints;
+  ExpertPlan plan;
+  PlanStore(const FusedDims& d) : ints(plan_ints(d), -7) { plan = plan_view(ints.data(), d.world, d.local_experts()); }
+};
+
 TEST(FusedPlan, EmptyHotAndMixedExperts) {
   const FusedDims d{3, 128, 128, 6, 2, 100};  // L = 2
   PlanStore st(d);
@@ -288,8 +251,14 @@ TEST(FusedLayout, RegionsAreDisjointAlignedAndInBounds) {
 }
 
 // ---- the whole layout -> dispatch -> collect arithmetic, simulated ----
-// Mirrors layout_task (simulate_layout), dispatch_task (groups in expert order, owned rows, entry
-// positions) and collect_task (plan, row_source) for every rank, in a scrambled order.
+// Mirrors layout_task (per-block slot ranks + ticket dispenser), dispatch_task (entry positions) and
+// collect_task (plan, row_source) for every rank, in a scrambled block order.
+struct Sim {
+  FusedDims d;
+  std::vector<std::vector<int32_t>> idx;  // per rank [T_r * k]
+  std::vector<int> tokens;
+};
+
 void simulate(const Sim& sim, std::mt19937& rng) {
   const FusedDims& d = sim.d;
   const int R = d.world, k = d.topk, E = d.num_experts, L = d.local_experts();
@@ -300,62 +269,63 @@ void simulate(const Sim& sim, std::mt19937& rng) {
   for (int src = 0; src < R; ++src) {
     const int T = sim.tokens[src];
     const int32_t* id = sim.idx[src].data();
-    const SenderLayout lay = simulate_layout(sim, src, rng);
-    // Rows per receiver never exceed T_max; owned rows per expert neither.
-    for (int r = 0; r < R; ++r) ASSERT_LE(lay.row_tickets[r], static_cast<uint32_t>(d.max_tokens));
-    for (int e = 0; e < E; ++e) ASSERT_LE(lay.owner_tickets[e], static_cast<uint32_t>(d.max_tokens));
-    for (int r = 0; r < R; ++r)
-      for (int e = 0; e < L; ++e) counts_at[r][src * L + e] = lay.pair_tickets[r * L + e];
-    // Dispatch: every task of every group, in a scrambled order, as dispatch_task does it.
-    std::vector<int> dispatch_start(L + 1);
-    const int tasks = build_dispatch_groups(lay.owner_tickets.data(), R, L, dispatch_start.data());
+    std::vector<uint32_t> row_tickets(R, 0), pair_tickets(E, 0);
+    std::vector<int32_t> pair_row(T * k, -1), pair_index(T * k, -1);
+    const int blocks = (T + kLayoutTokens - 1) / kLayoutTokens;
+    std::vector<int> order(blocks);
+    for (int b = 0; b < blocks; ++b) order[b] = b;
+    std::shuffle(order.begin(), order.end(), rng);  // CTAs take tickets in any order
+    for (int b : order) {
+      std::vector<uint32_t> cnt_rows(R, 0), cnt_pairs(E, 0);
+      const int t0 = b * kLayoutTokens, t1 = std::min(T, t0 + kLayoutTokens);
+      std::vector<int> qs;
+      for (int q = 0; q < (t1 - t0) * k; ++q) qs.push_back(q);
+      std::shuffle(qs.begin(), qs.end(), rng);  // threads' smem atomics in any order
+      for (int q : qs) {
+        const int t = t0 + q / k, j = q % k;
+        const int32_t e = id[t * k + j];
+        if (!slot_is_routed(e, E)) continue;
+        if (first_slot_for_rank(id + t * k, j, E, L) == j) pair_row[t * k + j] = cnt_rows[expert_rank(e, L)]++;
+        pair_index[t * k + j] = cnt_pairs[e]++;
+      }
+      std::vector<uint32_t> base_rows(R), base_pairs(E);
+      for (int r = 0; r < R; ++r) { base_rows[r] = row_tickets[r]; row_tickets[r] += cnt_rows[r]; }
+      for (int e = 0; e < E; ++e) { base_pairs[e] = pair_tickets[e]; pair_tickets[e] += cnt_pairs[e]; }
+      for (int t = t0; t < t1; ++t)
+        for (int j = 0; j < k; ++j) {
+          const int32_t e = id[t * k + j];
+          if (!slot_is_routed(e, E)) continue;
+          pair_index[t * k + j] += base_pairs[e];
+          if (pair_row[t * k + j] >= 0) pair_row[t * k + j] += base_rows[expert_rank(e, L)];
+        }
+      for (int t = t0; t < t1; ++t)
+        for (int j = 0; j < k; ++j) {
+          const int first = first_slot_for_rank(id + t * k, j, E, L);
+          if (first >= 0 && first != j) pair_row[t * k + j] = pair_row[t * k + first];
+        }
+    }
+    // Rows per receiver never exceed T_max; pairs never exceed T_max * k.
+    for (int r = 0; r < R; ++r) ASSERT_LE(row_tickets[r], static_cast<uint32_t>(d.max_tokens));
+    // Dispatch: entry positions from the sender's own totals.
     std::vector<int> entry_base(E);
-    for (int r = 0; r < R; ++r) exclusive_prefix(lay.pair_tickets.data() + r * L, L, entry_base.data() + r * L);
-    std::vector<int> task_order(tasks);
-    for (int i = 0; i < tasks; ++i) task_order[i] = i;
-    std::shuffle(task_order.begin(), task_order.end(), rng);
-    std::set<std::pair<int, int>> sent_rows;  // (token, receiver)
-    for (int index : task_order) {
-      const int g = segment_of(dispatch_start.data(), L, index);
-      const int p0 = (index - dispatch_start[g]) * kDispatchRows;
-      const int p1 = std::min(p0 + kDispatchRows, group_rows(lay.owner_tickets.data(), R, L, g));
-      ASSERT_LT(p0, p1) << "an empty dispatch task";
-      for (int p = p0; p < p1; ++p) {
-        const OwnedRow own = owned_row(lay.owner_tickets.data(), R, L, g, p);
-        ASSERT_LT(own.index, static_cast<int>(lay.owner_tickets[own.receiver * L + g]));
-        const int r = own.receiver;
-        const int t = lay.dispatch_order[static_cast<size_t>(r * L + g) * d.max_tokens + own.index];
-        ASSERT_GE(t, 0) << "unlisted owned row";
-        ASSERT_LT(t, T);
-        ASSERT_TRUE(sent_rows.insert({t, r}).second) << "token " << t << " sent twice to rank " << r;
-        int row = -1;
-        for (int j = 0; j < k; ++j)
-          if (id[t * k + j] == r * L + g) {
-            row = lay.pair_row[t * k + j];
-            break;
-          }
+    for (int r = 0; r < R; ++r) exclusive_prefix(pair_tickets.data() + r * L, L, entry_base.data() + r * L);
+    for (int r = 0; r < R; ++r)
+      for (int e = 0; e < L; ++e) counts_at[r][src * L + e] = pair_tickets[r * L + e];
+    for (int t = 0; t < T; ++t)
+      for (int j = 0; j < k; ++j) {
+        const int32_t e = id[t * k + j];
+        if (!slot_is_routed(e, E)) continue;
+        const int r = expert_rank(e, L);
+        const int row = pair_row[t * k + j];
         ASSERT_GE(row, 0);
         ASSERT_LT(row, d.max_tokens);
         auto [it, fresh] = rows[r][src].emplace(row, t);
         ASSERT_EQ(it->second, t) << "row slot " << row << " at rank " << r << " shared by two tokens";
+        const int entry = entry_base[e] + pair_index[t * k + j];
+        ASSERT_LT(entry, d.max_tokens * k);
+        ASSERT_TRUE(entries[r][src].emplace(entry, std::make_tuple(row, t, j)).second) << "entry collision";
         (void)fresh;
-        for (int j = 0; j < k; ++j) {
-          const int32_t e = id[t * k + j];
-          if (!slot_is_routed(e, E) || expert_rank(e, L) != r) continue;
-          // Expert order: the pair goes out with a group no later than its own expert's.
-          EXPECT_LE(g, expert_local(e, L)) << "pair of local expert " << expert_local(e, L) << " sent in group " << g;
-          EXPECT_EQ(lay.pair_row[t * k + j], row);
-          const int entry = entry_base[e] + lay.pair_index[t * k + j];
-          ASSERT_LT(entry, d.max_tokens * k);
-          ASSERT_TRUE(entries[r][src].emplace(entry, std::make_tuple(row, t, j)).second) << "entry collision";
-        }
       }
-    }
-    // Every routed pair was sent exactly once (entries are unique above; count them).
-    size_t routed = 0, written = 0;
-    for (int i = 0; i < T * k; ++i) routed += slot_is_routed(id[i], E) ? 1 : 0;
-    for (int r = 0; r < R; ++r) written += entries[r][src].size();
-    EXPECT_EQ(written, routed);
     // Dedup: exactly one row per (token, receiver).
     for (int r = 0; r < R; ++r) {
       std::set<int> want;
@@ -391,6 +361,32 @@ void simulate(const Sim& sim, std::mt19937& rng) {
     for (int s = 0; s < R; ++s) total += entries[r][s].size();
     EXPECT_EQ(used.size(), total) << "some received entries are never computed";
   }
+}
+
+enum class Pattern { kUniform, kOneExpert, kDropped, kDuplicates };
+
+Sim make_sim(int world, int E, int k, int T_max, Pattern pattern, std::mt19937& rng) {
+  Sim s{FusedDims{world, 128, 128, E, k, T_max}, {}, {}};
+  for (int r = 0; r < world; ++r) {
+    const int T = (r == 1) ? 0 : static_cast<int>(rng() % (T_max + 1));  // rank 1 has no tokens
+    s.tokens.push_back(T);
+    std::vector<int32_t> idx(T * k);
+    for (int t = 0; t < T; ++t) {
+      std::vector<int> perm(E);
+      for (int e = 0; e < E; ++e) perm[e] = e;
+      std::shuffle(perm.begin(), perm.end(), rng);
+      for (int j = 0; j < k; ++j) {
+        int32_t e = perm[j % E];
+        if (pattern == Pattern::kOneExpert) e = j == 0 ? E - 1 : -1;
+        if (pattern == Pattern::kDropped && rng() % 4 == 0) e = -1;
+        if (pattern == Pattern::kDropped && t % 5 == 0) e = -1;  // whole tokens dropped
+        if (pattern == Pattern::kDuplicates && j > 0 && rng() % 3 == 0) e = idx[t * k];
+        idx[t * k + j] = e;
+      }
+    }
+    s.idx.push_back(std::move(idx));
+  }
+  return s;
 }
 
 TEST(FusedSlots, EveryPairLandsOnceAtTheRightExpert) {

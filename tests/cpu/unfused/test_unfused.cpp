@@ -288,21 +288,21 @@ TEST(GemmPath, FactsShapesAtWorld4) {
 }
 
 TEST(GemmPath, MeanOverNonEmptyExpertsOnly) {
-  // 127.5 rows on average over the non-empty experts: just under the threshold.
-  EXPECT_EQ(choose_gemm_path(std::vector<int>{0, 127, 0, 128, 0}), GemmPath::kGrouped);
-  EXPECT_EQ(choose_gemm_path(std::vector<int>{0, 128, 0, 128, 0}), GemmPath::kLoop);
+  // 63.5 rows on average over the non-empty experts: just under the threshold.
+  EXPECT_EQ(choose_gemm_path(std::vector<int>{0, 63, 0, 64, 0}), GemmPath::kGrouped);
+  EXPECT_EQ(choose_gemm_path(std::vector<int>{0, 64, 0, 64, 0}), GemmPath::kLoop);
   // Empty experts do not dilute the mean: 2 x 200 rows among 62 empty experts still loops.
   std::vector<int> sparse(64, 0);
   sparse[3] = sparse[40] = 200;
   EXPECT_EQ(choose_gemm_path(sparse), GemmPath::kLoop);
   // Skewed: one hot expert cannot lift a mean of many small ones over the threshold...
   std::vector<int> skewed(64, 8);
-  skewed[0] = 4000;
-  EXPECT_EQ(choose_gemm_path(skewed), GemmPath::kGrouped);  // (4000 + 63 * 8) / 64 = 70.4
+  skewed[0] = 3000;
+  EXPECT_EQ(choose_gemm_path(skewed), GemmPath::kGrouped);  // (3000 + 63 * 8) / 64 = 54.8
   // ...but a few hot ones can.
-  for (int e = 0; e < 4; ++e) skewed[e] = 4000;
-  EXPECT_EQ(choose_gemm_path(skewed), GemmPath::kLoop);  // (16000 + 60 * 8) / 64 = 257.5
-  static_assert(kLoopMinMeanRows == 128, "update the cases above with the threshold");
+  for (int e = 0; e < 4; ++e) skewed[e] = 3000;
+  EXPECT_EQ(choose_gemm_path(skewed), GemmPath::kLoop);  // (12000 + 60 * 8) / 64 = 195
+  static_assert(kLoopMinMeanRows == 64, "update the cases above with the threshold");
 }
 
 TEST(GemmPath, OneOrNoGroup) {
