@@ -123,6 +123,24 @@ TEST(Launch, TorchrunEnvironmentInEveryRank) {
   EXPECT_EQ(fixed.out, "[rank 0] 29517\n");
 }
 
+TEST(Launch, EightRanksEachWithItsOwnRank) {
+  // The 8-GPU machine runs 8 ranks: nothing in the launcher may assume 4 or fewer.
+  Result r = run_cli({"launch", "-n", "8", "--", "sh", "-c", "echo env $RANK $WORLD_SIZE $LOCAL_RANK"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  for (int rank = 0; rank < 8; ++rank) {
+    const std::string k = std::to_string(rank);
+    EXPECT_TRUE(contains(r.out, "[rank " + k + "] env " + k + " 8 " + k + "\n")) << r.out;
+  }
+}
+
+TEST(Cli, RunReferenceOnEightSimulatedRanks) {
+  Result r = run_cli({"run", "--impl", "reference", "--hidden", "128", "--intermediate", "128", "--experts", "16",
+                      "--topk", "4", "--tokens", "3,0,1,2,0,4,1,2", "--ranks", "8"},
+                     {{"EPFUSE_FORCE_CPU", "1"}});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "with 8 simulated ranks")) << r.out;
+}
+
 TEST(Launch, FailingRankStopsTheOthersQuickly) {
   Result r = run_cli({"launch", "-n", "2", "--", "sh", "-c", "if [ \"$RANK\" = 1 ]; then exit 3; fi; sleep 60"});
   EXPECT_NE(r.code, 0);

@@ -543,7 +543,11 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{2, 16, 4, Routing::kOneExpert, {30, 25}},       // one hot expert, others empty
                       Case{4, 16, 4, Routing::kDropped, {31, 12, 0, 27}},  // dropped slots and tokens
                       Case{2, 4, 1, Routing::kUniform, {9, 14}},           // k = 1
-                      Case{4, 8, 3, Routing::kUniform, {0, 0, 0, 0}}),      // nobody has tokens
+                      Case{4, 8, 3, Routing::kUniform, {0, 0, 0, 0}},       // nobody has tokens
+                      // world 8 (the 8-GPU machine runs these shapes; nothing may assume R <= 4)
+                      Case{8, 32, 8, Routing::kUniform, {21, 0, 7, 1, 16, 16, 3, 30}},
+                      Case{8, 16, 4, Routing::kDropped, {12, 9, 0, 15, 4, 11, 13, 2}},
+                      Case{8, 64, 8, Routing::kOneExpert, {10, 10, 10, 10, 10, 10, 10, 10}}),
     case_name);
 
 TEST(Protocol, WorstCaseReachesThePlanBoundsExactly) {
