@@ -39,10 +39,9 @@ struct ExpertTiles {
   struct Where {
     int expert, row0, rows;  // the tile's expert rows [row0, row0 + rows)
   };
-  __device__ static Where locate(const FusedContext& c, int mblock) {
-    const int e = expert_of_mblock(c.plan.mb_start, c.local_experts, mblock);
-    const int row0 = (mblock - c.plan.mb_start[e]) * kBlockM;
-    return {e, row0, min(kBlockM, c.plan.rows[e] - row0)};
+  __device__ static Where locate(const FusedContext& c, const GemmTile& tile) {
+    const int row0 = (tile.mblock - c.plan.mb_start[tile.expert]) * kBlockM;
+    return {tile.expert, row0, min(kBlockM, c.plan.rows[tile.expert] - row0)};
   }
 
   // Fills the entry-derived columns of the table (home, token, slot, weight) and returns the entry's
@@ -65,12 +64,10 @@ struct ExpertTiles {
     }
   }
 
-  __device__ static void linear1(const FusedContext& c, int index, void* smem) {
+  __device__ static void linear1(const FusedContext& c, const GemmTile& tile, void* smem) {
     const FusedParams& prm = *c.prm;
     const int H = prm.dims.hidden, I = prm.dims.intermediate;
-    const int nblocks = 2 * I / kBlockN;
-    const Tile tile = tile_of(index, nblocks);
-    const Where w = locate(c, tile.mblock);
+    const Where w = locate(c, tile);
     const uint32_t rows = static_cast<uint32_t>(c.plan.rows[w.expert]);
     const uint32_t base = c.plan.target[w.expert] - rows;
     const uint32_t* arrived = c.local<uint32_t>(arrival_offset(prm.sym, prm.dims, c.parity, w.expert));
@@ -96,13 +93,12 @@ struct ExpertTiles {
     if (threadIdx.x == 0) red_add_release_gpu(c.l1_done + tile.mblock, 1u);
   }
 
-  __device__ static void linear2(const FusedContext& c, int index, void* smem) {
+  __device__ static void linear2(const FusedContext& c, const GemmTile& tile, void* smem) {
     const FusedParams& prm = *c.prm;
     const FusedDims& d = prm.dims;
     const int H = d.hidden, I = d.intermediate;
     const uint32_t l1_tiles = static_cast<uint32_t>(2 * I / kBlockN);
-    const Tile tile = tile_of(index, H / kBlockN);
-    const Where w = locate(c, tile.mblock);
+    const Where w = locate(c, tile);
     const uint32_t* done = c.l1_done + tile.mblock;
     if (!cta_wait(prm, c.ctl, c.site(Phase::kLinear2, WaitKind::kLinear1, tile.mblock, w.expert), l1_tiles,
                   [&] { return ld_acquire_gpu(done); }, [&](uint32_t v) { return v >= l1_tiles; }))

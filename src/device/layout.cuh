@@ -99,9 +99,9 @@ __device__ void publish_task(const FusedContext& c, int layout_tasks) {
 }
 
 // Task: wait for every sender's counts, check their input status, build the expert plan (rows per
-// expert, m-blocks of block_m rows, where each expert row sits) and the arrival targets; then publish
-// plan_epoch.
-__device__ void collect_task(const FusedContext& c, int block_m) {
+// expert, m-blocks of block_m rows, where each expert row sits), the GEMM schedule and the arrival
+// targets; then publish plan_epoch.
+__device__ void collect_task(const FusedContext& c, int block_m, int nblocks1, int nblocks2) {
   const FusedParams& prm = *c.prm;
   const FusedDims& d = prm.dims;
   const int L = c.local_experts;
@@ -127,6 +127,7 @@ __device__ void collect_task(const FusedContext& c, int block_m) {
       // This parity's messages, [world][L] contiguous; the acquires above ordered them.
       const uint32_t* counts = c.local<uint32_t>(count_msg_offset(prm.sym, d, c.parity, 0, 0));
       const int mblocks = build_expert_plan(counts, d.world, L, block_m, c.plan);
+      build_gemm_schedule(c.plan, L, nblocks1, nblocks2, /*lag=*/static_cast<int>(gridDim.x));
       for (int e = 0; e < L; ++e) {
         const uint32_t target = c.arrival_base[e] + static_cast<uint32_t>(c.plan.rows[e]);
         c.plan.target[e] = target;

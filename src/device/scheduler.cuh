@@ -1,6 +1,6 @@
 // Which CTA does what (issue item 5), apart from the math: CTAs take task ids from one atomic counter in
-// id order (task_map.h); ids past the static phases wait for this call's expert plan to learn how many
-// GEMM tiles exist. The last CTA to finish resets the per-call counters for the next launch.
+// id order (task_map.h); ids past the static phases wait for this call's expert plan and GEMM schedule
+// to learn how many GEMM tiles exist and in which order. The last CTA to finish resets the per-call counters for the next launch.
 #pragma once
 #include <cstdint>
 
@@ -13,8 +13,7 @@ namespace epfuse::device {
 
 class TaskScheduler {
  public:
-  __device__ TaskScheduler(const FusedContext& c, int nblocks1, int nblocks2)
-      : c_(c), space_(make_task_space(c.prm->num_tokens)), nblocks1_(nblocks1), nblocks2_(nblocks2) {}
+  __device__ explicit TaskScheduler(const FusedContext& c) : c_(c), space_(make_task_space(c.prm->num_tokens)) {}
 
   // The next task for the whole CTA (kDone when there is none, or after an abort).
   __device__ Task next() {
@@ -30,10 +29,11 @@ class TaskScheduler {
       if (!cta_wait(*c_.prm, c_.ctl, c_.site(Phase::kLinear1, WaitKind::kPlan), epoch,
                     [&] { return ld_acquire_gpu(plan_epoch); }, [&](uint32_t v) { return flag_is_current(v, epoch); }))
         return {Phase::kDone, 0};
-      space_ = with_gemm_tasks(space_, static_cast<int>(ld_relaxed_gpu(&c_.ctl->mblocks)), nblocks1_, nblocks2_);
+      // The acquire above ordered the collect task's plan and schedule before these reads.
+      space_ = with_gemm_tasks(space_, c_.plan.seg_start[*c_.plan.segments]);
       have_plan_ = true;
     }
-    return decode_task(space_, task);
+    return decode_task(space_, c_.plan, task);
   }
 
   __device__ const TaskSpace& space() const { return space_; }
@@ -69,7 +69,6 @@ class TaskScheduler {
 
   const FusedContext& c_;
   TaskSpace space_;
-  int nblocks1_, nblocks2_;
   bool have_plan_ = false;
 };
 

@@ -1,16 +1,17 @@
 // The fused kernel's work as one ordered list of tasks, and the expert plan that sizes its GEMM part.
 //
-// Task ids, in this order (every wait of a task targets a task of an earlier phase, on this rank or a
+// Task ids, in this order (every wait of a task targets a task with a smaller id, on this rank or a
 // peer, so tasks taken in id order by co-resident CTAs can never deadlock; docs/fused_design.md):
 //   layout    [token blocks of kLayoutTokens]   count slots, take tickets
 //   publish   [1]                               send per-expert counts (and input status) to receivers
 //   dispatch  [token blocks of kDispatchTokens] push rows + entries, count arrivals at receivers
 //   collect   [1]                               read every sender's counts, build the expert plan
-//   linear1   [m-blocks x n-blocks(2I)]         wait arrivals of the expert, Linear1+SwiGLU -> h
-//   linear2   [m-blocks x n-blocks(H)]          wait the m-block's Linear1 tiles, Linear2 -> home
+//   gemm      [the GEMM schedule]               Linear1 and Linear2 tiles, interleaved by expert:
+//     linear1 (m-block, n-block of 2I)            wait arrivals of the expert, Linear1+SwiGLU -> h
+//     linear2 (m-block, n-block of H)             wait the m-block's Linear1 tiles, Linear2 -> home
 //   combine   [token blocks of kCombineTokens]  wait the token's tiles, reduce its k slots -> y
-// The first four phases are sized by this rank's token count; the GEMM phases by the m-block count
-// the collect task computes (known only once every sender's counts are in).
+// The first four phases are sized by this rank's token count; the GEMM phase by the schedule the
+// collect task builds (known only once every sender's counts are in).
 #pragma once
 #include <cstdint>
 
@@ -28,10 +29,10 @@ EPFUSE_HD int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
 struct TaskSpace {
   int layout = 0, dispatch = 0, combine = 0;  // from the token count
-  int linear1 = 0, linear2 = 0;               // from the m-block count (0 until the plan exists)
+  int gemm = 0;                               // from the GEMM schedule (0 until the plan exists)
 
   EPFUSE_HD int static_tasks() const { return layout + 1 + dispatch + 1; }
-  EPFUSE_HD int total() const { return static_tasks() + linear1 + linear2 + combine; }
+  EPFUSE_HD int total() const { return static_tasks() + gemm + combine; }
 };
 
 EPFUSE_HD TaskSpace make_task_space(int num_tokens) {
@@ -41,42 +42,22 @@ EPFUSE_HD TaskSpace make_task_space(int num_tokens) {
   s.combine = ceil_div(num_tokens, kCombineTokens);
   return s;
 }
-EPFUSE_HD TaskSpace with_gemm_tasks(TaskSpace s, int mblocks, int nblocks1, int nblocks2) {
-  s.linear1 = mblocks * nblocks1;
-  s.linear2 = mblocks * nblocks2;
+EPFUSE_HD TaskSpace with_gemm_tasks(TaskSpace s, int gemm_tasks) {
+  s.gemm = gemm_tasks;
   return s;
 }
 
+// One GEMM tile: the expert, its m-block (numbered over all local experts, ExpertPlan::mb_start) and
+// n-block.
+struct GemmTile {
+  int expert = 0, mblock = 0, nblock = 0;
+};
+
 struct Task {
   Phase phase;
-  int index;  // within the phase
+  int index;      // within the phase (layout, dispatch, combine: the token block)
+  GemmTile tile;  // linear1, linear2
 };
-
-// Decodes a task id. Ids past the static phases need the GEMM counts (with_gemm_tasks) first.
-EPFUSE_HD Task decode_task(const TaskSpace& s, int id) {
-  if (id < s.layout) return {Phase::kLayout, id};
-  id -= s.layout;
-  if (id < 1) return {Phase::kPublish, 0};
-  id -= 1;
-  if (id < s.dispatch) return {Phase::kDispatch, id};
-  id -= s.dispatch;
-  if (id < 1) return {Phase::kCollect, 0};
-  id -= 1;
-  if (id < s.linear1) return {Phase::kLinear1, id};
-  id -= s.linear1;
-  if (id < s.linear2) return {Phase::kLinear2, id};
-  id -= s.linear2;
-  if (id < s.combine) return {Phase::kCombine, id};
-  return {Phase::kDone, 0};
-}
-
-// GEMM tiles are numbered m-block major, so all n-blocks of an m-block are taken together and the
-// Linear2 tiles of the first m-blocks find their Linear1 inputs finished first.
-struct Tile {
-  int mblock;  // over all local experts (ExpertPlan::mb_start)
-  int nblock;
-};
-EPFUSE_HD Tile tile_of(int index, int nblocks) { return {index / nblocks, index % nblocks}; }
 
 // ---- the expert plan: from counts[src][local expert] (pairs each sender sends) ----
 struct ExpertPlan {
@@ -86,9 +67,14 @@ struct ExpertPlan {
   int* src_prefix;      // [L][world+1] first expert row of expert e that comes from sender s
   int* entry_off;       // [world][L] first entry of expert e in sender s's entry region
   uint32_t* target;     // [L] arrivals value at which expert e is complete (base + rows)
+  // The GEMM schedule (build_gemm_schedule): segments of consecutive GEMM task ids, each one kind of
+  // tile of one expert.
+  int* segments;        // [1] segments in use
+  int* seg_start;       // [2L+1] first GEMM task of segment s; seg_start[segments] = GEMM tasks in all
+  int* seg_code;        // [2L] expert * 2 + kind (kSegLinear1, kSegLinear2)
 };
 
-// Carves the plan out of plan_ints(dims) ints (buffer_layout.h).
+// Carves the plan out of plan_ints(dims) ints (buffer_layout.h; keep the two in step).
 EPFUSE_HD ExpertPlan plan_view(int* ints, int world, int local_experts) {
   ExpertPlan p;
   p.rows = ints;
@@ -97,6 +83,9 @@ EPFUSE_HD ExpertPlan plan_view(int* ints, int world, int local_experts) {
   p.src_prefix = p.mb_start + local_experts + 1;
   p.entry_off = p.src_prefix + local_experts * (world + 1);
   p.target = reinterpret_cast<uint32_t*>(p.entry_off + world * local_experts);
+  p.segments = reinterpret_cast<int*>(p.target + local_experts);
+  p.seg_start = p.segments + 1;
+  p.seg_code = p.seg_start + 2 * local_experts + 1;
   return p;
 }
 
@@ -137,17 +126,6 @@ EPFUSE_HD int build_expert_plan(const uint32_t* counts, int world, int local_exp
   return mblocks;
 }
 
-// The local expert owning m-block mb (mb < mb_start[L]): the last e with mb_start[e] <= mb. Experts
-// without rows have mb_start[e] == mb_start[e+1] and are skipped.
-EPFUSE_HD int expert_of_mblock(const int* mb_start, int local_experts, int mb) {
-  int lo = 0, hi = local_experts - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (mb_start[mid] <= mb) lo = mid; else hi = mid - 1;
-  }
-  return lo;
-}
-
 // Where expert row r of expert e (r < rows[e]) was written: sender and entry index in its region.
 struct RowSource {
   int src;
@@ -158,6 +136,82 @@ EPFUSE_HD RowSource row_source(const ExpertPlan& p, int world, int local_experts
   int s = 0;
   while (s + 1 < world && pre[s + 1] <= r) ++s;
   return {s, p.entry_off[s * local_experts + e] + (r - pre[s])};
+}
+
+// ---- the GEMM schedule ----
+// Order of the GEMM tasks (built after build_expert_plan by the collect task):
+//  - within an expert, n-block major: consecutive tasks share one weight n-block and walk the expert's
+//    m-blocks, so the CTAs in flight read a few weight tiles at a time and L2 keeps them (m-block major
+//    order had about one distinct weight tile per CTA in flight and re-read an expert's weights from HBM
+//    once per m-block);
+//  - Linear1 segments in expert order; the Linear2 segment of expert e is placed as soon as `lag` tasks
+//    have followed the end of Linear1(e) (lag = one wave of CTAs, so its m-blocks are mostly finished
+//    when its tiles are taken), the rest after the last Linear1 segment. The Linear2 tiles' remote
+//    combine stores then spread over the GEMM phase instead of bunching at its end.
+// Every Linear2 segment comes after its expert's Linear1 segment, so waits still target smaller ids.
+// Returns the GEMM task count.
+inline constexpr int kSegLinear1 = 0, kSegLinear2 = 1;
+EPFUSE_HD int build_gemm_schedule(const ExpertPlan& p, int local_experts, int nblocks1, int nblocks2, int lag) {
+  int n = 0, pos = 0;
+  int pending = 0;  // the first segment not yet checked for a Linear1 whose Linear2 is unplaced
+  auto emit = [&](int expert, int kind) {
+    p.seg_start[n] = pos;
+    p.seg_code[n] = expert * 2 + kind;
+    ++n;
+    pos += (p.mb_start[expert + 1] - p.mb_start[expert]) * (kind == kSegLinear1 ? nblocks1 : nblocks2);
+  };
+  auto place_linear2 = [&](bool all) {
+    for (; pending < n; ++pending) {
+      if (p.seg_code[pending] % 2 != kSegLinear1) continue;
+      const int expert = p.seg_code[pending] / 2;
+      const int l1_end = p.seg_start[pending] + (p.mb_start[expert + 1] - p.mb_start[expert]) * nblocks1;
+      if (!all && pos - l1_end < lag) return;
+      emit(expert, kSegLinear2);
+    }
+  };
+  for (int e = 0; e < local_experts; ++e) {
+    if (p.mb_start[e + 1] == p.mb_start[e]) continue;
+    emit(e, kSegLinear1);
+    place_linear2(false);
+  }
+  place_linear2(true);
+  p.seg_start[n] = pos;
+  *p.segments = n;
+  return pos;
+}
+
+// GEMM task `index` (< the schedule's total): its segment by binary search, then n-block major.
+EPFUSE_HD GemmTile gemm_tile(const ExpertPlan& p, int index, int* kind) {
+  int lo = 0, hi = *p.segments - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (p.seg_start[mid] <= index) lo = mid; else hi = mid - 1;
+  }
+  const int expert = p.seg_code[lo] / 2;
+  *kind = p.seg_code[lo] % 2;
+  const int mblocks = p.mb_start[expert + 1] - p.mb_start[expert];
+  const int j = index - p.seg_start[lo];
+  return {expert, p.mb_start[expert] + j % mblocks, j / mblocks};
+}
+
+// Decodes a task id. Ids past the static phases need the schedule (with_gemm_tasks, plan) first.
+EPFUSE_HD Task decode_task(const TaskSpace& s, const ExpertPlan& plan, int id) {
+  if (id < s.layout) return {Phase::kLayout, id, {}};
+  id -= s.layout;
+  if (id < 1) return {Phase::kPublish, 0, {}};
+  id -= 1;
+  if (id < s.dispatch) return {Phase::kDispatch, id, {}};
+  id -= s.dispatch;
+  if (id < 1) return {Phase::kCollect, 0, {}};
+  id -= 1;
+  if (id < s.gemm) {
+    int kind = kSegLinear1;
+    const GemmTile tile = gemm_tile(plan, id, &kind);
+    return {kind == kSegLinear1 ? Phase::kLinear1 : Phase::kLinear2, id, tile};
+  }
+  id -= s.gemm;
+  if (id < s.combine) return {Phase::kCombine, id, {}};
+  return {Phase::kDone, 0, {}};
 }
 
 }  // namespace epfuse::device

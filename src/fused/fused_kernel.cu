@@ -34,7 +34,7 @@ __global__ void __launch_bounds__(Gemm::kThreads, 1) fused_moe_kernel(const __gr
   const device::FusedContext c = device::FusedContext::make(prm);
   const int nblocks1 = 2 * prm.dims.intermediate / Gemm::kBlockN;
   const int nblocks2 = prm.dims.hidden / Gemm::kBlockN;
-  device::TaskScheduler scheduler(c, nblocks1, nblocks2);
+  device::TaskScheduler scheduler(c);
   device::TaskProfiler profiler(prm.profile);
   for (;;) {
     const device::Task task = scheduler.next();
@@ -44,9 +44,9 @@ __global__ void __launch_bounds__(Gemm::kThreads, 1) fused_moe_kernel(const __gr
       case Phase::kLayout: device::layout_task(c, task.index, smem); break;
       case Phase::kPublish: device::publish_task(c, scheduler.space().layout); break;
       case Phase::kDispatch: device::dispatch_task(c, task.index, scheduler.space().layout, smem); break;
-      case Phase::kCollect: device::collect_task(c, Gemm::kBlockM); break;
-      case Phase::kLinear1: Tiles::linear1(c, task.index, smem); break;
-      case Phase::kLinear2: Tiles::linear2(c, task.index, smem); break;
+      case Phase::kCollect: device::collect_task(c, Gemm::kBlockM, nblocks1, nblocks2); break;
+      case Phase::kLinear1: Tiles::linear1(c, task.tile, smem); break;
+      case Phase::kLinear2: Tiles::linear2(c, task.tile, smem); break;
       case Phase::kCombine: device::combine_task(c, task.index); break;
       case Phase::kDone: break;
     }

@@ -86,22 +86,53 @@ TEST(FusedRouting, FirstSlotPerRankDeduplicates) {
   EXPECT_FALSE(slot_is_routed(-1, E));
 }
 
+// ---- the expert plan ----
+struct PlanStore {
+  std::vector<int> ints;
+  ExpertPlan plan;
+  PlanStore(const FusedDims& d) : ints(plan_ints(d), -7) { plan = plan_view(ints.data(), d.world, d.local_experts()); }
+};
+
+// A plan whose experts have the given m-block counts (block_m 1: one row per m-block).
+struct MblockPlan : PlanStore {
+  explicit MblockPlan(const std::vector<int>& mblocks)
+      : PlanStore(FusedDims{1, 128, 128, static_cast<int>(mblocks.size()), 1, 1 << 20}) {
+    std::vector<uint32_t> counts(mblocks.begin(), mblocks.end());
+    build_expert_plan(counts.data(), 1, static_cast<int>(mblocks.size()), 1, plan);
+  }
+};
+
 // ---- the task map ----
 TEST(FusedTaskMap, DecodeCoversEveryTaskOnce) {
   for (int tokens : {0, 1, 7, 8, 64, 65, 1000}) {
-    for (int mblocks : {0, 1, 5}) {
-      const TaskSpace s = with_gemm_tasks(make_task_space(tokens), mblocks, 3, 2);
+    for (const std::vector<int>& mblocks : {std::vector<int>{0}, {1}, {2, 0, 3}, {0, 0}}) {
+      MblockPlan st(mblocks);
+      const int L = static_cast<int>(mblocks.size());
+      const int total_mb = st.plan.mb_start[L];
+      const TaskSpace s = with_gemm_tasks(make_task_space(tokens), build_gemm_schedule(st.plan, L, 3, 2, 4));
+      ASSERT_EQ(s.gemm, total_mb * 5);
       std::map<Phase, std::vector<int>> seen;
+      std::set<std::tuple<Phase, int, int>> tiles;
+      // Linear1 and Linear2 interleave: compare phases with both GEMM kinds as one rank.
+      auto rank = [](Phase p) { return p == Phase::kLinear2 ? static_cast<int>(Phase::kLinear1) : static_cast<int>(p); };
       for (int id = 0; id < s.total(); ++id) {
-        const Task t = decode_task(s, id);
+        const Task t = decode_task(s, st.plan, id);
         ASSERT_NE(t.phase, Phase::kDone);
-        seen[t.phase].push_back(t.index);
-        if (id > 0) {  // phases in order
-          EXPECT_GE(static_cast<int>(t.phase), static_cast<int>(decode_task(s, id - 1).phase));
+        if (t.phase == Phase::kLinear1 || t.phase == Phase::kLinear2) {
+          EXPECT_TRUE(tiles.insert({t.phase, t.tile.mblock, t.tile.nblock}).second) << "tile taken twice";
+          EXPECT_LT(t.tile.nblock, t.phase == Phase::kLinear1 ? 3 : 2);
+          EXPECT_GE(t.tile.mblock, st.plan.mb_start[t.tile.expert]);
+          EXPECT_LT(t.tile.mblock, st.plan.mb_start[t.tile.expert + 1]);
+        } else {
+          seen[t.phase].push_back(t.index);
+        }
+        if (id > 0) {
+          EXPECT_GE(rank(t.phase), rank(decode_task(s, st.plan, id - 1).phase));
         }
       }
-      EXPECT_EQ(decode_task(s, s.total()).phase, Phase::kDone);
-      EXPECT_EQ(decode_task(s, s.total() + 5).phase, Phase::kDone);
+      EXPECT_EQ(static_cast<int>(tiles.size()), total_mb * 5);
+      EXPECT_EQ(decode_task(s, st.plan, s.total()).phase, Phase::kDone);
+      EXPECT_EQ(decode_task(s, st.plan, s.total() + 5).phase, Phase::kDone);
       auto expect_range = [&](Phase p, int n) {
         std::vector<int> want(n);
         for (int i = 0; i < n; ++i) want[i] = i;
@@ -111,26 +142,73 @@ TEST(FusedTaskMap, DecodeCoversEveryTaskOnce) {
       expect_range(Phase::kPublish, 1);
       expect_range(Phase::kDispatch, (tokens + kDispatchTokens - 1) / kDispatchTokens);
       expect_range(Phase::kCollect, 1);
-      expect_range(Phase::kLinear1, mblocks * 3);
-      expect_range(Phase::kLinear2, mblocks * 2);
       expect_range(Phase::kCombine, (tokens + kCombineTokens - 1) / kCombineTokens);
     }
   }
 }
 
-TEST(FusedTaskMap, TilesAreMblockMajor) {
-  EXPECT_EQ(tile_of(0, 4).mblock, 0);
-  EXPECT_EQ(tile_of(3, 4).nblock, 3);
-  EXPECT_EQ(tile_of(4, 4).mblock, 1);
-  EXPECT_EQ(tile_of(4, 4).nblock, 0);
+// The schedule's promises (task_map.h): a bijection onto the tiles, n-block major within a segment,
+// every Linear2 tile after all Linear1 tiles of its expert, Linear2 segments in expert order, each at
+// least `lag` tasks past the end of its Linear1 or after the last Linear1 segment.
+TEST(FusedSchedule, BijectiveNblockMajorAndLagged) {
+  std::mt19937 rng(99);
+  for (int L : {1, 2, 3, 8, 64}) {
+    for (int lag : {0, 1, 7, 132, 1 << 20}) {
+      for (int trial = 0; trial < 4; ++trial) {
+        std::vector<int> mblocks(L);
+        for (int& m : mblocks) m = rng() % 3 == 0 ? 0 : 1 + static_cast<int>(rng() % 9);
+        if (trial == 3) std::fill(mblocks.begin(), mblocks.end(), 4);
+        MblockPlan st(mblocks);
+        const int nb1 = 1 + static_cast<int>(rng() % 6), nb2 = 1 + static_cast<int>(rng() % 6);
+        const int total = build_gemm_schedule(st.plan, L, nb1, nb2, lag);
+        ASSERT_EQ(total, st.plan.mb_start[L] * (nb1 + nb2));
+        std::set<std::tuple<int, int, int>> tiles;
+        std::vector<int> l1_last(L, -1), l2_first(L, -1);
+        int prev_kind = -1;
+        GemmTile prev{};
+        for (int i = 0; i < total; ++i) {
+          int kind = -1;
+          const GemmTile t = gemm_tile(st.plan, i, &kind);
+          ASSERT_TRUE(kind == kSegLinear1 || kind == kSegLinear2);
+          ASSERT_GE(t.mblock, st.plan.mb_start[t.expert]);
+          ASSERT_LT(t.mblock, st.plan.mb_start[t.expert + 1]);
+          ASSERT_LT(t.nblock, kind == kSegLinear1 ? nb1 : nb2);
+          EXPECT_TRUE(tiles.insert({kind, t.mblock, t.nblock}).second);
+          if (kind == kSegLinear1) l1_last[t.expert] = i;
+          if (kind == kSegLinear2 && l2_first[t.expert] < 0) {
+            l2_first[t.expert] = i;
+            EXPECT_GT(i, l1_last[t.expert]) << "Linear2 of expert " << t.expert << " before its Linear1 ended";
+          }
+          if (kind == kSegLinear2) {
+            EXPECT_GE(l1_last[t.expert], 0);
+          }
+          if (i > 0 && kind == prev_kind && t.expert == prev.expert) {  // n-block major
+            const bool next_m = t.nblock == prev.nblock && t.mblock == prev.mblock + 1;
+            const bool next_n = t.nblock == prev.nblock + 1 && t.mblock == st.plan.mb_start[t.expert];
+            EXPECT_TRUE(next_m || next_n) << "task " << i;
+          }
+          prev_kind = kind;
+          prev = t;
+        }
+        EXPECT_EQ(static_cast<int>(tiles.size()), total);
+        int last_l1_end = 0;
+        for (int e = 0; e < L; ++e) last_l1_end = std::max(last_l1_end, l1_last[e] + 1);
+        int prev_l2 = -1;
+        for (int e = 0; e < L; ++e) {
+          if (mblocks[e] == 0) continue;
+          const int gap = l2_first[e] - (l1_last[e] + 1);
+          EXPECT_TRUE(gap >= lag || l2_first[e] >= last_l1_end) << "expert " << e << " gap " << gap;
+          if (lag == 0) {
+            EXPECT_EQ(gap, 0) << "with no lag Linear2 follows its Linear1";
+          }
+          EXPECT_GT(l2_first[e], prev_l2) << "Linear2 segments in expert order";
+          prev_l2 = l2_first[e];
+        }
+      }
+    }
+  }
 }
 
-// ---- the expert plan ----
-struct PlanStore {
-  std::vector<int> ints;
-  ExpertPlan plan;
-  PlanStore(const FusedDims& d) : ints(plan_ints(d), -7) { plan = plan_view(ints.data(), d.world, d.local_experts()); }
-};
 
 TEST(FusedPlan, EmptyHotAndMixedExperts) {
   const FusedDims d{3, 128, 128, 6, 2, 100};  // L = 2
@@ -144,7 +222,6 @@ TEST(FusedPlan, EmptyHotAndMixedExperts) {
   EXPECT_EQ(st.plan.mb_start[0], 0);
   EXPECT_EQ(st.plan.mb_start[1], 0);
   EXPECT_EQ(st.plan.mb_start[2], 3);
-  for (int m = 0; m < 3; ++m) EXPECT_EQ(expert_of_mblock(st.plan.mb_start, 2, m), 1);
   // Row 4 comes from sender 0 (its 5th entry of expert 1, after its 0 entries of expert 0); rows 5.. from sender 2.
   RowSource r = row_source(st.plan, d.world, 2, 1, 4);
   EXPECT_EQ(r.src, 0);
@@ -353,9 +430,7 @@ void simulate(const Sim& sim, std::mt19937& rng) {
         EXPECT_EQ(sim.idx[rs.src][token * k + slot], r * L + e) << "entry of the wrong expert";
         EXPECT_TRUE(used.insert({rs.src, rs.entry}).second);
       }
-      for (int m = st.plan.mb_start[e]; m < st.plan.mb_start[e + 1]; ++m) {
-        EXPECT_EQ(expert_of_mblock(st.plan.mb_start, L, m), e);
-      }
+      EXPECT_EQ(st.plan.mb_start[e + 1] - st.plan.mb_start[e], (st.plan.rows[e] + 31) / 32);
     }
     size_t total = 0;
     for (int s = 0; s < R; ++s) total += entries[r][s].size();
