@@ -26,6 +26,7 @@ enum class WaitKind : int32_t {
   kPlan = 4,         // this rank's expert plan (the collect task)
   kLinear1 = 5,      // Linear1 tiles of m-block a (expert b)
   kTokenTiles = 6,   // output tiles of token a from its experts' ranks
+  kPipeline = 7,     // the tile GEMM's shared-memory pipeline (m-block a, n-block b): a TMA or copy never landed
 };
 
 struct ErrorRecord {

@@ -35,6 +35,17 @@ struct ExpertTiles {
     int slot[kBlockM];
   };
   static constexpr int kSmemBytes = Gemm::kSmemBytes + static_cast<int>(sizeof(RowTable));
+  // Weights through TMA tensor maps (TileGemmWs) or through row pointers (the others).
+  static constexpr bool kTmaWeights = requires { Gemm::kTmaWeights; };
+
+  // A mainloop wait ran out (CTA-uniform): record it and stop; the abort ends every other wait.
+  __device__ static void pipeline_failed(const FusedContext& c, Phase phase, const GemmTile& tile) {
+    if (threadIdx.x == 0) {
+      record_error(c.ctl, ErrorRecord{static_cast<int32_t>(ErrorKind::kTimeout), c.prm->rank, static_cast<int32_t>(phase),
+                                      static_cast<int32_t>(WaitKind::kPipeline), tile.mblock, tile.nblock, 0, 0});
+      raise_abort(c.ctl);
+    }
+  }
 
   struct Where {
     int expert, row0, rows;  // the tile's expert rows [row0, row0 + rows)
@@ -80,8 +91,16 @@ struct ExpertTiles {
     __syncthreads();
     const int n_out0 = tile.nblock * (kBlockN / 2);
     typename Gemm::Accum acc;
-    Gemm::mainloop([&](int i) { return t.a[i]; },
-                   swiglu_b_row(prm.w13 + static_cast<int64_t>(w.expert) * 2 * I * H, H, I, n_out0), H, smem, acc);
+    bool ok = true;
+    if constexpr (kTmaWeights) {
+      const int gate = w.expert * 2 * I + n_out0;  // row of prm.w13_map ([L * 2I, H])
+      ok = Gemm::mainloop([&](int i) { return t.a[i]; }, typename Gemm::BOperand{&prm.w13_map, gate, gate + I}, H,
+                          smem, acc, prm.timeout_ns);
+    } else {
+      Gemm::mainloop([&](int i) { return t.a[i]; },
+                     swiglu_b_row(prm.w13 + static_cast<int64_t>(w.expert) * 2 * I * H, H, I, n_out0), H, smem, acc);
+    }
+    if (!ok) return pipeline_failed(c, Phase::kLinear1, tile);
     __nv_bfloat16* h = c.h + (static_cast<int64_t>(c.plan.pair_off[w.expert]) + w.row0) * I + n_out0;
     visit_swiglu<Gemm>(acc, prm.swiglu_clamp, [&](int row, int col, float h0, float h1) {
       if (row < w.rows) {
@@ -110,8 +129,16 @@ struct ExpertTiles {
     __syncthreads();
     const int n0 = tile.nblock * kBlockN;
     typename Gemm::Accum acc;
-    Gemm::mainloop([&](int i) { return t.a[i]; },
-                   dense_b_row(prm.w2 + static_cast<int64_t>(w.expert) * H * I, I, n0), I, smem, acc);
+    bool ok = true;
+    if constexpr (kTmaWeights) {
+      const int row = w.expert * H + n0;  // row of prm.w2_map ([L * H, I])
+      ok = Gemm::mainloop([&](int i) { return t.a[i]; }, typename Gemm::BOperand{&prm.w2_map, row, row + kBlockN / 2}, I,
+                          smem, acc, prm.timeout_ns);
+    } else {
+      Gemm::mainloop([&](int i) { return t.a[i]; }, dense_b_row(prm.w2 + static_cast<int64_t>(w.expert) * H * I, I, n0),
+                     I, smem, acc);
+    }
+    if (!ok) return pipeline_failed(c, Phase::kLinear2, tile);
     // mainloop left smem free: stage the bf16 tile so the remote writes are whole 16-byte chunks.
     auto* stage = static_cast<__nv_bfloat16*>(smem);
     Gemm::visit(acc, [&](int row, int col, float v0, float v1) {

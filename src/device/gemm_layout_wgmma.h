@@ -22,6 +22,9 @@ inline constexpr int kSw128AtomBytes = 8 * kSw128RowBytes;  // 8 rows: the descr
 inline constexpr int kWgmmaBlockK = kSw128RowBytes / 2;     // bf16 elements of K per tile row (one atom wide)
 inline constexpr int kWgmmaK = 16;                           // K of one wgmma.m64nNk16 (32 bytes of a row)
 inline constexpr int kWgmmaM = 64;                           // rows of one wgmma (one warpgroup)
+// TMA box of the weight tensor maps (src/fused/tensor_map.h): kWgmmaBlockK x kWeightBoxRows; the
+// warp-specialised 128x256 tile loads two per stage.
+inline constexpr int kWeightBoxRows = 128;
 
 // The hardware's view: the physical shared-memory byte address of logical byte address `addr` under
 // the 128-byte swizzle (absolute address bits, hence the 1024-byte alignment of every atom).

@@ -31,6 +31,7 @@ std::string what_text(const device::ErrorRecord& r) {
     case WaitKind::kPlan: return "this rank's expert plan (collect task)";
     case WaitKind::kLinear1: return "linear1 tiles of m-block " + a + " (local expert " + b + ")";
     case WaitKind::kTokenTiles: return "output tiles of token " + a + " from its experts' ranks";
+    case WaitKind::kPipeline: return "the operand pipeline of GEMM tile (m-block " + a + ", n-block " + b + ")";
     case WaitKind::kNone: break;
   }
   return "unknown wait " + std::to_string(r.what);

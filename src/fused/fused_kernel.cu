@@ -1,6 +1,6 @@
 // The fused MoE kernel: one persistent launch per forward, composing the device pieces by role
 // (layout, dispatch, expert tiles, combine) under the task scheduler. One instantiation per shape of
-// heuristics.h's kFusedTileShapes (TileGemmWgmma or TileGemm); the host picks one per call from the
+// heuristics.h's kFusedTileShapes (TileGemmWs, TileGemmWgmma or TileGemm); the host picks one per call from the
 // expected rows per expert.
 #include "fused/fused_kernel.h"
 
@@ -18,6 +18,7 @@
 #include "device/expert_ffn.cuh"
 #include "device/gemm_mainloop.cuh"
 #include "device/gemm_mainloop_wgmma.cuh"
+#include "device/gemm_mainloop_ws.cuh"
 #include "device/layout.cuh"
 #include "device/profile.cuh"
 #include "device/scheduler.cuh"
@@ -29,8 +30,9 @@ using device::Phase;
 
 template <class Gemm>
 __global__ void __launch_bounds__(Gemm::kThreads, 1) fused_moe_kernel(const __grid_constant__ device::FusedParams prm) {
-  extern __shared__ __align__(128) char smem[];
+  extern __shared__ __align__(1024) char smem[];
   using Tiles = device::ExpertTiles<Gemm>;
+  if constexpr (requires { Gemm::init(smem); }) Gemm::init(smem);  // the warp-specialised ring's barriers
   const device::FusedContext c = device::FusedContext::make(prm);
   const int nblocks1 = 2 * prm.dims.intermediate / Gemm::kBlockN;
   const int nblocks2 = prm.dims.hidden / Gemm::kBlockN;
@@ -68,9 +70,13 @@ size_t scratch_bytes(const device::FusedDims& d) { return (static_cast<size_t>(d
 template <size_t I>
 struct GemmOf {
   static constexpr GemmTileShape S = kFusedTileShapes[I];
-  using type = std::conditional_t<S.mma == GemmMma::kWgmma,
-                                  device::TileGemmWgmma<S.block_m, S.block_n, S.block_k, S.stages, S.warps_m, S.warps_n>,
-                                  device::TileGemm<S.block_m, S.block_n, S.block_k, S.stages, S.warps_m, S.warps_n>>;
+  using type = std::conditional_t<
+      S.mma == GemmMma::kWgmmaWs, device::TileGemmWs<S.stages>,
+      std::conditional_t<S.mma == GemmMma::kWgmma,
+                         device::TileGemmWgmma<S.block_m, S.block_n, S.block_k, S.stages, S.warps_m, S.warps_n>,
+                         device::TileGemm<S.block_m, S.block_n, S.block_k, S.stages, S.warps_m, S.warps_n>>>;
+  static_assert(type::kThreads == S.threads() && type::kBlockM == S.block_m && type::kBlockN == S.block_n,
+                "the shape table and the tile GEMM agree");
 };
 template <size_t I>
 using GemmAt = typename GemmOf<I>::type;

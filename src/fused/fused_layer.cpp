@@ -12,6 +12,7 @@
 
 #include "common/check.h"
 #include "device/epoch.h"
+#include "device/gemm_layout_wgmma.h"
 #include "device/kernel_params.h"
 #include "epfuse/error.h"
 #include "fused/describe_error.h"
@@ -19,6 +20,7 @@
 #include "fused/heuristics.h"
 #include "fused/plan.h"
 #include "fused/profile.h"
+#include "fused/tensor_map.h"
 
 namespace epfuse::fused {
 namespace {
@@ -84,6 +86,10 @@ class FusedLayer final : public MoeLayer {
                          " B smem) cannot be resident on this GPU");
     }
     grid_ = sms;
+    // TMA views of the weights (TileGemmWs), encoded once: the weights stay put for the layer's life.
+    const int64_t L = plan_.dims.local_experts(), H = cfg.hidden, I = cfg.intermediate;
+    w13_map_ = weight_tensor_map(weights.w13, L * 2 * I, H, device::kWeightBoxRows);
+    w2_map_ = weight_tensor_map(weights.w2, L * H, I, device::kWeightBoxRows);
     // Zeroed once: flags and counters then only move forward (epochs, monotonic counters). Peers may
     // write into this window as soon as their first forward starts, so every rank zeroes before the
     // barrier.
@@ -170,6 +176,8 @@ class FusedLayer final : public MoeLayer {
     prm.y = y;
     prm.w13 = weights_.w13;
     prm.w2 = weights_.w2;
+    prm.w13_map = w13_map_;
+    prm.w2_map = w2_map_;
     prm.window = window_.window();
     prm.workspace = static_cast<char*>(workspace_);
     if (timing_) {
@@ -209,6 +217,8 @@ class FusedLayer final : public MoeLayer {
   FusedPlan plan_;
   uint64_t timeout_ns_ = 0;
   int grid_ = 0;
+  CUtensorMap w13_map_{};
+  CUtensorMap w2_map_{};
   SymmetricBuffer window_;
   void* workspace_ = nullptr;
   uint32_t epoch_ = 0;  // the last call's epoch; the first call uses 1

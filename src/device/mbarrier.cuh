@@ -1,0 +1,54 @@
+// Thin wrappers over the Hopper asynchronous-transaction PTX the warp-specialised tile GEMM
+// (gemm_mainloop_ws.cuh) uses: shared-memory mbarriers (init, arrive, arrive with an expected byte
+// count, parity wait), the arrive that fires when a thread's cp.async copies have landed, and the TMA
+// 2-D tile load that completes its bytes on an mbarrier. One instruction per function, no policy.
+// Source: PTX ISA "mbarrier", "cp.async.mbarrier.arrive", "cp.async.bulk.tensor".
+#pragma once
+#include <cstdint>
+
+namespace epfuse::device::ptx {
+
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(arrivals) : "memory");
+}
+// Makes initialised barriers visible to the async proxy (TMA completes its bytes through it).
+__device__ __forceinline__ void fence_mbar_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// One arrival that also announces `bytes` of transactions (TMA copies) the phase must wait for.
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+// True once the phase with parity `parity` has completed (a fresh barrier counts its phase "-1",
+// parity 1, as completed). The hardware may suspend the thread for a while before answering false.
+__device__ __forceinline__ bool mbar_try_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done;
+  asm volatile(
+      "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(done)
+      : "r"(bar), "r"(parity)
+      : "memory");
+  return done != 0;
+}
+// An arrival on `bar` once every cp.async this thread issued before has landed. noinc: the arrival is
+// one of the barrier's initial count (not added to it).
+__device__ __forceinline__ void cp_async_mbar_arrive_noinc(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+
+// TMA: the box at (c0 = inner, c1 = outer) of the 2-D tensor map `map` (in param, const or global
+// memory) into shared memory at `dst`, its bytes counted on `bar`.
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const void* map, uint32_t bar, int c0, int c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];\n" ::"r"(dst),
+      "l"(map), "r"(bar), "r"(c0), "r"(c1)
+      : "memory");
+}
+__device__ __forceinline__ void prefetch_tensor_map(const void* map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(map) : "memory");
+}
+
+}  // namespace epfuse::device::ptx

@@ -1,0 +1,48 @@
+#include "fused/tensor_map.h"
+
+#include <string>
+
+#include <cuda_runtime.h>
+#include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
+
+#include "common/check.h"
+#include "epfuse/error.h"
+
+namespace epfuse::fused {
+namespace {
+
+// Through the runtime's driver entry point: the library links only cudart, so a machine without a
+// driver can still load it (and run the CPU paths).
+PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    EPFUSE_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &found));
+    if (found != cudaDriverEntryPointSuccess || p == nullptr)
+      throw Error(ErrorCode::kCuda, "cuTensorMapEncodeTiled is not available from this driver");
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
+  }();
+  return fn;
+}
+
+}  // namespace
+
+CUtensorMap weight_tensor_map(const __nv_bfloat16* base, int64_t rows, int64_t cols, int box_rows) {
+  constexpr cuuint32_t kBoxCols = 64;  // 128 bytes: the widest inner box of the 128-byte swizzle
+  CUtensorMap map{};
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(cols) * sizeof(__nv_bfloat16)};
+  const cuuint32_t box[2] = {kBoxCols, static_cast<cuuint32_t>(box_rows)};
+  const cuuint32_t element_strides[2] = {1, 1};
+  const CUresult r = encode_tiled()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<__nv_bfloat16*>(base), dims,
+                                    strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                    CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    throw Error(ErrorCode::kCuda, "cuTensorMapEncodeTiled failed (" + std::to_string(static_cast<int>(r)) +
+                                      ") for a [" + std::to_string(rows) + ", " + std::to_string(cols) +
+                                      "] bf16 weight view, box 64 x " + std::to_string(box_rows));
+  return map;
+}
+
+}  // namespace epfuse::fused
