@@ -53,7 +53,7 @@ __device__ __forceinline__ float swiglu(float gate, float up, float clamp) {
 // f(row, out_col, h0, h1): SwiGLU outputs out_col and out_col + 1 (relative to n_out0, out_col even) of
 // tile row `row`, for every pair this thread owns. Gemm is either a TileGemm / TileGemmWgmma, whose B
 // rows came from swiglu_b_row (gate and up interleaved per 8 columns, visit_col16), or a mainloop with
-// kGateUpHalves (TileGemmWs: gate in columns [0, N/2), up in [N/2, N), visit_gate_up).
+// kGateUpHalves (TileGemmTma: gate in columns [0, N/2), up in [N/2, N), visit_gate_up).
 template <class Gemm, class F>
 __device__ __forceinline__ void visit_swiglu(const typename Gemm::Accum& acc, float clamp, F f) {
   if constexpr (requires { Gemm::kGateUpHalves; }) {

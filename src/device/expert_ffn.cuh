@@ -35,7 +35,7 @@ struct ExpertTiles {
     int slot[kBlockM];
   };
   static constexpr int kSmemBytes = Gemm::kSmemBytes + static_cast<int>(sizeof(RowTable));
-  // Weights through TMA tensor maps (TileGemmWs) or through row pointers (the others).
+  // Weights through TMA tensor maps (TileGemmTma) or through row pointers (the others).
   static constexpr bool kTmaWeights = requires { Gemm::kTmaWeights; };
 
   // A mainloop wait ran out (CTA-uniform): record it and stop; the abort ends every other wait.

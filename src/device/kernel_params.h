@@ -43,7 +43,7 @@ struct FusedParams {
   __nv_bfloat16* y = nullptr;
   const __nv_bfloat16* w13 = nullptr;  // [L][2I][H]
   const __nv_bfloat16* w2 = nullptr;   // [L][H][I]
-  // TMA views of the weights for TileGemmWs (src/fused/tensor_map.h): w13 as [L * 2I, H] and w2 as
+  // TMA views of the weights for TileGemmTma (src/fused/tensor_map.h): w13 as [L * 2I, H] and w2 as
   // [L * H, I], bf16, box 64 x 128, 128-byte swizzle. Read through their kernel-parameter address.
   CUtensorMap w13_map{};
   CUtensorMap w2_map{};

@@ -1,5 +1,5 @@
 // Thin wrappers over the Hopper asynchronous-transaction PTX the warp-specialised tile GEMM
-// (gemm_mainloop_ws.cuh) uses: shared-memory mbarriers (init, arrive, arrive with an expected byte
+// (gemm_mainloop_tma.cuh) uses: shared-memory mbarriers (init, arrive, arrive with an expected byte
 // count, parity wait), the arrive that fires when a thread's cp.async copies have landed, and the TMA
 // 2-D tile load that completes its bytes on an mbarrier. One instruction per function, no policy.
 // Source: PTX ISA "mbarrier", "cp.async.mbarrier.arrive", "cp.async.bulk.tensor".

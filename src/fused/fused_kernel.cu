@@ -1,6 +1,6 @@
 // The fused MoE kernel: one persistent launch per forward, composing the device pieces by role
 // (layout, dispatch, expert tiles, combine) under the task scheduler. One instantiation per shape of
-// heuristics.h's kFusedTileShapes (TileGemmWs, TileGemmWgmma or TileGemm); the host picks one per call from the
+// heuristics.h's kFusedTileShapes (TileGemmTma, TileGemmWgmma or TileGemm); the host picks one per call from the
 // expected rows per expert.
 #include "fused/fused_kernel.h"
 
@@ -18,7 +18,7 @@
 #include "device/expert_ffn.cuh"
 #include "device/gemm_mainloop.cuh"
 #include "device/gemm_mainloop_wgmma.cuh"
-#include "device/gemm_mainloop_ws.cuh"
+#include "device/gemm_mainloop_tma.cuh"
 #include "device/layout.cuh"
 #include "device/profile.cuh"
 #include "device/scheduler.cuh"
@@ -71,7 +71,7 @@ template <size_t I>
 struct GemmOf {
   static constexpr GemmTileShape S = kFusedTileShapes[I];
   using type = std::conditional_t<
-      S.mma == GemmMma::kWgmmaWs, device::TileGemmWs<S.stages>,
+      S.mma == GemmMma::kWgmmaTma, device::TileGemmTma<S.stages>,
       std::conditional_t<S.mma == GemmMma::kWgmma,
                          device::TileGemmWgmma<S.block_m, S.block_n, S.block_k, S.stages, S.warps_m, S.warps_n>,
                          device::TileGemm<S.block_m, S.block_n, S.block_k, S.stages, S.warps_m, S.warps_n>>>;

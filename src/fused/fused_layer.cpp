@@ -86,7 +86,7 @@ class FusedLayer final : public MoeLayer {
                          " B smem) cannot be resident on this GPU");
     }
     grid_ = sms;
-    // TMA views of the weights (TileGemmWs), encoded once: the weights stay put for the layer's life.
+    // TMA views of the weights (TileGemmTma), encoded once: the weights stay put for the layer's life.
     const int64_t L = plan_.dims.local_experts(), H = cfg.hidden, I = cfg.intermediate;
     w13_map_ = weight_tensor_map(weights.w13, L * 2 * I, H, device::kWeightBoxRows);
     w2_map_ = weight_tensor_map(weights.w2, L * H, I, device::kWeightBoxRows);

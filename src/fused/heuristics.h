@@ -11,9 +11,9 @@ namespace epfuse::fused {
 
 // Which tile GEMM runs a shape: TileGemm (mma.sync, gemm_mainloop.cuh) or TileGemmWgmma (Hopper
 // wgmma, gemm_mainloop_wgmma.cuh). Both take the same template arguments.
-// kWgmmaWs: TileGemmWs (gemm_mainloop_ws.cuh), warp-specialised (one producer warp on top of the
-// warps_m x warps_n math warps), weights by TMA; only the 128x256 shape.
-enum class GemmMma : int { kMmaSync = 0, kWgmma = 1, kWgmmaWs = 2 };
+// kWgmmaTma: TileGemmTma (gemm_mainloop_tma.cuh): wgmma fed through an mbarrier ring, weights by TMA;
+// only the 128x256 shape.
+enum class GemmMma : int { kMmaSync = 0, kWgmma = 1, kWgmmaTma = 2 };
 
 struct GemmTileShape {
   int block_m;
@@ -24,12 +24,12 @@ struct GemmTileShape {
   int warps_n;
   GemmMma mma = GemmMma::kMmaSync;
 
-  constexpr int threads() const { return 32 * warps_m * warps_n + (mma == GemmMma::kWgmmaWs ? 32 : 0); }
+  constexpr int threads() const { return 32 * warps_m * warps_n; }
   // The wgmma stages start on a 1024-byte boundary (128-byte swizzle atoms): one atom of slack; the
-  // warp-specialised ring adds two mbarriers per stage and a counter.
+  // mbarrier ring adds two barriers per stage and a counter.
   constexpr int smem_bytes() const {
     return stages * (block_m + block_n) * block_k * 2 + (mma == GemmMma::kMmaSync ? 0 : 1024) +
-           (mma == GemmMma::kWgmmaWs ? (2 * stages + 1) * 8 : 0);
+           (mma == GemmMma::kWgmmaTma ? (2 * stages + 1) * 8 : 0);
   }
   constexpr bool operator==(const GemmTileShape&) const = default;
 };
@@ -66,9 +66,9 @@ inline constexpr GemmTileShape kGemmTileShapes[] = {kTileM128N256, kTileM128, kT
 inline constexpr GemmTileShape kWgmmaM128N256{128, 256, 64, 4, 8, 1, GemmMma::kWgmma};
 inline constexpr GemmTileShape kWgmmaM128N128{128, 128, 64, 6, 8, 1, GemmMma::kWgmma};
 inline constexpr GemmTileShape kWgmmaTileShapes[] = {kWgmmaM128N256, kWgmmaM128N128};
-// The 128x256 tile warp-specialised (TileGemmWs): same math warps and stages as kWgmmaM128N256, plus a
-// producer warp that keeps all 4 stages loading (TMA weights, cp.async gathered rows).
-inline constexpr GemmTileShape kWsM128N256{128, 256, 64, 4, 8, 1, GemmMma::kWgmmaWs};
+// The 128x256 tile through an mbarrier ring (TileGemmTma): same warps and stages as kWgmmaM128N256, 3
+// k-blocks loading instead of 2, no CTA barrier per k-block, weights by TMA.
+inline constexpr GemmTileShape kTmaM128N256{128, 256, 64, 4, 8, 1, GemmMma::kWgmmaTma};
 
 // Can this shape run a GEMM with n output columns (tile columns: 2 * outputs for Linear1 + SwiGLU) over
 // k? The mainloop has no K tail and no N tail: k % block_k == 0, n % block_n == 0.
@@ -112,8 +112,8 @@ EPFUSE_HD GemmTileShape choose_gemm_tile(int rows_per_expert, int n, int k) {
 // at world-4 shapes; bench/NOTES.md "Fused"):
 //  1. <= 32 rows: kTileM32 (mma.sync). Weight-bound; at 16 and 32 rows it beat every wgmma shape
 //     (dsv3 1.32 vs 1.38 ms, qwen3 0.106 vs 0.108).
-//  2. >= 128 rows: the 128x256 tile, warp-specialised (kWsM128N256; its measurement against the
-//     all-threads kWgmmaM128N256 is in bench/NOTES.md). kWgmmaM128N256 was 20-35% faster than the best mma.sync shape (dsv3 128 rows: 1.64 vs
+//  2. >= 128 rows: the 128x256 tile through the mbarrier ring (kTmaM128N256; measured against
+//     kWgmmaM128N256 in bench/NOTES.md). kWgmmaM128N256 was 20-35% faster than the best mma.sync shape (dsv3 128 rows: 1.64 vs
 //     2.06 ms; 512 rows: 5.17 vs 7.84) and 7% faster than kWgmmaM128N128 at 128 rows.
 //  3. 33..127 rows: kWgmmaM128N128: one m-block per expert reads each weight once (M32 would read it
 //     2-4 times), twice the tiles of N256 for SM fill at small T, and at 32 rows it was within 2% of
@@ -123,7 +123,7 @@ EPFUSE_HD GemmTileShape choose_gemm_tile(int rows_per_expert, int n, int k) {
 //  of the fused kernel (kFusedTileShapes), and compile time counts.
 EPFUSE_HD GemmTileShape choose_gemm_tile_sm90(int rows_per_expert, int n, int k) {
   // Local copies: device code cannot refer to the namespace-scope (host) constants.
-  constexpr GemmTileShape m32 = kTileM32, wg_n256 = kWsM128N256, wg_n128 = kWgmmaM128N128;
+  constexpr GemmTileShape m32 = kTileM32, wg_n256 = kTmaM128N256, wg_n128 = kWgmmaM128N128;
   const GemmTileShape preferred = rows_per_expert <= 32 ? m32 : rows_per_expert >= 128 ? wg_n256 : wg_n128;
   if (gemm_tile_supports(preferred, n, k)) return preferred;
   if (gemm_tile_supports(wg_n128, n, k)) return wg_n128;
@@ -132,6 +132,6 @@ EPFUSE_HD GemmTileShape choose_gemm_tile_sm90(int rows_per_expert, int n, int k)
 }
 
 // The shapes the fused kernel is instantiated for: everything choose_gemm_tile_sm90 can return.
-inline constexpr GemmTileShape kFusedTileShapes[] = {kWsM128N256, kWgmmaM128N128, kTileM32};
+inline constexpr GemmTileShape kFusedTileShapes[] = {kTmaM128N256, kWgmmaM128N128, kTileM32};
 
 }  // namespace epfuse::fused

@@ -1,4 +1,4 @@
-// TMA tensor maps of the expert weights for the warp-specialised tile GEMM (device/gemm_mainloop_ws.cuh).
+// TMA tensor maps of the expert weights for the warp-specialised tile GEMM (device/gemm_mainloop_tma.cuh).
 #pragma once
 #include <cstdint>
 

@@ -135,8 +135,8 @@ TEST(FusedTileChoice, HopperShapesPerRowCount) {
   EXPECT_EQ(choose_fused_tile(c, 32), kTileM32);
   EXPECT_EQ(choose_fused_tile(c, 33), kWgmmaM128N128);
   EXPECT_EQ(choose_fused_tile(c, 127), kWgmmaM128N128);
-  EXPECT_EQ(choose_fused_tile(c, 128), kWsM128N256);   // dsv3 T=1024
-  EXPECT_EQ(choose_fused_tile(c, 512), kWsM128N256);   // dsv3 T=4096
+  EXPECT_EQ(choose_fused_tile(c, 128), kTmaM128N256);   // dsv3 T=1024
+  EXPECT_EQ(choose_fused_tile(c, 512), kTmaM128N256);   // dsv3 T=4096
   c.hidden = 7168 + 128;                                  // Linear2 (n = H) cannot take N256
   EXPECT_EQ(choose_fused_tile(c, 512), kWgmmaM128N128);
 }

@@ -259,9 +259,9 @@ TEST(GemmWgmmaHeuristics, WgmmaShapesFitAndTile) {
 
 TEST(GemmWgmmaHeuristics, Sm90Choice) {
   using fused::choose_gemm_tile_sm90;
-  EXPECT_EQ(choose_gemm_tile_sm90(512, 4096, 7168), fused::kWsM128N256);   // dsv3 T=4096, Linear1
-  EXPECT_EQ(choose_gemm_tile_sm90(4096, 28672, 4096), fused::kWsM128N256); // mixtral T=4096
-  EXPECT_EQ(choose_gemm_tile_sm90(128, 4096, 7168), fused::kWsM128N256);   // dsv3 T=1024
+  EXPECT_EQ(choose_gemm_tile_sm90(512, 4096, 7168), fused::kTmaM128N256);   // dsv3 T=4096, Linear1
+  EXPECT_EQ(choose_gemm_tile_sm90(4096, 28672, 4096), fused::kTmaM128N256); // mixtral T=4096
+  EXPECT_EQ(choose_gemm_tile_sm90(128, 4096, 7168), fused::kTmaM128N256);   // dsv3 T=1024
   EXPECT_EQ(choose_gemm_tile_sm90(127, 4096, 7168), fused::kWgmmaM128N128);
   EXPECT_EQ(choose_gemm_tile_sm90(512, 7168 + 128, 2048), fused::kWgmmaM128N128);  // n % 256 != 0
   EXPECT_EQ(choose_gemm_tile_sm90(16, 4096, 7168), fused::kTileM32);
