@@ -129,10 +129,10 @@ struct PrivLayout {
 
 // Ints of the expert plan (task_map.h plan_view): rows[L], pair_off[L], mb_start[L+1],
 // src_prefix[L][world+1], entry_off[world][L], arrival_target[L], and the GEMM schedule: segments[1],
-// group_mblocks[1], seg_start[2L+1], seg_code[2L].
+// seg_start[2L+1], seg_code[2L].
 EPFUSE_HD size_t plan_ints(const FusedDims& d) {
   const size_t l = d.local_experts(), w = d.world;
-  return l + l + (l + 1) + l * (w + 1) + w * l + l + 2 + (2 * l + 1) + 2 * l;
+  return l + l + (l + 1) + l * (w + 1) + w * l + l + 1 + (2 * l + 1) + 2 * l;
 }
 
 // control_bytes: sizeof(FusedControl) (kernel_params.h), passed in to keep this header free of it.

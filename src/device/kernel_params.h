@@ -36,7 +36,6 @@ struct FusedParams {
   uint32_t epoch = 0;
   uint32_t host_status = 0;   // ErrorKind the host found in this call's arguments (then num_tokens = 0)
   float swiglu_clamp = 0.0f;
-  int group_mblocks = 0;      // m-blocks per raster group of the GEMM schedule (task_map.h; 0: whole expert)
   uint64_t timeout_ns = 0;    // bound of every device-side wait
   const __nv_bfloat16* x = nullptr;
   const int32_t* topk_idx = nullptr;

@@ -127,7 +127,7 @@ __device__ void collect_task(const FusedContext& c, int block_m, int nblocks1, i
       // This parity's messages, [world][L] contiguous; the acquires above ordered them.
       const uint32_t* counts = c.local<uint32_t>(count_msg_offset(prm.sym, d, c.parity, 0, 0));
       const int mblocks = build_expert_plan(counts, d.world, L, block_m, c.plan);
-      build_gemm_schedule(c.plan, L, nblocks1, nblocks2, /*lag=*/static_cast<int>(gridDim.x), prm.group_mblocks);
+      build_gemm_schedule(c.plan, L, nblocks1, nblocks2, /*lag=*/static_cast<int>(gridDim.x));
       for (int e = 0; e < L; ++e) {
         const uint32_t target = c.arrival_base[e] + static_cast<uint32_t>(c.plan.rows[e]);
         c.plan.target[e] = target;

@@ -70,7 +70,6 @@ struct ExpertPlan {
   // The GEMM schedule (build_gemm_schedule): segments of consecutive GEMM task ids, each one kind of
   // tile of one expert.
   int* segments;        // [1] segments in use
-  int* group_mblocks;   // [1] m-blocks per raster group (0: the whole expert)
   int* seg_start;       // [2L+1] first GEMM task of segment s; seg_start[segments] = GEMM tasks in all
   int* seg_code;        // [2L] expert * 2 + kind (kSegLinear1, kSegLinear2)
 };
@@ -85,8 +84,7 @@ EPFUSE_HD ExpertPlan plan_view(int* ints, int world, int local_experts) {
   p.entry_off = p.src_prefix + local_experts * (world + 1);
   p.target = reinterpret_cast<uint32_t*>(p.entry_off + world * local_experts);
   p.segments = reinterpret_cast<int*>(p.target + local_experts);
-  p.group_mblocks = p.segments + 1;
-  p.seg_start = p.group_mblocks + 1;
+  p.seg_start = p.segments + 1;
   p.seg_code = p.seg_start + 2 * local_experts + 1;
   return p;
 }
@@ -142,12 +140,10 @@ EPFUSE_HD RowSource row_source(const ExpertPlan& p, int world, int local_experts
 
 // ---- the GEMM schedule ----
 // Order of the GEMM tasks (built after build_expert_plan by the collect task):
-//  - within an expert, in groups of `group_mblocks` m-blocks (0: all of them), each group n-block major:
-//    consecutive tasks share one weight n-block and walk the group's m-blocks, so the CTAs in flight
-//    read a few weight tiles at a time and L2 keeps them (m-block major order had about one distinct
-//    weight tile per CTA in flight and re-read an expert's weights from HBM once per m-block), while a
-//    group's rows stay in L2 across its sweep over the n-blocks (an expert with many m-blocks would
-//    otherwise stream all its rows once per few n-blocks);
+//  - within an expert, n-block major: consecutive tasks share one weight n-block and walk the expert's
+//    m-blocks, so the CTAs in flight read a few weight tiles at a time and L2 keeps them (m-block major
+//    order had about one distinct weight tile per CTA in flight and re-read an expert's weights from HBM
+//    once per m-block);
 //  - Linear1 segments in expert order; the Linear2 segment of expert e is placed as soon as `lag` tasks
 //    have followed the end of Linear1(e) (lag = one wave of CTAs, so its m-blocks are mostly finished
 //    when its tiles are taken), the rest after the last Linear1 segment. The Linear2 tiles' remote
@@ -155,8 +151,7 @@ EPFUSE_HD RowSource row_source(const ExpertPlan& p, int world, int local_experts
 // Every Linear2 segment comes after its expert's Linear1 segment, so waits still target smaller ids.
 // Returns the GEMM task count.
 inline constexpr int kSegLinear1 = 0, kSegLinear2 = 1;
-EPFUSE_HD int build_gemm_schedule(const ExpertPlan& p, int local_experts, int nblocks1, int nblocks2, int lag,
-                                  int group_mblocks) {
+EPFUSE_HD int build_gemm_schedule(const ExpertPlan& p, int local_experts, int nblocks1, int nblocks2, int lag) {
   int n = 0, pos = 0;
   int pending = 0;  // the first segment not yet checked for a Linear1 whose Linear2 is unplaced
   auto emit = [&](int expert, int kind) {
@@ -182,12 +177,10 @@ EPFUSE_HD int build_gemm_schedule(const ExpertPlan& p, int local_experts, int nb
   place_linear2(true);
   p.seg_start[n] = pos;
   *p.segments = n;
-  *p.group_mblocks = group_mblocks;
   return pos;
 }
 
-// GEMM task `index` (< the schedule's total): its segment by binary search, then its m-block group,
-// n-block major within the group.
+// GEMM task `index` (< the schedule's total): its segment by binary search, then n-block major.
 EPFUSE_HD GemmTile gemm_tile(const ExpertPlan& p, int index, int* kind) {
   int lo = 0, hi = *p.segments - 1;
   while (lo < hi) {
@@ -197,13 +190,8 @@ EPFUSE_HD GemmTile gemm_tile(const ExpertPlan& p, int index, int* kind) {
   const int expert = p.seg_code[lo] / 2;
   *kind = p.seg_code[lo] % 2;
   const int mblocks = p.mb_start[expert + 1] - p.mb_start[expert];
-  const int group = *p.group_mblocks > 0 && *p.group_mblocks < mblocks ? *p.group_mblocks : mblocks;
-  const int nblocks = (p.seg_start[lo + 1] - p.seg_start[lo]) / mblocks;
   const int j = index - p.seg_start[lo];
-  const int first = j / (group * nblocks) * group;  // the group's first m-block; earlier groups are full
-  const int rows = mblocks - first < group ? mblocks - first : group;  // m-blocks in this group
-  const int jj = j - first * nblocks;
-  return {expert, p.mb_start[expert] + first + jj % rows, jj / rows};
+  return {expert, p.mb_start[expert] + j % mblocks, j / mblocks};
 }
 
 // Decodes a task id. Ids past the static phases need the schedule (with_gemm_tasks, plan) first.

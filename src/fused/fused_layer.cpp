@@ -169,7 +169,6 @@ class FusedLayer final : public MoeLayer {
     const int64_t rows = static_cast<int64_t>(prm.num_tokens) * cfg_.topk * comm_.world_size() / cfg_.num_experts;
     const GemmTileShape tile = choose_fused_tile(cfg_, static_cast<int>(std::min<int64_t>(rows, 1 << 30)));
     prm.swiglu_clamp = cfg_.swiglu_clamp;
-    if (const char* g = std::getenv("EPFUSE_GROUP_MBLOCKS")) prm.group_mblocks = std::atoi(g);  // experiment
     prm.timeout_ns = timeout_ns_;
     prm.x = in.x;
     prm.topk_idx = in.topk_idx;
