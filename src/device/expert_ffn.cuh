@@ -38,6 +38,11 @@ struct ExpertTiles {
   // Weights through TMA tensor maps (TileGemmTma) or through row pointers (the others).
   static constexpr bool kTmaWeights = requires { Gemm::kTmaWeights; };
 
+  // Row stride (elements) of a bf16 output tile staged in smem: 8 elements (16 bytes) of padding put
+  // the 8 rows one accumulator store instruction touches on distinct banks.
+  static constexpr int stage_stride(int cols) { return cols + 8; }
+  static_assert(kBlockM * (kBlockN + 8) * 2 <= Gemm::kSmemBytes, "the staged output tile fits in the GEMM's smem");
+
   // A mainloop wait ran out (CTA-uniform): record it and stop; the abort ends every other wait.
   __device__ static void pipeline_failed(const FusedContext& c, Phase phase, const GemmTile& tile) {
     if (threadIdx.x == 0) {
@@ -101,13 +106,21 @@ struct ExpertTiles {
                      swiglu_b_row(prm.w13 + static_cast<int64_t>(w.expert) * 2 * I * H, H, I, n_out0), H, smem, acc);
     }
     if (!ok) return pipeline_failed(c, Phase::kLinear1, tile);
-    __nv_bfloat16* h = c.h + (static_cast<int64_t>(c.plan.pair_off[w.expert]) + w.row0) * I + n_out0;
+    // mainloop left smem free: stage the bf16 outputs so h is written in whole 16-byte chunks.
+    constexpr int kOutCols = kBlockN / 2;
+    auto* stage = static_cast<__nv_bfloat16*>(smem);
     visit_swiglu<Gemm>(acc, prm.swiglu_clamp, [&](int row, int col, float h0, float h1) {
-      if (row < w.rows) {
-        const float weight = t.weight[row];
-        *reinterpret_cast<uint32_t*>(h + static_cast<int64_t>(row) * I + col) = ptx::pack_bf16x2(h0 * weight, h1 * weight);
-      }
+      const float weight = row < w.rows ? t.weight[row] : 0.0f;
+      *reinterpret_cast<uint32_t*>(stage + row * stage_stride(kOutCols) + col) = ptx::pack_bf16x2(h0 * weight, h1 * weight);
     });
+    __syncthreads();
+    __nv_bfloat16* h = c.h + (static_cast<int64_t>(c.plan.pair_off[w.expert]) + w.row0) * I + n_out0;
+    constexpr int kChunks = kOutCols / 8;
+    for (int q = threadIdx.x; q < w.rows * kChunks; q += blockDim.x) {
+      const int row = q / kChunks, chunk = q % kChunks;
+      *reinterpret_cast<int4*>(h + static_cast<int64_t>(row) * I + chunk * 8) =
+          *reinterpret_cast<const int4*>(stage + row * stage_stride(kOutCols) + chunk * 8);
+    }
     __syncthreads();
     if (threadIdx.x == 0) red_add_release_gpu(c.l1_done + tile.mblock, 1u);
   }
@@ -142,7 +155,7 @@ struct ExpertTiles {
     // mainloop left smem free: stage the bf16 tile so the remote writes are whole 16-byte chunks.
     auto* stage = static_cast<__nv_bfloat16*>(smem);
     Gemm::visit(acc, [&](int row, int col, float v0, float v1) {
-      *reinterpret_cast<uint32_t*>(stage + row * kBlockN + col) = ptx::pack_bf16x2(v0, v1);
+      *reinterpret_cast<uint32_t*>(stage + row * stage_stride(kBlockN) + col) = ptx::pack_bf16x2(v0, v1);
     });
     __syncthreads();
     constexpr int kChunks = kBlockN / 8;
@@ -150,7 +163,7 @@ struct ExpertTiles {
       const int row = q / kChunks, chunk = q % kChunks;
       int4* dst = c.peer<int4>(t.home[row], combine_row_offset(prm.sym, d, c.parity, t.token[row], t.slot[row]) +
                                                 static_cast<size_t>(n0 + chunk * 8) * 2);
-      *dst = *reinterpret_cast<const int4*>(stage + row * kBlockN + chunk * 8);
+      *dst = *reinterpret_cast<const int4*>(stage + row * stage_stride(kBlockN) + chunk * 8);
     }
     __syncthreads();
     for (int row = threadIdx.x; row < w.rows; row += blockDim.x)
