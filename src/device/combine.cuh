@@ -12,7 +12,53 @@
 
 namespace epfuse::device {
 
-inline constexpr int kCombineBatch = 8;  // slot rows loaded at once per vector (top-k <= 8 in one batch)
+// One warp reduces one token's routed slot rows (k rows of H bf16 at `rows`, slot j at rows + j * stride
+// elements) into y_row, in slot order (deterministic). kVecs 16-byte vectors per lane and kSlots slots
+// are loaded before the first add: with one load in flight per lane the warp waited one memory latency
+// per slot and vector (0.4-0.6 ms of combine tail at T = 4096-16384, top-8); kVecs * kSlots = 16 loads
+// in flight whatever k is.
+template <int kVecs, int kSlots>
+__device__ __forceinline__ void reduce_token(const __nv_bfloat16* rows, size_t stride, int k, uint32_t routed, int H,
+                                             __nv_bfloat16* y_row, int lane) {
+  const int vectors = H / 8;
+  for (int v0 = lane; v0 < vectors; v0 += 32 * kVecs) {
+    float sum[kVecs][8] = {};
+    for (int j0 = 0; j0 < k; j0 += kSlots) {
+      int4 raw[kVecs][kSlots];
+#pragma unroll
+      for (int u = 0; u < kVecs; ++u)
+#pragma unroll
+        for (int b = 0; b < kSlots; ++b) {
+          const int j = j0 + b, v = v0 + 32 * u;
+          raw[u][b] = j < k && (routed >> j & 1u) && v < vectors
+                          ? __ldcg(reinterpret_cast<const int4*>(rows + j * stride) + v)
+                          : int4{0, 0, 0, 0};
+        }
+#pragma unroll
+      for (int u = 0; u < kVecs; ++u)
+#pragma unroll
+        for (int b = 0; b < kSlots; ++b) {  // slot order within and across batches
+          const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw[u][b]);
+#pragma unroll
+          for (int p = 0; p < 4; ++p) {
+            const float2 f = __bfloat1622float2(pairs[p]);
+            sum[u][2 * p] += f.x;
+            sum[u][2 * p + 1] += f.y;
+          }
+        }
+    }
+#pragma unroll
+    for (int u = 0; u < kVecs; ++u) {
+      const int v = v0 + 32 * u;
+      if (v >= vectors) break;
+      int4 out;
+      __nv_bfloat162* o = reinterpret_cast<__nv_bfloat162*>(&out);
+#pragma unroll
+      for (int p = 0; p < 4; ++p) o[p] = __floats2bfloat162_rn(sum[u][2 * p], sum[u][2 * p + 1]);
+      reinterpret_cast<int4*>(y_row)[v] = out;
+    }
+  }
+}
 
 // Task: tokens [b * kCombineTokens, ...), one warp per token.
 __device__ void combine_task(const FusedContext& c, int block) {
@@ -42,35 +88,15 @@ __device__ void combine_task(const FusedContext& c, int block) {
     // Routed slots as a mask, read once per token rather than once per vector.
     uint32_t routed = 0;
     for (int j = 0; j < k; ++j) routed |= slot_is_routed(idx[j], d.num_experts) ? 1u << j : 0u;
-    for (int v = lane; v < H / 8; v += 32) {
-      float sum[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-      // kCombineBatch slot loads in flight before the first add: one at a time, the warp waited one
-      // memory latency per slot and vector (0.5-0.6 ms of combine tail at T = 4096-16384, top-8).
-      for (int j0 = 0; j0 < k; j0 += kCombineBatch) {
-        int4 raw[kCombineBatch];
-#pragma unroll
-        for (int b = 0; b < kCombineBatch; ++b) {
-          const int j = j0 + b;
-          raw[b] = j < k && (routed >> j & 1u)
-                       ? __ldcg(c.local<int4>(combine_row_offset(prm.sym, d, c.parity, t, j)) + v)
-                       : int4{0, 0, 0, 0};
-        }
-#pragma unroll
-        for (int b = 0; b < kCombineBatch; ++b) {  // slot order, as before: deterministic
-          const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw[b]);
-#pragma unroll
-          for (int p = 0; p < 4; ++p) {
-            const float2 f = __bfloat1622float2(pairs[p]);
-            sum[2 * p] += f.x;
-            sum[2 * p + 1] += f.y;
-          }
-        }
-      }
-      int4 out;
-      __nv_bfloat162* o = reinterpret_cast<__nv_bfloat162*>(&out);
-#pragma unroll
-      for (int p = 0; p < 4; ++p) o[p] = __floats2bfloat162_rn(sum[2 * p], sum[2 * p + 1]);
-      reinterpret_cast<int4*>(prm.y + static_cast<int64_t>(t) * H)[v] = out;
+    const __nv_bfloat16* rows = c.local<const __nv_bfloat16>(combine_row_offset(prm.sym, d, c.parity, t, 0));
+    const size_t stride = static_cast<size_t>(H);  // a token's slot rows are consecutive (combine_row_offset)
+    __nv_bfloat16* y_row = prm.y + static_cast<int64_t>(t) * H;
+    if (k <= 2) {
+      reduce_token<8, 2>(rows, stride, k, routed, H, y_row, lane);
+    } else if (k <= 4) {
+      reduce_token<4, 4>(rows, stride, k, routed, H, y_row, lane);
+    } else {
+      reduce_token<2, 8>(rows, stride, k, routed, H, y_row, lane);
     }
   }
 }
