@@ -15,13 +15,8 @@ class TaskScheduler {
  public:
   __device__ explicit TaskScheduler(const FusedContext& c) : c_(c), space_(make_task_space(c.prm->num_tokens)) {}
 
-  // The next task for the whole CTA (kDone when there is none, or after an abort); the claimed one if
-  // claim() took it already.
+  // The next task for the whole CTA (kDone when there is none, or after an abort).
   __device__ Task next() {
-    if (has_claimed_) {
-      has_claimed_ = false;
-      return claimed_;
-    }
     __shared__ uint32_t id;
     __syncthreads();
     if (threadIdx.x == 0) id = aborted(c_.ctl) ? ~0u : atomicAdd(&c_.ctl->task_counter, 1u);
@@ -39,15 +34,6 @@ class TaskScheduler {
       have_plan_ = true;
     }
     return decode_task(space_, c_.plan, task);
-  }
-
-  // Takes the next task now (a GEMM tile calls it before its epilogue to start the next tile's loads);
-  // the following next() returns it. Taking an id early cannot deadlock: this CTA runs it right after
-  // its current task, which waits for nothing from here on.
-  __device__ Task claim() {
-    claimed_ = next();
-    has_claimed_ = true;
-    return claimed_;
   }
 
   __device__ const TaskSpace& space() const { return space_; }
@@ -83,8 +69,6 @@ class TaskScheduler {
 
   const FusedContext& c_;
   TaskSpace space_;
-  Task claimed_{Phase::kDone, 0, {}};
-  bool has_claimed_ = false;
   bool have_plan_ = false;
 };
 

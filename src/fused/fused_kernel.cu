@@ -32,7 +32,7 @@ template <class Gemm>
 __global__ void __launch_bounds__(Gemm::kThreads, 1) fused_moe_kernel(const __grid_constant__ device::FusedParams prm) {
   extern __shared__ __align__(1024) char smem[];
   using Tiles = device::ExpertTiles<Gemm>;
-  Tiles::init(smem);  // the row tables' state (and the TMA tile's mbarrier ring)
+  if constexpr (requires { Gemm::init(smem); }) Gemm::init(smem);  // the warp-specialised ring's barriers
   const device::FusedContext c = device::FusedContext::make(prm);
   const int nblocks1 = 2 * prm.dims.intermediate / Gemm::kBlockN;
   const int nblocks2 = prm.dims.hidden / Gemm::kBlockN;
@@ -47,7 +47,7 @@ __global__ void __launch_bounds__(Gemm::kThreads, 1) fused_moe_kernel(const __gr
       case Phase::kPublish: device::publish_task(c, scheduler.space().layout); break;
       case Phase::kDispatch: device::dispatch_task(c, task.index, scheduler.space().layout, smem); break;
       case Phase::kCollect: device::collect_task(c, Gemm::kBlockM, nblocks1, nblocks2); break;
-      case Phase::kLinear1: Tiles::linear1(c, task.tile, smem, scheduler); break;
+      case Phase::kLinear1: Tiles::linear1(c, task.tile, smem); break;
       case Phase::kLinear2: Tiles::linear2(c, task.tile, smem); break;
       case Phase::kCombine: device::combine_task(c, task.index); break;
       case Phase::kDone: break;
