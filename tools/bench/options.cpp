@@ -92,7 +92,7 @@ BenchOptions parse_bench_options(const std::vector<std::string>& args) {
       .add("verify-rows", o.verify_rows, "sampled rows per rank checked against the float64 reference")
       .add("tolerance", o.tolerance, "max relative error for verified=yes (bf16: ~5e-3 expected)")
       .add("torch", torch, "the PyTorch peer: auto (if `import torch` works), on, off")
-      .add("ceilings", ceilings, "'measure' or gemm=TFLOP/s,hbm=GB/s,nvlink=GB/s (e.g. 812,4250,350)")
+      .add("ceilings", ceilings, "'measure' or gemm=TFLOP/s,hbm=GB/s,nvlink=GB/s (e.g. gemm=812,hbm=4250,nvlink=350)")
       .add("json", o.json_path, "write every row and the ceilings to this file")
       .add("worker-dir", o.worker_dir, "internal: rank process of a bench run")
       .hide("worker-dir");
