@@ -21,16 +21,13 @@
 #include "epfuse/epfuse.h"
 #include "fused/heuristics.h"
 #include "fused/plan.h"
+#include "layer_rank.h"
 #include "multiprocess.h"
-#include "unfused/device_buffer.h"
 
 namespace epfuse {
 namespace {
 
-using unfused::DeviceMemory;
 using Clock = std::chrono::steady_clock;
-
-constexpr uint64_t kWeightSeed = 42;
 
 LayerConfig test_config(float clamp = 0.0f) {
   LayerConfig cfg;
@@ -52,100 +49,23 @@ class TimeoutEnv {
   ~TimeoutEnv() { unsetenv("EPFUSE_TIMEOUT_MS"); }
 };
 
-class Rank {
+// The fused layer's rank: the shared fixture with room for one token too many.
+class Rank : public testing::LayerRank {
  public:
-  explicit Rank(const LayerConfig& cfg) : cfg_(cfg), comm_(testing::comm()) {
-    const int local = cfg.experts_per_rank(comm_.world_size());
-    w13_ = DeviceMemory(size_t(local) * 2 * cfg.intermediate * cfg.hidden * sizeof(bf16));
-    w2_ = DeviceMemory(size_t(local) * cfg.hidden * cfg.intermediate * sizeof(bf16));
-    EPFUSE_CUDA_CHECK(cudaStreamCreate(&stream_));
-    generate_expert_weights(cfg, comm_.world_size(), comm_.rank(), kWeightSeed, w13_.as<bf16>(), w2_.as<bf16>(),
-                            stream_);
-    EPFUSE_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    recreate();
-    const size_t tokens = cfg.max_tokens_per_rank + 1;  // +1: room for the too-many-tokens test
-    x_ = DeviceMemory(tokens * cfg.hidden * sizeof(bf16));
-    idx_ = DeviceMemory(tokens * cfg.topk * sizeof(int32_t));
-    weights_ = DeviceMemory(tokens * cfg.topk * sizeof(float));
-    y_ = DeviceMemory(tokens * cfg.hidden * sizeof(bf16));
-  }
-  ~Rank() {
-    layer_.reset();
-    cudaStreamDestroy(stream_);
-  }
-
-  // Collective.
-  void recreate() {
-    layer_.reset();
-    layer_ = MoeLayer::create(Impl::kFused, cfg_, comm_, {w13_.as<bf16>(), w2_.as<bf16>()});
-  }
-
-  MoeLayer& layer() { return *layer_; }
-  cudaStream_t stream() const { return stream_; }
-  int rank() const { return comm_.rank(); }
-  int world() const { return comm_.world_size(); }
-
-  HostTokens tokens(int count, Routing routing, uint64_t seed) const {
-    return make_tokens(cfg_, world(), rank(), count, routing, seed);
-  }
-  void upload(const HostTokens& in) {
-    EPFUSE_CUDA_CHECK(cudaMemcpy(x_.as(), in.x.data(), in.x.size() * sizeof(bf16), cudaMemcpyHostToDevice));
-    EPFUSE_CUDA_CHECK(
-        cudaMemcpy(idx_.as(), in.topk_idx.data(), in.topk_idx.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
-    EPFUSE_CUDA_CHECK(cudaMemcpy(weights_.as(), in.topk_weights.data(), in.topk_weights.size() * sizeof(float),
-                                 cudaMemcpyHostToDevice));
-  }
-  TokenBatch batch(int count) const { return {x_.as<bf16>(), idx_.as<int32_t>(), weights_.as<float>(), count}; }
-
-  // Poisons y (bf16 NaN), runs one forward, returns the rows as double.
-  std::vector<double> forward(const HostTokens& in) {
-    upload(in);
-    EPFUSE_CUDA_CHECK(cudaMemsetAsync(y_.as(), 0xff, y_.bytes(), stream_));
-    layer_->forward(batch(in.num_tokens), y_.as<bf16>(), stream_);
-    layer_->check_errors(stream_);
-    std::vector<bf16> host(size_t(in.num_tokens) * cfg_.hidden);
-    EPFUSE_CUDA_CHECK(cudaMemcpy(host.data(), y_.as(), host.size() * sizeof(bf16), cudaMemcpyDeviceToHost));
-    std::vector<double> out(host.size());
-    for (size_t i = 0; i < host.size(); ++i) out[i] = __bfloat162float(host[i]);
-    return out;
-  }
-
-  void expect_matches_reference(const HostTokens& in, const std::string& what) {
-    std::vector<double> got;
-    try {
-      got = forward(in);
-    } catch (const Error& e) {
-      ADD_FAILURE() << what << ": " << e.what();
-      return;
-    }
-    size_t unwritten = 0;
-    for (double v : got) unwritten += std::isnan(v);
-    EXPECT_EQ(unwritten, 0u) << what;
-    const std::vector<double> want = reference_forward(cfg_, in, GeneratedExperts(cfg_, kWeightSeed));
-    if (in.num_tokens > 0) {
-      EXPECT_LT(relative_error(want, got), 2e-2) << what;
-    }
-  }
+  explicit Rank(const LayerConfig& cfg) : LayerRank(Impl::kFused, cfg, /*extra_tokens=*/1) {}
 
   // Runs forward + check_errors and returns the Error (code kInternal with "no error" if none).
   Error forward_error(const TokenBatch& batch) {
     try {
-      layer_->forward(batch, y_.as<bf16>(), stream_);
-      layer_->check_errors(stream_);
+      layer().forward(batch, y(), stream());
+      layer().check_errors(stream());
     } catch (const Error& e) {
       // A rank that threw in forward still launched; let its kernel finish before anything else.
-      cudaStreamSynchronize(stream_);
+      cudaStreamSynchronize(stream());
       return e;
     }
     return Error(ErrorCode::kInternal, "no error");
   }
-
- private:
-  LayerConfig cfg_;
-  Communicator& comm_;
-  DeviceMemory w13_, w2_, x_, idx_, weights_, y_;
-  cudaStream_t stream_ = nullptr;
-  std::unique_ptr<MoeLayer> layer_;
 };
 
 TEST(FusedLayer, MatchesReferenceOverManyCalls) {

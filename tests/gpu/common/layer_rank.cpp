@@ -1,0 +1,81 @@
+#include "layer_rank.h"
+
+#include <cmath>
+
+#include <gtest/gtest.h>
+
+#include "common/check.h"
+#include "multiprocess.h"
+
+namespace epfuse::testing {
+
+LayerRank::LayerRank(Impl impl, const LayerConfig& cfg, int extra_tokens) : impl_(impl), cfg_(cfg), comm_(comm()) {
+  const int local = cfg.experts_per_rank(comm_.world_size());
+  w13_ = unfused::DeviceMemory(size_t(local) * 2 * cfg.intermediate * cfg.hidden * sizeof(bf16));
+  w2_ = unfused::DeviceMemory(size_t(local) * cfg.hidden * cfg.intermediate * sizeof(bf16));
+  EPFUSE_CUDA_CHECK(cudaStreamCreate(&stream_));
+  generate_expert_weights(cfg, comm_.world_size(), comm_.rank(), kWeightSeed, w13_.as<bf16>(), w2_.as<bf16>(), stream_);
+  EPFUSE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  recreate();
+  const size_t tokens = size_t(cfg.max_tokens_per_rank) + extra_tokens;
+  x_ = unfused::DeviceMemory(tokens * cfg.hidden * sizeof(bf16));
+  idx_ = unfused::DeviceMemory(tokens * cfg.topk * sizeof(int32_t));
+  weights_ = unfused::DeviceMemory(tokens * cfg.topk * sizeof(float));
+  y_ = unfused::DeviceMemory(tokens * cfg.hidden * sizeof(bf16));
+}
+
+LayerRank::~LayerRank() {
+  layer_.reset();
+  cudaStreamDestroy(stream_);  // destructor: nothing to report an error to
+}
+
+void LayerRank::recreate() {
+  layer_.reset();
+  layer_ = MoeLayer::create(impl_, cfg_, comm_, {w13_.as<bf16>(), w2_.as<bf16>()});
+}
+
+int LayerRank::rank() const { return comm_.rank(); }
+int LayerRank::world() const { return comm_.world_size(); }
+
+HostTokens LayerRank::tokens(int count, Routing routing, uint64_t seed) const {
+  return make_tokens(cfg_, world(), rank(), count, routing, seed);
+}
+
+void LayerRank::upload(const HostTokens& in) {
+  EPFUSE_CUDA_CHECK(cudaMemcpy(x_.as(), in.x.data(), in.x.size() * sizeof(bf16), cudaMemcpyHostToDevice));
+  EPFUSE_CUDA_CHECK(
+      cudaMemcpy(idx_.as(), in.topk_idx.data(), in.topk_idx.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+  EPFUSE_CUDA_CHECK(cudaMemcpy(weights_.as(), in.topk_weights.data(), in.topk_weights.size() * sizeof(float),
+                               cudaMemcpyHostToDevice));
+}
+
+std::vector<double> LayerRank::forward(const HostTokens& in) {
+  upload(in);
+  EPFUSE_CUDA_CHECK(cudaMemsetAsync(y_.as(), 0xff, y_.bytes(), stream_));  // bf16 NaN
+  layer_->forward(batch(in.num_tokens), y(), stream_);
+  layer_->check_errors(stream_);
+  std::vector<bf16> host(size_t(in.num_tokens) * cfg_.hidden);
+  EPFUSE_CUDA_CHECK(cudaMemcpy(host.data(), y_.as(), host.size() * sizeof(bf16), cudaMemcpyDeviceToHost));
+  std::vector<double> out(host.size());
+  for (size_t i = 0; i < host.size(); ++i) out[i] = __bfloat162float(host[i]);
+  return out;
+}
+
+void LayerRank::expect_matches_reference(const HostTokens& in, const std::string& what) {
+  std::vector<double> got;
+  try {
+    got = forward(in);
+  } catch (const Error& e) {
+    ADD_FAILURE() << what << ": " << e.what();
+    return;
+  }
+  size_t unwritten = 0;
+  for (double v : got) unwritten += std::isnan(v);
+  EXPECT_EQ(unwritten, 0u) << what;
+  const std::vector<double> want = reference_forward(cfg_, in, GeneratedExperts(cfg_, kWeightSeed));
+  if (in.num_tokens > 0) {
+    EXPECT_LT(relative_error(want, got), 2e-2) << what;
+  }
+}
+
+}  // namespace epfuse::testing

@@ -1,0 +1,55 @@
+// One rank's MoE layer for the multi-process GPU layer tests (tests/gpu/fused, tests/gpu/unfused):
+// generated weights, device inputs, a poisoned forward read back as double, and the check against
+// the float64 reference. Collective where the layer is (creation, forward).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+#include "epfuse/epfuse.h"
+#include "unfused/device_buffer.h"
+
+namespace epfuse::testing {
+
+inline constexpr uint64_t kWeightSeed = 42;
+
+class LayerRank {
+ public:
+  // Inputs are sized for max_tokens_per_rank + extra_tokens (room for a too-many-tokens call).
+  LayerRank(Impl impl, const LayerConfig& cfg, int extra_tokens = 0);
+  ~LayerRank();
+  LayerRank(const LayerRank&) = delete;
+  LayerRank& operator=(const LayerRank&) = delete;
+
+  // Collective: drops the layer and creates a new one on the same weights.
+  void recreate();
+
+  MoeLayer& layer() { return *layer_; }
+  cudaStream_t stream() const { return stream_; }
+  int rank() const;
+  int world() const;
+  bf16* y() const { return y_.as<bf16>(); }
+
+  HostTokens tokens(int count, Routing routing, uint64_t seed) const;
+  void upload(const HostTokens& in);
+  TokenBatch batch(int count) const { return {x_.as<bf16>(), idx_.as<int32_t>(), weights_.as<float>(), count}; }
+
+  // Poisons y (bf16 NaN), runs one forward and check_errors, returns the rows as double.
+  std::vector<double> forward(const HostTokens& in);
+  // A forward checked against the float64 reference on every row (and no row left unwritten); an
+  // Error from the layer is a test failure, not an exception.
+  void expect_matches_reference(const HostTokens& in, const std::string& what);
+
+ private:
+  Impl impl_;
+  LayerConfig cfg_;
+  Communicator& comm_;
+  unfused::DeviceMemory w13_, w2_, x_, idx_, weights_, y_;
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<MoeLayer> layer_;
+};
+
+}  // namespace epfuse::testing
