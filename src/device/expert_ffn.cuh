@@ -91,20 +91,16 @@ struct ExpertTiles {
                   [&] { return ld_acquire_sys(arrived); },
                   [&](uint32_t v) { return counter_reached(v, base, rows); }))
       return;
-    const int n_out0 = tile.nblock * (kBlockN / 2);
-    [[maybe_unused]] const int gate = w.expert * 2 * I + n_out0;  // row of prm.w13_map ([L * 2I, H])
-    if constexpr (kTmaWeights) {  // the weights load while the rows are resolved
-      if (!Gemm::prologue_weights({&prm.w13_map, gate, gate + I}, H, smem, prm.timeout_ns))
-        return pipeline_failed(c, Phase::kLinear1, tile);
-    }
     RowTable& t = *reinterpret_cast<RowTable*>(static_cast<char*>(smem) + Gemm::kSmemBytes);
     load_entries(c, w, t);
     __syncthreads();
+    const int n_out0 = tile.nblock * (kBlockN / 2);
     typename Gemm::Accum acc;
     bool ok = true;
     if constexpr (kTmaWeights) {
+      const int gate = w.expert * 2 * I + n_out0;  // row of prm.w13_map ([L * 2I, H])
       ok = Gemm::mainloop([&](int i) { return t.a[i]; }, typename Gemm::BOperand{&prm.w13_map, gate, gate + I}, H,
-                          smem, acc, prm.timeout_ns, /*weights_issued=*/true);
+                          smem, acc, prm.timeout_ns);
     } else {
       Gemm::mainloop([&](int i) { return t.a[i]; },
                      swiglu_b_row(prm.w13 + static_cast<int64_t>(w.expert) * 2 * I * H, H, I, n_out0), H, smem, acc);
@@ -139,22 +135,18 @@ struct ExpertTiles {
     if (!cta_wait(prm, c.ctl, c.site(Phase::kLinear2, WaitKind::kLinear1, tile.mblock, w.expert), l1_tiles,
                   [&] { return ld_acquire_gpu(done); }, [&](uint32_t v) { return v >= l1_tiles; }))
       return;
-    const int n0 = tile.nblock * kBlockN;
-    [[maybe_unused]] const int row = w.expert * H + n0;  // row of prm.w2_map ([L * H, I])
-    if constexpr (kTmaWeights) {  // the weights load while the rows are resolved
-      if (!Gemm::prologue_weights({&prm.w2_map, row, row + kBlockN / 2}, I, smem, prm.timeout_ns))
-        return pipeline_failed(c, Phase::kLinear2, tile);
-    }
     RowTable& t = *reinterpret_cast<RowTable*>(static_cast<char*>(smem) + Gemm::kSmemBytes);
     load_entries(c, w, t);
     const __nv_bfloat16* h = c.h + (static_cast<int64_t>(c.plan.pair_off[w.expert]) + w.row0) * I;
     for (int i = threadIdx.x; i < kBlockM; i += blockDim.x) t.a[i] = i < w.rows ? h + static_cast<int64_t>(i) * I : nullptr;
     __syncthreads();
+    const int n0 = tile.nblock * kBlockN;
     typename Gemm::Accum acc;
     bool ok = true;
     if constexpr (kTmaWeights) {
+      const int row = w.expert * H + n0;  // row of prm.w2_map ([L * H, I])
       ok = Gemm::mainloop([&](int i) { return t.a[i]; }, typename Gemm::BOperand{&prm.w2_map, row, row + kBlockN / 2}, I,
-                          smem, acc, prm.timeout_ns, /*weights_issued=*/true);
+                          smem, acc, prm.timeout_ns);
     } else {
       Gemm::mainloop([&](int i) { return t.a[i]; }, dense_b_row(prm.w2 + static_cast<int64_t>(w.expert) * H * I, I, n0),
                      I, smem, acc);

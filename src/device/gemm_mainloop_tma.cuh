@@ -93,36 +93,30 @@ struct TileGemmTma {
     __syncthreads();
   }
 
-  // The weight tiles of the first kStages - 1 k-blocks, issued by thread 0 before the caller resolves
-  // the tile's A rows (they depend on nothing the tile waits for), so they load meanwhile; the
-  // following mainloop() must get weights_issued = true and the same B operand. All stages are free
-  // between tiles. CTA-uniform result: false on a timeout.
-  __device__ static bool prologue_weights(const BOperand& b, int K, void* smem, uint64_t timeout_ns) {
-    bool ok = true;
-    if (threadIdx.x == 0) {
-      const Ring r = make_ring([](int) -> const __nv_bfloat16* { return nullptr; }, b, smem, timeout_ns);
-      for (int kb = 0; kb < kStages - 1 && kb < K / kBlockK && ok; ++kb) ok = r.wait_free(kb) && (r.load_b(kb), true);
-    }
-    return !__syncthreads_or(!ok);
-  }
-
   template <class ARow>
-  __device__ static bool mainloop(ARow a_row, const BOperand& b, int K, void* smem, Accum& acc, uint64_t timeout_ns,
-                                  bool weights_issued = false) {
+  __device__ static bool mainloop(ARow a_row, const BOperand& b, int K, void* smem, Accum& acc, uint64_t timeout_ns) {
     const int tid = static_cast<int>(threadIdx.x);
 #pragma unroll
     for (int i = 0; i < kBlockN / 2; ++i) acc.v[i] = 0.0f;
     __syncthreads();  // the caller's use of smem (a previous epilogue) is over; the counter is stable
-    const Ring r = make_ring(a_row, b, smem, timeout_ns);
+    Ring r;
+    r.smem = ptx::smem_u32(smem);
+    r.base_a = sw128_align(r.smem);
+    r.base_b = r.base_a + kStages * kStageBytesA;
+    r.kb0 = *kblock_counter(smem);
+    r.deadline = globaltimer_ns() + timeout_ns;
+    r.b = b;
+    // Fixed copy slots per thread (as TileGemmWgmma), row pointers resolved once per tile.
+#pragma unroll
+    for (int i = 0; i < kLoadsA; ++i) {
+      const int index = tid + i * kThreads;
+      const __nv_bfloat16* src = a_row(load_row(index, kBlockK));
+      r.src_a[i] = src == nullptr ? nullptr : src + load_chunk(index, kBlockK) * kChunkElems;
+      r.dst_a[i] = 2u * static_cast<uint32_t>(smem_chunk_offset(load_row(index, kBlockK), load_chunk(index, kBlockK), kBlockK));
+    }
     const int num_k_blocks = K / kBlockK;
     bool ok = true;
-    for (int kb = 0; kb < kStages - 1 && kb < num_k_blocks && ok; ++kb) {
-      if (weights_issued) {
-        r.load_a(kb);  // the stage is free: prologue_weights() waited for it
-      } else {
-        ok = r.load(kb);
-      }
-    }
+    for (int kb = 0; kb < kStages - 1 && kb < num_k_blocks && ok; ++kb) ok = r.load(kb);
 
     const uint64_t desc_a0 = make_sw128_kmajor_desc(r.base_a + static_cast<uint32_t>((tid / 128) * kWgmmaM * kSw128RowBytes));
     const uint64_t desc_b0 = make_sw128_kmajor_desc(r.base_b);
@@ -181,28 +175,6 @@ struct TileGemmTma {
   }
 
  private:
-  struct Ring;
-  template <class ARow>
-  __device__ static Ring make_ring(ARow a_row, const BOperand& b, void* smem, uint64_t timeout_ns) {
-    const int tid = static_cast<int>(threadIdx.x);
-    Ring r;
-    r.smem = ptx::smem_u32(smem);
-    r.base_a = sw128_align(r.smem);
-    r.base_b = r.base_a + kStages * kStageBytesA;
-    r.kb0 = *kblock_counter(smem);
-    r.deadline = globaltimer_ns() + timeout_ns;
-    r.b = b;
-    // Fixed copy slots per thread (as TileGemmWgmma), row pointers resolved once per tile.
-#pragma unroll
-    for (int i = 0; i < kLoadsA; ++i) {
-      const int index = tid + i * kThreads;
-      const __nv_bfloat16* src = a_row(load_row(index, kBlockK));
-      r.src_a[i] = src == nullptr ? nullptr : src + load_chunk(index, kBlockK) * kChunkElems;
-      r.dst_a[i] = 2u * static_cast<uint32_t>(smem_chunk_offset(load_row(index, kBlockK), load_chunk(index, kBlockK), kBlockK));
-    }
-    return r;
-  }
-
   // One tile's view of the ring and this thread's copy slots.
   struct Ring {
     uint32_t smem, base_a, base_b, kb0;
@@ -217,36 +189,24 @@ struct TileGemmTma {
         if ((spin & 255u) == 255u && globaltimer_ns() > deadline) return false;
       }
     }
-    __device__ int stage_of(int kb) const { return static_cast<int>((kb0 + static_cast<uint32_t>(kb)) % kStages); }
-    // Waits until both warpgroups released the stage of k-block kb from its previous round (round r
-    // waits for the release of round r - 1; a fresh barrier passes parity 1).
-    __device__ bool wait_free(int kb) const {
+    // Issues k-block kb of this tile into its stage once both warpgroups released the stage's previous
+    // round (round r waits for the release of round r - 1; a fresh barrier passes parity 1).
+    __device__ bool load(int kb) const {
       const uint32_t it = kb0 + static_cast<uint32_t>(kb);
-      return wait(empty_bar(smem, stage_of(kb)), ((it / kStages) & 1u) ^ 1u);
-    }
-    // Thread 0: the weight tile of k-block kb, two TMA boxes, bytes announced on the full barrier (the
-    // arrival is one of the kThreads + 1).
-    __device__ void load_b(int kb) const {
-      const int s = stage_of(kb);
-      const uint32_t stage_b = base_b + static_cast<uint32_t>(s * kStageBytesB);
-      ptx::mbar_arrive_expect_tx(full_bar(smem, s), kStageBytesB);
-      ptx::tma_load_2d(stage_b, b.map, full_bar(smem, s), kb * kBlockK, b.row0);
-      ptx::tma_load_2d(stage_b + kBoxRows * kSw128RowBytes, b.map, full_bar(smem, s), kb * kBlockK, b.row1);
-    }
-    // Every thread: its A chunks of k-block kb, then its arrival once they landed.
-    __device__ void load_a(int kb) const {
-      const int s = stage_of(kb);
+      const int s = static_cast<int>(it % kStages);
+      if (!wait(empty_bar(smem, s), ((it / kStages) & 1u) ^ 1u)) return false;
+      const int k0 = kb * kBlockK;
+      if (threadIdx.x == 0) {
+        const uint32_t stage_b = base_b + static_cast<uint32_t>(s * kStageBytesB);
+        ptx::mbar_arrive_expect_tx(full_bar(smem, s), kStageBytesB);
+        ptx::tma_load_2d(stage_b, b.map, full_bar(smem, s), k0, b.row0);
+        ptx::tma_load_2d(stage_b + kBoxRows * kSw128RowBytes, b.map, full_bar(smem, s), k0, b.row1);
+      }
       const uint32_t stage_a = base_a + static_cast<uint32_t>(s * kStageBytesA);
 #pragma unroll
       for (int i = 0; i < kLoadsA; ++i)
-        if (src_a[i] != nullptr) ptx::cp_async_16(stage_a + dst_a[i], src_a[i] + kb * kBlockK);
+        if (src_a[i] != nullptr) ptx::cp_async_16(stage_a + dst_a[i], src_a[i] + k0);
       ptx::cp_async_mbar_arrive_noinc(full_bar(smem, s));
-    }
-    // Issues k-block kb of this tile into its stage once the stage is free.
-    __device__ bool load(int kb) const {
-      if (!wait_free(kb)) return false;
-      if (threadIdx.x == 0) load_b(kb);
-      load_a(kb);
       return true;
     }
   };
