@@ -16,6 +16,19 @@ namespace epfuse::testing {
 
 inline constexpr uint64_t kWeightSeed = 42;
 
+// The layer tests' small shape: H = 256, 16 experts (16, 8 or 4 per rank on 1, 2, 4 ranks), top-4,
+// 96 tokens per rank; intermediate size and clamp per test.
+inline LayerConfig small_layer_config(int intermediate, float clamp) {
+  LayerConfig cfg;
+  cfg.hidden = 256;
+  cfg.intermediate = intermediate;
+  cfg.num_experts = 16;
+  cfg.topk = 4;
+  cfg.max_tokens_per_rank = 96;
+  cfg.swiglu_clamp = clamp;
+  return cfg;
+}
+
 class LayerRank {
  public:
   // Inputs are sized for max_tokens_per_rank + extra_tokens (room for a too-many-tokens call).

@@ -29,16 +29,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-LayerConfig test_config(float clamp = 0.0f) {
-  LayerConfig cfg;
-  cfg.hidden = 256;
-  cfg.intermediate = 256;
-  cfg.num_experts = 16;  // 16, 8 or 4 per rank on 1, 2, 4 ranks
-  cfg.topk = 4;
-  cfg.max_tokens_per_rank = 96;
-  cfg.swiglu_clamp = clamp;
-  return cfg;
-}
+LayerConfig test_config(float clamp = 0.0f) { return testing::small_layer_config(256, clamp); }
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 

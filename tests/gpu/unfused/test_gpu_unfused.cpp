@@ -18,17 +18,7 @@
 namespace epfuse {
 namespace {
 
-
-LayerConfig test_config(float clamp = 0.0f) {
-  LayerConfig cfg;
-  cfg.hidden = 256;
-  cfg.intermediate = 128;
-  cfg.num_experts = 16;  // 16, 8 or 4 per rank on 1, 2, 4 ranks
-  cfg.topk = 4;
-  cfg.max_tokens_per_rank = 96;
-  cfg.swiglu_clamp = clamp;
-  return cfg;
-}
+LayerConfig test_config(float clamp = 0.0f) { return testing::small_layer_config(128, clamp); }
 
 // The unfused layer's rank: the shared fixture.
 class Rank : public testing::LayerRank {
