@@ -60,14 +60,14 @@ __device__ __forceinline__ void reduce_token(const __nv_bfloat16* rows, size_t s
   }
 }
 
-// Task: tokens [b * kCombineTokens, ...), one warp per token.
-__device__ void combine_task(const FusedContext& c, int block) {
+// Task: tokens [b * kCombineTokens, ...), one warp of g per token.
+__device__ void combine_task(const FusedContext& c, int block, const ThreadGroup& g = ThreadGroup::cta()) {
   const FusedParams& prm = *c.prm;
   const FusedDims& d = prm.dims;
   const int k = d.topk, H = d.hidden;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int warp = g.warp(), lane = g.rank() % 32;
   for (int t = block * kCombineTokens + warp; t < min(prm.num_tokens, (block + 1) * kCombineTokens);
-       t += blockDim.x / 32) {
+       t += g.warps()) {
     const int32_t* idx = prm.topk_idx + static_cast<int64_t>(t) * k;
     const uint32_t expected = token_signal_target(idx, k, d.num_experts, H);
     int ok = 1;
@@ -81,7 +81,7 @@ __device__ void combine_task(const FusedContext& c, int block) {
                ? 1 : 0;
       if (ok) c.token_base[t] = base + expected;
       // Warps wait side by side: each adds its share of the CTA's time.
-      if (prm.profile != nullptr) profile_add_wait((globaltimer_ns() - start) / (blockDim.x / 32));
+      if (prm.profile != nullptr) profile_add_wait((globaltimer_ns() - start) / g.warps());
     }
     ok = __shfl_sync(0xffffffffu, ok, 0);
     if (!ok) continue;

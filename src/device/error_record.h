@@ -27,6 +27,7 @@ enum class WaitKind : int32_t {
   kLinear1 = 5,      // Linear1 tiles of m-block a (expert b)
   kTokenTiles = 6,   // output tiles of token a from its experts' ranks
   kPipeline = 7,     // the tile GEMM's shared-memory pipeline (m-block a, n-block b): a TMA or copy never landed
+  kTaskSlot = 8,     // the next task from this CTA's producer warps (slot a), for its math warps
 };
 
 struct ErrorRecord {

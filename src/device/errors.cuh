@@ -10,6 +10,7 @@
 #include "device/profile.cuh"
 #include "device/signals.cuh"
 #include "device/task_map.h"
+#include "device/thread_group.cuh"
 
 namespace epfuse::device {
 
@@ -64,19 +65,26 @@ __device__ bool bounded_wait(const FusedParams& prm, FusedControl* ctl, const Wa
   }
 }
 
-// The whole CTA waits on one thread's bounded_wait; every thread gets the result.
+// The group waits on its leader's bounded_wait; every thread of it gets the result.
+template <class Load, class Done>
+__device__ bool group_wait(const ThreadGroup& g, const FusedParams& prm, FusedControl* ctl, const WaitSite& site,
+                           uint32_t expected, Load load, Done done, bool abortable = true) {
+  __shared__ int ok;  // one group at a time: the CTA before the GEMM region, its producer warps in it
+  g.sync();  // `ok` may still be read from a previous wait
+  if (g.leader()) {
+    // Only a whole CTA's wait stalls its task; the GEMM region's producer waits ahead of the math warps.
+    const bool profiled = prm.profile != nullptr && g.barrier == 0;
+    const uint64_t start = profiled ? globaltimer_ns() : 0;
+    ok = bounded_wait(prm, ctl, site, expected, load, done, abortable) ? 1 : 0;
+    if (profiled) profile_add_wait(globaltimer_ns() - start);
+  }
+  g.sync();
+  return ok != 0;
+}
 template <class Load, class Done>
 __device__ bool cta_wait(const FusedParams& prm, FusedControl* ctl, const WaitSite& site, uint32_t expected,
                          Load load, Done done, bool abortable = true) {
-  __shared__ int ok;
-  __syncthreads();  // `ok` may still be read from a previous wait
-  if (threadIdx.x == 0) {
-    const uint64_t start = prm.profile != nullptr ? globaltimer_ns() : 0;
-    ok = bounded_wait(prm, ctl, site, expected, load, done, abortable) ? 1 : 0;
-    if (prm.profile != nullptr) profile_add_wait(globaltimer_ns() - start);
-  }
-  __syncthreads();
-  return ok != 0;
+  return group_wait(ThreadGroup::cta(), prm, ctl, site, expected, load, done, abortable);
 }
 
 }  // namespace epfuse::device

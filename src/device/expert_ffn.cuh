@@ -19,6 +19,61 @@
 
 namespace epfuse::device {
 
+// The rows [row0, row0 + rows) of expert `expert` a GEMM tile of block_m rows covers.
+struct TileRows {
+  int expert, row0, rows;
+};
+__device__ __forceinline__ TileRows tile_rows(const FusedContext& c, const GemmTile& tile, int block_m) {
+  const int row0 = (tile.mblock - c.plan.mb_start[tile.expert]) * block_m;
+  return {tile.expert, row0, min(block_m, c.plan.rows[tile.expert] - row0)};
+}
+
+// Expert row w.row0 + i as its sender wrote it: the sender (the row's home rank), the token there, the
+// top-k slot, the weight, and where the row is (the receive region, or x for this rank's own tokens).
+struct ResolvedRow {
+  const __nv_bfloat16* a;
+  int home, token, slot;
+  float weight;
+};
+__device__ __forceinline__ ResolvedRow resolve_row(const FusedContext& c, const TileRows& w, int i) {
+  const FusedParams& prm = *c.prm;
+  const RowSource src = row_source(c.plan, prm.dims.world, c.local_experts, w.expert, w.row0 + i);
+  const int4 raw = __ldcg(c.local<int4>(recv_entry_offset(prm.sym, prm.dims, c.parity, src.src, src.entry)));
+  const RowEntry entry = *reinterpret_cast<const RowEntry*>(&raw);
+  const __nv_bfloat16* a =
+      src.src == prm.rank
+          ? prm.x + static_cast<int64_t>(entry.row) * prm.dims.hidden
+          : c.local<const __nv_bfloat16>(recv_row_offset(prm.sym, prm.dims, c.parity, prm.rank, src.src, entry.row));
+  return {a, src.src, entry.token, entry.slot, entry.weight};
+}
+
+// Waits (group g) until a tile's inputs are in: a Linear1 tile needs every sender's rows of its expert
+// (arrivals), a Linear2 tile every Linear1 tile of its m-block (l1_tiles of them, into h). False when
+// the wait was abandoned (recorded).
+__device__ __forceinline__ bool wait_tile_inputs(const FusedContext& c, const ThreadGroup& g, Phase phase,
+                                                 const GemmTile& tile, int l1_tiles) {
+  const FusedParams& prm = *c.prm;
+  if (phase == Phase::kLinear1) {
+    const uint32_t rows = static_cast<uint32_t>(c.plan.rows[tile.expert]);
+    const uint32_t base = c.plan.target[tile.expert] - rows;
+    const uint32_t* arrived = c.local<uint32_t>(arrival_offset(prm.sym, prm.dims, c.parity, tile.expert));
+    return group_wait(g, prm, c.ctl, c.site(Phase::kLinear1, WaitKind::kArrivals, tile.expert), rows,
+                      [&] { return ld_acquire_sys(arrived); }, [&](uint32_t v) { return counter_reached(v, base, rows); });
+  }
+  const uint32_t* done = c.l1_done + tile.mblock;
+  const uint32_t need = static_cast<uint32_t>(l1_tiles);
+  return group_wait(g, prm, c.ctl, c.site(Phase::kLinear2, WaitKind::kLinear1, tile.mblock, tile.expert), need,
+                    [&] { return ld_acquire_gpu(done); }, [&](uint32_t v) { return v >= need; });
+}
+
+// A tile's operand pipeline ran out of time (one thread calls it): record it and stop; the abort ends
+// every other wait.
+__device__ __forceinline__ void pipeline_failed(const FusedContext& c, Phase phase, const GemmTile& tile) {
+  record_error(c.ctl, ErrorRecord{static_cast<int32_t>(ErrorKind::kTimeout), c.prm->rank, static_cast<int32_t>(phase),
+                                  static_cast<int32_t>(WaitKind::kPipeline), tile.mblock, tile.nblock, 0, 0});
+  raise_abort(c.ctl);
+}
+
 template <class Gemm>
 struct ExpertTiles {
   static constexpr int kBlockM = Gemm::kBlockM;
@@ -35,48 +90,25 @@ struct ExpertTiles {
     int slot[kBlockM];
   };
   static constexpr int kSmemBytes = Gemm::kSmemBytes + static_cast<int>(sizeof(RowTable));
-  // Weights through TMA tensor maps (TileGemmTma) or through row pointers (the others).
-  static constexpr bool kTmaWeights = requires { Gemm::kTmaWeights; };
 
   // Row stride (elements) of a bf16 output tile staged in smem: 8 elements (16 bytes) of padding put
   // the 8 rows one accumulator store instruction touches on distinct banks.
   static constexpr int stage_stride(int cols) { return cols + 8; }
   static_assert(kBlockM * (kBlockN + 8) * 2 <= Gemm::kSmemBytes, "the staged output tile fits in the GEMM's smem");
 
-  // A mainloop wait ran out (CTA-uniform): record it and stop; the abort ends every other wait.
-  __device__ static void pipeline_failed(const FusedContext& c, Phase phase, const GemmTile& tile) {
-    if (threadIdx.x == 0) {
-      record_error(c.ctl, ErrorRecord{static_cast<int32_t>(ErrorKind::kTimeout), c.prm->rank, static_cast<int32_t>(phase),
-                                      static_cast<int32_t>(WaitKind::kPipeline), tile.mblock, tile.nblock, 0, 0});
-      raise_abort(c.ctl);
-    }
-  }
+  using Where = TileRows;
+  __device__ static Where locate(const FusedContext& c, const GemmTile& tile) { return tile_rows(c, tile, kBlockM); }
 
-  struct Where {
-    int expert, row0, rows;  // the tile's expert rows [row0, row0 + rows)
-  };
-  __device__ static Where locate(const FusedContext& c, const GemmTile& tile) {
-    const int row0 = (tile.mblock - c.plan.mb_start[tile.expert]) * kBlockM;
-    return {tile.expert, row0, min(kBlockM, c.plan.rows[tile.expert] - row0)};
-  }
-
-  // Fills the entry-derived columns of the table (home, token, slot, weight) and returns the entry's
-  // row pointer into the receive region (or x for this rank's own tokens).
   __device__ static void load_entries(const FusedContext& c, const Where& w, RowTable& t) {
-    const FusedParams& prm = *c.prm;
     for (int i = threadIdx.x; i < kBlockM; i += blockDim.x) {
       t.a[i] = nullptr;
       if (i >= w.rows) continue;
-      const RowSource src = row_source(c.plan, prm.dims.world, c.local_experts, w.expert, w.row0 + i);
-      const int4 raw = __ldcg(c.local<int4>(recv_entry_offset(prm.sym, prm.dims, c.parity, src.src, src.entry)));
-      const RowEntry entry = *reinterpret_cast<const RowEntry*>(&raw);
-      t.home[i] = src.src;
-      t.token[i] = entry.token;
-      t.slot[i] = entry.slot;
-      t.weight[i] = entry.weight;
-      t.a[i] = src.src == prm.rank
-                   ? prm.x + static_cast<int64_t>(entry.row) * prm.dims.hidden
-                   : c.local<const __nv_bfloat16>(recv_row_offset(prm.sym, prm.dims, c.parity, prm.rank, src.src, entry.row));
+      const ResolvedRow r = resolve_row(c, w, i);
+      t.home[i] = r.home;
+      t.token[i] = r.token;
+      t.slot[i] = r.slot;
+      t.weight[i] = r.weight;
+      t.a[i] = r.a;
     }
   }
 
@@ -84,28 +116,14 @@ struct ExpertTiles {
     const FusedParams& prm = *c.prm;
     const int H = prm.dims.hidden, I = prm.dims.intermediate;
     const Where w = locate(c, tile);
-    const uint32_t rows = static_cast<uint32_t>(c.plan.rows[w.expert]);
-    const uint32_t base = c.plan.target[w.expert] - rows;
-    const uint32_t* arrived = c.local<uint32_t>(arrival_offset(prm.sym, prm.dims, c.parity, w.expert));
-    if (!cta_wait(prm, c.ctl, c.site(Phase::kLinear1, WaitKind::kArrivals, w.expert), rows,
-                  [&] { return ld_acquire_sys(arrived); },
-                  [&](uint32_t v) { return counter_reached(v, base, rows); }))
-      return;
+    if (!wait_tile_inputs(c, ThreadGroup::cta(), Phase::kLinear1, tile, 0)) return;
     RowTable& t = *reinterpret_cast<RowTable*>(static_cast<char*>(smem) + Gemm::kSmemBytes);
     load_entries(c, w, t);
     __syncthreads();
     const int n_out0 = tile.nblock * (kBlockN / 2);
     typename Gemm::Accum acc;
-    bool ok = true;
-    if constexpr (kTmaWeights) {
-      const int gate = w.expert * 2 * I + n_out0;  // row of prm.w13_map ([L * 2I, H])
-      ok = Gemm::mainloop([&](int i) { return t.a[i]; }, typename Gemm::BOperand{&prm.w13_map, gate, gate + I}, H,
-                          smem, acc, prm.timeout_ns);
-    } else {
-      Gemm::mainloop([&](int i) { return t.a[i]; },
-                     swiglu_b_row(prm.w13 + static_cast<int64_t>(w.expert) * 2 * I * H, H, I, n_out0), H, smem, acc);
-    }
-    if (!ok) return pipeline_failed(c, Phase::kLinear1, tile);
+    Gemm::mainloop([&](int i) { return t.a[i]; },
+                   swiglu_b_row(prm.w13 + static_cast<int64_t>(w.expert) * 2 * I * H, H, I, n_out0), H, smem, acc);
     // mainloop left smem free: stage the bf16 outputs so h is written in whole 16-byte chunks.
     constexpr int kOutCols = kBlockN / 2;
     auto* stage = static_cast<__nv_bfloat16*>(smem);
@@ -129,12 +147,8 @@ struct ExpertTiles {
     const FusedParams& prm = *c.prm;
     const FusedDims& d = prm.dims;
     const int H = d.hidden, I = d.intermediate;
-    const uint32_t l1_tiles = static_cast<uint32_t>(2 * I / kBlockN);
     const Where w = locate(c, tile);
-    const uint32_t* done = c.l1_done + tile.mblock;
-    if (!cta_wait(prm, c.ctl, c.site(Phase::kLinear2, WaitKind::kLinear1, tile.mblock, w.expert), l1_tiles,
-                  [&] { return ld_acquire_gpu(done); }, [&](uint32_t v) { return v >= l1_tiles; }))
-      return;
+    if (!wait_tile_inputs(c, ThreadGroup::cta(), Phase::kLinear2, tile, 2 * I / kBlockN)) return;
     RowTable& t = *reinterpret_cast<RowTable*>(static_cast<char*>(smem) + Gemm::kSmemBytes);
     load_entries(c, w, t);
     const __nv_bfloat16* h = c.h + (static_cast<int64_t>(c.plan.pair_off[w.expert]) + w.row0) * I;
@@ -142,16 +156,8 @@ struct ExpertTiles {
     __syncthreads();
     const int n0 = tile.nblock * kBlockN;
     typename Gemm::Accum acc;
-    bool ok = true;
-    if constexpr (kTmaWeights) {
-      const int row = w.expert * H + n0;  // row of prm.w2_map ([L * H, I])
-      ok = Gemm::mainloop([&](int i) { return t.a[i]; }, typename Gemm::BOperand{&prm.w2_map, row, row + kBlockN / 2}, I,
-                          smem, acc, prm.timeout_ns);
-    } else {
-      Gemm::mainloop([&](int i) { return t.a[i]; }, dense_b_row(prm.w2 + static_cast<int64_t>(w.expert) * H * I, I, n0),
-                     I, smem, acc);
-    }
-    if (!ok) return pipeline_failed(c, Phase::kLinear2, tile);
+    Gemm::mainloop([&](int i) { return t.a[i]; }, dense_b_row(prm.w2 + static_cast<int64_t>(w.expert) * H * I, I, n0),
+                   I, smem, acc);
     // mainloop left smem free: stage the bf16 tile so the remote writes are whole 16-byte chunks.
     auto* stage = static_cast<__nv_bfloat16*>(smem);
     Gemm::visit(acc, [&](int row, int col, float v0, float v1) {

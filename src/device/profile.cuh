@@ -6,6 +6,7 @@
 
 #include "device/profile.h"
 #include "device/signals.cuh"
+#include "device/thread_group.cuh"
 
 namespace epfuse::device {
 
@@ -43,19 +44,20 @@ class TaskProfiler {
 
   // After TaskScheduler::next() (the time since the previous task ended, its wait for the plan
   // included, goes to the scheduler bucket). Every thread calls it.
-  __device__ void after_next(int scheduler_bucket) {
-    if (on() && threadIdx.x == 0) close(scheduler_bucket, globaltimer_ns(), take_wait());
+  // g: the threads that run the tasks (the whole CTA, or the math warps of the GEMM region).
+  __device__ void after_next(int scheduler_bucket, const ThreadGroup& g = ThreadGroup::cta()) {
+    if (on() && g.leader()) close(scheduler_bucket, globaltimer_ns(), take_wait());
   }
-  // After the task of `bucket` (a Phase): every thread calls it.
-  __device__ void after_task(int bucket) {
+  // After the task of `bucket` (a Phase): every thread of g calls it.
+  __device__ void after_task(int bucket, const ThreadGroup& g = ThreadGroup::cta()) {
     if (!on()) return;
-    __syncthreads();  // the task's per-warp waits have all been added
-    if (threadIdx.x == 0) close(bucket, globaltimer_ns(), take_wait());
+    g.sync();  // the task's per-warp waits have all been added
+    if (g.leader()) close(bucket, globaltimer_ns(), take_wait());
   }
 
   // Once per CTA, after its last task: a few atomics into the global record.
-  __device__ void flush() {
-    if (!on() || threadIdx.x != 0) return;
+  __device__ void flush(const ThreadGroup& g = ThreadGroup::cta()) {
+    if (!on() || !g.leader()) return;
     const uint64_t end = globaltimer_ns();
     for (int b = 0; b < kProfileBuckets; ++b) {
       if (cta_->tasks[b] == 0) continue;

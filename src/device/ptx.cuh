@@ -26,6 +26,8 @@ __device__ __forceinline__ void cp_async_16(uint32_t smem_dst, const void* gmem_
                "l"(gmem_src), "l"(l2_policy)
                : "memory");
 }
+// Until every cp.async this thread issued has landed (committed or not).
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 // Wait until at most kPending of this thread's committed groups are still in flight.
 template <int kPending>
@@ -50,6 +52,28 @@ __device__ __forceinline__ uint64_t make_l2_evict_last() {
 // __syncthreads), so warps outside the group (e.g. communication warps) are never waited for ----
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+// Same, and true in every thread when `pred` was true in any of them.
+__device__ __forceinline__ bool named_barrier_or(int id, int threads, bool pred) {
+  uint32_t out;
+  asm volatile(
+      "{\n .reg .pred p, q;\n setp.ne.u32 p, %2, 0;\n barrier.red.or.pred q, %1, %3, p;\n selp.u32 %0, 1, 0, q;\n}\n"
+      : "=r"(out)
+      : "r"(id), "r"(pred ? 1u : 0u), "r"(threads)
+      : "memory");
+  return out != 0;
+}
+
+// ---- setmaxnreg (sm_90a): a warpgroup gives registers back to, or takes them from, the SM's pool, so
+// warp-specialised CTAs can give their math warps more than an even split (PTX ISA "setmaxnreg").
+// Every warp of the warpgroup executes it; ptxas needs the kernel's launch bounds to apply it. ----
+template <int kRegs>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+template <int kRegs>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
 }
 
 // ---- ldmatrix: four (x4) or two (x2) 8x8 b16 matrices; lane l gives the address of row l % 8 of

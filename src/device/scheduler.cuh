@@ -16,18 +16,19 @@ class TaskScheduler {
  public:
   __device__ explicit TaskScheduler(const FusedContext& c) : c_(c), space_(make_task_space(c.prm->num_tokens)) {}
 
-  // The next task for the whole CTA (kDone when there is none, or after an abort).
-  __device__ Task next() {
+  // The next task for group g (kDone when there is none, or after an abort): the whole CTA, or in the
+  // GEMM region its producer warps, which hand each task on to the math warps (gemm_region.cuh).
+  __device__ Task next(const ThreadGroup& g = ThreadGroup::cta()) {
     __shared__ uint32_t id;
-    __syncthreads();
-    if (threadIdx.x == 0) id = aborted(c_.ctl) ? ~0u : atomicAdd(&c_.ctl->task_counter, 1u);
-    __syncthreads();
+    g.sync();
+    if (g.leader()) id = aborted(c_.ctl) ? ~0u : atomicAdd(&c_.ctl->task_counter, 1u);
+    g.sync();
     if (id == ~0u) return {Phase::kDone, 0};
     const int task = static_cast<int>(id);
     if (task >= space_.static_tasks() && !have_plan_) {
       uint32_t* plan_epoch = &c_.ctl->plan_epoch;
       const uint32_t epoch = c_.prm->epoch;
-      if (!cta_wait(*c_.prm, c_.ctl, c_.site(Phase::kLinear1, WaitKind::kPlan), epoch,
+      if (!group_wait(g, *c_.prm, c_.ctl, c_.site(Phase::kLinear1, WaitKind::kPlan), epoch,
                     [&] { return ld_acquire_gpu(plan_epoch); }, [&](uint32_t v) { return flag_is_current(v, epoch); }))
         return {Phase::kDone, 0};
       // The acquire above ordered the collect task's plan and schedule before these reads.
@@ -39,25 +40,26 @@ class TaskScheduler {
 
   __device__ const TaskSpace& space() const { return space_; }
 
-  // Every CTA calls this once, after its last task. The last one zeroes what the tasks counted this
-  // call (the next launch is ordered after this one on the stream, so it sees the zeros).
-  __device__ void finish() {
+  // Every CTA calls this once, after its last task (g: the threads that ran it). The last one zeroes
+  // what the tasks counted this call (the next launch is ordered after this one on the stream, so it
+  // sees the zeros).
+  __device__ void finish(const ThreadGroup& g = ThreadGroup::cta()) {
     __shared__ int last;
-    __syncthreads();
-    if (threadIdx.x == 0) {
+    g.sync();
+    if (g.leader()) {
       __threadfence();
       last = atomic_add_done() == gridDim.x - 1 ? 1 : 0;
     }
-    __syncthreads();
+    g.sync();
     if (!last) return;
     __threadfence();
     FusedControl* ctl = c_.ctl;
     const FusedDims& d = c_.prm->dims;
     const int mblocks = flag_is_current(ld_acquire_gpu(&ctl->plan_epoch), c_.prm->epoch) ? static_cast<int>(ctl->mblocks) : 0;
-    for (int i = threadIdx.x; i < d.world; i += blockDim.x) c_.row_tickets[i] = 0;
-    for (int i = threadIdx.x; i < d.num_experts; i += blockDim.x) c_.pair_tickets[i] = 0;
-    for (int i = threadIdx.x; i < mblocks; i += blockDim.x) c_.l1_done[i] = 0;
-    if (threadIdx.x == 0) {
+    for (int i = g.rank(); i < d.world; i += g.count) c_.row_tickets[i] = 0;
+    for (int i = g.rank(); i < d.num_experts; i += g.count) c_.pair_tickets[i] = 0;
+    for (int i = g.rank(); i < mblocks; i += g.count) c_.l1_done[i] = 0;
+    if (g.leader()) {
       ctl->task_counter = 0;
       ctl->layout_done = 0;
       ctl->ctas_done = 0;

@@ -32,6 +32,7 @@ std::string what_text(const device::ErrorRecord& r) {
     case WaitKind::kLinear1: return "linear1 tiles of m-block " + a + " (local expert " + b + ")";
     case WaitKind::kTokenTiles: return "output tiles of token " + a + " from its experts' ranks";
     case WaitKind::kPipeline: return "the operand pipeline of GEMM tile (m-block " + a + ", n-block " + b + ")";
+    case WaitKind::kTaskSlot: return "the next task from this CTA's producer warps (task slot " + a + ")";
     case WaitKind::kNone: break;
   }
   return "unknown wait " + std::to_string(r.what);

@@ -1,7 +1,9 @@
 // The fused MoE kernel: one persistent launch per forward, composing the device pieces by role
 // (layout, dispatch, expert tiles, combine) under the task scheduler. One instantiation per shape of
-// heuristics.h's kFusedTileShapes (TileGemmTma, TileGemmWgmma or TileGemm); the host picks one per call from the
-// expected rows per expert.
+// heuristics.h's kFusedTileShapes (TileGemmTma, TileGemmWgmma or TileGemm); the host picks one per call
+// from the expected rows per expert. With the warp-specialised TileGemmTma a CTA hands its GEMM and
+// combine tasks to the GEMM region (gemm_region.cuh: producer and math warpgroups); with the others
+// every thread runs every task.
 #include "fused/fused_kernel.h"
 
 #include <algorithm>
@@ -19,6 +21,7 @@
 #include "device/gemm_mainloop.cuh"
 #include "device/gemm_mainloop_wgmma.cuh"
 #include "device/gemm_mainloop_tma.cuh"
+#include "device/gemm_region.cuh"
 #include "device/layout.cuh"
 #include "device/profile.cuh"
 #include "device/scheduler.cuh"
@@ -31,8 +34,9 @@ using device::Phase;
 template <class Gemm>
 __global__ void __launch_bounds__(Gemm::kThreads, 1) fused_moe_kernel(const __grid_constant__ device::FusedParams prm) {
   extern __shared__ __align__(1024) char smem[];
+  constexpr bool kRegion = requires { Gemm::kWarpSpecialised; };
   using Tiles = device::ExpertTiles<Gemm>;
-  if constexpr (requires { Gemm::init(smem); }) Gemm::init(smem);  // the warp-specialised ring's barriers
+  if constexpr (kRegion) device::GemmRegion<Gemm>::init(smem);
   const device::FusedContext c = device::FusedContext::make(prm);
   const int nblocks1 = 2 * prm.dims.intermediate / Gemm::kBlockN;
   const int nblocks2 = prm.dims.hidden / Gemm::kBlockN;
@@ -41,14 +45,21 @@ __global__ void __launch_bounds__(Gemm::kThreads, 1) fused_moe_kernel(const __gr
   for (;;) {
     const device::Task task = scheduler.next();
     profiler.after_next(static_cast<int>(Phase::kDone));
+    if constexpr (kRegion) {
+      if (task.phase >= Phase::kLinear1) return device::GemmRegion<Gemm>::run(c, scheduler, profiler, task, smem);
+    }
     if (task.phase == Phase::kDone) break;
     switch (task.phase) {
       case Phase::kLayout: device::layout_task(c, task.index, smem); break;
       case Phase::kPublish: device::publish_task(c, scheduler.space().layout); break;
       case Phase::kDispatch: device::dispatch_task(c, task.index, scheduler.space().layout, smem); break;
       case Phase::kCollect: device::collect_task(c, Gemm::kBlockM, nblocks1, nblocks2); break;
-      case Phase::kLinear1: Tiles::linear1(c, task.tile, smem); break;
-      case Phase::kLinear2: Tiles::linear2(c, task.tile, smem); break;
+      case Phase::kLinear1:
+        if constexpr (!kRegion) Tiles::linear1(c, task.tile, smem);
+        break;
+      case Phase::kLinear2:
+        if constexpr (!kRegion) Tiles::linear2(c, task.tile, smem);
+        break;
       case Phase::kCombine: device::combine_task(c, task.index); break;
       case Phase::kDone: break;
     }
@@ -98,7 +109,11 @@ KernelShape fused_kernel_shape(const GemmTileShape& tile, const device::FusedDim
   with_shape(tile, [&](auto gemm) {
     using Gemm = decltype(gemm);
     ks.threads = Gemm::kThreads;
-    ks.smem_bytes = std::max(static_cast<size_t>(device::ExpertTiles<Gemm>::kSmemBytes), scratch_bytes(dims));
+    constexpr int kTileSmem = [] {
+      if constexpr (requires { Gemm::kWarpSpecialised; }) return device::GemmRegion<Gemm>::kSmemBytes;
+      else return device::ExpertTiles<Gemm>::kSmemBytes;
+    }();
+    ks.smem_bytes = std::max(static_cast<size_t>(kTileSmem), scratch_bytes(dims));
   });
   return ks;
 }

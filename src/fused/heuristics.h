@@ -24,12 +24,14 @@ struct GemmTileShape {
   int warps_n;
   GemmMma mma = GemmMma::kMmaSync;
 
-  constexpr int threads() const { return 32 * warps_m * warps_n; }
+  // Math warps (warps_m x warps_n), plus the producer warpgroup of the warp-specialised kWgmmaTma.
+  constexpr int threads() const { return 32 * warps_m * warps_n + (mma == GemmMma::kWgmmaTma ? 128 : 0); }
   // The wgmma stages start on a 1024-byte boundary (128-byte swizzle atoms): one atom of slack; the
-  // mbarrier ring adds two barriers per stage and a counter.
+  // mbarrier ring adds two barriers per stage. (The fused kernel adds its row tables and staging:
+  // ExpertTiles / GemmRegion::kSmemBytes.)
   constexpr int smem_bytes() const {
     return stages * (block_m + block_n) * block_k * 2 + (mma == GemmMma::kMmaSync ? 0 : 1024) +
-           (mma == GemmMma::kWgmmaTma ? (2 * stages + 1) * 8 : 0);
+           (mma == GemmMma::kWgmmaTma ? 2 * stages * 8 : 0);
   }
   constexpr bool operator==(const GemmTileShape&) const = default;
 };
@@ -66,8 +68,9 @@ inline constexpr GemmTileShape kGemmTileShapes[] = {kTileM128N256, kTileM128, kT
 inline constexpr GemmTileShape kWgmmaM128N256{128, 256, 64, 4, 8, 1, GemmMma::kWgmma};
 inline constexpr GemmTileShape kWgmmaM128N128{128, 128, 64, 6, 8, 1, GemmMma::kWgmma};
 inline constexpr GemmTileShape kWgmmaTileShapes[] = {kWgmmaM128N256, kWgmmaM128N128};
-// The 128x256 tile through an mbarrier ring (TileGemmTma): same warps and stages as kWgmmaM128N256, 3
-// k-blocks loading instead of 2, no CTA barrier per k-block, weights by TMA.
+// The 128x256 tile through an mbarrier ring (TileGemmTma): same math warps and stages as kWgmmaM128N256,
+// plus a producer warpgroup that loads ahead (weights by TMA, gathered rows by cp.async), 3 k-blocks in
+// flight, no CTA barrier per k-block.
 inline constexpr GemmTileShape kTmaM128N256{128, 256, 64, 4, 8, 1, GemmMma::kWgmmaTma};
 
 // Can this shape run a GEMM with n output columns (tile columns: 2 * outputs for Linear1 + SwiGLU) over

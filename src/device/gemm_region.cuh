@@ -1,0 +1,271 @@
+// The GEMM region of a warp-specialised CTA (TileGemmTma, gemm_mainloop_tma.cuh). A CTA runs its
+// layout / publish / dispatch / collect tasks on all its threads; at its first task from the GEMM phase
+// on (task_map.h: GEMM tiles, then combine) it splits for good:
+//   producer warpgroup (warps 0-3, kProducerRegs registers): takes task ids, waits for a tile's inputs,
+//     reads its row table, issues all its operand loads into the ring, and hands the task to the math
+//     warps through a two-slot queue in shared memory; then takes the next id while they compute.
+//   math warpgroups (warps 4-11, kConsumerRegs registers): run each handed-on task: a GEMM tile's
+//     wgmma k-loop and epilogue (Linear1 -> h, Linear2 -> the home ranks' combine slots), or a combine
+//     task (one warp per token); then free the slot.
+// The producer runs at most one task ahead (two slots): it claims task n + 1 only after issuing every
+// load of task n, so the math warps never wait for a producer stuck in a later task's wait, and taking
+// ids in order still cannot deadlock (a task waits only for smaller ids; docs/fused_design.md).
+//   slot_full[s]:  the producer posted task[s] (its row table is filled): 1 arrival.
+//   slot_empty[s]: the math warps are done with task[s] and table[s]: 1 arrival.
+// Epilogues stage 64 output columns at a time (kPassCols) beside the ring, which stays busy with the
+// next tile's loads, and write them in 16-byte chunks.
+#pragma once
+#include <cstdint>
+#include <utility>
+
+#include <cuda_bf16.h>
+
+#include "device/combine.cuh"
+#include "device/context.cuh"
+#include "device/epilogue.cuh"
+#include "device/errors.cuh"
+#include "device/expert_ffn.cuh"
+#include "device/mbarrier.cuh"
+#include "device/profile.cuh"
+#include "device/ptx.cuh"
+#include "device/scheduler.cuh"
+#include "device/thread_group.cuh"
+
+namespace epfuse::device {
+
+// f.template operator()<I>() for I = 0 .. kN - 1: passes over accumulator registers need compile-time
+// register indices.
+template <int kN, class F>
+__device__ __forceinline__ void static_for(F&& f) {
+  [&]<int... Is>(std::integer_sequence<int, Is...>) { (f.template operator()<Is>(), ...); }(std::make_integer_sequence<int, kN>{});
+}
+
+template <class Gemm>
+struct GemmRegion {
+  static constexpr int kBlockM = Gemm::kBlockM;
+  static constexpr int kBlockN = Gemm::kBlockN;
+  static constexpr int kSlots = 2;
+  static constexpr int kPassCols = 64;                 // output columns per epilogue pass
+  static constexpr int kStageStride = kPassCols + 8;   // padded: one accumulator store's 8 rows on distinct banks
+  static constexpr int kPassChunks = kPassCols / kChunkElems;
+  static_assert(kBlockN % kSignalCols == 0, "a Linear2 tile signals whole column groups");
+  static_assert(kBlockM >= kMinBlockM, "l1_done is sized for m-blocks of at least kMinBlockM rows");
+
+  // Per tile row, filled by the producer, read by the math warps' epilogue.
+  struct RowTable {
+    float weight[kBlockM];
+    int home[kBlockM];
+    int token[kBlockM];
+    int slot[kBlockM];
+  };
+  struct Shared {
+    __nv_bfloat16 stage[kBlockM * kStageStride];
+    RowTable table[kSlots];
+    Task task[kSlots];
+    uint64_t slot_full[kSlots];
+    uint64_t slot_empty[kSlots];
+  };
+  static constexpr int kSharedOffset = (Gemm::kSmemBytes + 15) / 16 * 16;
+  static constexpr int kSmemBytes = kSharedOffset + static_cast<int>(sizeof(Shared));
+  // 227 KiB per block, less a little for the kernel's static shared variables (profile, scheduler).
+  static_assert(kSmemBytes + 1024 <= 227 * 1024, "ring + staging + row tables fit one SM");
+
+  __device__ static Shared& shared(void* smem) { return *reinterpret_cast<Shared*>(static_cast<char*>(smem) + kSharedOffset); }
+  __device__ static ThreadGroup producers() { return {0, Gemm::kProducerThreads, 1}; }
+  __device__ static ThreadGroup consumers() { return {Gemm::kProducerThreads, Gemm::kConsumerThreads, 2}; }
+
+  // Once per launch, by the whole CTA.
+  __device__ static void init(void* smem) {
+    if (threadIdx.x == 0) {
+      Shared& sh = shared(smem);
+      for (int s = 0; s < kSlots; ++s) {
+        ptx::mbar_init(ptx::smem_u32(&sh.slot_full[s]), 1);
+        ptx::mbar_init(ptx::smem_u32(&sh.slot_empty[s]), 1);
+      }
+    }
+    Gemm::init(smem);  // arms the ring, fences the barriers' init and synchronises the CTA
+  }
+
+  // Every thread of the CTA, with its first task from the GEMM phase on; the CTA ends in here.
+  __device__ static void run(const FusedContext& c, TaskScheduler& scheduler, TaskProfiler& profiler, Task first,
+                             void* smem) {
+    if (threadIdx.x < Gemm::kProducerThreads) {
+      ptx::setmaxnreg_dec<Gemm::kProducerRegs>();
+      produce(c, scheduler, first, smem);
+    } else {
+      ptx::setmaxnreg_inc<Gemm::kConsumerRegs>();
+      consume(c, scheduler, profiler, smem);
+    }
+  }
+
+ private:
+  using Limit = typename Gemm::WaitLimit;
+  __device__ static Limit limit(const FusedContext& c, uint64_t timeout_ns) {
+    return {globaltimer_ns() + timeout_ns, &c.ctl->abort};
+  }
+  __device__ static bool is_gemm(Phase p) { return p == Phase::kLinear1 || p == Phase::kLinear2; }
+
+  // A slot barrier's phase (bounded: the other side may sit in a wait of its own bounded by the
+  // timeout, so this one allows twice that before it reports the slot).
+  __device__ static bool wait_slot(const FusedContext& c, uint64_t& bar, uint32_t parity, int slot) {
+    const Limit lim = limit(c, 2 * c.prm->timeout_ns);
+    for (uint32_t spin = 0;; ++spin) {
+      if (ptx::mbar_try_wait(ptx::smem_u32(&bar), parity)) return true;
+      if ((spin & 255u) != 255u) continue;
+      if (aborted(c.ctl)) return false;
+      if (globaltimer_ns() > lim.deadline) {
+        record_error(c.ctl, ErrorRecord{static_cast<int32_t>(ErrorKind::kTimeout), c.prm->rank,
+                                        static_cast<int32_t>(Phase::kDone), static_cast<int32_t>(WaitKind::kTaskSlot),
+                                        slot, 0, 0, 0});
+        raise_abort(c.ctl);
+        return false;
+      }
+    }
+  }
+
+  // ---- producer warpgroup ----
+  __device__ static void produce(const FusedContext& c, TaskScheduler& scheduler, Task task, void* smem) {
+    const ThreadGroup g = producers();
+    const FusedParams& prm = *c.prm;
+    const int H = prm.dims.hidden, I = prm.dims.intermediate;
+    Shared& sh = shared(smem);
+    typename Gemm::RingPos ring;
+    for (uint32_t n = 0;; ++n) {
+      const int s = static_cast<int>(n % kSlots);
+      // The math warps are done with the slot's previous task (a fresh barrier passes parity 1).
+      if (g.sync_or(!wait_slot(c, sh.slot_empty[s], ((n / kSlots) & 1u) ^ 1u, s))) break;
+      const bool gemm = is_gemm(task.phase);
+      bool ok = true;
+      const __nv_bfloat16* a_row = nullptr;  // this thread's A row of the tile
+      if (gemm && (ok = wait_tile_inputs(c, g, task.phase, task.tile, 2 * I / kBlockN))) {
+        const TileRows w = tile_rows(c, task.tile, kBlockM);
+        const int i = g.rank();
+        RowTable& t = sh.table[s];
+        if (i < w.rows) {
+          const ResolvedRow r = resolve_row(c, w, i);
+          t.weight[i] = r.weight;
+          t.home[i] = r.home;
+          t.token[i] = r.token;
+          t.slot[i] = r.slot;
+          a_row = task.phase == Phase::kLinear1
+                      ? r.a
+                      : c.h + (static_cast<int64_t>(c.plan.pair_off[w.expert]) + w.row0 + i) * I;
+        }
+        g.sync();  // the table is complete before it is posted
+      }
+      if (g.leader()) {
+        sh.task[s] = ok ? task : Task{Phase::kDone, 0, {}};
+        ptx::mbar_arrive(ptx::smem_u32(&sh.slot_full[s]));  // release: the table and task go with it
+      }
+      if (!ok || task.phase == Phase::kDone) break;
+      if (gemm) {
+        const bool l1 = task.phase == Phase::kLinear1;
+        // Rows of prm.w13_map ([L * 2I, H]: gate rows, then up rows I further) or prm.w2_map ([L * H, I]).
+        const int row0 = l1 ? task.tile.expert * 2 * I + task.tile.nblock * (kBlockN / 2)
+                            : task.tile.expert * H + task.tile.nblock * kBlockN;
+        const typename Gemm::BOperand b{l1 ? static_cast<const void*>(&prm.w13_map) : static_cast<const void*>(&prm.w2_map),
+                                        row0, row0 + (l1 ? I : kBlockN / 2)};
+        const bool loaded = Gemm::load_tile(ring, a_row, b, l1 ? H : I, smem, limit(c, prm.timeout_ns));
+        if (!loaded) pipeline_failed(c, task.phase, task.tile);
+        if (g.sync_or(!loaded)) break;
+      }
+      task = scheduler.next(g);
+    }
+    ptx::cp_async_wait_all();  // leave no copy in flight behind an exited thread
+  }
+
+  // ---- math warpgroups ----
+  __device__ static void consume(const FusedContext& c, TaskScheduler& scheduler, TaskProfiler& profiler, void* smem) {
+    const ThreadGroup g = consumers();
+    Shared& sh = shared(smem);
+    typename Gemm::RingPos ring;
+    for (uint32_t n = 0;; ++n) {
+      const int s = static_cast<int>(n % kSlots);
+      const bool failed = g.sync_or(!wait_slot(c, sh.slot_full[s], (n / kSlots) & 1u, s));
+      const Task task = sh.task[s];
+      profiler.after_next(static_cast<int>(Phase::kDone), g);
+      if (failed || task.phase == Phase::kDone) break;
+      switch (task.phase) {
+        case Phase::kLinear1: linear1(c, task.tile, sh, s, ring, smem, g); break;
+        case Phase::kLinear2: linear2(c, task.tile, sh, s, ring, smem, g); break;
+        case Phase::kCombine: combine_task(c, task.index, g); break;
+        default: break;
+      }
+      profiler.after_task(static_cast<int>(task.phase), g);
+      g.sync();  // the slot's table and the staging tile are free
+      if (g.leader()) ptx::mbar_arrive(ptx::smem_u32(&sh.slot_empty[s]));
+    }
+    profiler.flush(g);
+    scheduler.finish(g);
+  }
+
+  // The tile's k-loop; false (group-uniform, recorded) when its pipeline ran out of time.
+  __device__ static bool mainloop(const FusedContext& c, const GemmTile& tile, Phase phase, int K,
+                                  typename Gemm::RingPos& ring, void* smem, typename Gemm::Accum& acc,
+                                  const ThreadGroup& g) {
+    const bool ok = Gemm::mainloop(ring, K, smem, acc, limit(c, c.prm->timeout_ns));
+    if (!ok) pipeline_failed(c, phase, tile);
+    return !g.sync_or(!ok);
+  }
+
+  // Writes one staged pass (rows x kPassCols) in 16-byte chunks to dst(row, chunk), then frees the
+  // staging tile.
+  template <class Dst>
+  __device__ static void store_pass(const Shared& sh, int rows, const ThreadGroup& g, Dst dst) {
+    g.sync();  // the pass is staged
+    for (int q = g.rank(); q < rows * kPassChunks; q += g.count) {
+      const int row = q / kPassChunks, chunk = q % kPassChunks;
+      *dst(row, chunk) = *reinterpret_cast<const int4*>(sh.stage + row * kStageStride + chunk * kChunkElems);
+    }
+    g.sync();
+  }
+
+  __device__ static void linear1(const FusedContext& c, const GemmTile& tile, Shared& sh, int s,
+                                 typename Gemm::RingPos& ring, void* smem, const ThreadGroup& g) {
+    const FusedParams& prm = *c.prm;
+    const int H = prm.dims.hidden, I = prm.dims.intermediate;
+    typename Gemm::Accum acc;
+    if (!mainloop(c, tile, Phase::kLinear1, H, ring, smem, acc, g)) return;
+    const TileRows w = tile_rows(c, tile, kBlockM);
+    const RowTable& t = sh.table[s];
+    const float clamp = prm.swiglu_clamp;
+    __nv_bfloat16* h = c.h + (static_cast<int64_t>(c.plan.pair_off[w.expert]) + w.row0) * I + tile.nblock * (kBlockN / 2);
+    static_for<kBlockN / 2 / kPassCols>([&]<int P>() {
+      Gemm::template visit_gate_up<P * kPassCols, (P + 1) * kPassCols>(
+          acc, [&](int row, int col, float g0, float g1, float u0, float u1) {
+            const float weight = row < w.rows ? t.weight[row] : 0.0f;
+            *reinterpret_cast<uint32_t*>(sh.stage + row * kStageStride + col - P * kPassCols) =
+                ptx::pack_bf16x2(swiglu(g0, u0, clamp) * weight, swiglu(g1, u1, clamp) * weight);
+          });
+      store_pass(sh, w.rows, g, [&](int row, int chunk) {
+        return reinterpret_cast<int4*>(h + static_cast<int64_t>(row) * I + P * kPassCols + chunk * kChunkElems);
+      });
+    });
+    if (g.leader()) red_add_release_gpu(c.l1_done + tile.mblock, 1u);
+  }
+
+  __device__ static void linear2(const FusedContext& c, const GemmTile& tile, Shared& sh, int s,
+                                 typename Gemm::RingPos& ring, void* smem, const ThreadGroup& g) {
+    const FusedParams& prm = *c.prm;
+    const FusedDims& d = prm.dims;
+    typename Gemm::Accum acc;
+    if (!mainloop(c, tile, Phase::kLinear2, d.intermediate, ring, smem, acc, g)) return;
+    const TileRows w = tile_rows(c, tile, kBlockM);
+    const RowTable& t = sh.table[s];
+    const int n0 = tile.nblock * kBlockN;
+    static_for<kBlockN / kPassCols>([&]<int P>() {
+      Gemm::template visit_cols<P * kPassCols, (P + 1) * kPassCols>(acc, [&](int row, int col, float v0, float v1) {
+        *reinterpret_cast<uint32_t*>(sh.stage + row * kStageStride + col - P * kPassCols) = ptx::pack_bf16x2(v0, v1);
+      });
+      store_pass(sh, w.rows, g, [&](int row, int chunk) {
+        return c.peer<int4>(t.home[row], combine_row_offset(prm.sym, d, c.parity, t.token[row], t.slot[row]) +
+                                             static_cast<size_t>(n0 + P * kPassCols + chunk * kChunkElems) * 2);
+      });
+    });
+    for (int row = g.rank(); row < w.rows; row += g.count)
+      red_add_release_sys(c.peer<uint32_t>(t.home[row], token_signal_offset(prm.sym, d, c.parity, t.token[row])),
+                          signal_units(kBlockN));
+  }
+};
+
+}  // namespace epfuse::device
