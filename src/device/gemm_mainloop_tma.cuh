@@ -9,7 +9,9 @@
 // The producer issues every k-block of a tile as soon as its stage is free and then moves on to the
 // next task (waits for its rows, reads its row table, issues its first k-blocks), so that work and the
 // first loads' latency hide under the math warps' last k-blocks and epilogue. Each producer thread
-// copies one A row (8 chunks per k-block); the weights move by TMA (one instruction per 16 KiB).
+// copies chunk p % 8 of rows p / 8 + 16 i (i < 8), so one warp instruction covers 4 whole 128-byte
+// rows (one row per thread, 16 bytes of 32 rows per instruction, ran the layer 35-50% slower); the
+// weights move by TMA (one instruction per 16 KiB).
 // Registers: 384 threads at one CTA per SM leave 168 per thread; setmaxnreg moves them to the math
 // warps (kConsumerRegs, the 128 accumulators and the epilogue) from the producer (kProducerRegs). An
 // earlier producer-warp variant without setmaxnreg capped every thread at 168 and spilled the
@@ -46,9 +48,10 @@ struct TileGemmTma {
   static constexpr int kProducerThreads = 128;  // warpgroup 0
   static constexpr int kConsumerThreads = 256;  // warpgroups 1 and 2
   static constexpr int kThreads = kProducerThreads + kConsumerThreads;
-  // 128 * 56 + 256 * 224 = 64,512 of the SM's 65,536 registers (no spills; 40 / 232 spilled in the producer).
-  static constexpr int kProducerRegs = 56;
-  static constexpr int kConsumerRegs = 224;
+  // 128 * 64 + 256 * 216 = 63,488 of the SM's 65,536 registers (ptxas: no spills; 56 / 224 and 40 / 232
+  // spilled a few bytes in the producer).
+  static constexpr int kProducerRegs = 64;
+  static constexpr int kConsumerRegs = 216;
   static constexpr int kBoxRows = kWeightBoxRows;  // TMA box of the weight maps (two per stage)
   static constexpr int kKSteps = kBlockK / kWgmmaK;
   static constexpr int kChunksPerRow = kBlockK / kChunkElems;
@@ -62,7 +65,9 @@ struct TileGemmTma {
 
   static_assert(kStages >= 3, "one stage computing, one finishing, at least one loading");
   static_assert(kBlockN == 2 * kBoxRows, "B is two TMA boxes");
-  static_assert(kProducerThreads == kBlockM, "one producer thread per A row");
+  static constexpr int kProducerRows = kBlockM * kChunksPerRow / kProducerThreads;  // A rows per producer thread
+  static_assert(kBlockM * kChunksPerRow % kProducerThreads == 0 && kProducerThreads % kChunksPerRow == 0,
+                "A chunks spread evenly, whole rows per warp");
   static_assert(kProducerThreads * kProducerRegs + kConsumerThreads * kConsumerRegs <= 65536, "register file");
 
   struct Accum {
@@ -105,11 +110,17 @@ struct TileGemmTma {
     __syncthreads();
   }
 
-  // Producer thread p (0..127): issues every k-block of one tile, copying A row p from a_row (nullptr:
-  // a padding row) and, thread 0, the weight boxes. False when a wait for a free stage ran out.
-  __device__ static bool load_tile(RingPos& pos, const __nv_bfloat16* a_row, const BOperand& b, int K, void* smem,
-                                   const WaitLimit& limit) {
+  // The tile rows producer thread p copies (chunk producer_chunk(p) of each).
+  __device__ static int producer_row(int p, int i) { return p / kChunksPerRow + i * (kProducerThreads / kChunksPerRow); }
+  __device__ static int producer_chunk(int p) { return p % kChunksPerRow; }
+
+  // Producer thread p (0..127): issues every k-block of one tile, copying its chunk of A rows
+  // producer_row(p, i) from a_rows[i] (nullptr: a padding row) and, thread 0, the weight boxes. False
+  // when a wait for a free stage ran out.
+  __device__ static bool load_tile(RingPos& pos, const __nv_bfloat16* const (&a_rows)[kProducerRows], const BOperand& b,
+                                   int K, void* smem, const WaitLimit& limit) {
     const int p = static_cast<int>(threadIdx.x);
+    const int chunk = producer_chunk(p);
     const uint32_t base = ptx::smem_u32(smem);
     for (int kb = 0; kb < K / kBlockK; ++kb, ++pos.kb) {
       const int s = static_cast<int>(pos.kb % kStages);
@@ -122,12 +133,12 @@ struct TileGemmTma {
         ptx::tma_load_2d(sb, b.map, full_bar(base, s), k0, b.row0);
         ptx::tma_load_2d(sb + kBoxRows * kSw128RowBytes, b.map, full_bar(base, s), k0, b.row1);
       }
-      if (a_row != nullptr) {
-        const uint32_t sa = stage_a(base, s);
+      const uint32_t sa = stage_a(base, s);
 #pragma unroll
-        for (int ch = 0; ch < kChunksPerRow; ++ch)
-          ptx::cp_async_16(sa + 2u * static_cast<uint32_t>(smem_chunk_offset(p, ch, kBlockK)), a_row + k0 + ch * kChunkElems);
-      }
+      for (int i = 0; i < kProducerRows; ++i)
+        if (a_rows[i] != nullptr)
+          ptx::cp_async_16(sa + 2u * static_cast<uint32_t>(smem_chunk_offset(producer_row(p, i), chunk, kBlockK)),
+                           a_rows[i] + k0 + chunk * kChunkElems);
       ptx::cp_async_mbar_arrive_noinc(full_bar(base, s));
     }
     return true;

@@ -51,8 +51,9 @@ struct GemmRegion {
   static_assert(kBlockN % kSignalCols == 0, "a Linear2 tile signals whole column groups");
   static_assert(kBlockM >= kMinBlockM, "l1_done is sized for m-blocks of at least kMinBlockM rows");
 
-  // Per tile row, filled by the producer, read by the math warps' epilogue.
+  // Per tile row, filled by the producer; the math warps' epilogue reads all but `a`.
   struct RowTable {
+    const __nv_bfloat16* a[kBlockM];  // the A row (nullptr: padding)
     float weight[kBlockM];
     int home[kBlockM];
     int token[kBlockM];
@@ -136,22 +137,23 @@ struct GemmRegion {
       if (g.sync_or(!wait_slot(c, sh.slot_empty[s], ((n / kSlots) & 1u) ^ 1u, s))) break;
       const bool gemm = is_gemm(task.phase);
       bool ok = true;
-      const __nv_bfloat16* a_row = nullptr;  // this thread's A row of the tile
+      const __nv_bfloat16* a_rows[Gemm::kProducerRows] = {};  // this thread's A rows of the tile
       if (gemm && (ok = wait_tile_inputs(c, g, task.phase, task.tile, 2 * I / kBlockN))) {
         const TileRows w = tile_rows(c, task.tile, kBlockM);
-        const int i = g.rank();
         RowTable& t = sh.table[s];
-        if (i < w.rows) {
+        for (int i = g.rank(); i < kBlockM; i += g.count) {
+          t.a[i] = nullptr;
+          if (i >= w.rows) continue;
           const ResolvedRow r = resolve_row(c, w, i);
           t.weight[i] = r.weight;
           t.home[i] = r.home;
           t.token[i] = r.token;
           t.slot[i] = r.slot;
-          a_row = task.phase == Phase::kLinear1
-                      ? r.a
-                      : c.h + (static_cast<int64_t>(c.plan.pair_off[w.expert]) + w.row0 + i) * I;
+          t.a[i] = task.phase == Phase::kLinear1 ? r.a : c.h + (static_cast<int64_t>(c.plan.pair_off[w.expert]) + w.row0 + i) * I;
         }
-        g.sync();  // the table is complete before it is posted
+        g.sync();  // the table is complete before it is read and posted
+#pragma unroll
+        for (int i = 0; i < Gemm::kProducerRows; ++i) a_rows[i] = t.a[Gemm::producer_row(g.rank(), i)];
       }
       if (g.leader()) {
         sh.task[s] = ok ? task : Task{Phase::kDone, 0, {}};
@@ -165,7 +167,7 @@ struct GemmRegion {
                             : task.tile.expert * H + task.tile.nblock * kBlockN;
         const typename Gemm::BOperand b{l1 ? static_cast<const void*>(&prm.w13_map) : static_cast<const void*>(&prm.w2_map),
                                         row0, row0 + (l1 ? I : kBlockN / 2)};
-        const bool loaded = Gemm::load_tile(ring, a_row, b, l1 ? H : I, smem, limit(c, prm.timeout_ns));
+        const bool loaded = Gemm::load_tile(ring, a_rows, b, l1 ? H : I, smem, limit(c, prm.timeout_ns));
         if (!loaded) pipeline_failed(c, task.phase, task.tile);
         if (g.sync_or(!loaded)) break;
       }
