@@ -50,6 +50,7 @@ struct GemmRegion {
   static constexpr int kPassChunks = kPassCols / kChunkElems;
   static_assert(kBlockN % kSignalCols == 0, "a Linear2 tile signals whole column groups");
   static_assert(kBlockM >= kMinBlockM, "l1_done is sized for m-blocks of at least kMinBlockM rows");
+  static_assert(kBlockM <= Gemm::kConsumerThreads, "one math thread signals each tile row");
 
   // Per tile row, filled by the producer; the math warps' epilogue reads all but `a`.
   struct RowTable {
@@ -187,18 +188,24 @@ struct GemmRegion {
       const Task task = sh.task[s];
       profiler.after_next(static_cast<int>(Phase::kDone), g);
       if (failed || task.phase == Phase::kDone) break;
+      // A GEMM tile frees its slot once its epilogue no longer reads the row table, before its release
+      // adds (a gpu / sys scope release waits ~1 us for the CTA's stores; only the adding threads wait).
       switch (task.phase) {
         case Phase::kLinear1: linear1(c, task.tile, sh, s, ring, smem, g); break;
         case Phase::kLinear2: linear2(c, task.tile, sh, s, ring, smem, g); break;
-        case Phase::kCombine: combine_task(c, task.index, g); break;
-        default: break;
+        default:
+          free_slot(sh, s, g);
+          if (task.phase == Phase::kCombine) combine_task(c, task.index, g);
+          break;
       }
       profiler.after_task(static_cast<int>(task.phase), g);
-      g.sync();  // the slot's table and the staging tile are free
-      if (g.leader()) ptx::mbar_arrive(ptx::smem_u32(&sh.slot_empty[s]));
     }
     profiler.flush(g);
     scheduler.finish(g);
+  }
+
+  __device__ static void free_slot(Shared& sh, int s, const ThreadGroup& g) {
+    if (g.leader()) ptx::mbar_arrive(ptx::smem_u32(&sh.slot_empty[s]));
   }
 
   // The tile's k-loop; false (group-uniform, recorded) when its pipeline ran out of time.
@@ -227,7 +234,7 @@ struct GemmRegion {
     const FusedParams& prm = *c.prm;
     const int H = prm.dims.hidden, I = prm.dims.intermediate;
     typename Gemm::Accum acc;
-    if (!mainloop(c, tile, Phase::kLinear1, H, ring, smem, acc, g)) return;
+    if (!mainloop(c, tile, Phase::kLinear1, H, ring, smem, acc, g)) return free_slot(sh, s, g);
     const TileRows w = tile_rows(c, tile, kBlockM);
     const RowTable& t = sh.table[s];
     const float clamp = prm.swiglu_clamp;
@@ -243,6 +250,7 @@ struct GemmRegion {
         return reinterpret_cast<int4*>(h + static_cast<int64_t>(row) * I + P * kPassCols + chunk * kChunkElems);
       });
     });
+    free_slot(sh, s, g);
     if (g.leader()) red_add_release_gpu(c.l1_done + tile.mblock, 1u);
   }
 
@@ -251,9 +259,12 @@ struct GemmRegion {
     const FusedParams& prm = *c.prm;
     const FusedDims& d = prm.dims;
     typename Gemm::Accum acc;
-    if (!mainloop(c, tile, Phase::kLinear2, d.intermediate, ring, smem, acc, g)) return;
+    if (!mainloop(c, tile, Phase::kLinear2, d.intermediate, ring, smem, acc, g)) return free_slot(sh, s, g);
     const TileRows w = tile_rows(c, tile, kBlockM);
     const RowTable& t = sh.table[s];
+    // Thread r signals row r once the tile's stores are out; read its home and token before the slot goes.
+    const int own = g.rank();
+    const int home = own < w.rows ? t.home[own] : 0, token = own < w.rows ? t.token[own] : 0;
     const int n0 = tile.nblock * kBlockN;
     static_for<kBlockN / kPassCols>([&]<int P>() {
       Gemm::template visit_cols<P * kPassCols, (P + 1) * kPassCols>(acc, [&](int row, int col, float v0, float v1) {
@@ -264,9 +275,9 @@ struct GemmRegion {
                                              static_cast<size_t>(n0 + P * kPassCols + chunk * kChunkElems) * 2);
       });
     });
-    for (int row = g.rank(); row < w.rows; row += g.count)
-      red_add_release_sys(c.peer<uint32_t>(t.home[row], token_signal_offset(prm.sym, d, c.parity, t.token[row])),
-                          signal_units(kBlockN));
+    free_slot(sh, s, g);
+    if (own < w.rows)
+      red_add_release_sys(c.peer<uint32_t>(home, token_signal_offset(prm.sym, d, c.parity, token)), signal_units(kBlockN));
   }
 };
 
