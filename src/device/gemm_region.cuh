@@ -60,10 +60,17 @@ struct GemmRegion {
     int token[kBlockM];
     int slot[kBlockM];
   };
+  // A task as handed on, with the tile's geometry, which the producer has read anyway: plan reads after
+  // the k-loop would put their latency between the math warps' k-loop and their stores.
+  struct Posted {
+    Task task;
+    int rows;       // the tile's real rows
+    int64_t h_row;  // its first row in h
+  };
   struct Shared {
     __nv_bfloat16 stage[kBlockM * kStageStride];
     RowTable table[kSlots];
-    Task task[kSlots];
+    Posted posted[kSlots];
     uint64_t slot_full[kSlots];
     uint64_t slot_empty[kSlots];
   };
@@ -139,8 +146,9 @@ struct GemmRegion {
       const bool gemm = is_gemm(task.phase);
       bool ok = true;
       const __nv_bfloat16* a_rows[Gemm::kProducerRows] = {};  // this thread's A rows of the tile
+      TileRows w{};
       if (gemm && (ok = wait_tile_inputs(c, g, task.phase, task.tile, 2 * I / kBlockN))) {
-        const TileRows w = tile_rows(c, task.tile, kBlockM);
+        w = tile_rows(c, task.tile, kBlockM);
         RowTable& t = sh.table[s];
         for (int i = g.rank(); i < kBlockM; i += g.count) {
           t.a[i] = nullptr;
@@ -157,7 +165,8 @@ struct GemmRegion {
         for (int i = 0; i < Gemm::kProducerRows; ++i) a_rows[i] = t.a[Gemm::producer_row(g.rank(), i)];
       }
       if (g.leader()) {
-        sh.task[s] = ok ? task : Task{Phase::kDone, 0, {}};
+        sh.posted[s] = {ok ? task : Task{Phase::kDone, 0, {}}, w.rows,
+                        gemm ? static_cast<int64_t>(c.plan.pair_off[w.expert]) + w.row0 : 0};
         ptx::mbar_arrive(ptx::smem_u32(&sh.slot_full[s]));  // release: the table and task go with it
       }
       if (!ok || task.phase == Phase::kDone) break;
@@ -185,14 +194,15 @@ struct GemmRegion {
     for (uint32_t n = 0;; ++n) {
       const int s = static_cast<int>(n % kSlots);
       const bool failed = g.sync_or(!wait_slot(c, sh.slot_full[s], (n / kSlots) & 1u, s));
-      const Task task = sh.task[s];
+      const Posted posted = sh.posted[s];
+      const Task& task = posted.task;
       profiler.after_next(static_cast<int>(Phase::kDone), g);
       if (failed || task.phase == Phase::kDone) break;
       // A GEMM tile frees its slot once its epilogue no longer reads the row table, before its release
       // adds (a gpu / sys scope release waits ~1 us for the CTA's stores; only the adding threads wait).
       switch (task.phase) {
-        case Phase::kLinear1: linear1(c, task.tile, sh, s, ring, smem, g); break;
-        case Phase::kLinear2: linear2(c, task.tile, sh, s, ring, smem, g); break;
+        case Phase::kLinear1: linear1(c, posted, sh, s, ring, smem, g); break;
+        case Phase::kLinear2: linear2(c, posted, sh, s, ring, smem, g); break;
         default:
           free_slot(sh, s, g);
           if (task.phase == Phase::kCombine) combine_task(c, task.index, g);
@@ -229,24 +239,25 @@ struct GemmRegion {
     g.sync();
   }
 
-  __device__ static void linear1(const FusedContext& c, const GemmTile& tile, Shared& sh, int s,
+  __device__ static void linear1(const FusedContext& c, const Posted& posted, Shared& sh, int s,
                                  typename Gemm::RingPos& ring, void* smem, const ThreadGroup& g) {
     const FusedParams& prm = *c.prm;
     const int H = prm.dims.hidden, I = prm.dims.intermediate;
+    const GemmTile& tile = posted.task.tile;
     typename Gemm::Accum acc;
     if (!mainloop(c, tile, Phase::kLinear1, H, ring, smem, acc, g)) return free_slot(sh, s, g);
-    const TileRows w = tile_rows(c, tile, kBlockM);
+    const int rows = posted.rows;
     const RowTable& t = sh.table[s];
     const float clamp = prm.swiglu_clamp;
-    __nv_bfloat16* h = c.h + (static_cast<int64_t>(c.plan.pair_off[w.expert]) + w.row0) * I + tile.nblock * (kBlockN / 2);
+    __nv_bfloat16* h = c.h + posted.h_row * I + tile.nblock * (kBlockN / 2);
     static_for<kBlockN / 2 / kPassCols>([&]<int P>() {
       Gemm::template visit_gate_up<P * kPassCols, (P + 1) * kPassCols>(
           acc, [&](int row, int col, float g0, float g1, float u0, float u1) {
-            const float weight = row < w.rows ? t.weight[row] : 0.0f;
+            const float weight = row < rows ? t.weight[row] : 0.0f;
             *reinterpret_cast<uint32_t*>(sh.stage + row * kStageStride + col - P * kPassCols) =
                 ptx::pack_bf16x2(swiglu(g0, u0, clamp) * weight, swiglu(g1, u1, clamp) * weight);
           });
-      store_pass(sh, w.rows, g, [&](int row, int chunk) {
+      store_pass(sh, rows, g, [&](int row, int chunk) {
         return reinterpret_cast<int4*>(h + static_cast<int64_t>(row) * I + P * kPassCols + chunk * kChunkElems);
       });
     });
@@ -254,29 +265,30 @@ struct GemmRegion {
     if (g.leader()) red_add_release_gpu(c.l1_done + tile.mblock, 1u);
   }
 
-  __device__ static void linear2(const FusedContext& c, const GemmTile& tile, Shared& sh, int s,
+  __device__ static void linear2(const FusedContext& c, const Posted& posted, Shared& sh, int s,
                                  typename Gemm::RingPos& ring, void* smem, const ThreadGroup& g) {
     const FusedParams& prm = *c.prm;
     const FusedDims& d = prm.dims;
+    const GemmTile& tile = posted.task.tile;
     typename Gemm::Accum acc;
     if (!mainloop(c, tile, Phase::kLinear2, d.intermediate, ring, smem, acc, g)) return free_slot(sh, s, g);
-    const TileRows w = tile_rows(c, tile, kBlockM);
+    const int rows = posted.rows;
     const RowTable& t = sh.table[s];
     // Thread r signals row r once the tile's stores are out; read its home and token before the slot goes.
     const int own = g.rank();
-    const int home = own < w.rows ? t.home[own] : 0, token = own < w.rows ? t.token[own] : 0;
+    const int home = own < rows ? t.home[own] : 0, token = own < rows ? t.token[own] : 0;
     const int n0 = tile.nblock * kBlockN;
     static_for<kBlockN / kPassCols>([&]<int P>() {
       Gemm::template visit_cols<P * kPassCols, (P + 1) * kPassCols>(acc, [&](int row, int col, float v0, float v1) {
         *reinterpret_cast<uint32_t*>(sh.stage + row * kStageStride + col - P * kPassCols) = ptx::pack_bf16x2(v0, v1);
       });
-      store_pass(sh, w.rows, g, [&](int row, int chunk) {
+      store_pass(sh, rows, g, [&](int row, int chunk) {
         return c.peer<int4>(t.home[row], combine_row_offset(prm.sym, d, c.parity, t.token[row], t.slot[row]) +
                                              static_cast<size_t>(n0 + P * kPassCols + chunk * kChunkElems) * 2);
       });
     });
     free_slot(sh, s, g);
-    if (own < w.rows)
+    if (own < rows)
       red_add_release_sys(c.peer<uint32_t>(home, token_signal_offset(prm.sym, d, c.parity, token)), signal_units(kBlockN));
   }
 };
