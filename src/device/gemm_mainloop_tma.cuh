@@ -145,11 +145,8 @@ struct TileGemmTma {
   }
 
   // Math thread (threads kProducerThreads..): acc = the tile's product over K. False (in this thread)
-  // when a wait for a stage ran out; the caller makes that group-uniform. overlap(kb) runs right after
-  // k-block kb's MMAs are issued, while they run: work that must not touch acc (the previous tile's
-  // stores).
-  template <class Overlap>
-  __device__ static bool mainloop(RingPos& pos, int K, void* smem, Accum& acc, const WaitLimit& limit, Overlap&& overlap) {
+  // when a wait for a stage ran out; the caller makes that group-uniform.
+  __device__ static bool mainloop(RingPos& pos, int K, void* smem, Accum& acc, const WaitLimit& limit) {
     const int ct = static_cast<int>(threadIdx.x) - kProducerThreads;
     const uint32_t base = ptx::smem_u32(smem);
 #pragma unroll
@@ -172,7 +169,6 @@ struct TileGemmTma {
       for (int ks = 0; ks < kKSteps; ++ks)
         ptx::wgmma_bf16_f32<kBlockN>(acc.v, desc_advance(desc_a, ks * kWgmmaK * 2), desc_advance(desc_b, ks * kWgmmaK * 2), 1);
       ptx::wgmma_commit_group();
-      overlap(kb);
       ptx::wgmma_wait_group<1>();  // this warpgroup's previous k-block is done: release its stage
       ptx::fence_accumulators(acc.v);
       if (held >= 0 && ct % 32 == 0) ptx::mbar_arrive(empty_bar(base, held));
@@ -195,21 +191,17 @@ struct TileGemmTma {
       f(c.row, c.col, acc.v[reg], acc.v[reg + 1]);
     }
   }
-  // f(pair, gate[col], gate[col + 1], up[col], up[col + 1]) for every gate column pair this math thread
-  // owns, pair = 0 .. kGatePairs - 1 (pair_coord gives its row and column): register reg + 64 holds
-  // column col + 128 of the same row, so no data moves between threads.
-  static constexpr int kGatePairs = kBlockN / 8;
-  template <class F>
+  // f(row, col, gate[col], gate[col + 1], up[col], up[col + 1]) for col in [kColBegin, kColEnd) within
+  // [0, 128): register reg + 64 holds column col + 128 of the same row, so no data moves between threads.
+  template <int kColBegin, int kColEnd, class F>
   __device__ static void visit_gate_up(const Accum& acc, F f) {
+    static_assert(kColEnd <= kBlockN / 2, "gate columns");
+    const int ct = static_cast<int>(threadIdx.x) - kProducerThreads;
 #pragma unroll
-    for (int pair = 0; pair < kGatePairs; ++pair) {
-      const int reg = 2 * pair;
-      f(pair, acc.v[reg], acc.v[reg + 1], acc.v[reg + kBlockN / 4], acc.v[reg + kBlockN / 4 + 1]);
+    for (int reg = kColBegin / 2; reg < kColEnd / 2; reg += 2) {
+      const FragCoord c = wgmma_accum_coord(ct, reg, 1, kBlockN);
+      f(c.row, c.col, acc.v[reg], acc.v[reg + 1], acc.v[reg + kBlockN / 4], acc.v[reg + kBlockN / 4 + 1]);
     }
-  }
-  // Tile row and column of this math thread's gate pair `pair` (columns col, col + 1).
-  __device__ static FragCoord pair_coord(int pair) {
-    return wgmma_accum_coord(static_cast<int>(threadIdx.x) - kProducerThreads, 2 * pair, 1, kBlockN);
   }
 
  private:

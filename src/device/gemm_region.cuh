@@ -13,12 +13,7 @@
 //   slot_full[s]:  the producer posted task[s] (its row table is filled): 1 arrival.
 //   slot_empty[s]: the math warps are done with task[s] and table[s]: 1 arrival.
 // Epilogues stage 64 output columns at a time (kPassCols) beside the ring, which stays busy with the
-// next tile's loads, and write them in 16-byte chunks. A Linear1 tile's outputs (SwiGLU'd, packed to
-// bf16: 32 registers) are written during the next tile's first two k-blocks, in the shadow of its
-// MMAs, each warp its own 16 rows (no CTA barrier inside the k-loop); its l1_done release follows that
-// tile's k-loop, when the stores have long landed. If no k-loop follows soon (a combine task, the end,
-// or a next task not handed on yet, which may be a Linear2 tile waiting for this very release), the
-// pending tile is written and released at once.
+// next tile's loads, and write them in 16-byte chunks.
 #pragma once
 #include <cstdint>
 #include <utility>
@@ -83,18 +78,6 @@ struct GemmRegion {
   static constexpr int kSmemBytes = kSharedOffset + static_cast<int>(sizeof(Shared));
   // 227 KiB per block, less a little for the kernel's static shared variables (profile, scheduler).
   static_assert(kSmemBytes + 1024 <= 227 * 1024, "ring + staging + row tables fit one SM");
-
-  // A Linear1 tile whose outputs still wait to be written (see the top of the file). Uniform over the
-  // math threads but for v.
-  struct PendingH {
-    uint32_t v[Gemm::kGatePairs];  // this thread's outputs, bf16 x 2 per gate pair
-    __nv_bfloat16* h = nullptr;    // the tile's origin in h (row 0, first output column)
-    int rows = 0;
-    int mblock = -1;               // l1_done to release; -1: nothing pending
-    int passes = 0;                // passes written so far
-  };
-  static constexpr int kOutPasses = kBlockN / 2 / kPassCols;  // Linear1 output passes
-  static constexpr int kPassPairs = kPassCols / 4;            // gate pairs of one thread in one pass
 
   __device__ static Shared& shared(void* smem) { return *reinterpret_cast<Shared*>(static_cast<char*>(smem) + kSharedOffset); }
   __device__ static ThreadGroup producers() { return {0, Gemm::kProducerThreads, 1}; }
@@ -208,25 +191,18 @@ struct GemmRegion {
     const ThreadGroup g = consumers();
     Shared& sh = shared(smem);
     typename Gemm::RingPos ring;
-    PendingH pend;
     for (uint32_t n = 0;; ++n) {
       const int s = static_cast<int>(n % kSlots);
-      const uint32_t parity = (n / kSlots) & 1u;
-      // The next task may be a Linear2 tile whose inputs include the pending release: settle it unless
-      // the task is already here.
-      if (pend.mblock >= 0 && g.sync_or(!ptx::mbar_test_wait(ptx::smem_u32(&sh.slot_full[s]), parity)))
-        settle(c, pend, sh, g, false);
-      const bool failed = g.sync_or(!wait_slot(c, sh.slot_full[s], parity, s));
+      const bool failed = g.sync_or(!wait_slot(c, sh.slot_full[s], (n / kSlots) & 1u, s));
       const Posted posted = sh.posted[s];
       const Task& task = posted.task;
       profiler.after_next(static_cast<int>(Phase::kDone), g);
       if (failed || task.phase == Phase::kDone) break;
-      if (task.phase != Phase::kLinear1 && task.phase != Phase::kLinear2) settle(c, pend, sh, g, false);
       // A GEMM tile frees its slot once its epilogue no longer reads the row table, before its release
       // adds (a gpu / sys scope release waits ~1 us for the CTA's stores; only the adding threads wait).
       switch (task.phase) {
-        case Phase::kLinear1: linear1(c, posted, sh, s, ring, smem, g, pend); break;
-        case Phase::kLinear2: linear2(c, posted, sh, s, ring, smem, g, pend); break;
+        case Phase::kLinear1: linear1(c, posted, sh, s, ring, smem, g); break;
+        case Phase::kLinear2: linear2(c, posted, sh, s, ring, smem, g); break;
         default:
           free_slot(sh, s, g);
           if (task.phase == Phase::kCombine) combine_task(c, task.index, g);
@@ -234,7 +210,6 @@ struct GemmRegion {
       }
       profiler.after_task(static_cast<int>(task.phase), g);
     }
-    settle(c, pend, sh, g, false);
     profiler.flush(g);
     scheduler.finish(g);
   }
@@ -243,54 +218,13 @@ struct GemmRegion {
     if (g.leader()) ptx::mbar_arrive(ptx::smem_u32(&sh.slot_empty[s]));
   }
 
-  // Pass p of the pending Linear1 tile, by each math warp for its own 16 rows: stage, then 16-byte
-  // stores. Only __syncwarp: it runs inside the next tile's k-loop.
-  __device__ static void pending_pass(const FusedContext& c, PendingH& p, Shared& sh) {
-    const int I = c.prm->dims.intermediate;
-    const int lane = static_cast<int>(threadIdx.x) % 32;
-    const int row0 = (static_cast<int>(threadIdx.x) - Gemm::kProducerThreads) / 32 * 16;  // this warp's rows
-    static_for<kOutPasses>([&]<int P>() {
-      if (p.passes != P) return;
-#pragma unroll
-      for (int i = 0; i < kPassPairs; ++i) {
-        const FragCoord at = Gemm::pair_coord(P * kPassPairs + i);
-        *reinterpret_cast<uint32_t*>(sh.stage + at.row * kStageStride + at.col - P * kPassCols) = p.v[P * kPassPairs + i];
-      }
-    });
-    __syncwarp();
-    for (int q = lane; q < 16 * kPassChunks; q += 32) {
-      const int row = row0 + q / kPassChunks, chunk = q % kPassChunks;
-      if (row < p.rows)
-        *reinterpret_cast<int4*>(p.h + static_cast<int64_t>(row) * I + p.passes * kPassCols + chunk * kChunkElems) =
-            *reinterpret_cast<const int4*>(sh.stage + row * kStageStride + chunk * kChunkElems);
-    }
-    __syncwarp();  // the warp's staging rows are free for the next pass
-    ++p.passes;
-  }
-  // Finishes the pending tile: its remaining passes, then (all math warps' stores issued) the l1_done
-  // release. synced: the math warps met at a barrier since the last pass.
-  __device__ static void settle(const FusedContext& c, PendingH& p, Shared& sh, const ThreadGroup& g, bool synced) {
-    if (p.mblock < 0) return;
-    if (p.passes < kOutPasses) synced = false;
-    while (p.passes < kOutPasses) pending_pass(c, p, sh);
-    if (!synced) g.sync();
-    if (g.leader()) red_add_release_gpu(c.l1_done + p.mblock, 1u);
-    p.mblock = -1;
-  }
-
-  // The tile's k-loop, writing the pending Linear1 tile under its first k-blocks, then settling it;
-  // false (group-uniform, recorded) when its pipeline ran out of time.
+  // The tile's k-loop; false (group-uniform, recorded) when its pipeline ran out of time.
   __device__ static bool mainloop(const FusedContext& c, const GemmTile& tile, Phase phase, int K,
                                   typename Gemm::RingPos& ring, void* smem, typename Gemm::Accum& acc,
-                                  const ThreadGroup& g, PendingH& pend) {
-    Shared& sh = shared(smem);
-    const bool ok = Gemm::mainloop(ring, K, smem, acc, limit(c, c.prm->timeout_ns), [&](int kb) {
-      if (pend.mblock >= 0 && kb < kOutPasses) pending_pass(c, pend, sh);
-    });
+                                  const ThreadGroup& g) {
+    const bool ok = Gemm::mainloop(ring, K, smem, acc, limit(c, c.prm->timeout_ns));
     if (!ok) pipeline_failed(c, phase, tile);
-    const bool failed = g.sync_or(!ok);
-    if (!failed) settle(c, pend, sh, g, true);
-    return !failed;
+    return !g.sync_or(!ok);
   }
 
   // Writes one staged pass (rows x kPassCols) in 16-byte chunks to dst(row, chunk), then frees the
@@ -305,36 +239,39 @@ struct GemmRegion {
     g.sync();
   }
 
-  // SwiGLU with the rows' top-k weights into pend (written by the next k-loop or settle()).
   __device__ static void linear1(const FusedContext& c, const Posted& posted, Shared& sh, int s,
-                                 typename Gemm::RingPos& ring, void* smem, const ThreadGroup& g, PendingH& pend) {
+                                 typename Gemm::RingPos& ring, void* smem, const ThreadGroup& g) {
     const FusedParams& prm = *c.prm;
     const int H = prm.dims.hidden, I = prm.dims.intermediate;
     const GemmTile& tile = posted.task.tile;
     typename Gemm::Accum acc;
-    if (!mainloop(c, tile, Phase::kLinear1, H, ring, smem, acc, g, pend)) return free_slot(sh, s, g);
+    if (!mainloop(c, tile, Phase::kLinear1, H, ring, smem, acc, g)) return free_slot(sh, s, g);
+    const int rows = posted.rows;
     const RowTable& t = sh.table[s];
     const float clamp = prm.swiglu_clamp;
-    Gemm::visit_gate_up(acc, [&](int pair, float g0, float g1, float u0, float u1) {
-      const int row = Gemm::pair_coord(pair).row;
-      const float weight = row < posted.rows ? t.weight[row] : 0.0f;
-      pend.v[pair] = ptx::pack_bf16x2(swiglu(g0, u0, clamp) * weight, swiglu(g1, u1, clamp) * weight);
+    __nv_bfloat16* h = c.h + posted.h_row * I + tile.nblock * (kBlockN / 2);
+    static_for<kBlockN / 2 / kPassCols>([&]<int P>() {
+      Gemm::template visit_gate_up<P * kPassCols, (P + 1) * kPassCols>(
+          acc, [&](int row, int col, float g0, float g1, float u0, float u1) {
+            const float weight = row < rows ? t.weight[row] : 0.0f;
+            *reinterpret_cast<uint32_t*>(sh.stage + row * kStageStride + col - P * kPassCols) =
+                ptx::pack_bf16x2(swiglu(g0, u0, clamp) * weight, swiglu(g1, u1, clamp) * weight);
+          });
+      store_pass(sh, rows, g, [&](int row, int chunk) {
+        return reinterpret_cast<int4*>(h + static_cast<int64_t>(row) * I + P * kPassCols + chunk * kChunkElems);
+      });
     });
-    g.sync();  // every math thread has read its weights: the slot can go
     free_slot(sh, s, g);
-    pend.h = c.h + posted.h_row * I + tile.nblock * (kBlockN / 2);
-    pend.rows = posted.rows;
-    pend.mblock = tile.mblock;
-    pend.passes = 0;
+    if (g.leader()) red_add_release_gpu(c.l1_done + tile.mblock, 1u);
   }
 
   __device__ static void linear2(const FusedContext& c, const Posted& posted, Shared& sh, int s,
-                                 typename Gemm::RingPos& ring, void* smem, const ThreadGroup& g, PendingH& pend) {
+                                 typename Gemm::RingPos& ring, void* smem, const ThreadGroup& g) {
     const FusedParams& prm = *c.prm;
     const FusedDims& d = prm.dims;
     const GemmTile& tile = posted.task.tile;
     typename Gemm::Accum acc;
-    if (!mainloop(c, tile, Phase::kLinear2, d.intermediate, ring, smem, acc, g, pend)) return free_slot(sh, s, g);
+    if (!mainloop(c, tile, Phase::kLinear2, d.intermediate, ring, smem, acc, g)) return free_slot(sh, s, g);
     const int rows = posted.rows;
     const RowTable& t = sh.table[s];
     // Thread r signals row r once the tile's stores are out; read its home and token before the slot goes.

@@ -33,16 +33,6 @@ __device__ __forceinline__ bool mbar_try_wait(uint32_t bar, uint32_t parity) {
       : "memory");
   return done != 0;
 }
-// Same, without waiting: true when the phase has already completed.
-__device__ __forceinline__ bool mbar_test_wait(uint32_t bar, uint32_t parity) {
-  uint32_t done;
-  asm volatile(
-      "{\n .reg .pred p;\n mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
-      : "=r"(done)
-      : "r"(bar), "r"(parity)
-      : "memory");
-  return done != 0;
-}
 // An arrival on `bar` once every cp.async this thread issued before has landed. noinc: the arrival is
 // one of the barrier's initial count (not added to it).
 __device__ __forceinline__ void cp_async_mbar_arrive_noinc(uint32_t bar) {
