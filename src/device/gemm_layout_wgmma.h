@@ -81,4 +81,13 @@ EPFUSE_HD FragCoord wgmma_accum_coord(int tid, int reg, int groups_n, int group_
   return FragCoord{(group / groups_n) * kWgmmaM + c.row, (group % groups_n) * group_tile_n + c.col};
 }
 
+// ---- the warp-specialised tile's A copies (gemm_mainloop_tma.cuh) ----
+// Producer thread p of `producers` copies chunk producer_chunk(p) of rows producer_row(p, i),
+// i < block_m * chunks_per_row / producers: consecutive threads take consecutive chunks of one row, so
+// a warp's i-th cp.async covers 32 / chunks_per_row whole rows (whole 128-byte lines at block_k 64).
+EPFUSE_HD int producer_chunk(int p, int chunks_per_row) { return p % chunks_per_row; }
+EPFUSE_HD int producer_row(int p, int i, int producers, int chunks_per_row) {
+  return p / chunks_per_row + i * (producers / chunks_per_row);
+}
+
 }  // namespace epfuse::device

@@ -110,9 +110,8 @@ struct TileGemmTma {
     __syncthreads();
   }
 
-  // The tile rows producer thread p copies (chunk producer_chunk(p) of each).
-  __device__ static int producer_row(int p, int i) { return p / kChunksPerRow + i * (kProducerThreads / kChunksPerRow); }
-  __device__ static int producer_chunk(int p) { return p % kChunksPerRow; }
+  // The tile rows producer thread p copies (chunk producer_chunk of each; gemm_layout_wgmma.h).
+  __device__ static int producer_row(int p, int i) { return device::producer_row(p, i, kProducerThreads, kChunksPerRow); }
 
   // Producer thread p (0..127): issues every k-block of one tile, copying its chunk of A rows
   // producer_row(p, i) from a_rows[i] (nullptr: a padding row) and, thread 0, the weight boxes. False
@@ -120,7 +119,7 @@ struct TileGemmTma {
   __device__ static bool load_tile(RingPos& pos, const __nv_bfloat16* const (&a_rows)[kProducerRows], const BOperand& b,
                                    int K, void* smem, const WaitLimit& limit) {
     const int p = static_cast<int>(threadIdx.x);
-    const int chunk = producer_chunk(p);
+    const int chunk = producer_chunk(p, kChunksPerRow);
     const uint32_t base = ptx::smem_u32(smem);
     for (int kb = 0; kb < K / kBlockK; ++kb, ++pos.kb) {
       const int s = static_cast<int>(pos.kb % kStages);

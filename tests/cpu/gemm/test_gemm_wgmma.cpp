@@ -244,6 +244,59 @@ TEST(GemmWgmmaLayout, EmulatedTileMatchesProduct) {
   }
 }
 
+// The warp-specialised tile's producer copies: every (row, chunk) of a 128-row A stage exactly once, and
+// each warp instruction (fixed i) covers whole rows (4 rows of 8 chunks: whole 128-byte lines).
+TEST(GemmTmaLayout, ProducerCopiesCoverStageOnceInWholeRows) {
+  constexpr int kProducers = 128, kChunks = kWgmmaBlockK / kChunkElems, kRows = 128;
+  constexpr int kPerThread = kRows * kChunks / kProducers;
+  std::vector<int> hits(kRows * kChunks, 0);
+  for (int p = 0; p < kProducers; ++p)
+    for (int i = 0; i < kPerThread; ++i) {
+      const int row = producer_row(p, i, kProducers, kChunks), chunk = producer_chunk(p, kChunks);
+      ASSERT_GE(row, 0);
+      ASSERT_LT(row, kRows);
+      ++hits[row * kChunks + chunk];
+    }
+  for (int h : hits) EXPECT_EQ(h, 1);
+  for (int warp = 0; warp < kProducers / 32; ++warp)
+    for (int i = 0; i < kPerThread; ++i) {
+      std::set<int> rows;
+      std::vector<int> chunks_of_row(kRows, 0);
+      for (int lane = 0; lane < 32; ++lane) {
+        const int row = producer_row(warp * 32 + lane, i, kProducers, kChunks);
+        rows.insert(row);
+        ++chunks_of_row[row];
+      }
+      EXPECT_EQ(rows.size(), 32u / kChunks) << "warp " << warp << " copy " << i;
+      for (int r : rows) EXPECT_EQ(chunks_of_row[r], kChunks) << "row " << r << " split across instructions";
+    }
+}
+
+// The 128x256 tile's epilogue passes: gate pair j of a math thread (registers 2j, 2j + 1; up at + 64)
+// lies in output pass j / 16 (64 columns each), so a pass stages exactly registers of that pass, and
+// every gate column of the tile is owned once over the 256 math threads.
+TEST(GemmTmaLayout, GatePairsFallInTheirPass) {
+  constexpr int kMath = 256, kPairs = 32, kPassPairs = 16, kPassCols = 64, kN = 256;
+  std::vector<int> hits(128 * 128, 0);
+  for (int t = 0; t < kMath; ++t)
+    for (int pair = 0; pair < kPairs; ++pair) {
+      const FragCoord gate = wgmma_accum_coord(t, 2 * pair, 1, kN);
+      const FragCoord up = wgmma_accum_coord(t, 2 * pair + kN / 4, 1, kN);
+      EXPECT_EQ(up.row, gate.row);
+      EXPECT_EQ(up.col, gate.col + kN / 2);
+      EXPECT_EQ(gate.col / kPassCols, pair / kPassPairs) << "thread " << t << " pair " << pair;
+      ASSERT_LT(gate.col, kN / 2);
+      ++hits[gate.row * 128 + gate.col];
+      ++hits[gate.row * 128 + gate.col + 1];
+    }
+  for (int h : hits) EXPECT_EQ(h, 1);
+}
+
+TEST(GemmWgmmaHeuristics, TmaShapeHasAProducerWarpgroup) {
+  EXPECT_EQ(fused::kTmaM128N256.threads(), 384);
+  EXPECT_EQ(fused::kWgmmaM128N256.threads(), 256);
+}
+
 TEST(GemmWgmmaHeuristics, WgmmaShapesFitAndTile) {
   for (const fused::GemmTileShape& s : fused::kWgmmaTileShapes) {
     EXPECT_EQ(s.mma, fused::GemmMma::kWgmma);
