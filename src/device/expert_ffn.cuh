@@ -47,6 +47,28 @@ __device__ __forceinline__ ResolvedRow resolve_row(const FusedContext& c, const 
   return {a, src.src, entry.token, entry.slot, entry.weight};
 }
 
+// Per tile row, resolved once per tile (in shared memory): where its A row is (nullptr: padding) and
+// what its epilogue needs. fill(i, ...) writes row i (< rows) or marks it padding.
+template <int kRows>
+struct RowTableOf {
+  const __nv_bfloat16* a[kRows];
+  float weight[kRows];
+  int home[kRows];
+  int token[kRows];
+  int slot[kRows];
+
+  __device__ void fill(const FusedContext& c, const TileRows& w, int i) {
+    a[i] = nullptr;
+    if (i >= w.rows) return;
+    const ResolvedRow r = resolve_row(c, w, i);
+    home[i] = r.home;
+    token[i] = r.token;
+    slot[i] = r.slot;
+    weight[i] = r.weight;
+    a[i] = r.a;
+  }
+};
+
 // Waits (group g) until a tile's inputs are in: a Linear1 tile needs every sender's rows of its expert
 // (arrivals), a Linear2 tile every Linear1 tile of its m-block (l1_tiles of them, into h). False when
 // the wait was abandoned (recorded).
@@ -81,14 +103,7 @@ struct ExpertTiles {
   static_assert(kBlockN % kSignalCols == 0, "a Linear2 tile signals whole column groups");
   static_assert(kBlockM >= kMinBlockM, "l1_done is sized for m-blocks of at least kMinBlockM rows");
 
-  // Per tile row, resolved once per tile (after the GEMM's smem).
-  struct RowTable {
-    const __nv_bfloat16* a[kBlockM];
-    float weight[kBlockM];
-    int home[kBlockM];
-    int token[kBlockM];
-    int slot[kBlockM];
-  };
+  using RowTable = RowTableOf<kBlockM>;  // after the GEMM's smem
   static constexpr int kSmemBytes = Gemm::kSmemBytes + static_cast<int>(sizeof(RowTable));
 
   // Row stride (elements) of a bf16 output tile staged in smem: 8 elements (16 bytes) of padding put
@@ -100,16 +115,7 @@ struct ExpertTiles {
   __device__ static Where locate(const FusedContext& c, const GemmTile& tile) { return tile_rows(c, tile, kBlockM); }
 
   __device__ static void load_entries(const FusedContext& c, const Where& w, RowTable& t) {
-    for (int i = threadIdx.x; i < kBlockM; i += blockDim.x) {
-      t.a[i] = nullptr;
-      if (i >= w.rows) continue;
-      const ResolvedRow r = resolve_row(c, w, i);
-      t.home[i] = r.home;
-      t.token[i] = r.token;
-      t.slot[i] = r.slot;
-      t.weight[i] = r.weight;
-      t.a[i] = r.a;
-    }
+    for (int i = threadIdx.x; i < kBlockM; i += blockDim.x) t.fill(c, w, i);
   }
 
   __device__ static void linear1(const FusedContext& c, const GemmTile& tile, void* smem) {

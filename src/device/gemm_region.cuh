@@ -52,14 +52,8 @@ struct GemmRegion {
   static_assert(kBlockM >= kMinBlockM, "l1_done is sized for m-blocks of at least kMinBlockM rows");
   static_assert(kBlockM <= Gemm::kConsumerThreads, "one math thread signals each tile row");
 
-  // Per tile row, filled by the producer; the math warps' epilogue reads all but `a`.
-  struct RowTable {
-    const __nv_bfloat16* a[kBlockM];  // the A row (nullptr: padding)
-    float weight[kBlockM];
-    int home[kBlockM];
-    int token[kBlockM];
-    int slot[kBlockM];
-  };
+  // Filled by the producer; the math warps' epilogue reads all but `a`.
+  using RowTable = RowTableOf<kBlockM>;
   // A task as handed on, with the tile's geometry, which the producer has read anyway: plan reads after
   // the k-loop would put their latency between the math warps' k-loop and their stores.
   struct Posted {
@@ -151,14 +145,10 @@ struct GemmRegion {
         w = tile_rows(c, task.tile, kBlockM);
         RowTable& t = sh.table[s];
         for (int i = g.rank(); i < kBlockM; i += g.count) {
-          t.a[i] = nullptr;
-          if (i >= w.rows) continue;
-          const ResolvedRow r = resolve_row(c, w, i);
-          t.weight[i] = r.weight;
-          t.home[i] = r.home;
-          t.token[i] = r.token;
-          t.slot[i] = r.slot;
-          t.a[i] = task.phase == Phase::kLinear1 ? r.a : c.h + (static_cast<int64_t>(c.plan.pair_off[w.expert]) + w.row0 + i) * I;
+          t.fill(c, w, i);
+          // Linear2 reads the tile's rows of h (the entries still give the rows' homes and tokens).
+          if (task.phase == Phase::kLinear2 && i < w.rows)
+            t.a[i] = c.h + (static_cast<int64_t>(c.plan.pair_off[w.expert]) + w.row0 + i) * I;
         }
         g.sync();  // the table is complete before it is read and posted
 #pragma unroll
