@@ -10,7 +10,7 @@
 // next task (waits for its rows, reads its row table, issues its first k-blocks), so that work and the
 // first loads' latency hide under the math warps' last k-blocks and epilogue. Each producer thread
 // copies chunk p % 8 of rows p / 8 + 16 i (i < 8), so one warp instruction covers 4 whole 128-byte
-// rows (one row per thread, 16 bytes of 32 rows per instruction, ran the layer 35-50% slower); the
+// rows (one row per thread, 16 bytes of 32 rows per instruction, ran the layer 15-35% slower); the
 // weights move by TMA (one instruction per 16 KiB).
 // Registers: 384 threads at one CTA per SM leave 168 per thread; setmaxnreg moves them to the math
 // warps (kConsumerRegs, the 128 accumulators and the epilogue) from the producer (kProducerRegs). An
