@@ -53,20 +53,14 @@ __device__ __forceinline__ float swiglu(float gate, float up, float clamp) {
 }
 
 // f(row, out_col, h0, h1): SwiGLU outputs out_col and out_col + 1 (relative to n_out0, out_col even) of
-// tile row `row`, for every pair this thread owns. Gemm is either a TileGemm / TileGemmWgmma, whose B
-// rows came from swiglu_b_row (gate and up interleaved per 8 columns, visit_col16), or a mainloop with
-// kGateUpHalves (TileGemmTma: gate in columns [0, N/2), up in [N/2, N), visit_gate_up).
+// tile row `row`, for every pair this thread owns. Gemm is a TileGemm / TileGemmWgmma, whose B rows came
+// from swiglu_b_row (gate and up interleaved per 8 columns, visit_col16). (TileGemmTma loads gate and up
+// as column halves; its epilogue is in gemm_region.cuh.)
 template <class Gemm, class F>
 __device__ __forceinline__ void visit_swiglu(const typename Gemm::Accum& acc, float clamp, F f) {
-  if constexpr (requires { Gemm::kGateUpHalves; }) {
-    Gemm::visit_gate_up(acc, [&](int row, int col, float g0, float g1, float u0, float u1) {
-      f(row, col, swiglu(g0, u0, clamp), swiglu(g1, u1, clamp));
-    });
-  } else {
-    Gemm::visit_col16(acc, [&](int row, int col, float g0, float g1, float u0, float u1) {
-      f(row, swiglu_out_col(col), swiglu(g0, u0, clamp), swiglu(g1, u1, clamp));
-    });
-  }
+  Gemm::visit_col16(acc, [&](int row, int col, float g0, float g1, float u0, float u1) {
+    f(row, swiglu_out_col(col), swiglu(g0, u0, clamp), swiglu(g1, u1, clamp));
+  });
 }
 
 }  // namespace epfuse::device

@@ -18,8 +18,8 @@
 // accumulators (bench/NOTES.md); the all-thread ring that followed paid ~5 us per tile outside the
 // k-loop (entries, first loads, epilogue) that only a producer running ahead can hide.
 // Weights come from a tensor map: the B operand is (map, row of box 0, row of box 1), so a Linear1 tile
-// reads gate rows into tile columns [0, 128) and up rows into [128, 256) (kGateUpHalves: SwiGLU pairs
-// column c with c + 128, both held by the same thread).
+// reads gate rows into tile columns [0, 128) and up rows into [128, 256) (SwiGLU pairs column c with
+// c + 128, both held by the same thread: visit_gate_up).
 //
 // Both sides keep their own position in the ring (a k-block counter in a register, carried from tile
 // to tile); init() arms the barriers once per launch. Padding rows (a null A row) are not loaded: row i
@@ -60,7 +60,6 @@ struct TileGemmTma {
   // Stages from the first 1024-byte boundary (one atom of slack), then full[kStages], empty[kStages].
   static constexpr int kBarrierOffset = kStages * (kStageBytesA + kStageBytesB) + kSw128AtomBytes;
   static constexpr int kSmemBytes = kBarrierOffset + 2 * kStages * 8;
-  static constexpr bool kGateUpHalves = true;
   static constexpr bool kWarpSpecialised = true;
 
   static_assert(kStages >= 3, "one stage computing, one finishing, at least one loading");
