@@ -1,5 +1,6 @@
 // Communicator (epfuse/communicator.h): TCP rendezvous for the NCCL id, the NCCL communicator,
-// symmetric windows and device communicators for the kernels.
+// symmetric windows and device communicators for the kernels, host collectives; in a one-GPU world
+// (LoopbackWorld, loopback.cpp) the same calls go through the shared LoopbackHub instead.
 #include "epfuse/communicator.h"
 
 // nccl_device.h is written for nvcc; under g++ it needs size_t and the CUDA vector types first.
@@ -7,12 +8,17 @@
 #include <cuda_runtime.h>
 #include <nccl_device.h>
 
+#include <algorithm>
 #include <charconv>
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <utility>
 
+#include "comm/loopback_hub.h"
 #include "comm/tcp_store.h"
 #include "common/check.h"
 
@@ -21,6 +27,9 @@ namespace {
 
 constexpr const char* kNcclIdKey = "nccl_id";
 constexpr long long kMaxWorldSize = 1 << 16;
+// Loopback: each rank's slice of a symmetric allocation starts on this boundary (whole pages, so
+// no kernel's vector access of one rank's slice straddles into a peer's).
+constexpr size_t kSliceAlignment = 4096;
 
 std::string rank_prefix(int rank) { return rank >= 0 ? "rank " + std::to_string(rank) + ": " : ""; }
 
@@ -108,6 +117,109 @@ long long int_env(const char* name, bool required, long long fallback, long long
   return value;
 }
 
+// --- loopback helpers (the hub carries bytes; these give them types) ---
+
+// Every rank's `mine`, rank-major, through one hub exchange.
+template <typename T>
+std::vector<std::vector<T>> loopback_gather(detail::LoopbackHub& hub, int rank, const char* what,
+                                            std::span<const T> mine) {
+  const std::vector<std::vector<std::byte>> all = hub.exchange(rank, what, std::as_bytes(mine));
+  std::vector<std::vector<T>> out(all.size());
+  for (size_t r = 0; r < all.size(); ++r) {
+    EPFUSE_REQUIRE(all[r].size() % sizeof(T) == 0, ErrorCode::kInternal,
+                   rank_prefix(rank) + what + ": rank " + std::to_string(r) + " sent " +
+                       std::to_string(all[r].size()) + " bytes, not whole values");
+    out[r].resize(all[r].size() / sizeof(T));
+    if (!all[r].empty()) std::memcpy(out[r].data(), all[r].data(), all[r].size());
+  }
+  return out;
+}
+
+// Every rank's one value (the hub already rejects ranks that call different collectives).
+template <typename T>
+std::vector<T> loopback_gather_one(detail::LoopbackHub& hub, int rank, const char* what, T mine) {
+  std::vector<T> out;
+  for (const std::vector<T>& values : loopback_gather(hub, rank, what, std::span<const T>(&mine, 1))) {
+    EPFUSE_REQUIRE(values.size() == 1, ErrorCode::kInternal,
+                   rank_prefix(rank) + what + ": a rank sent " + std::to_string(values.size()) + " values, not one");
+    out.push_back(values[0]);
+  }
+  return out;
+}
+
+// Every rank computes this from the same gathered counts, so all of them throw alike and no rank
+// goes on alone.
+void require_same_counts(int rank, const char* what, const std::vector<uint64_t>& counts, const char* unit) {
+  bool same = true;
+  for (uint64_t c : counts) same = same && c == counts[0];
+  if (same) return;
+  std::string listed;
+  for (size_t r = 0; r < counts.size(); ++r) {
+    listed += (r > 0 ? ", rank " : "rank ") + std::to_string(r) + ": " + std::to_string(counts[r]) + " " + unit;
+  }
+  throw Error(ErrorCode::kInvalidArgument, rank_prefix(rank) + what + ": the ranks passed different sizes (" + listed +
+                                               "); every rank must pass the same");
+}
+
+// Loopback: frees a world's symmetric allocation when the last rank drops its share, on whichever
+// rank's thread that is (so it selects the device itself); like a destructor it only logs errors.
+void free_slices(void* base, int device) noexcept {
+  log_errors("one-GPU symmetric buffer", [&] {
+    DeviceGuard guard(device, -1);
+    EPFUSE_RANK_CUDA_CHECK(-1, cudaFree(base));
+  });
+}
+
+// Loopback: rank 0 allocates `total` bytes for every rank's slice and hands every rank a share of
+// it; a failure reaches every rank as the same Error(kCuda), so no rank proceeds alone.
+std::shared_ptr<void> share_slices(detail::LoopbackHub& hub, int rank, int device, size_t total) {
+  detail::LoopbackHub::Contribution mine;
+  if (rank == 0) {
+    try {
+      DeviceGuard guard(device, rank);
+      void* base = nullptr;
+      EPFUSE_RANK_CUDA_CHECK(rank, cudaMalloc(&base, total));
+      mine.handle = std::shared_ptr<void>(base, [device](void* p) { free_slices(p, device); });
+    } catch (const std::exception& e) {
+      const std::string why = e.what();
+      mine.bytes.resize(why.size());
+      std::memcpy(mine.bytes.data(), why.data(), why.size());
+    }
+  }
+  std::vector<detail::LoopbackHub::Contribution> all = hub.exchange(rank, "alloc_symmetric", std::move(mine));
+  if (all[0].handle == nullptr) {
+    const std::string why(reinterpret_cast<const char*>(all[0].bytes.data()), all[0].bytes.size());
+    throw Error(ErrorCode::kCuda, rank_prefix(rank) + "alloc_symmetric: rank 0 could not allocate the " +
+                                      std::to_string(total) + " bytes of the world's slices: " + why);
+  }
+  return all[0].handle;
+}
+
+// NCCL: a host collective through device scratch on `stream`: `send` goes up, `enqueue(send_dev,
+// recv_dev)` enqueues the collective, `recv` comes back; returns when the stream has drained.
+template <typename Enqueue>
+void staged_collective(int rank, int device, cudaStream_t stream, std::span<const std::byte> send,
+                       std::span<std::byte> recv, Enqueue&& enqueue) {
+  DeviceGuard guard(device, rank);
+  void* scratch = nullptr;
+  EPFUSE_RANK_CUDA_CHECK(rank, cudaMallocAsync(&scratch, send.size() + recv.size(), stream));
+  // Freed in stream order on every path, errors included.
+  struct Scratch {
+    void* ptr;
+    cudaStream_t stream;
+    int rank;
+    ~Scratch() {
+      log_errors("host collective scratch", [this] { EPFUSE_RANK_CUDA_CHECK(rank, cudaFreeAsync(ptr, stream)); });
+    }
+  } owner{scratch, stream, rank};
+  std::byte* send_dev = static_cast<std::byte*>(scratch);
+  std::byte* recv_dev = send_dev + send.size();
+  EPFUSE_RANK_CUDA_CHECK(rank, cudaMemcpyAsync(send_dev, send.data(), send.size(), cudaMemcpyHostToDevice, stream));
+  enqueue(static_cast<const void*>(send_dev), static_cast<void*>(recv_dev));
+  EPFUSE_RANK_CUDA_CHECK(rank, cudaMemcpyAsync(recv.data(), recv_dev, recv.size(), cudaMemcpyDeviceToHost, stream));
+  EPFUSE_RANK_CUDA_CHECK(rank, cudaStreamSynchronize(stream));
+}
+
 }  // namespace
 
 // --- BootstrapOptions ---
@@ -151,7 +263,10 @@ SymmetricBuffer::SymmetricBuffer(SymmetricBuffer&& other) noexcept
       device_(other.device_),
       ptr_(std::exchange(other.ptr_, nullptr)),
       window_(std::exchange(other.window_, nullptr)),
-      bytes_(std::exchange(other.bytes_, 0)) {}
+      bytes_(std::exchange(other.bytes_, 0)),
+      slices_(std::move(other.slices_)),
+      slices_base_(std::exchange(other.slices_base_, nullptr)),
+      stride_(std::exchange(other.stride_, 0)) {}
 
 SymmetricBuffer& SymmetricBuffer::operator=(SymmetricBuffer&& other) noexcept {
   if (this != &other) {
@@ -161,6 +276,9 @@ SymmetricBuffer& SymmetricBuffer::operator=(SymmetricBuffer&& other) noexcept {
     ptr_ = std::exchange(other.ptr_, nullptr);
     window_ = std::exchange(other.window_, nullptr);
     bytes_ = std::exchange(other.bytes_, 0);
+    slices_ = std::move(other.slices_);
+    slices_base_ = std::exchange(other.slices_base_, nullptr);
+    stride_ = std::exchange(other.stride_, 0);
   }
   return *this;
 }
@@ -169,6 +287,14 @@ SymmetricBuffer::~SymmetricBuffer() { log_errors("~SymmetricBuffer", [this] { re
 
 void SymmetricBuffer::reset() {
   if (ptr_ == nullptr) return;
+  if (slices_ != nullptr) {  // loopback: drop this rank's share; the last one frees (free_slices)
+    ptr_ = nullptr;
+    bytes_ = 0;
+    slices_base_ = nullptr;
+    stride_ = 0;
+    slices_.reset();
+    return;
+  }
   // Clear the members first so that a failure below cannot lead to a second free.
   ncclComm_t comm = std::exchange(comm_, nullptr);
   void* ptr = std::exchange(ptr_, nullptr);
@@ -282,6 +408,7 @@ void Communicator::init_barrier() {
 }
 
 Communicator::~Communicator() {
+  if (transport_ == Transport::kLoopback) return;  // no stream, word or NCCL comm; the hub is shared
   log_errors("~Communicator", [this] {
     DeviceGuard guard(device_, rank_);
     // Every step runs even when an earlier one failed; the first failure is reported.
@@ -298,12 +425,30 @@ Communicator::~Communicator() {
 }
 
 SymmetricBuffer Communicator::alloc_symmetric(size_t bytes) {
+  const bool loopback = transport_ == Transport::kLoopback;
+  if (loopback) {  // agree on the size first: a mismatch fails every rank before any CUDA call
+    const std::vector<uint64_t> sizes = loopback_gather_one<uint64_t>(*hub_, rank_, "alloc_symmetric", bytes);
+    require_same_counts(rank_, "alloc_symmetric", sizes, "bytes");
+  }
   EPFUSE_REQUIRE(bytes > 0, ErrorCode::kInvalidArgument,
                  rank_prefix(rank_) + "alloc_symmetric: size 0 (a window needs at least one byte)");
-  DeviceGuard guard(device_, rank_);
   SymmetricBuffer buffer;
-  buffer.comm_ = comm_;
   buffer.device_ = device_;
+  if (loopback) {
+    const size_t world = static_cast<size_t>(world_size_);
+    EPFUSE_REQUIRE(bytes <= (SIZE_MAX - kSliceAlignment) / world, ErrorCode::kInvalidArgument,
+                   rank_prefix(rank_) + "alloc_symmetric: " + std::to_string(bytes) + " bytes times " +
+                       std::to_string(world) + " ranks overflows size_t");
+    const size_t stride = (bytes + kSliceAlignment - 1) / kSliceAlignment * kSliceAlignment;
+    buffer.slices_ = share_slices(*hub_, rank_, device_, stride * world);
+    buffer.slices_base_ = buffer.slices_.get();
+    buffer.stride_ = stride;
+    buffer.ptr_ = static_cast<std::byte*>(buffer.slices_base_) + static_cast<size_t>(rank_) * stride;
+    buffer.bytes_ = bytes;
+    return buffer;
+  }
+  DeviceGuard guard(device_, rank_);
+  buffer.comm_ = comm_;
   EPFUSE_RANK_NCCL_CHECK(rank_, ncclMemAlloc(&buffer.ptr_, bytes));
   buffer.bytes_ = bytes;
   // On failure `buffer` frees the memory (its window_ is still null).
@@ -313,6 +458,9 @@ SymmetricBuffer Communicator::alloc_symmetric(size_t bytes) {
 }
 
 DeviceComm Communicator::create_device_comm(int lsa_barrier_count) {
+  EPFUSE_REQUIRE(transport_ != Transport::kLoopback, ErrorCode::kUnsupported,
+                 rank_prefix(rank_) + "create_device_comm: NCCL device communicators are not available in the "
+                                      "one-GPU (loopback) mode");
   EPFUSE_REQUIRE(lsa_barrier_count >= 0, ErrorCode::kInvalidArgument,
                  rank_prefix(rank_) + "create_device_comm: lsa_barrier_count=" + std::to_string(lsa_barrier_count) +
                      " is negative");
@@ -331,10 +479,73 @@ DeviceComm Communicator::create_device_comm(int lsa_barrier_count) {
 }
 
 void Communicator::barrier() {
+  if (transport_ == Transport::kLoopback) {
+    hub_->exchange(rank_, "barrier", std::span<const std::byte>());
+    return;
+  }
   DeviceGuard guard(device_, rank_);
   EPFUSE_RANK_NCCL_CHECK(rank_, ncclAllReduce(barrier_word_, barrier_word_, 1, ncclInt32, ncclMax, comm_,
                                               barrier_stream_));
   EPFUSE_RANK_CUDA_CHECK(rank_, cudaStreamSynchronize(barrier_stream_));
+}
+
+std::vector<double> Communicator::all_gather(std::span<const double> local) {
+  const size_t n = local.size();
+  if (transport_ == Transport::kLoopback) {
+    const std::vector<std::vector<double>> each = loopback_gather(*hub_, rank_, "all_gather", local);
+    std::vector<uint64_t> counts;
+    for (const std::vector<double>& values : each) counts.push_back(values.size());
+    require_same_counts(rank_, "all_gather", counts, "values");
+    std::vector<double> all;
+    all.reserve(n * each.size());
+    for (const std::vector<double>& values : each) all.insert(all.end(), values.begin(), values.end());
+    return all;
+  }
+  std::vector<double> all(n * static_cast<size_t>(world_size_));
+  if (n == 0) return all;  // every rank passes the same count: none of them calls NCCL
+  staged_collective(rank_, device_, barrier_stream_, std::as_bytes(local), std::as_writable_bytes(std::span(all)),
+                    [&](const void* send, void* recv) {
+                      EPFUSE_RANK_NCCL_CHECK(rank_,
+                                             ncclAllGather(send, recv, n, ncclFloat64, comm_, barrier_stream_));
+                    });
+  return all;
+}
+
+double Communicator::all_reduce_max(double local) {
+  constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+  if (transport_ == Transport::kLoopback) {
+    double max = -std::numeric_limits<double>::infinity();
+    for (double v : loopback_gather_one(*hub_, rank_, "all_reduce_max", local)) {
+      if (std::isnan(v)) return kNaN;
+      max = std::max(max, v);
+    }
+    return max;
+  }
+  // NCCL's max does not propagate NaN: a NaN travels as a flag beside the value, both maxed at once.
+  const bool nan = std::isnan(local);
+  const double send[2] = {nan ? -std::numeric_limits<double>::infinity() : local, nan ? 1.0 : 0.0};
+  double recv[2] = {0.0, 0.0};
+  staged_collective(rank_, device_, barrier_stream_, std::as_bytes(std::span(send)),
+                    std::as_writable_bytes(std::span(recv)), [&](const void* s, void* r) {
+                      EPFUSE_RANK_NCCL_CHECK(rank_, ncclAllReduce(s, r, 2, ncclFloat64, ncclMax, comm_,
+                                                                  barrier_stream_));
+                    });
+  return recv[1] > 0.0 ? kNaN : recv[0];
+}
+
+int64_t Communicator::all_reduce_sum(int64_t local) {
+  if (transport_ == Transport::kLoopback) {
+    int64_t sum = 0;
+    for (int64_t v : loopback_gather_one(*hub_, rank_, "all_reduce_sum", local)) sum += v;
+    return sum;
+  }
+  int64_t sum = 0;
+  staged_collective(rank_, device_, barrier_stream_, std::as_bytes(std::span(&local, 1)),
+                    std::as_writable_bytes(std::span(&sum, 1)), [&](const void* s, void* r) {
+                      EPFUSE_RANK_NCCL_CHECK(rank_, ncclAllReduce(s, r, 1, ncclInt64, ncclSum, comm_,
+                                                                  barrier_stream_));
+                    });
+  return sum;
 }
 
 }  // namespace epfuse

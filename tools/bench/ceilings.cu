@@ -139,7 +139,7 @@ void fill_random(bf16* data, size_t n, uint64_t seed, cudaStream_t stream) {
 
 Ceilings measure_ceilings(Communicator& comm, cudaStream_t stream) {
   const double mine[3] = {gemm_tflops(stream), hbm_gbps(stream), nvlink_gbps(comm, stream)};
-  const std::vector<double> all = tools::all_gather(comm, mine, stream);
+  const std::vector<double> all = comm.all_gather(mine);
   const int world = comm.world_size();
   auto across = [&](int which) {
     std::vector<double> v(world);

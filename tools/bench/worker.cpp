@@ -48,16 +48,16 @@ class RecordSink {
 };
 
 // Collective: each rank's values summed over ranks.
-std::vector<double> sum_over_ranks(Communicator& comm, const std::vector<double>& mine, cudaStream_t stream) {
-  const std::vector<double> all = tools::all_gather(comm, mine, stream);
+std::vector<double> sum_over_ranks(Communicator& comm, const std::vector<double>& mine) {
+  const std::vector<double> all = comm.all_gather(mine);
   std::vector<double> sum(mine.size(), 0.0);
   for (size_t i = 0; i < all.size(); ++i) sum[i % mine.size()] += all[i];
   return sum;
 }
 
 // Collective: per iteration the slowest rank, then statistics over iterations.
-Summary slowest_rank(Communicator& comm, const std::vector<double>& ms, cudaStream_t stream) {
-  return summarize(max_over_ranks(tools::all_gather(comm, ms, stream), comm.world_size()));
+Summary slowest_rank(Communicator& comm, const std::vector<double>& ms) {
+  return summarize(max_over_ranks(comm.all_gather(ms), comm.world_size()));
 }
 
 // What the routing of a case's input sets asks of the GPUs: the floor (per term the slowest rank,
@@ -69,7 +69,7 @@ struct CaseLoad {
 };
 
 CaseLoad case_load(Communicator& comm, const LayerConfig& cfg, const std::vector<InputSet>& sets,
-                   const Ceilings& ceilings, cudaStream_t stream) {
+                   const Ceilings& ceilings) {
   const int world = comm.world_size(), rank = comm.rank(), per_rank = cfg.experts_per_rank(world);
   CaseLoad out;
   for (size_t s = 0; s < sets.size(); ++s) {
@@ -79,7 +79,7 @@ CaseLoad case_load(Communicator& comm, const LayerConfig& cfg, const std::vector
     std::vector<double> packed = counts.slots_per_expert;
     packed.insert(packed.end(), counts.sends_per_rank.begin(), counts.sends_per_rank.end());
     packed.insert(packed.end(), counts.recvs_per_rank.begin(), counts.recvs_per_rank.end());
-    packed = sum_over_ranks(comm, packed, stream);
+    packed = sum_over_ranks(comm, packed);
     const auto e_end = packed.begin() + cfg.num_experts;
     counts.slots_per_expert.assign(packed.begin(), e_end);
     counts.sends_per_rank.assign(e_end, e_end + world);
@@ -138,9 +138,9 @@ void time_phases(RankJob& job, const std::vector<InputSet>& sets, BenchRow& row)
   }
   layer.set_phase_timing(false);
   if (!supported) return;
-  row.dispatch_ms = slowest_rank(job.comm(), phases[0], job.stream()).median;
-  row.experts_ms = slowest_rank(job.comm(), phases[1], job.stream()).median;
-  row.combine_ms = slowest_rank(job.comm(), phases[2], job.stream()).median;
+  row.dispatch_ms = slowest_rank(job.comm(), phases[0]).median;
+  row.experts_ms = slowest_rank(job.comm(), phases[1]).median;
+  row.combine_ms = slowest_rank(job.comm(), phases[2]).median;
 }
 
 }  // namespace
@@ -179,7 +179,7 @@ void run_worker(const BenchOptions& o) {
     for (int s = 0; s < o.sets; ++s)
       sets.emplace_back(cfg, world, rank, bc.tokens_per_rank, o.routing, tools::call_seed(o.seed, s), stream);
     EPFUSE_CUDA_CHECK(cudaStreamSynchronize(stream));  // the jobs use their own streams
-    const CaseLoad load = case_load(*comm, cfg, sets, ceilings, stream);
+    const CaseLoad load = case_load(*comm, cfg, sets, ceilings);
     double gemm_alone_ms = kNaN, gemm_alone_grouped_ms = kNaN, gemm_alone_loop_ms = kNaN;
     std::string gemm_path;
 
@@ -200,9 +200,9 @@ void run_worker(const BenchOptions& o) {
       if (std::isnan(gemm_alone_ms)) {  // once per case, with the first layer's weights
         const GemmAloneTimes t =
             time_expert_gemms(cfg, job->weights().view(), load.local_rows, o.warmup, o.iters, stream);
-        gemm_alone_ms = slowest_rank(*comm, t.layer_ms(), stream).median;
-        gemm_alone_grouped_ms = slowest_rank(*comm, t.grouped_ms, stream).median;
-        gemm_alone_loop_ms = slowest_rank(*comm, t.loop_ms, stream).median;
+        gemm_alone_ms = slowest_rank(*comm, t.layer_ms()).median;
+        gemm_alone_grouped_ms = slowest_rank(*comm, t.grouped_ms).median;
+        gemm_alone_loop_ms = slowest_rank(*comm, t.loop_ms).median;
         gemm_path = unfused::to_string(t.layer_path);  // rank 0's: only rank 0 writes the record
       }
       const std::vector<int> rows = tools::sample_rows(bc.tokens_per_rank, o.verify_rows);
@@ -216,7 +216,7 @@ void run_worker(const BenchOptions& o) {
             EPFUSE_CUDA_CHECK(cudaStreamSynchronize(job->stream()));
             comm->barrier();
           });
-      const Summary layer_ms = slowest_rank(*comm, ms, stream);
+      const Summary layer_ms = slowest_rank(*comm, ms);
       time_phases(*job, sets, row);
 
       row.iters = o.iters;

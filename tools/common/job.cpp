@@ -116,8 +116,6 @@ RankJob::RankJob(Communicator& comm, const LayerConfig& cfg, Impl impl, uint64_t
     EPFUSE_CUDA_CHECK(cudaStreamSynchronize(stream_));
     layer_ = MoeLayer::create(impl, cfg_, comm_, weights_->view());
     y_ = DeviceArray<bf16>(static_cast<size_t>(std::max(cfg_.max_tokens_per_rank, 1)) * cfg_.hidden);
-    reduce_max_ = DeviceArray<double>(1);
-    reduce_sum_ = DeviceArray<int64_t>(1);
   } catch (...) {
     layer_.reset();
     weights_.reset();
@@ -174,37 +172,12 @@ Verdict RankJob::verified_forward(const InputSet& in, std::span<const int> rows,
     v.output_norm = std::sqrt(sq);
   }
 
-  // NCCL has no NaN-propagating max: a NaN error travels as +inf (unwritten > 0 says why).
-  double local_err = std::isnan(v.rel_err) ? std::numeric_limits<double>::infinity() : v.rel_err;
-  EPFUSE_CUDA_CHECK(cudaMemcpyAsync(reduce_max_.get(), &local_err, sizeof(double), cudaMemcpyHostToDevice,
-                                    stream_));
-  EPFUSE_CUDA_CHECK(cudaMemcpyAsync(reduce_sum_.get(), &v.unwritten, sizeof(int64_t),
-                                    cudaMemcpyHostToDevice, stream_));
-  EPFUSE_NCCL_CHECK(ncclGroupStart());
-  EPFUSE_NCCL_CHECK(ncclAllReduce(reduce_max_.get(), reduce_max_.get(), 1, ncclFloat64, ncclMax,
-                                  comm_.nccl(), stream_));
-  EPFUSE_NCCL_CHECK(ncclAllReduce(reduce_sum_.get(), reduce_sum_.get(), 1, ncclInt64, ncclSum,
-                                  comm_.nccl(), stream_));
-  EPFUSE_NCCL_CHECK(ncclGroupEnd());
-  EPFUSE_CUDA_CHECK(cudaMemcpyAsync(&v.max_rel_err, reduce_max_.get(), sizeof(double), cudaMemcpyDeviceToHost,
-                                    stream_));
-  EPFUSE_CUDA_CHECK(cudaMemcpyAsync(&v.total_unwritten, reduce_sum_.get(), sizeof(int64_t),
-                                    cudaMemcpyDeviceToHost, stream_));
-  EPFUSE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  // A NaN error is reported as +inf (Verdict::max_rel_err; unwritten > 0 says why).
+  const double local_err = std::isnan(v.rel_err) ? std::numeric_limits<double>::infinity() : v.rel_err;
+  v.max_rel_err = comm_.all_reduce_max(local_err);
+  v.total_unwritten = comm_.all_reduce_sum(v.unwritten);
   v.passed = v.max_rel_err <= tolerance && v.total_unwritten == 0;
   return v;
-}
-
-std::vector<double> all_gather(Communicator& comm, std::span<const double> local, cudaStream_t stream) {
-  const size_t n = local.size();
-  std::vector<double> all(n * static_cast<size_t>(comm.world_size()));
-  if (n == 0) return all;
-  DeviceArray<double> send(n), recv(all.size());
-  EPFUSE_CUDA_CHECK(cudaMemcpyAsync(send.get(), local.data(), send.bytes(), cudaMemcpyHostToDevice, stream));
-  EPFUSE_NCCL_CHECK(ncclAllGather(send.get(), recv.get(), n, ncclFloat64, comm.nccl(), stream));
-  EPFUSE_CUDA_CHECK(cudaMemcpyAsync(all.data(), recv.get(), recv.bytes(), cudaMemcpyDeviceToHost, stream));
-  EPFUSE_CUDA_CHECK(cudaStreamSynchronize(stream));
-  return all;
 }
 
 // ---- timing ----

@@ -164,12 +164,7 @@ class RankJob {
   std::unique_ptr<RankWeights> weights_;
   std::unique_ptr<MoeLayer> layer_;
   DeviceArray<bf16> y_;
-  DeviceArray<double> reduce_max_;     // all-reduce scratch: max rel err
-  DeviceArray<int64_t> reduce_sum_;    // all-reduce scratch: unwritten count
 };
-
-// Collective: every rank's `local` values (all ranks pass the same count), rank-major.
-std::vector<double> all_gather(Communicator& comm, std::span<const double> local, cudaStream_t stream);
 
 // Runs `body(i)` n times on `stream`, each between two cudaEvents, and returns each iteration's
 // milliseconds. `before(i)`, if given, runs on the host ahead of each iteration outside the timed

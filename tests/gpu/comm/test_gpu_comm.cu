@@ -1,14 +1,16 @@
 // The communicator on GPUs: symmetric windows reached through LSA pointers with 16-byte device
-// stores and loads, ordered by LSA barriers; borrow(); argument and device errors.
+// stores and loads, ordered by LSA barriers; host collectives; borrow(); argument and device errors.
 // Every window is poisoned before a kernel runs and checked word for word afterwards.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 #include <nccl.h>
 #include <nccl_device.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -300,6 +302,33 @@ TEST(GpuComm, BadArgumentsAreRejected) {
   int device = -1;
   EPFUSE_CUDA_CHECK(cudaGetDevice(&device));
   EXPECT_EQ(device, c.device()) << "a failed bootstrap must not change the current device";
+}
+
+// The host collectives through NCCL: values that differ per rank, a maximum that is negative (a
+// reduction that starts from 0 would show), NaN from one rank only, and sums past 32 bits.
+TEST(GpuComm, HostCollectivesCombineEveryRank) {
+  Communicator& c = comm();
+  const int world = c.world_size(), me = c.rank();
+  auto value = [](int rank, int i) { return rank * 1000.0 + i + 0.25; };
+  std::vector<double> mine, want;
+  for (int i = 0; i < 5; ++i) mine.push_back(value(me, i));
+  for (int r = 0; r < world; ++r)
+    for (int i = 0; i < 5; ++i) want.push_back(value(r, i));
+  EXPECT_EQ(c.all_gather(mine), want);
+  EXPECT_TRUE(c.all_gather(std::vector<double>{}).empty());
+
+  constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  EXPECT_EQ(c.all_reduce_max(-1.5 * (me + 1)), -1.5);
+  EXPECT_EQ(c.all_reduce_max(me == world - 1 ? 7.0 : -2.0), 7.0);  // the largest on the last rank
+  EXPECT_TRUE(std::isnan(c.all_reduce_max(me == world - 1 ? kNaN : 1e300)));
+  EXPECT_TRUE(std::isnan(c.all_reduce_max(me == 0 ? kNaN : kInf)));
+  EXPECT_EQ(c.all_reduce_max(me == 0 ? kInf : 1.0), kInf);
+
+  int64_t sum = 0;
+  for (int r = 0; r < world; ++r) sum += (int64_t{r} + 1) << 40;
+  EXPECT_EQ(c.all_reduce_sum((int64_t{me} + 1) << 40), sum);
+  EXPECT_EQ(c.all_reduce_sum(me % 2 ? -3 : 5), 5 * ((world + 1) / 2) - 3 * (world / 2));
 }
 
 TEST(GpuComm, BorrowLeavesTheCommToItsOwner) {
