@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # Runs on a lent GPU machine over a build made on the dev machine and carried as .carry/build
 # (see scripts/device-pack.sh). Usage: bash scripts/device-run.sh STEP... ; logs go to $OUT (or /tmp/out).
-# Steps: unit (GPU unit tests), run-unfused / run-fused (CLI correctness matrix), smoke, vary1000,
-# bench-<impls> (impls joined by '_', e.g. bench-unfused_fused).
+# Steps: unit (GPU unit tests, one process per GPU), run-unfused / run-fused (CLI correctness matrix,
+# one process per GPU), onegpu-unit / run-onegpu (the same with every rank on GPU 0: --one-gpu),
+# sanitize (compute-sanitizer memcheck and racecheck on a small world-4 one-GPU run), smoke, vary1000,
+# bench-<impls> (impls joined by '_', e.g. bench-unfused_fused), bench-w1 (the fused layer on the
+# per-GPU shapes at world 1; with EPFUSE_BASE_BIN set, that binary's rows too, interleaved, for an A/B),
+# sass (the GEMM loop of the LSA kernel against EPFUSE_BASE_BIN's).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -22,9 +26,32 @@ nvidia-smi --query-gpu=index,name,clocks.sm,memory.used --format=csv,noheader
 for step in "$@"; do
   echo "=== $step $(date -u +%H:%M:%S)"
   case $step in
-    unit) ctest -L gpu -E '^run_' --timeout 180 --output-on-failure 2>&1 | tee "$OUT/unit.log" | grep -E "Test +#|tests passed|tests failed|FAILED|Error|error" | tail -40 ;;
+    unit) ctest -L gpu -E '^run_|onegpu' --timeout 180 --output-on-failure 2>&1 | tee "$OUT/unit.log" | grep -E "Test +#|tests passed|tests failed|FAILED|Error|error" | tail -40 ;;
     run-unfused|run-fused) impl=${step#run-}
-      ctest -L run -R "^run_${impl}_" --timeout 300 --output-on-failure 2>&1 | tee "$OUT/$step.log" | grep -E "tests passed|tests failed|\*\*\*|Failed|Timeout" | tail -40 ;;
+      ctest -L run -R "^run_${impl}_" -E onegpu --timeout 300 --output-on-failure 2>&1 | tee "$OUT/$step.log" | grep -E "tests passed|tests failed|\*\*\*|Failed|Timeout" | tail -40 ;;
+    onegpu-unit) ctest -L onegpu --timeout 600 --output-on-failure 2>&1 | tee "$OUT/onegpu-unit.log" | grep -E "Test +#|tests passed|tests failed|FAILED|Error|error" | tail -40 ;;
+    run-onegpu)
+      ctest -L run -R '^run_fused_onegpu_' --timeout 600 --output-on-failure 2>&1 | tee "$OUT/run-onegpu.log" | grep -E "tests passed|tests failed|\*\*\*|Failed|Timeout" | tail -40 ;;
+    sanitize)  # every wait bounded generously: the tools slow the kernels by orders of magnitude
+      for tool in memcheck racecheck synccheck; do
+        echo "--- $tool"
+        EPFUSE_TIMEOUT_MS=600000 timeout 500 compute-sanitizer --tool $tool --error-exitcode 9 tools/epfuse run --one-gpu \
+          --impl fused --ranks 4 --hidden 256 --intermediate 256 --experts 16 --topk 4 --tokens 24,0,7,1 --routing one-rank 2>&1 | tail -25
+        echo "exit ${PIPESTATUS[0]}"
+      done 2>&1 | tee "$OUT/sanitize.log" ;;
+    bench-w1)  # the FACTS one-GPU table's shapes: one GPU's share of each world-4 config, at world 1
+      bins=("tools/epfuse"); [ -n "${EPFUSE_BASE_BIN:-}" ] && bins+=("$EPFUSE_BASE_BIN")
+      for round in 1 2; do for bin in "${bins[@]}"; do tag=$( [ "$bin" = tools/epfuse ] && echo new || echo base )
+        for shape in "dsv3 7168 2048 64 8 128,1024,4096" "qwen3 2048 768 32 8 128,4096,16384" "mixtral 4096 14336 2 2 4096"; do
+          set -- $shape
+          timeout 300 $bin bench --impl fused --ranks 1 --torch off --ceilings gemm=790,hbm=4250,nvlink=350 \
+            --hidden $2 --intermediate $3 --experts $4 --topk $5 --tokens $6 --json "$OUT/bench-w1-$tag-$1-r$round.json" 2>&1 \
+            | grep -E "fused|verified" | sed "s/^/$tag r$round $1: /"
+        done
+      done; done 2>&1 | tee "$OUT/bench-w1.log" ;;
+    sass)  # the LSA kernels' SASS against the base binary's (scripts/sass_compare.py)
+      cuobjdump -sass tools/epfuse > "$OUT/sass-new.txt" && cuobjdump -sass "$EPFUSE_BASE_BIN" > "$OUT/sass-base.txt" &&
+        python3 "$repo/scripts/sass_compare.py" "$OUT/sass-new.txt" "$OUT/sass-base.txt" 2>&1 | tee "$OUT/sass-compare.log" ;;
     smoke)
       for impl in unfused fused; do
         EPFUSE_TIMEOUT_MS=5000 timeout 120 tools/epfuse run --impl $impl --ranks 4 --hidden 256 --intermediate 256 --experts 16 --topk 4 --tokens 128,0,7,1 2>&1 | tail -12

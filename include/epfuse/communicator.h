@@ -1,4 +1,8 @@
-// epfuse/communicator.h: one process per GPU, NCCL underneath, symmetric windows for the kernels.
+// epfuse/communicator.h: the ranks of a world, their symmetric windows and host collectives.
+//
+// Two transports (Transport): NCCL (one process per GPU, windows reached through NVLink LSA
+// pointers) and loopback (every rank of a world in one process on one GPU, one host thread per rank:
+// LoopbackWorld). Layers and tools use a Communicator the same way under both.
 //
 // Lifetime: SymmetricBuffer and DeviceComm refer to their Communicator's ncclComm_t and must be
 // destroyed before it (declare them after the Communicator, or reset them first). Creating and
@@ -8,8 +12,12 @@
 #pragma once
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
+#include <functional>
 #include <memory>
+#include <span>
 #include <string>
+#include <vector>
 
 #include <nccl.h>
 
@@ -17,6 +25,15 @@ struct ncclDevComm;  // nccl_device/core.h; include <nccl_device.h> where kernel
 struct CUstream_st;  // cudaStream_t, without pulling cuda_runtime.h into every user
 
 namespace epfuse {
+
+enum class Transport {
+  kNccl,      // one process per GPU; peers' windows through NCCL LSA (NVLink) pointers
+  kLoopback,  // all ranks in one process on one GPU; rank r's window is slice r of one allocation
+};
+
+namespace detail {
+class LoopbackHub;  // the state the ranks of a LoopbackWorld share (src/comm/loopback_hub.h)
+}
 
 // The torchrun convention: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT.
 struct BootstrapOptions {
@@ -35,8 +52,11 @@ struct BootstrapOptions {
   void validate() const;
 };
 
-// Memory from ncclMemAlloc registered as an NCCL_WIN_COLL_SYMMETRIC window: every rank holds one
-// of the same size and kernels reach peers' copies with ncclGetLsaPointer(window(), offset, peer).
+// A window every rank holds at the same size, which kernels reach on peers.
+// NCCL: memory from ncclMemAlloc registered as an NCCL_WIN_COLL_SYMMETRIC window; kernels reach
+// peers' copies with ncclGetPeerPointer(window(), offset, peer).
+// Loopback: slice rank() of one device allocation of world_size() slices of stride() bytes each;
+// peer p's copy is at slices_base() + p * stride(). window() is null.
 class SymmetricBuffer {
  public:
   SymmetricBuffer() = default;
@@ -49,8 +69,12 @@ class SymmetricBuffer {
   void* local() const { return ptr_; }
   ncclWindow_t window() const { return window_; }
   size_t bytes() const { return bytes_; }
-  // Deregisters and frees now (collective); throws on an NCCL error. The destructor and move
-  // assignment do the same but only log errors to stderr.
+  // Loopback only (null / 0 under NCCL): slice 0 and the distance between slices.
+  void* slices_base() const { return slices_base_; }
+  size_t stride() const { return stride_; }
+  // NCCL: deregisters and frees now (collective); throws on an NCCL error. Loopback: drops this
+  // rank's share; the allocation is freed with the last rank's share (not collective). The
+  // destructor and move assignment do the same but only log errors to stderr.
   void reset();
 
  private:
@@ -60,6 +84,9 @@ class SymmetricBuffer {
   void* ptr_ = nullptr;
   ncclWindow_t window_ = nullptr;
   size_t bytes_ = 0;
+  std::shared_ptr<void> slices_;  // loopback: the allocation of every rank's slice
+  void* slices_base_ = nullptr;
+  size_t stride_ = 0;
 };
 
 // An ncclDevComm (LSA barriers) for kernels; passed to kernels by value via get().
@@ -104,20 +131,38 @@ class Communicator {
   int rank() const { return rank_; }
   int world_size() const { return world_size_; }
   int device() const { return device_; }
+  Transport transport() const { return transport_; }
+  // How many ranks of this world share this rank's GPU (1 under NCCL, world_size() in loopback):
+  // their persistent kernels must all be resident at once.
+  int ranks_per_device() const { return transport_ == Transport::kLoopback ? world_size_ : 1; }
+  // The NCCL communicator; null in loopback (NCCL cannot put two ranks on one GPU).
   ncclComm_t nccl() const { return comm_; }
 
-  // Collective: every rank calls with the same size (> 0).
+  // Collective: every rank calls with the same size (> 0). Loopback: a size that differs between
+  // ranks is an Error(kInvalidArgument) on every rank; the memory is not zeroed.
   SymmetricBuffer alloc_symmetric(size_t bytes);
   // Collective: an ncclDevComm with this many LSA barriers (one per CTA that synchronises; >= 0).
-  // Never requests NVLink multicast.
+  // Never requests NVLink multicast. NCCL only: Error(kUnsupported) in loopback.
   DeviceComm create_device_comm(int lsa_barrier_count);
-  // Collective: returns when every rank has called it (an NCCL all-reduce, then a stream sync).
+  // Collective: returns when every rank has called it (NCCL: an all-reduce, then a stream sync;
+  // loopback: a host barrier).
   void barrier();
 
+  // Host collectives (every rank calls, in the same order, with the same count); they use the
+  // communicator's own stream and scratch, never the caller's stream, and return on the host.
+  // Every rank's `local`, rank-major.
+  std::vector<double> all_gather(std::span<const double> local);
+  // The largest value over ranks; NaN if any rank's is NaN.
+  double all_reduce_max(double local);
+  // The sum over ranks.
+  int64_t all_reduce_sum(int64_t local);
+
  private:
+  friend class LoopbackWorld;
   Communicator() = default;
   void init_barrier();  // the stream and word barrier() uses, on device_
 
+  Transport transport_ = Transport::kNccl;
   ncclComm_t comm_ = nullptr;
   bool owned_ = false;
   int rank_ = 0;
@@ -125,6 +170,51 @@ class Communicator {
   int device_ = 0;
   CUstream_st* barrier_stream_ = nullptr;
   int* barrier_word_ = nullptr;  // device memory: the all-reduce operand
+  std::shared_ptr<detail::LoopbackHub> hub_;  // loopback: shared with the world's other ranks
+};
+
+// Every rank of a world of world_size ranks inside this process, on one GPU (Transport::kLoopback):
+// the multi-rank protocol testable at any world size on a machine with one GPU. One host thread per
+// rank does what one process does with an NCCL communicator (create the layer, forward,
+// check_errors, destroy), each rank on its own stream. Timing in this mode means nothing.
+//
+// Host collectives (barrier, all_gather, all_reduce_*, alloc_symmetric) wait at most `timeout` for
+// the slowest rank, then throw Error(kTimeout) naming the ranks that did not arrive; after abort()
+// (or a timeout) every rank's current and later collective throws Error(kAborted) naming the rank
+// that failed and why, so no thread waits for a rank that has given up.
+//
+// The GPU is shared: a CUDA call that synchronises the whole device (cudaFree, cudaMalloc,
+// cudaDeviceSynchronize, synchronous cudaMemcpy/cudaMemset) on one rank's thread waits for every
+// rank's kernels, and a rank's forward waits on the device for its peers' forwards. So a thread that
+// makes such a call while a peer's forward is in flight and before making its own forward deadlocks
+// until the device-side timeout. Put barrier() between such calls and the forward (run's `epfuse run
+// --one-gpu` and the GPU tests do), or use stream-ordered allocation.
+class LoopbackWorld {
+ public:
+  // Throws Error(kInvalidArgument) for world_size < 1, device < 0 or timeout < 1 ms. Touches no GPU.
+  LoopbackWorld(int world_size, int device, std::chrono::milliseconds timeout = std::chrono::milliseconds(120000));
+  ~LoopbackWorld();
+  LoopbackWorld(const LoopbackWorld&) = delete;
+  LoopbackWorld& operator=(const LoopbackWorld&) = delete;
+
+  int world_size() const;
+  int device() const;
+
+  // The communicator of `rank` (once per rank; Error(kInvalidArgument) for a rank out of range or
+  // taken twice). It may outlive the world object (the shared state is reference-counted).
+  std::unique_ptr<Communicator> communicator(int rank);
+  // Marks the world failed; see above. The first abort's rank and reason are kept.
+  void abort(int rank, const std::string& why);
+  bool aborted() const;
+
+  // Runs fn(comm) once per rank, each on its own thread with that rank's communicator (the thread's
+  // CUDA device set to device()), and returns when all have returned. A rank whose fn throws aborts
+  // the world, so the others' host collectives fail instead of waiting for it. Returns each rank's
+  // error message ("" for a rank that succeeded), indexed by rank.
+  std::vector<std::string> run(const std::function<void(Communicator&)>& fn);
+
+ private:
+  std::shared_ptr<detail::LoopbackHub> hub_;
 };
 
 }  // namespace epfuse

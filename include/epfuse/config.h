@@ -19,6 +19,12 @@ struct LayerConfig {
   int topk = 0;                 // k: experts per token
   int max_tokens_per_rank = 0;  // buffers are sized for this many tokens on every rank
   float swiglu_clamp = 0.0f;    // > 0: gate clamped to <= c, up clamped to [-c, c] (seed 000)
+  // SM budget: how many CTAs the fused persistent kernel may use on each rank, so that other kernels
+  // can run beside the layer. 0: every SM (NCCL), or SMs / ranks in the one-GPU (loopback) mode,
+  // where all ranks' kernels share one GPU and must be resident at once. A budget that cannot be
+  // resident (budget * ranks on the GPU > SMs * CTAs per SM) is an Error(kUnsupported) at creation.
+  // Ignored by the unfused chain.
+  int num_sms = 0;
 
   int experts_per_rank(int world_size) const { return num_experts / world_size; }
 };

@@ -11,9 +11,11 @@ enum class ErrorCode {
   kCuda,             // a CUDA runtime or cuBLAS call failed
   kNccl,             // an NCCL call failed
   kBootstrap,        // rendezvous over TCP failed or timed out
-  kTimeout,          // a device-side wait ran past its bound (rank, phase and flag in the message)
+  kTimeout,          // a bounded wait ran past its bound: on the device (rank, phase and flag in the
+                     // message) or a host collective of a LoopbackWorld (the ranks that did not arrive)
   kUnsupported,      // a feature or shape this build does not implement
   kInternal,         // a broken invariant inside epfuse
+  kAborted,          // another rank of the world failed first (the message names it and why)
 };
 
 const char* to_string(ErrorCode code) noexcept;

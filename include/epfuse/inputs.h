@@ -24,6 +24,9 @@ enum class Routing {
   kOneExpert,  // every token's slot 0 goes to one expert (from the seed); the other slots are -1
   kDropped,    // uniform, then 1 token in 16 loses every slot and the others each slot with
                // probability 1/5: about a quarter of the slots are -1
+  kOneRank,    // each token's first min(k, E/R) slots are distinct experts of one rank (drawn per
+               // token), the rest distinct experts of other ranks: at k >= E/R a token takes every
+               // local expert of that rank (a row sent once serves E/R experts)
 };
 std::string_view to_string(Routing routing);
 std::optional<Routing> parse_routing(std::string_view name);

@@ -66,6 +66,7 @@ std::string check_config(const LayerConfig& cfg, int world_size) {
     return problem("max_tokens_per_rank", cfg.max_tokens_per_rank, "must be in [1, 2^20]");
   if (!std::isfinite(cfg.swiglu_clamp) || cfg.swiglu_clamp < 0.0f)
     return problem("swiglu_clamp", cfg.swiglu_clamp, "must be 0 (no clamp) or a positive finite value");
+  if (cfg.num_sms < 0) return problem("num_sms", cfg.num_sms, "must be 0 (every SM) or a positive SM budget");
 
   // 32-bit indexing limits; the rule is documented with check_config in config.h.
   const long long local_experts = cfg.num_experts / world_size;

@@ -21,6 +21,8 @@ const char* to_string(ErrorCode code) noexcept {
       return "unsupported";
     case ErrorCode::kInternal:
       return "internal error";
+    case ErrorCode::kAborted:
+      return "aborted";
   }
   return "unknown error";
 }

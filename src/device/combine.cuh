@@ -61,7 +61,8 @@ __device__ __forceinline__ void reduce_token(const __nv_bfloat16* rows, size_t s
 }
 
 // Task: tokens [b * kCombineTokens, ...), one warp of g per token.
-__device__ void combine_task(const FusedContext& c, int block, const ThreadGroup& g = ThreadGroup::cta()) {
+template <class Transport>
+__device__ void combine_task(const FusedContext<Transport>& c, int block, const ThreadGroup& g = ThreadGroup::cta()) {
   const FusedParams& prm = *c.prm;
   const FusedDims& d = prm.dims;
   const int k = d.topk, H = d.hidden;
@@ -74,7 +75,7 @@ __device__ void combine_task(const FusedContext& c, int block, const ThreadGroup
     if (lane == 0 && expected != 0) {
       const uint64_t start = prm.profile != nullptr ? globaltimer_ns() : 0;
       const uint32_t base = c.token_base[t];
-      const uint32_t* signal = c.local<uint32_t>(token_signal_offset(prm.sym, d, c.parity, t));
+      const uint32_t* signal = local_ptr<uint32_t>(c, token_signal_offset(prm.sym, d, c.parity, t));
       ok = bounded_wait(prm, c.ctl, c.site(Phase::kCombine, WaitKind::kTokenTiles, t), expected,
                         [&] { return ld_acquire_sys(signal); },
                         [&](uint32_t v) { return counter_reached(v, base, expected); })
@@ -88,7 +89,7 @@ __device__ void combine_task(const FusedContext& c, int block, const ThreadGroup
     // Routed slots as a mask, read once per token rather than once per vector.
     uint32_t routed = 0;
     for (int j = 0; j < k; ++j) routed |= slot_is_routed(idx[j], d.num_experts) ? 1u << j : 0u;
-    const __nv_bfloat16* rows = c.local<const __nv_bfloat16>(combine_row_offset(prm.sym, d, c.parity, t, 0));
+    const __nv_bfloat16* rows = local_ptr<const __nv_bfloat16>(c, combine_row_offset(prm.sym, d, c.parity, t, 0));
     const size_t stride = static_cast<size_t>(H);  // a token's slot rows are consecutive (combine_row_offset)
     __nv_bfloat16* y_row = prm.y + static_cast<int64_t>(t) * H;
     if (k <= 2) {

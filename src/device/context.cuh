@@ -1,18 +1,20 @@
 // The per-launch view every task works through: the kernel argument, the private workspace carved by
-// PrivLayout, this call's parity, and pointers into this GPU's or a peer's symmetric window.
+// PrivLayout, this call's parity, and (through the Transport, transport.cuh) pointers into this
+// rank's or a peer's symmetric window.
 #pragma once
 #include <cstdint>
 
 #include <cuda_bf16.h>
-#include <nccl_device.h>
 
 #include "device/epoch.h"
 #include "device/errors.cuh"
 #include "device/kernel_params.h"
 #include "device/task_map.h"
+#include "device/transport.cuh"
 
 namespace epfuse::device {
 
+template <class Transport>
 struct FusedContext {
   const FusedParams* prm;
   FusedControl* ctl;
@@ -48,16 +50,18 @@ struct FusedContext {
     return c;
   }
 
-  // `offset` in rank's copy of the symmetric window (NVLink peer-mapped for rank != this rank).
-  template <class T>
-  __device__ T* peer(int rank, size_t offset) const {
-    return static_cast<T*>(ncclGetPeerPointer(prm->window, offset, rank));
-  }
-  template <class T>
-  __device__ T* local(size_t offset) const {
-    return static_cast<T*>(ncclGetLocalPointer(prm->window, offset));
-  }
   __device__ WaitSite site(Phase phase, WaitKind what, int a = 0, int b = 0) const { return {phase, what, a, b}; }
 };
+
+// Byte `offset` of rank's copy of the symmetric window (a peer's, or this rank's own).
+template <class T, class Transport>
+__device__ __forceinline__ T* peer_ptr(const FusedContext<Transport>& c, int rank, size_t offset) {
+  return static_cast<T*>(Transport::peer(*c.prm, rank, offset));
+}
+// Byte `offset` of this rank's copy of the symmetric window.
+template <class T, class Transport>
+__device__ __forceinline__ T* local_ptr(const FusedContext<Transport>& c, size_t offset) {
+  return static_cast<T*>(Transport::local(*c.prm, offset));
+}
 
 }  // namespace epfuse::device

@@ -23,7 +23,8 @@ namespace epfuse::device {
 struct TileRows {
   int expert, row0, rows;
 };
-__device__ __forceinline__ TileRows tile_rows(const FusedContext& c, const GemmTile& tile, int block_m) {
+template <class Transport>
+__device__ __forceinline__ TileRows tile_rows(const FusedContext<Transport>& c, const GemmTile& tile, int block_m) {
   const int row0 = (tile.mblock - c.plan.mb_start[tile.expert]) * block_m;
   return {tile.expert, row0, min(block_m, c.plan.rows[tile.expert] - row0)};
 }
@@ -35,15 +36,16 @@ struct ResolvedRow {
   int home, token, slot;
   float weight;
 };
-__device__ __forceinline__ ResolvedRow resolve_row(const FusedContext& c, const TileRows& w, int i) {
+template <class Transport>
+__device__ __forceinline__ ResolvedRow resolve_row(const FusedContext<Transport>& c, const TileRows& w, int i) {
   const FusedParams& prm = *c.prm;
   const RowSource src = row_source(c.plan, prm.dims.world, c.local_experts, w.expert, w.row0 + i);
-  const int4 raw = __ldcg(c.local<int4>(recv_entry_offset(prm.sym, prm.dims, c.parity, src.src, src.entry)));
+  const int4 raw = __ldcg(local_ptr<int4>(c, recv_entry_offset(prm.sym, prm.dims, c.parity, src.src, src.entry)));
   const RowEntry entry = *reinterpret_cast<const RowEntry*>(&raw);
   const __nv_bfloat16* a =
       src.src == prm.rank
           ? prm.x + static_cast<int64_t>(entry.row) * prm.dims.hidden
-          : c.local<const __nv_bfloat16>(recv_row_offset(prm.sym, prm.dims, c.parity, prm.rank, src.src, entry.row));
+          : local_ptr<const __nv_bfloat16>(c, recv_row_offset(prm.sym, prm.dims, c.parity, prm.rank, src.src, entry.row));
   return {a, src.src, entry.token, entry.slot, entry.weight};
 }
 
@@ -57,7 +59,8 @@ struct RowTableOf {
   int token[kRows];
   int slot[kRows];
 
-  __device__ void fill(const FusedContext& c, const TileRows& w, int i) {
+  template <class Transport>
+  __device__ void fill(const FusedContext<Transport>& c, const TileRows& w, int i) {
     a[i] = nullptr;
     if (i >= w.rows) return;
     const ResolvedRow r = resolve_row(c, w, i);
@@ -72,13 +75,14 @@ struct RowTableOf {
 // Waits (group g) until a tile's inputs are in: a Linear1 tile needs every sender's rows of its expert
 // (arrivals), a Linear2 tile every Linear1 tile of its m-block (l1_tiles of them, into h). False when
 // the wait was abandoned (recorded).
-__device__ __forceinline__ bool wait_tile_inputs(const FusedContext& c, const ThreadGroup& g, Phase phase,
+template <class Transport>
+__device__ __forceinline__ bool wait_tile_inputs(const FusedContext<Transport>& c, const ThreadGroup& g, Phase phase,
                                                  const GemmTile& tile, int l1_tiles) {
   const FusedParams& prm = *c.prm;
   if (phase == Phase::kLinear1) {
     const uint32_t rows = static_cast<uint32_t>(c.plan.rows[tile.expert]);
     const uint32_t base = c.plan.target[tile.expert] - rows;
-    const uint32_t* arrived = c.local<uint32_t>(arrival_offset(prm.sym, prm.dims, c.parity, tile.expert));
+    const uint32_t* arrived = local_ptr<uint32_t>(c, arrival_offset(prm.sym, prm.dims, c.parity, tile.expert));
     return group_wait(g, prm, c.ctl, c.site(Phase::kLinear1, WaitKind::kArrivals, tile.expert), rows,
                       [&] { return ld_acquire_sys(arrived); }, [&](uint32_t v) { return counter_reached(v, base, rows); });
   }
@@ -90,7 +94,8 @@ __device__ __forceinline__ bool wait_tile_inputs(const FusedContext& c, const Th
 
 // A tile's operand pipeline ran out of time (one thread calls it): record it and stop; the abort ends
 // every other wait.
-__device__ __forceinline__ void pipeline_failed(const FusedContext& c, Phase phase, const GemmTile& tile) {
+template <class Transport>
+__device__ __forceinline__ void pipeline_failed(const FusedContext<Transport>& c, Phase phase, const GemmTile& tile) {
   record_error(c.ctl, ErrorRecord{static_cast<int32_t>(ErrorKind::kTimeout), c.prm->rank, static_cast<int32_t>(phase),
                                   static_cast<int32_t>(WaitKind::kPipeline), tile.mblock, tile.nblock, 0, 0});
   raise_abort(c.ctl);
@@ -112,13 +117,16 @@ struct ExpertTiles {
   static_assert(kBlockM * (kBlockN + 8) * 2 <= Gemm::kSmemBytes, "the staged output tile fits in the GEMM's smem");
 
   using Where = TileRows;
-  __device__ static Where locate(const FusedContext& c, const GemmTile& tile) { return tile_rows(c, tile, kBlockM); }
+  template <class Transport>
+  __device__ static Where locate(const FusedContext<Transport>& c, const GemmTile& tile) { return tile_rows(c, tile, kBlockM); }
 
-  __device__ static void load_entries(const FusedContext& c, const Where& w, RowTable& t) {
+  template <class Transport>
+  __device__ static void load_entries(const FusedContext<Transport>& c, const Where& w, RowTable& t) {
     for (int i = threadIdx.x; i < kBlockM; i += blockDim.x) t.fill(c, w, i);
   }
 
-  __device__ static void linear1(const FusedContext& c, const GemmTile& tile, void* smem) {
+  template <class Transport>
+  __device__ static void linear1(const FusedContext<Transport>& c, const GemmTile& tile, void* smem) {
     const FusedParams& prm = *c.prm;
     const int H = prm.dims.hidden, I = prm.dims.intermediate;
     const Where w = locate(c, tile);
@@ -149,7 +157,8 @@ struct ExpertTiles {
     if (threadIdx.x == 0) red_add_release_gpu(c.l1_done + tile.mblock, 1u);
   }
 
-  __device__ static void linear2(const FusedContext& c, const GemmTile& tile, void* smem) {
+  template <class Transport>
+  __device__ static void linear2(const FusedContext<Transport>& c, const GemmTile& tile, void* smem) {
     const FusedParams& prm = *c.prm;
     const FusedDims& d = prm.dims;
     const int H = d.hidden, I = d.intermediate;
@@ -173,13 +182,13 @@ struct ExpertTiles {
     constexpr int kChunks = kBlockN / 8;
     for (int q = threadIdx.x; q < w.rows * kChunks; q += blockDim.x) {
       const int row = q / kChunks, chunk = q % kChunks;
-      int4* dst = c.peer<int4>(t.home[row], combine_row_offset(prm.sym, d, c.parity, t.token[row], t.slot[row]) +
+      int4* dst = peer_ptr<int4>(c, t.home[row], combine_row_offset(prm.sym, d, c.parity, t.token[row], t.slot[row]) +
                                                 static_cast<size_t>(n0 + chunk * 8) * 2);
       *dst = *reinterpret_cast<const int4*>(stage + row * stage_stride(kBlockN) + chunk * 8);
     }
     __syncthreads();
     for (int row = threadIdx.x; row < w.rows; row += blockDim.x)
-      red_add_release_sys(c.peer<uint32_t>(t.home[row], token_signal_offset(prm.sym, d, c.parity, t.token[row])),
+      red_add_release_sys(peer_ptr<uint32_t>(c, t.home[row], token_signal_offset(prm.sym, d, c.parity, t.token[row])),
                           signal_units(kBlockN));
     __syncthreads();  // the row table and stage are reused by the next task
   }

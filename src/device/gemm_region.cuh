@@ -90,7 +90,8 @@ struct GemmRegion {
   }
 
   // Every thread of the CTA, with its first task from the GEMM phase on; the CTA ends in here.
-  __device__ static void run(const FusedContext& c, TaskScheduler& scheduler, TaskProfiler& profiler, Task first,
+  template <class Transport>
+  __device__ static void run(const FusedContext<Transport>& c, TaskScheduler<Transport>& scheduler, TaskProfiler& profiler, Task first,
                              void* smem) {
     if (threadIdx.x < Gemm::kProducerThreads) {
       ptx::setmaxnreg_dec<Gemm::kProducerRegs>();
@@ -103,14 +104,16 @@ struct GemmRegion {
 
  private:
   using Limit = typename Gemm::WaitLimit;
-  __device__ static Limit limit(const FusedContext& c, uint64_t timeout_ns) {
+  template <class Transport>
+  __device__ static Limit limit(const FusedContext<Transport>& c, uint64_t timeout_ns) {
     return {globaltimer_ns() + timeout_ns, &c.ctl->abort};
   }
   __device__ static bool is_gemm(Phase p) { return p == Phase::kLinear1 || p == Phase::kLinear2; }
 
   // A slot barrier's phase (bounded: the other side may sit in a wait of its own bounded by the
   // timeout, so this one allows twice that before it reports the slot).
-  __device__ static bool wait_slot(const FusedContext& c, uint64_t& bar, uint32_t parity, int slot) {
+  template <class Transport>
+  __device__ static bool wait_slot(const FusedContext<Transport>& c, uint64_t& bar, uint32_t parity, int slot) {
     const Limit lim = limit(c, 2 * c.prm->timeout_ns);
     for (uint32_t spin = 0;; ++spin) {
       if (ptx::mbar_try_wait(ptx::smem_u32(&bar), parity)) return true;
@@ -127,7 +130,8 @@ struct GemmRegion {
   }
 
   // ---- producer warpgroup ----
-  __device__ static void produce(const FusedContext& c, TaskScheduler& scheduler, Task task, void* smem) {
+  template <class Transport>
+  __device__ static void produce(const FusedContext<Transport>& c, TaskScheduler<Transport>& scheduler, Task task, void* smem) {
     const ThreadGroup g = producers();
     const FusedParams& prm = *c.prm;
     const int H = prm.dims.hidden, I = prm.dims.intermediate;
@@ -177,7 +181,8 @@ struct GemmRegion {
   }
 
   // ---- math warpgroups ----
-  __device__ static void consume(const FusedContext& c, TaskScheduler& scheduler, TaskProfiler& profiler, void* smem) {
+  template <class Transport>
+  __device__ static void consume(const FusedContext<Transport>& c, TaskScheduler<Transport>& scheduler, TaskProfiler& profiler, void* smem) {
     const ThreadGroup g = consumers();
     Shared& sh = shared(smem);
     typename Gemm::RingPos ring;
@@ -209,7 +214,8 @@ struct GemmRegion {
   }
 
   // The tile's k-loop; false (group-uniform, recorded) when its pipeline ran out of time.
-  __device__ static bool mainloop(const FusedContext& c, const GemmTile& tile, Phase phase, int K,
+  template <class Transport>
+  __device__ static bool mainloop(const FusedContext<Transport>& c, const GemmTile& tile, Phase phase, int K,
                                   typename Gemm::RingPos& ring, void* smem, typename Gemm::Accum& acc,
                                   const ThreadGroup& g) {
     const bool ok = Gemm::mainloop(ring, K, smem, acc, limit(c, c.prm->timeout_ns));
@@ -229,7 +235,8 @@ struct GemmRegion {
     g.sync();
   }
 
-  __device__ static void linear1(const FusedContext& c, const Posted& posted, Shared& sh, int s,
+  template <class Transport>
+  __device__ static void linear1(const FusedContext<Transport>& c, const Posted& posted, Shared& sh, int s,
                                  typename Gemm::RingPos& ring, void* smem, const ThreadGroup& g) {
     const FusedParams& prm = *c.prm;
     const int H = prm.dims.hidden, I = prm.dims.intermediate;
@@ -255,7 +262,8 @@ struct GemmRegion {
     if (g.leader()) red_add_release_gpu(c.l1_done + tile.mblock, 1u);
   }
 
-  __device__ static void linear2(const FusedContext& c, const Posted& posted, Shared& sh, int s,
+  template <class Transport>
+  __device__ static void linear2(const FusedContext<Transport>& c, const Posted& posted, Shared& sh, int s,
                                  typename Gemm::RingPos& ring, void* smem, const ThreadGroup& g) {
     const FusedParams& prm = *c.prm;
     const FusedDims& d = prm.dims;
@@ -273,13 +281,13 @@ struct GemmRegion {
         *reinterpret_cast<uint32_t*>(sh.stage + row * kStageStride + col - P * kPassCols) = ptx::pack_bf16x2(v0, v1);
       });
       store_pass(sh, rows, g, [&](int row, int chunk) {
-        return c.peer<int4>(t.home[row], combine_row_offset(prm.sym, d, c.parity, t.token[row], t.slot[row]) +
+        return peer_ptr<int4>(c, t.home[row], combine_row_offset(prm.sym, d, c.parity, t.token[row], t.slot[row]) +
                                              static_cast<size_t>(n0 + P * kPassCols + chunk * kChunkElems) * 2);
       });
     });
     free_slot(sh, s, g);
     if (own < rows)
-      red_add_release_sys(c.peer<uint32_t>(home, token_signal_offset(prm.sym, d, c.parity, token)), signal_units(kBlockN));
+      red_add_release_sys(peer_ptr<uint32_t>(c, home, token_signal_offset(prm.sym, d, c.parity, token)), signal_units(kBlockN));
   }
 };
 

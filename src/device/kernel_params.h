@@ -47,9 +47,15 @@ struct FusedParams {
   // [L * H, I], bf16, box 64 x 128, 128-byte swizzle. Read through their kernel-parameter address.
   CUtensorMap w13_map{};
   CUtensorMap w2_map{};
-  ncclWindow_t window = nullptr;       // the symmetric window (peers through ncclGetPeerPointer)
+  ncclWindow_t window = nullptr;       // the symmetric window under LsaTransport (transport.cuh)
   char* workspace = nullptr;           // private workspace base (PrivLayout offsets)
   FusedProfile* profile = nullptr;     // optional in-kernel profile (profile.h); null = off
+  // The symmetric window under LoopbackTransport: rank r's copy at slices + r * stride. Last, so that
+  // the fields above keep their parameter offsets in the LSA kernel.
+  struct {
+    char* slices = nullptr;
+    size_t stride = 0;
+  } loopback;
 };
 
 }  // namespace epfuse::device

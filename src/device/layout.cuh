@@ -12,7 +12,8 @@
 namespace epfuse::device {
 
 // Task: layout of tokens [b * kLayoutTokens, ...). smem: (world + E) u32.
-__device__ void layout_task(const FusedContext& c, int block, void* smem) {
+template <class Transport>
+__device__ void layout_task(const FusedContext<Transport>& c, int block, void* smem) {
   const FusedParams& prm = *c.prm;
   const FusedDims& d = prm.dims;
   const int k = d.topk, E = d.num_experts, L = c.local_experts;
@@ -69,7 +70,8 @@ __device__ void layout_task(const FusedContext& c, int block, void* smem) {
 }
 
 // Waits until every layout task of this call is done (their tickets are totals from then on).
-__device__ bool wait_layout_done(const FusedContext& c, Phase phase, int layout_tasks, bool abortable) {
+template <class Transport>
+__device__ bool wait_layout_done(const FusedContext<Transport>& c, Phase phase, int layout_tasks, bool abortable) {
   uint32_t* done = &c.ctl->layout_done;
   return cta_wait(*c.prm, c.ctl, c.site(phase, WaitKind::kLayoutDone), static_cast<uint32_t>(layout_tasks),
                   [&] { return ld_acquire_gpu(done); },
@@ -79,7 +81,8 @@ __device__ bool wait_layout_done(const FusedContext& c, Phase phase, int layout_
 // Task: send every receiver this rank's pair counts per local expert and its input status, then the
 // epoch flag. Runs even after an abort: a rank with bad input must still tell its peers (they then
 // fail with kInvalidArgument instead of timing out).
-__device__ void publish_task(const FusedContext& c, int layout_tasks) {
+template <class Transport>
+__device__ void publish_task(const FusedContext<Transport>& c, int layout_tasks) {
   const FusedParams& prm = *c.prm;
   const FusedDims& d = prm.dims;
   const int L = c.local_experts;
@@ -88,25 +91,26 @@ __device__ void publish_task(const FusedContext& c, int layout_tasks) {
   const uint32_t status = found != 0 ? found : prm.host_status;
   for (int i = threadIdx.x; i < d.world * L; i += blockDim.x) {
     const int dst = i / L, e = i % L;
-    *c.peer<uint32_t>(dst, count_msg_offset(prm.sym, d, c.parity, prm.rank, e)) = c.pair_tickets[i];
+    *peer_ptr<uint32_t>(c, dst, count_msg_offset(prm.sym, d, c.parity, prm.rank, e)) = c.pair_tickets[i];
   }
   for (int dst = threadIdx.x; dst < d.world; dst += blockDim.x)
-    *c.peer<uint32_t>(dst, count_status_offset(prm.sym, d, c.parity, prm.rank)) = status;
+    *peer_ptr<uint32_t>(c, dst, count_status_offset(prm.sym, d, c.parity, prm.rank)) = status;
   __syncthreads();
   for (int dst = threadIdx.x; dst < d.world; dst += blockDim.x)
-    st_release_sys(c.peer<uint32_t>(dst, count_flag_offset(prm.sym, d, c.parity, prm.rank)), prm.epoch);
+    st_release_sys(peer_ptr<uint32_t>(c, dst, count_flag_offset(prm.sym, d, c.parity, prm.rank)), prm.epoch);
   if (threadIdx.x == 0 && status != 0) raise_abort(c.ctl);
 }
 
 // Task: wait for every sender's counts, check their input status, build the expert plan (rows per
 // expert, m-blocks of block_m rows, where each expert row sits), the GEMM schedule and the arrival
 // targets; then publish plan_epoch.
-__device__ void collect_task(const FusedContext& c, int block_m, int nblocks1, int nblocks2) {
+template <class Transport>
+__device__ void collect_task(const FusedContext<Transport>& c, int block_m, int nblocks1, int nblocks2) {
   const FusedParams& prm = *c.prm;
   const FusedDims& d = prm.dims;
   const int L = c.local_experts;
   for (int src = 0; src < d.world; ++src) {
-    const uint32_t* flag = c.local<uint32_t>(count_flag_offset(prm.sym, d, c.parity, src));
+    const uint32_t* flag = local_ptr<uint32_t>(c, count_flag_offset(prm.sym, d, c.parity, src));
     if (!cta_wait(prm, c.ctl, c.site(Phase::kCollect, WaitKind::kCounts, src), prm.epoch,
                   [&] { return ld_acquire_sys(flag); }, [&](uint32_t v) { return flag_is_current(v, prm.epoch); }))
       return;
@@ -114,7 +118,7 @@ __device__ void collect_task(const FusedContext& c, int block_m, int nblocks1, i
   if (threadIdx.x == 0) {
     bool peer_bad = false;
     for (int src = 0; src < d.world; ++src) {
-      const uint32_t status = __ldcg(c.local<uint32_t>(count_status_offset(prm.sym, d, c.parity, src)));
+      const uint32_t status = __ldcg(local_ptr<uint32_t>(c, count_status_offset(prm.sym, d, c.parity, src)));
       if (status != 0) {
         record_error(c.ctl, ErrorRecord{static_cast<int32_t>(ErrorKind::kPeerBadInput), prm.rank,
                                         static_cast<int32_t>(Phase::kCollect), 0, src, 0, 0, status});
@@ -125,7 +129,7 @@ __device__ void collect_task(const FusedContext& c, int block_m, int nblocks1, i
       raise_abort(c.ctl);
     } else {
       // This parity's messages, [world][L] contiguous; the acquires above ordered them.
-      const uint32_t* counts = c.local<uint32_t>(count_msg_offset(prm.sym, d, c.parity, 0, 0));
+      const uint32_t* counts = local_ptr<uint32_t>(c, count_msg_offset(prm.sym, d, c.parity, 0, 0));
       const int mblocks = build_expert_plan(counts, d.world, L, block_m, c.plan);
       build_gemm_schedule(c.plan, L, nblocks1, nblocks2, /*lag=*/static_cast<int>(gridDim.x));
       for (int e = 0; e < L; ++e) {

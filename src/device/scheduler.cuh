@@ -12,9 +12,10 @@
 
 namespace epfuse::device {
 
+template <class Transport>
 class TaskScheduler {
  public:
-  __device__ explicit TaskScheduler(const FusedContext& c) : c_(c), space_(make_task_space(c.prm->num_tokens)) {}
+  __device__ explicit TaskScheduler(const FusedContext<Transport>& c) : c_(c), space_(make_task_space(c.prm->num_tokens)) {}
 
   // The next task for group g (kDone when there is none, or after an abort): the whole CTA, or in the
   // GEMM region its producer warps, which hand each task on to the math warps (gemm_region.cuh).
@@ -70,7 +71,7 @@ class TaskScheduler {
  private:
   __device__ uint32_t atomic_add_done() { return atom_add_acq_rel_gpu(&c_.ctl->ctas_done, 1u); }
 
-  const FusedContext& c_;
+  const FusedContext<Transport>& c_;
   TaskSpace space_;
   bool have_plan_ = false;
 };

@@ -31,13 +31,13 @@ namespace {
 
 using device::Phase;
 
-template <class Gemm>
+template <class Gemm, class Transport>
 __global__ void __launch_bounds__(Gemm::kThreads, 1) fused_moe_kernel(const __grid_constant__ device::FusedParams prm) {
   extern __shared__ __align__(1024) char smem[];
   constexpr bool kRegion = requires { Gemm::kWarpSpecialised; };
   using Tiles = device::ExpertTiles<Gemm>;
   if constexpr (kRegion) device::GemmRegion<Gemm>::init(smem);
-  const device::FusedContext c = device::FusedContext::make(prm);
+  const auto c = device::FusedContext<Transport>::make(prm);
   const int nblocks1 = 2 * prm.dims.intermediate / Gemm::kBlockN;
   const int nblocks2 = prm.dims.hidden / Gemm::kBlockN;
   device::TaskScheduler scheduler(c);
@@ -69,10 +69,16 @@ __global__ void __launch_bounds__(Gemm::kThreads, 1) fused_moe_kernel(const __gr
   scheduler.finish();
 }
 
-template <class Gemm>
-struct KernelOf {
-  static constexpr auto kKernel = fused_moe_kernel<Gemm>;
-};
+// The kernel of one tile GEMM under the communicator's transport (transport.cuh): the only place
+// the transport is chosen, once per launch on the host.
+template <class Gemm, class Fn>
+void with_kernel(Transport transport, Fn&& fn) {
+  switch (transport) {
+    case Transport::kNccl: return fn(fused_moe_kernel<Gemm, device::LsaTransport>);
+    case Transport::kLoopback: return fn(fused_moe_kernel<Gemm, device::LoopbackTransport>);
+  }
+  throw Error(ErrorCode::kInternal, "fused kernel: unknown transport " + std::to_string(static_cast<int>(transport)));
+}
 
 // Layout and dispatch scratch lives in the same dynamic smem as the GEMM stages.
 size_t scratch_bytes(const device::FusedDims& d) { return (static_cast<size_t>(d.world) + 2u * d.num_experts) * 4; }
@@ -118,27 +124,29 @@ KernelShape fused_kernel_shape(const GemmTileShape& tile, const device::FusedDim
   return ks;
 }
 
-int prepare_fused_kernel(const GemmTileShape& tile, const device::FusedDims& dims) {
+int prepare_fused_kernel(Transport transport, const GemmTileShape& tile, const device::FusedDims& dims) {
   int blocks_per_sm = 0;
   with_shape(tile, [&](auto gemm) {
-    using Gemm = decltype(gemm);
     const KernelShape ks = fused_kernel_shape(tile, dims);
-    EPFUSE_CUDA_CHECK(cudaFuncSetAttribute(KernelOf<Gemm>::kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           static_cast<int>(ks.smem_bytes)));
-    EPFUSE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, KernelOf<Gemm>::kKernel,
-                                                                    ks.threads, ks.smem_bytes));
+    with_kernel<decltype(gemm)>(transport, [&](auto kernel) {
+      EPFUSE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             static_cast<int>(ks.smem_bytes)));
+      EPFUSE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, kernel, ks.threads, ks.smem_bytes));
+    });
   });
   return blocks_per_sm;
 }
 
 int lsa_team_size(ncclComm_t comm) { return ncclTeamLsa(comm).nRanks; }
 
-void launch_fused_kernel(const GemmTileShape& tile, const device::FusedParams& prm, int grid, cudaStream_t stream) {
+void launch_fused_kernel(Transport transport, const GemmTileShape& tile, const device::FusedParams& prm, int grid,
+                         cudaStream_t stream) {
   with_shape(tile, [&](auto gemm) {
-    using Gemm = decltype(gemm);
     const KernelShape ks = fused_kernel_shape(tile, prm.dims);
-    KernelOf<Gemm>::kKernel<<<grid, ks.threads, ks.smem_bytes, stream>>>(prm);
-    EPFUSE_CUDA_CHECK_LAUNCH();
+    with_kernel<decltype(gemm)>(transport, [&](auto kernel) {
+      kernel<<<grid, ks.threads, ks.smem_bytes, stream>>>(prm);
+      EPFUSE_CUDA_CHECK_LAUNCH();
+    });
   });
 }
 

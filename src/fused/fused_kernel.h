@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include "device/kernel_params.h"
+#include "epfuse/communicator.h"
 #include "fused/heuristics.h"
 
 namespace epfuse::fused {
@@ -18,9 +19,11 @@ struct KernelShape {
 KernelShape fused_kernel_shape(const GemmTileShape& tile, const device::FusedDims& dims);
 // Sets the kernel's smem limit and returns how many of its CTAs fit on one SM (0: none; the grid
 // must be co-resident, or the waits between CTAs would deadlock).
-int prepare_fused_kernel(const GemmTileShape& tile, const device::FusedDims& dims);
+int prepare_fused_kernel(Transport transport, const GemmTileShape& tile, const device::FusedDims& dims);
 // Ranks of comm that reach each other's windows through LSA (NVLink) pointers.
 int lsa_team_size(ncclComm_t comm);
-void launch_fused_kernel(const GemmTileShape& tile, const device::FusedParams& prm, int grid, cudaStream_t stream);
+// One instantiation per (tile shape, transport): the transport is a compile-time choice in the kernel.
+void launch_fused_kernel(Transport transport, const GemmTileShape& tile, const device::FusedParams& prm, int grid,
+                         cudaStream_t stream);
 
 }  // namespace epfuse::fused

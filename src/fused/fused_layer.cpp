@@ -66,26 +66,40 @@ class FusedLayer final : public MoeLayer {
     validate_config(cfg, comm.world_size());
     EPFUSE_REQUIRE(weights.w13 != nullptr && weights.w2 != nullptr, ErrorCode::kInvalidArgument,
                    "rank " + std::to_string(comm.rank()) + ": fused layer: expert weights are null");
-    // Every peer is reached through LSA pointers: all ranks must share one NVLink domain (the
-    // inter-node GIN path is not implemented).
-    const int lsa_ranks = lsa_team_size(comm.nccl());
-    EPFUSE_REQUIRE(lsa_ranks == comm.world_size(), ErrorCode::kUnsupported,
-                   "rank " + std::to_string(comm.rank()) + ": fused layer needs all " +
-                       std::to_string(comm.world_size()) + " ranks in one NVLink (LSA) team; this rank's team has " +
-                       std::to_string(lsa_ranks));
+    const std::string who = "rank " + std::to_string(comm.rank()) + ": ";
+    // Under NCCL every peer is reached through LSA pointers: all ranks must share one NVLink domain
+    // (the inter-node GIN path is not implemented).
+    if (comm.transport() == Transport::kNccl) {
+      const int lsa_ranks = lsa_team_size(comm.nccl());
+      EPFUSE_REQUIRE(lsa_ranks == comm.world_size(), ErrorCode::kUnsupported,
+                     who + "fused layer needs all " + std::to_string(comm.world_size()) +
+                         " ranks in one NVLink (LSA) team; this rank's team has " + std::to_string(lsa_ranks));
+    }
     timeout_ns_ = timeout_ms_from_env() * 1000000ull;
     OnDevice on(comm.device());
     int sms = 0;
     EPFUSE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, comm.device()));
-    // One CTA per SM for every tile shape a call may pick; all must be co-resident.
+    // The CTAs of a launch wait for each other and for the peers' launches, so every CTA of every
+    // kernel sharing this GPU (one per rank in the one-GPU mode) must be resident at once: a CTA
+    // waiting for an SM would never be scheduled while the resident ones spin. Checked here for every
+    // tile shape a call may pick.
+    const int sharing = comm.ranks_per_device();
+    grid_ = cfg.num_sms > 0 ? cfg.num_sms : sms / sharing;
+    EPFUSE_REQUIRE(grid_ >= 1, ErrorCode::kUnsupported,
+                   who + "fused layer: " + std::to_string(sharing) + " ranks cannot share the " + std::to_string(sms) +
+                       " SMs of this GPU (at least one SM per rank)");
     for (const GemmTileShape& s : supported_fused_tiles(cfg)) {
-      const int per_sm = prepare_fused_kernel(s, plan_.dims);
-      EPFUSE_REQUIRE(per_sm >= 1, ErrorCode::kUnsupported,
-                     "rank " + std::to_string(comm.rank()) + ": fused kernel (block_m " + std::to_string(s.block_m) +
-                         ", " + std::to_string(fused_kernel_shape(s, plan_.dims).smem_bytes) +
-                         " B smem) cannot be resident on this GPU");
+      const int per_sm = prepare_fused_kernel(comm.transport(), s, plan_.dims);
+      const std::string kernel = "fused kernel (block_m " + std::to_string(s.block_m) + ", " +
+                                 std::to_string(fused_kernel_shape(s, plan_.dims).smem_bytes) + " B smem)";
+      EPFUSE_REQUIRE(per_sm >= 1, ErrorCode::kUnsupported, who + kernel + " cannot be resident on this GPU");
+      EPFUSE_REQUIRE(static_cast<int64_t>(grid_) * sharing <= static_cast<int64_t>(sms) * per_sm,
+                     ErrorCode::kUnsupported,
+                     who + "SM budget num_sms = " + std::to_string(grid_) + " cannot be resident: " +
+                         std::to_string(sharing) + " rank(s) x " + std::to_string(grid_) + " CTAs of the " + kernel +
+                         " need more than this GPU's " + std::to_string(sms) + " SMs x " + std::to_string(per_sm) +
+                         " CTA(s) per SM (every CTA must be resident at once)");
     }
-    grid_ = sms;
     // TMA views of the weights (TileGemmTma), encoded once: the weights stay put for the layer's life.
     const int64_t L = plan_.dims.local_experts(), H = cfg.hidden, I = cfg.intermediate;
     w13_map_ = weight_tensor_map(weights.w13, L * 2 * I, H, device::kWeightBoxRows);
@@ -93,7 +107,7 @@ class FusedLayer final : public MoeLayer {
     // Zeroed once: flags and counters then only move forward (epochs, monotonic counters). Peers may
     // write into this window as soon as their first forward starts, so every rank zeroes before the
     // barrier.
-    window_ = comm.alloc_symmetric(plan_.symmetric_bytes());
+    window_ = comm.alloc_symmetric(plan_.symmetric_bytes());  // collective
     EPFUSE_CUDA_CHECK(cudaMemset(window_.local(), 0, plan_.symmetric_bytes()));
     EPFUSE_CUDA_CHECK(cudaMalloc(&workspace_, plan_.private_bytes()));
     EPFUSE_CUDA_CHECK(cudaMemset(workspace_, 0, plan_.private_bytes()));
@@ -179,6 +193,8 @@ class FusedLayer final : public MoeLayer {
     prm.w13_map = w13_map_;
     prm.w2_map = w2_map_;
     prm.window = window_.window();
+    prm.loopback.slices = static_cast<char*>(window_.slices_base());
+    prm.loopback.stride = window_.stride();
     prm.workspace = static_cast<char*>(workspace_);
     if (timing_) {
       // The kernel adds into the record: zero it first (stream-ordered, only while timing).
@@ -188,7 +204,7 @@ class FusedLayer final : public MoeLayer {
     }
     profiled_ = timing_;
     summed_ = false;
-    launch_fused_kernel(tile, prm, grid_, stream);
+    launch_fused_kernel(comm_.transport(), tile, prm, grid_, stream);
     if (host_status != 0) {
       broken_ = true;
       throw Error(ErrorCode::kInvalidArgument, problem + "; the layer must be re-created");

@@ -16,11 +16,12 @@ using detail::hash_next;
 using detail::Stream;
 using detail::uniform_below;
 
-constexpr std::array<std::pair<Routing, std::string_view>, 4> kRoutingNames{{
+constexpr std::array<std::pair<Routing, std::string_view>, 5> kRoutingNames{{
     {Routing::kUniform, "uniform"},
     {Routing::kSkewed, "skewed"},
     {Routing::kOneExpert, "one-expert"},
     {Routing::kDropped, "dropped"},
+    {Routing::kOneRank, "one-rank"},
 }};
 
 // A token's key in a stream: tokens are named by (rank, index on that rank).
@@ -142,6 +143,18 @@ HostTokens make_tokens(const LayerConfig& cfg, int world_size, int rank, int num
       case Routing::kDropped:
         draw_experts(route_key, E, k, none, idx);
         break;
+      case Routing::kOneRank: {
+        const int L = E / world_size;
+        const int home = static_cast<int>(uniform_below(hash_next(route_key, kMaxTopk), static_cast<uint64_t>(world_size)));
+        const int on_home = std::min(k, L);
+        draw_experts(route_key, L, on_home, none, idx);
+        for (int j = 0; j < on_home; ++j) idx[j] += home * L;
+        // The other slots among the E - L experts of the other ranks, skipping `home`'s range.
+        draw_experts(hash_next(route_key, kMaxTopk + 1), E - L, k - on_home, none, idx + on_home);
+        for (int j = on_home; j < k; ++j)
+          if (idx[j] >= home * L) idx[j] += L;
+        break;
+      }
     }
     if (routing == Routing::kDropped) {
       // 1 token in 16 loses every slot; the others lose each slot with probability 1/5: ~1/4 overall.

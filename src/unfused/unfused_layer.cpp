@@ -228,6 +228,11 @@ std::optional<PhaseTimes> UnfusedLayer::last_phase_times() {
 }  // namespace
 
 std::unique_ptr<MoeLayer> make_unfused_layer(const LayerConfig& cfg, Communicator& comm, const ExpertWeights& weights) {
+  // Its all-to-alls are NCCL collectives, and NCCL cannot put two ranks on one GPU.
+  if (comm.transport() != Transport::kNccl)
+    throw Error(ErrorCode::kUnsupported, "rank " + std::to_string(comm.rank()) +
+                                             ": the unfused implementation is unsupported in one-GPU mode (its "
+                                             "all-to-alls are NCCL collectives, which need one GPU per rank)");
   return std::make_unique<UnfusedLayer>(cfg, comm, weights);
 }
 

@@ -84,7 +84,7 @@ BenchOptions parse_bench_options(const std::vector<std::string>& args) {
       .add("tokens", tokens, "tokens per rank to sweep")
       .add("impl", impls, "implementations (unfused, fused); unbuilt ones are skipped with a note")
       .add("ranks", o.ranks, "GPUs, one process each (0: all)")
-      .add("routing", routing, "uniform, skewed, one-expert or dropped (torch runs uniform only)")
+      .add("routing", routing, "uniform, skewed, one-expert, dropped or one-rank (torch runs uniform only)")
       .add("warmup", o.warmup, "untimed forwards before timing")
       .add("iters", o.iters, "timed forwards per row")
       .add("sets", o.sets, "input sets rotated over the iterations, each with fresh routing")

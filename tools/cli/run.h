@@ -11,5 +11,7 @@ namespace epfuse::tools {
 int run_reference(const RunPlan& plan, const std::string& command);
 // One rank of a GPU run (RANK set): bootstrap, the layer, the calls, the verdict.
 int run_rank(const RunPlan& plan, const BootstrapOptions& boot, const std::string& command);
+// Every rank of the plan in this process on GPU 0, one thread each (--one-gpu, LoopbackWorld).
+int run_one_gpu(const RunPlan& plan, const std::string& command);
 
 }  // namespace epfuse::tools

@@ -26,6 +26,8 @@ constexpr const char* kDescription =
     "float64 CPU reference on fresh seeded inputs. Without a GPU (or with --impl reference) it runs\n"
     "the CPU reference on R simulated ranks instead. Exit code 0 when every checked call is within\n"
     "--tolerance and every output element was written, 1 otherwise, 2 for bad flags.\n"
+    "With --one-gpu every rank runs in this process on GPU 0 (one thread per rank, the loopback\n"
+    "transport): the fused kernel's multi-rank protocol checked at any --ranks on one GPU.\n"
     "Environment: EPFUSE_FORCE_CPU=1 ignores GPUs; EPFUSE_SKIP_IF_FEWER_GPUS=1 makes a run that\n"
     "needs more GPUs than present exit 77 (skipped) instead of failing.";
 
@@ -48,7 +50,11 @@ int run_command(const std::vector<std::string>& args) {
 
   const int gpus = visible_gpus();
   const char* rank_env = std::getenv("RANK");
-  const bool in_rank = rank_env != nullptr && gpus > 0;
+  const bool in_rank = rank_env != nullptr && gpus > 0 && !f.one_gpu;
+  if (f.one_gpu && rank_env != nullptr && gpus > 0)
+    return usage_error(parser, "run", "--one-gpu runs every rank in this process: start it once, not per rank");
+  if (f.one_gpu && requested_ranks(f) == 0)
+    return usage_error(parser, "run", "--one-gpu needs --ranks R (or a --tokens list with one count per rank)");
   std::optional<BootstrapOptions> boot;
   int ranks = requested_ranks(f);
   if (in_rank) {
@@ -77,18 +83,20 @@ int run_command(const std::vector<std::string>& args) {
     return run_reference(plan, command);
   }
   if (in_rank) return run_rank(plan, *boot, command);
-  if (plan.ranks > gpus) {
+  const int needed = plan.one_gpu ? 1 : plan.ranks;
+  if (needed > gpus) {
     // Tests ask for a skip (ctest's SKIP_RETURN_CODE) where a user gets an error.
     if (env_is("EPFUSE_SKIP_IF_FEWER_GPUS", "1")) {
-      std::printf("SKIPPED: needs %d GPUs, found %d\n", plan.ranks, gpus);
+      std::printf("SKIPPED: needs %d GPU%s, found %d\n", needed, needed == 1 ? "" : "s", gpus);
       return 77;
     }
     if (gpus == 0)
       return fail("--impl " + std::string(to_string(*plan.impl)) +
                   " needs a GPU and none was found (--impl reference runs the CPU reference)");
     return fail("--ranks " + std::to_string(plan.ranks) + " needs " + std::to_string(plan.ranks) +
-                " GPUs, found " + std::to_string(gpus));
+                " GPUs, found " + std::to_string(gpus) + " (--one-gpu runs them all on one)");
   }
+  if (plan.one_gpu) return run_one_gpu(plan, command);
   LaunchOptions opts;
   opts.nprocs = plan.ranks;
   std::vector<std::string> argv = {self_executable(), "run"};

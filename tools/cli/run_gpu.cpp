@@ -76,6 +76,43 @@ Outcome run_calls(const RunPlan& plan, RankJob& job, int rank) {
   return o;
 }
 
+// Everything one rank does on its communicator: the job, the calls, every rank's statistics, and on
+// rank 0 the report. Returns the rank's exit code; throws on errors.
+int run_on(const RunPlan& plan, Communicator& comm, const std::string& command) {
+  RunResult result;
+  std::optional<int> failed_call;
+  {
+    RankJob job(comm, plan.cfg, *plan.impl, plan.seed);
+    result.memory = job.layer().memory();
+    Outcome o = run_calls(plan, job, comm.rank());
+    std::vector<double> all = comm.all_gather(o.stats.pack());
+    for (int r = 0; r < comm.world_size(); ++r)
+      result.ranks.push_back(RankStats::unpack(all.data() + r * RankStats::kFields));
+    result.calls = o.calls;
+    result.calls_verified = o.calls_verified;
+    result.max_rel_err = o.max_rel_err;
+    result.unwritten = o.unwritten;
+    result.verified = !o.failed_call;
+    failed_call = o.failed_call;
+    cudaDeviceProp prop{};
+    EPFUSE_CUDA_CHECK(cudaGetDeviceProperties(&prop, comm.device()));
+    result.device = prop.name;
+    EPFUSE_CUDA_CHECK(cudaGetDeviceCount(&result.gpus));
+    // The job (layer, buffers) goes before the report; in the one-GPU mode its cudaFree calls wait for
+    // every rank's kernels, which are all done: each rank's last forward was checked above.
+  }
+  result.first_call_tokens = plan.token_counts(0);
+  if (comm.rank() != 0) return failed_call ? 1 : 0;
+  std::fputs(summary(plan, result, /*reference_only=*/false).c_str(), stdout);
+  std::fflush(stdout);
+  if (!plan.json.empty()) write_file(plan.json, result_json(plan, result, command));
+  if (failed_call)
+    return fail("verification failed at call " + std::to_string(*failed_call) + ": max rel err " +
+                format_sci(result.max_rel_err) + " (tolerance " + format_sci(plan.tolerance) + "), " +
+                std::to_string(result.unwritten) + " unwritten elements");
+  return 0;
+}
+
 }  // namespace
 
 int run_rank(const RunPlan& plan, const BootstrapOptions& boot, const std::string& command) {
@@ -83,36 +120,7 @@ int run_rank(const RunPlan& plan, const BootstrapOptions& boot, const std::strin
   ::setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0);
   std::unique_ptr<Communicator> comm = Communicator::bootstrap(boot);
   try {
-    RunResult result;
-    std::optional<int> failed_call;
-    {
-      RankJob job(*comm, plan.cfg, *plan.impl, plan.seed);
-      result.memory = job.layer().memory();
-      Outcome o = run_calls(plan, job, comm->rank());
-      std::vector<double> all = all_gather(*comm, o.stats.pack(), job.stream());
-      for (int r = 0; r < comm->world_size(); ++r)
-        result.ranks.push_back(RankStats::unpack(all.data() + r * RankStats::kFields));
-      result.calls = o.calls;
-      result.calls_verified = o.calls_verified;
-      result.max_rel_err = o.max_rel_err;
-      result.unwritten = o.unwritten;
-      result.verified = !o.failed_call;
-      failed_call = o.failed_call;
-      cudaDeviceProp prop{};
-      EPFUSE_CUDA_CHECK(cudaGetDeviceProperties(&prop, comm->device()));
-      result.device = prop.name;
-      EPFUSE_CUDA_CHECK(cudaGetDeviceCount(&result.gpus));
-    }
-    result.first_call_tokens = plan.token_counts(0);
-    if (comm->rank() != 0) return failed_call ? 1 : 0;
-    std::fputs(summary(plan, result, /*reference_only=*/false).c_str(), stdout);
-    std::fflush(stdout);
-    if (!plan.json.empty()) write_file(plan.json, result_json(plan, result, command));
-    if (failed_call)
-      return fail("verification failed at call " + std::to_string(*failed_call) + ": max rel err " +
-                  format_sci(result.max_rel_err) + " (tolerance " + format_sci(plan.tolerance) + "), " +
-                  std::to_string(result.unwritten) + " unwritten elements");
-    return 0;
+    return run_on(plan, *comm, command);
   } catch (const std::exception& e) {
     // Peers may be blocked in a collective this rank will never join: tearing down the NCCL
     // communicator could wait for them forever. Report and leave now; the launcher stops the rest.
@@ -121,6 +129,26 @@ int run_rank(const RunPlan& plan, const BootstrapOptions& boot, const std::strin
     std::fflush(stderr);
     std::_Exit(1);
   }
+}
+
+int run_one_gpu(const RunPlan& plan, const std::string& command) {
+  LoopbackWorld world(plan.ranks, /*device=*/0);
+  std::vector<int> codes(static_cast<size_t>(plan.ranks), 1);
+  const std::vector<std::string> errors =
+      world.run([&](Communicator& comm) { codes[static_cast<size_t>(comm.rank())] = run_on(plan, comm, command); });
+  // A failed rank aborts the world, so the others' errors name it: print them all, in rank order.
+  bool failed = false;
+  for (size_t r = 0; r < errors.size(); ++r) {
+    if (errors[r].empty()) {
+      failed = failed || codes[r] != 0;
+      continue;
+    }
+    std::fflush(stdout);
+    std::fprintf(stderr, "epfuse: %s\n", errors[r].c_str());
+    failed = true;
+  }
+  if (!failed) return 0;
+  return fail("run failed on " + std::to_string(plan.ranks) + " ranks in one-GPU mode (see the rank errors above)");
 }
 
 }  // namespace epfuse::tools

@@ -45,7 +45,7 @@ void add_run_flags(FlagParser& p, RunFlags& f) {
   p.add("max-tokens", f.max_tokens,
         "tokens per rank the buffers are sized for (default: the largest\nrequested; 128 with --tokens random)");
   p.add("ranks", f.ranks, "ranks (GPUs); default: every GPU, or the --tokens list's length");
-  p.add("routing", f.routing, "uniform|skewed|one-expert|dropped");
+  p.add("routing", f.routing, "uniform|skewed|one-expert|dropped|one-rank");
   p.add("seed", f.seed, "weight seed; each call's inputs are seeded from (seed, call)");
   p.add("impl", f.impl, "reference|unfused|fused (default: unfused with GPUs,\nreference without)");
   p.add("iters", f.iters, "consecutive forward calls");
@@ -57,8 +57,12 @@ void add_run_flags(FlagParser& p, RunFlags& f) {
   p.add("tolerance", f.tolerance,
         "max relative Frobenius error vs the float64 reference (bf16 inputs\nand a bf16 intermediate give ~5e-3)");
   p.add("json", f.json, "write the result as JSON to this file");
+  p.add("one-gpu", f.one_gpu,
+        "run every rank in this process on GPU 0, one thread each (tests the\nmulti-rank protocol on one GPU; "
+        "fused only; timings mean nothing)");
+  p.add("sms", f.sms, "SM budget of the fused kernel per rank (default: every SM,\nor SMs / ranks with --one-gpu)");
   // 0 means "not given" for these: their help says what happens then.
-  for (const char* name : {"hidden", "intermediate", "experts", "topk", "max-tokens", "ranks", "verify-rows"})
+  for (const char* name : {"hidden", "intermediate", "experts", "topk", "max-tokens", "ranks", "verify-rows", "sms"})
     p.default_text(name, "");
 }
 
@@ -116,15 +120,21 @@ RunPlan resolve_run_plan(const RunFlags& f, const FlagParser& parser, int ranks,
   plan.tokens.max_tokens = max_tokens;
 
   auto routing = parse_routing(f.routing);
-  if (!routing) throw UsageError("--routing " + f.routing + ": expected uniform, skewed, one-expert or dropped");
+  if (!routing) throw UsageError("--routing " + f.routing + ": expected uniform, skewed, one-expert, dropped or one-rank");
   plan.routing = *routing;
 
   if (f.impl.empty()) {
-    plan.impl = have_gpu ? std::optional(Impl::kUnfused) : std::nullopt;
+    plan.impl = have_gpu ? std::optional(f.one_gpu ? Impl::kFused : Impl::kUnfused) : std::nullopt;
   } else if (f.impl != "reference") {
     plan.impl = parse_impl(f.impl);
     if (!plan.impl) throw UsageError("--impl " + f.impl + ": expected reference, unfused or fused");
   }
+  plan.one_gpu = f.one_gpu;
+  if (f.one_gpu && plan.impl == Impl::kUnfused)
+    throw Error(ErrorCode::kUnsupported,
+                "--impl unfused is unsupported in one-GPU mode (its all-to-alls are NCCL collectives, which need "
+                "one GPU per rank); use --impl fused");
+  if (f.sms < 0) throw UsageError("--sms must be >= 0 (0 = the default budget), got " + std::to_string(f.sms));
 
   if (f.iters < 1) throw UsageError("--iters must be at least 1, got " + std::to_string(f.iters));
   if (f.verify_every < 1) throw UsageError("--verify-every must be at least 1, got " + std::to_string(f.verify_every));
@@ -140,6 +150,7 @@ RunPlan resolve_run_plan(const RunFlags& f, const FlagParser& parser, int ranks,
   plan.json = f.json;
 
   plan.cfg = make_config(*shape, max_tokens, f.clamp);
+  plan.cfg.num_sms = f.sms;
   validate_config(plan.cfg, ranks);  // Error(kInvalidConfig) naming the field
   return plan;
 }

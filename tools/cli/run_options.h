@@ -31,6 +31,8 @@ struct RunFlags {
   int verify_rows = 0;
   double tolerance = 2e-2;
   std::string json;
+  bool one_gpu = false;
+  int sms = 0;
 };
 
 // Registers every `epfuse run` flag on `parser`, writing into `flags`.
@@ -51,6 +53,7 @@ struct RunPlan {
   int verify_rows = 0;     // 0: sample_rows' default
   double tolerance = 2e-2;
   std::string json;
+  bool one_gpu = false;    // every rank a thread of this process on GPU 0 (Transport::kLoopback)
 
   bool verifies_call(int call) const {
     return call == 0 || call == iters - 1 || (verify_every > 0 && call % verify_every == 0);
@@ -63,8 +66,9 @@ struct RunPlan {
 };
 
 // Resolves flags for `ranks` ranks (the caller picked it: --ranks, the GPU count, or the token
-// list's length). `have_gpu` decides the default impl. Throws UsageError for flag combinations
-// that make no sense and epfuse::Error(kInvalidConfig) for a layer config check_config rejects.
+// list's length). `have_gpu` decides the default impl (fused with --one-gpu). Throws UsageError for
+// flag combinations that make no sense, epfuse::Error(kInvalidConfig) for a layer config check_config
+// rejects and Error(kUnsupported) for --impl unfused with --one-gpu.
 RunPlan resolve_run_plan(const RunFlags& flags, const FlagParser& parser, int ranks, bool have_gpu);
 
 // The number of ranks the flags ask for without looking at GPUs: --ranks, else the length of a

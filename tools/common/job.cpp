@@ -134,7 +134,12 @@ InputSet RankJob::make_inputs(int num_tokens, Routing routing, uint64_t seed) co
   return InputSet(cfg_, comm_.world_size(), comm_.rank(), num_tokens, routing, seed, stream_);
 }
 
-void RankJob::forward(const InputSet& in) { layer_->forward(in.batch(), y_.get(), stream_); }
+void RankJob::forward(const InputSet& in) {
+  // One-GPU mode: this rank's allocations since its last forward (inputs) synchronise the device, and
+  // so wait for peers' forwards that wait for this one: the ranks launch only once all have made them.
+  if (comm_.transport() == Transport::kLoopback) comm_.barrier();
+  layer_->forward(in.batch(), y_.get(), stream_);
+}
 
 Verdict RankJob::verified_forward(const InputSet& in, std::span<const int> rows, double tolerance,
                                   int reference_threads) {

@@ -142,7 +142,8 @@ class RankJob {
   // An input set for this rank (routing and seed as the caller chose, e.g. call_seed(seed, i)).
   InputSet make_inputs(int num_tokens, Routing routing, uint64_t seed) const;
 
-  // Collective: the layer's forward on this job's stream into y (no synchronisation).
+  // Collective: the layer's forward on this job's stream into y (no synchronisation). In the one-GPU
+  // mode a host barrier first (see LoopbackWorld in epfuse/communicator.h).
   void forward(const InputSet& in);
   // Collective: poison y (0xFF bytes: bf16 NaN), forward, check_errors, copy y back, count unwritten
   // elements over all rows, compare `rows` (sample_rows) with reference_forward, all-reduce the

@@ -127,6 +127,16 @@ TEST(Config, RejectsSwigluClamp) {
   EXPECT_EQ(check_config(cfg, 2), "");
 }
 
+TEST(Config, RejectsNegativeSmBudget) {
+  LayerConfig cfg = small_config();
+  cfg.num_sms = -1;
+  expect_rejected(cfg, 2, "num_sms=-1");
+  cfg.num_sms = 0;  // every SM
+  EXPECT_EQ(check_config(cfg, 2), "");
+  cfg.num_sms = 17;  // residency depends on the GPU: checked when the layer is created
+  EXPECT_EQ(check_config(cfg, 2), "");
+}
+
 // world * max_tokens * min(topk, E/R) * max(H, 2I) must stay below 2^31.
 TEST(Config, RejectsRankRowsBeyondInt32AtTheExactBound) {
   LayerConfig cfg;

@@ -15,7 +15,8 @@
 namespace epfuse {
 namespace {
 
-constexpr Routing kAllRoutings[] = {Routing::kUniform, Routing::kSkewed, Routing::kOneExpert, Routing::kDropped};
+constexpr Routing kAllRoutings[] = {Routing::kUniform, Routing::kSkewed, Routing::kOneExpert, Routing::kDropped,
+                                    Routing::kOneRank};
 
 LayerConfig config(int experts = 64, int topk = 8) {
   LayerConfig cfg;
@@ -46,6 +47,7 @@ TEST(Routing, NamesRoundTrip) {
   EXPECT_EQ(to_string(Routing::kSkewed), "skewed");
   EXPECT_EQ(to_string(Routing::kOneExpert), "one-expert");
   EXPECT_EQ(to_string(Routing::kDropped), "dropped");
+  EXPECT_EQ(to_string(Routing::kOneRank), "one-rank");
   for (Routing r : kAllRoutings) EXPECT_EQ(parse_routing(to_string(r)), r);
   EXPECT_FALSE(parse_routing("Uniform"));
   EXPECT_FALSE(parse_routing(""));
@@ -81,6 +83,34 @@ TEST(Tokens, PrefixIsStableAcrossTokenCounts) {
   EXPECT_EQ(__bfloat16_as_ushort(small.x[9 * 256 + 17]), __bfloat16_as_ushort(large.x[9 * 256 + 17]));
 }
 
+// One-rank routing: min(k, E/R) slots on one rank's experts (all of them when k >= E/R), the rest on
+// other ranks, every expert distinct; over many tokens every rank is some token's chosen one.
+TEST(Tokens, OneRankRoutingFillsOneRanksExperts) {
+  struct Case {
+    int experts, topk, world;
+  };
+  for (const Case& c : {Case{64, 8, 8}, Case{256, 8, 8}, Case{16, 4, 8}, Case{16, 4, 2}, Case{8, 8, 1}}) {
+    const LayerConfig cfg = config(c.experts, c.topk);
+    const int L = c.experts / c.world, on_home = std::min(c.topk, L);
+    const HostTokens in = make_tokens(cfg, c.world, c.world - 1, 400, Routing::kOneRank, 17);
+    std::set<int> homes;
+    for (int t = 0; t < in.num_tokens; ++t) {
+      const int32_t* idx = &in.topk_idx[static_cast<size_t>(t) * c.topk];
+      const int home = idx[0] / L;
+      homes.insert(home);
+      std::set<int> seen;
+      for (int j = 0; j < c.topk; ++j) {
+        ASSERT_GE(idx[j], 0);
+        ASSERT_LT(idx[j], c.experts);
+        EXPECT_EQ(idx[j] / L == home, j < on_home) << "E=" << c.experts << " k=" << c.topk << " slot " << j;
+        seen.insert(idx[j]);
+      }
+      EXPECT_EQ(seen.size(), static_cast<size_t>(c.topk));
+    }
+    EXPECT_EQ(homes.size(), static_cast<size_t>(c.world)) << "E=" << c.experts << " R=" << c.world;
+  }
+}
+
 TEST(Tokens, ShapesAndZeroTokens) {
   const LayerConfig cfg = config();
   const HostTokens in = make_tokens(cfg, 2, 1, 37, Routing::kUniform, 1);
@@ -113,7 +143,7 @@ TEST(Tokens, XInUnitRangeAndVaried) {
 
 TEST(Tokens, DistinctExpertsInRange) {
   for (const LayerConfig& cfg : {config(64, 8), config(8, 8), config(16, 16), config(3, 1)}) {
-    for (Routing r : {Routing::kUniform, Routing::kSkewed, Routing::kDropped}) {
+    for (Routing r : {Routing::kUniform, Routing::kSkewed, Routing::kDropped, Routing::kOneRank}) {
       const HostTokens in = make_tokens(cfg, 1, 0, 500, r, 5);
       for (int t = 0; t < in.num_tokens; ++t) {
         std::set<int> seen;

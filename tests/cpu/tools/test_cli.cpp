@@ -315,6 +315,33 @@ TEST(Cli, TooFewGpusSkipsOnlyWhenAsked) {
   EXPECT_EQ(error.code, 1);
 }
 
+// --one-gpu: every rank on GPU 0. Without a GPU the fused run is a skip (the ctest one-GPU matrix) only
+// when asked for; the unfused chain is refused in that mode; the world size must be given.
+TEST(Cli, OneGpuMode) {
+  const std::map<std::string, std::string> cpu = {{"EPFUSE_FORCE_CPU", "1"}};
+  const std::vector<std::string> fused = {"run", "--one-gpu", "--impl", "fused", "--model", "qwen3-30b",
+                                          "--tokens", "4", "--ranks", "8"};
+  auto skip_env = cpu;
+  skip_env["EPFUSE_SKIP_IF_FEWER_GPUS"] = "1";
+  Result skip = run_cli(fused, skip_env);
+  EXPECT_EQ(skip.code, 77);
+  EXPECT_EQ(skip.out, "SKIPPED: needs 1 GPU, found 0\n");
+  Result no_gpu = run_cli(fused, cpu);
+  EXPECT_EQ(no_gpu.code, 1);
+  EXPECT_TRUE(contains(no_gpu.err, "needs a GPU")) << no_gpu.err;
+  Result unfused = run_cli({"run", "--one-gpu", "--impl", "unfused", "--model", "qwen3-30b", "--tokens", "4",
+                            "--ranks", "2"}, cpu);
+  EXPECT_EQ(unfused.code, 1);
+  EXPECT_TRUE(contains(unfused.err, "unsupported in one-GPU mode")) << unfused.err;
+  Result no_ranks = run_cli({"run", "--one-gpu", "--model", "qwen3-30b", "--tokens", "4"}, cpu);
+  EXPECT_EQ(no_ranks.code, 2);
+  EXPECT_TRUE(contains(no_ranks.err, "--one-gpu needs --ranks")) << no_ranks.err;
+  Result bad_sms = run_cli({"run", "--one-gpu", "--sms", "-1", "--model", "qwen3-30b", "--tokens", "4",
+                            "--ranks", "2"}, cpu);
+  EXPECT_EQ(bad_sms.code, 2);
+  EXPECT_TRUE(contains(bad_sms.err, "--sms")) << bad_sms.err;
+}
+
 TEST(Cli, InvalidConfigNamesTheField) {
   const std::map<std::string, std::string> cpu = {{"EPFUSE_FORCE_CPU", "1"}};
   Result experts = run_cli({"run", "--hidden", "128", "--intermediate", "128", "--experts", "7", "--topk", "2",

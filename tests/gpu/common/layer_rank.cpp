@@ -13,7 +13,9 @@ LayerRank::LayerRank(Impl impl, const LayerConfig& cfg, int extra_tokens) : impl
   const int local = cfg.experts_per_rank(comm_.world_size());
   w13_ = unfused::DeviceMemory(size_t(local) * 2 * cfg.intermediate * cfg.hidden * sizeof(bf16));
   w2_ = unfused::DeviceMemory(size_t(local) * cfg.hidden * cfg.intermediate * sizeof(bf16));
-  EPFUSE_CUDA_CHECK(cudaStreamCreate(&stream_));
+  // Non-blocking, and stream-ordered copies below: in the one-GPU mode the legacy default stream would
+  // order this rank's copies after the other ranks' kernels, which may wait for this rank.
+  EPFUSE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   generate_expert_weights(cfg, comm_.world_size(), comm_.rank(), kWeightSeed, w13_.as<bf16>(), w2_.as<bf16>(), stream_);
   EPFUSE_CUDA_CHECK(cudaStreamSynchronize(stream_));
   recreate();
@@ -42,20 +44,26 @@ HostTokens LayerRank::tokens(int count, Routing routing, uint64_t seed) const {
 }
 
 void LayerRank::upload(const HostTokens& in) {
-  EPFUSE_CUDA_CHECK(cudaMemcpy(x_.as(), in.x.data(), in.x.size() * sizeof(bf16), cudaMemcpyHostToDevice));
   EPFUSE_CUDA_CHECK(
-      cudaMemcpy(idx_.as(), in.topk_idx.data(), in.topk_idx.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
-  EPFUSE_CUDA_CHECK(cudaMemcpy(weights_.as(), in.topk_weights.data(), in.topk_weights.size() * sizeof(float),
-                               cudaMemcpyHostToDevice));
+      cudaMemcpyAsync(x_.as(), in.x.data(), in.x.size() * sizeof(bf16), cudaMemcpyHostToDevice, stream_));
+  EPFUSE_CUDA_CHECK(cudaMemcpyAsync(idx_.as(), in.topk_idx.data(), in.topk_idx.size() * sizeof(int32_t),
+                                    cudaMemcpyHostToDevice, stream_));
+  EPFUSE_CUDA_CHECK(cudaMemcpyAsync(weights_.as(), in.topk_weights.data(), in.topk_weights.size() * sizeof(float),
+                                    cudaMemcpyHostToDevice, stream_));
+  EPFUSE_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the host vectors may go after this returns
 }
 
 std::vector<double> LayerRank::forward(const HostTokens& in) {
   upload(in);
   EPFUSE_CUDA_CHECK(cudaMemsetAsync(y_.as(), 0xff, y_.bytes(), stream_));  // bf16 NaN
+  // One-GPU mode: launch only once every rank is past its device-synchronising calls (LoopbackWorld).
+  if (comm_.transport() == Transport::kLoopback) comm_.barrier();
   layer_->forward(batch(in.num_tokens), y(), stream_);
   layer_->check_errors(stream_);
   std::vector<bf16> host(size_t(in.num_tokens) * cfg_.hidden);
-  EPFUSE_CUDA_CHECK(cudaMemcpy(host.data(), y_.as(), host.size() * sizeof(bf16), cudaMemcpyDeviceToHost));
+  EPFUSE_CUDA_CHECK(
+      cudaMemcpyAsync(host.data(), y_.as(), host.size() * sizeof(bf16), cudaMemcpyDeviceToHost, stream_));
+  EPFUSE_CUDA_CHECK(cudaStreamSynchronize(stream_));
   std::vector<double> out(host.size());
   for (size_t i = 0; i < host.size(); ++i) out[i] = __bfloat162float(host[i]);
   return out;

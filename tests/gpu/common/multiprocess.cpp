@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/check.h"
 #include "epfuse/error.h"
 #include "launch/launcher.h"
 
@@ -22,10 +23,13 @@ namespace {
 
 std::unique_ptr<Communicator> g_comm;
 int g_world = 0;
+bool g_one_gpu = false;
+thread_local Communicator* t_rank_comm = nullptr;  // one-GPU mode: this thread's rank
 
 struct Args {
   int world = 0;
-  std::vector<char*> for_gtest;  // argv without --world
+  bool one_gpu = false;
+  std::vector<char*> for_gtest;  // argv without --world and --one-gpu
 };
 
 int parse_world(std::string_view text) {
@@ -43,7 +47,7 @@ int parse_world(std::string_view text) {
 }
 
 Args parse_args(int argc, char** argv, int default_world) {
-  Args args{default_world, {argv[0]}};
+  Args args{default_world, false, {argv[0]}};
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg = argv[i];
     if (arg.starts_with("--world=")) {
@@ -51,6 +55,8 @@ Args parse_args(int argc, char** argv, int default_world) {
     } else if (arg == "--world") {
       if (i + 1 >= argc) throw Error(ErrorCode::kInvalidArgument, "--world needs a value");
       args.world = parse_world(argv[++i]);
+    } else if (arg == "--one-gpu") {
+      args.one_gpu = true;
     } else {
       args.for_gtest.push_back(argv[i]);
     }
@@ -86,6 +92,21 @@ int run_rank(Args& args) {
   return result;
 }
 
+// Every rank in this process on GPU 0: gtest runs once; EPFUSE_RANK_TEST bodies fan out to threads.
+int run_one_gpu(Args& args) {
+  if (gpu_count() < 1) {
+    std::printf("SKIPPED: needs 1 GPU, found 0\n");
+    std::fflush(stdout);
+    return kSkipExitCode;
+  }
+  int gtest_argc = static_cast<int>(args.for_gtest.size()) - 1;
+  ::testing::InitGoogleTest(&gtest_argc, args.for_gtest.data());
+  EPFUSE_CUDA_CHECK(cudaSetDevice(0));
+  g_one_gpu = true;
+  const int result = RUN_ALL_TESTS();
+  return result == kSkipExitCode ? 1 : result;
+}
+
 int launch_ranks(const Args& args, int argc, char** argv) {
   const int found = gpu_count();
   if (found < args.world) {
@@ -118,6 +139,7 @@ int run_multiprocess(int argc, char** argv, int default_world) {
       ::testing::InitGoogleTest(&gtest_argc, args.for_gtest.data());
       return RUN_ALL_TESTS();
     }
+    if (args.one_gpu) return run_one_gpu(args);
     return std::getenv("RANK") != nullptr ? run_rank(args) : launch_ranks(args, argc, argv);
   } catch (const std::exception& e) {
     const char* rank = std::getenv("RANK");
@@ -128,6 +150,11 @@ int run_multiprocess(int argc, char** argv, int default_world) {
 }
 
 Communicator& comm() {
+  if (g_one_gpu) {
+    if (t_rank_comm == nullptr)
+      throw Error(ErrorCode::kInternal, "epfuse::testing::comm() in one-GPU mode outside an EPFUSE_RANK_TEST body");
+    return *t_rank_comm;
+  }
   if (g_comm == nullptr) {
     throw Error(ErrorCode::kInternal, "epfuse::testing::comm() outside a rank started by run_multiprocess");
   }
@@ -135,5 +162,24 @@ Communicator& comm() {
 }
 
 int world() { return g_world; }
+
+bool one_gpu() { return g_one_gpu; }
+
+void on_every_rank(const std::function<void()>& body) {
+  if (!g_one_gpu) return body();
+  LoopbackWorld ranks(g_world, /*device=*/0);
+  const std::vector<std::string> errors = ranks.run([&](Communicator& c) {
+    t_rank_comm = &c;
+    try {
+      body();
+    } catch (...) {
+      t_rank_comm = nullptr;
+      throw;
+    }
+    t_rank_comm = nullptr;
+  });
+  for (const std::string& e : errors)
+    if (!e.empty()) ADD_FAILURE() << e;
+}
 
 }  // namespace epfuse::testing

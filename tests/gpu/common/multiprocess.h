@@ -12,7 +12,17 @@
 // Tests run on every rank in the same order; a test that makes collective calls must make all of
 // them on every rank even after a failed check (EXPECT_*, not ASSERT_*, before a collective), or
 // the other ranks wait for it until the launcher stops them.
+//
+// One-GPU mode (`--one-gpu`, registered by epfuse_add_gpu_test's ONE_GPU_WORLDS): one process on GPU 0
+// runs gtest once, and each test written with EPFUSE_RANK_TEST runs its body on `world` threads, one
+// per rank, each with its rank's loopback Communicator (a fresh LoopbackWorld per test, so one test's
+// failure cannot poison the next). A body that throws fails the test with the rank's message and
+// aborts that test's world, so the other ranks' host collectives fail instead of waiting.
 #pragma once
+#include <functional>
+
+#include <gtest/gtest.h>
+
 #include "epfuse/communicator.h"
 
 namespace epfuse::testing {
@@ -22,10 +32,28 @@ inline constexpr int kSkipExitCode = 77;  // ctest's SKIP_RETURN_CODE for these 
 // The whole main() of a multi-process GPU test. Never throws: errors are printed, return 1.
 int run_multiprocess(int argc, char** argv, int default_world);
 
-// The communicator of this rank, valid while the tests run (inside run_multiprocess).
+// The communicator of this rank, valid while the tests run (inside run_multiprocess; in one-GPU
+// mode inside an EPFUSE_RANK_TEST body, where it is the calling thread's rank).
 Communicator& comm();
 
 // The world size this run was started with (--world or the default).
 int world();
+
+// Whether this run is in one-GPU mode (--one-gpu).
+bool one_gpu();
+
+// Runs `body` as every rank of this process: once (one process per GPU), or once per rank on its own
+// thread (one-GPU mode). EPFUSE_RANK_TEST wraps a test body in it.
+void on_every_rank(const std::function<void()>& body);
+
+}  // namespace epfuse::testing
+
+// TEST(suite, name) whose body runs on every rank (on_every_rank).
+#define EPFUSE_RANK_TEST(suite, name)                                                   \
+  static void suite##_##name##_rank_body();                                             \
+  TEST(suite, name) { ::epfuse::testing::on_every_rank(&suite##_##name##_rank_body); } \
+  static void suite##_##name##_rank_body()
+
+namespace epfuse::testing {
 
 }  // namespace epfuse::testing

@@ -1,4 +1,5 @@
-// The fused layer on 1, 2 or 4 GPUs (one process each): what the CLI correctness matrix
+// The fused layer on 1, 2 or 4 GPUs (one process each), and at worlds 2, 4 and 8 with every rank on
+// one GPU (--one-gpu: threads and the loopback transport): what the CLI correctness matrix
 // (tests/gpu/run, registered for `fused`) cannot cover. Bounded waits: a peer that never calls
 // forward makes the others' calls fail with kTimeout naming rank, phase and wait, within the bound.
 // Bad input on one rank (expert id, token count) makes EVERY rank's call fail with kInvalidArgument,
@@ -59,7 +60,7 @@ class Rank : public testing::LayerRank {
   }
 };
 
-TEST(FusedLayer, MatchesReferenceOverManyCalls) {
+EPFUSE_RANK_TEST(FusedLayer, MatchesReferenceOverManyCalls) {
   Rank r(test_config());
   uint64_t seed = 100;
   for (Routing routing : {Routing::kUniform, Routing::kSkewed, Routing::kOneExpert, Routing::kDropped}) {
@@ -78,9 +79,9 @@ TEST(FusedLayer, MatchesReferenceOverManyCalls) {
 // Every instantiation of the fused kernel (kFusedTileShapes: wgmma 128x256 and 128x128, mma.sync
 // 32x128) against the reference: few experts and up to 256 tokens, so the per-call row estimate
 // (tokens x k x world / E) crosses each shape's range.
-TEST(FusedLayer, EveryTileShapeMatchesReference) {
+EPFUSE_RANK_TEST(FusedLayer, EveryTileShapeMatchesReference) {
   LayerConfig cfg = test_config();
-  cfg.num_experts = 4;
+  cfg.num_experts = std::max(4, testing::world());  // at least one expert per rank
   cfg.topk = 2;
   cfg.max_tokens_per_rank = 256;
   Rank r(cfg);
@@ -100,7 +101,7 @@ TEST(FusedLayer, EveryTileShapeMatchesReference) {
 }
 
 // Phase timing (the in-kernel profile): off by default, per-phase ms per SM when on, results unchanged.
-TEST(FusedLayer, PhaseTimingReportsEveryPhase) {
+EPFUSE_RANK_TEST(FusedLayer, PhaseTimingReportsEveryPhase) {
   Rank r(test_config());
   EXPECT_FALSE(r.layer().last_phase_times().has_value());  // off by default
   r.layer().set_phase_timing(true);
@@ -118,12 +119,12 @@ TEST(FusedLayer, PhaseTimingReportsEveryPhase) {
   EXPECT_FALSE(r.layer().last_phase_times().has_value());
 }
 
-TEST(FusedLayer, ClampMatchesReference) {
+EPFUSE_RANK_TEST(FusedLayer, ClampMatchesReference) {
   Rank r(test_config(0.05f));
   r.expect_matches_reference(r.tokens(64, Routing::kUniform, 11), "clamp 0.05");
 }
 
-TEST(FusedLayer, MemoryIsThePlan) {
+EPFUSE_RANK_TEST(FusedLayer, MemoryIsThePlan) {
   const LayerConfig cfg = test_config();
   Rank r(cfg);
   const fused::FusedPlan plan = fused::plan_fused(cfg, r.world());
@@ -132,7 +133,7 @@ TEST(FusedLayer, MemoryIsThePlan) {
   if (r.rank() == 0) std::printf("fused memory plan, world %d:\n%s", r.world(), fused::format_plan(plan).c_str());
 }
 
-TEST(FusedLayer, BadExpertIdFailsEveryRankFast) {
+EPFUSE_RANK_TEST(FusedLayer, BadExpertIdFailsEveryRankFast) {
   const LayerConfig cfg = test_config();
   Rank r(cfg);
   const int bad_rank = r.world() - 1;
@@ -159,7 +160,7 @@ TEST(FusedLayer, BadExpertIdFailsEveryRankFast) {
   r.expect_matches_reference(r.tokens(40, Routing::kUniform, 22), "re-created after a bad expert id");
 }
 
-TEST(FusedLayer, TooManyTokensFailsEveryRankFast) {
+EPFUSE_RANK_TEST(FusedLayer, TooManyTokensFailsEveryRankFast) {
   const LayerConfig cfg = test_config();
   Rank r(cfg);
   r.upload(r.tokens(10, Routing::kUniform, 30));
@@ -180,7 +181,7 @@ TEST(FusedLayer, TooManyTokensFailsEveryRankFast) {
   r.expect_matches_reference(r.tokens(10, Routing::kDropped, 31), "re-created after too many tokens");
 }
 
-TEST(FusedLayer, MissingPeerTimesOutWithinTheBound) {
+EPFUSE_RANK_TEST(FusedLayer, MissingPeerTimesOutWithinTheBound) {
   if (testing::world() < 2) GTEST_SKIP() << "needs a peer";
   const LayerConfig cfg = test_config();
   {
@@ -194,8 +195,11 @@ TEST(FusedLayer, MissingPeerTimesOutWithinTheBound) {
       const double s = seconds_since(t0);
       EXPECT_EQ(e.code(), ErrorCode::kTimeout) << e.what();
       EXPECT_LT(s, 5.0) << "a 300 ms bound took " << s << " s";
-      // The first wait to expire is the collect task's (the others wait for its plan).
+      // The first wait to expire is the collect task's (the others wait for its plan): for the count
+      // message of the absent rank.
       EXPECT_NE(std::string(e.what()).find("rank " + std::to_string(r.rank()) + ": timed out in "), std::string::npos)
+          << e.what();
+      EXPECT_NE(std::string(e.what()).find("the count message of rank " + std::to_string(absent)), std::string::npos)
           << e.what();
       std::printf("rank %d: %s\n", r.rank(), e.what());
     }

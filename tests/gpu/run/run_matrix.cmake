@@ -45,3 +45,44 @@ function(epfuse_add_run_matrix impl)
       ${small} --ranks ${world} --tokens 128 --iters 200 --vary --verify-every 10 --verify-rows 16)
   endforeach()
 endfunction()
+
+# epfuse_add_one_gpu_run_matrix(<impl>): the same matrix with every rank in one process on one GPU
+# (`epfuse run --one-gpu`, the loopback transport), as ctest entries run_<impl>_onegpu_<case>, at
+# worlds 2, 4 and 8; plus world 8 at top-8 with E = 64 (E/R = 8: one-rank routing sends a token to
+# every local expert of one rank) and E = 256, and world 16. Needs one GPU; skipped without.
+function(epfuse_add_one_gpu_run_matrix impl)
+  set(small --hidden 256 --intermediate 256 --experts 16 --topk 4)
+  set(uneven_2 128,0)
+  set(uneven_4 128,0,7,1)
+  set(uneven_8 128,0,7,1,96,33,0,5)
+  foreach(world 2 4 8)
+    foreach(routing uniform skewed one-expert dropped one-rank)
+      foreach(tokens 0 1 7 128)
+        epfuse_add_run_test(${impl} onegpu_w${world}_${routing}_t${tokens} 120 --one-gpu
+          ${small} --ranks ${world} --routing ${routing} --tokens ${tokens} --seed ${world}${tokens})
+      endforeach()
+      epfuse_add_run_test(${impl} onegpu_w${world}_${routing}_uneven 120 --one-gpu
+        ${small} --ranks ${world} --routing ${routing} --tokens ${uneven_${world}})
+    endforeach()
+    epfuse_add_run_test(${impl} onegpu_w${world}_clamp 120 --one-gpu
+      ${small} --clamp 0.25 --ranks ${world} --tokens ${uneven_${world}})
+    foreach(model dsv3 qwen3-30b mixtral)
+      epfuse_add_run_test(${impl} onegpu_w${world}_${model} 600 --one-gpu
+        --model ${model} --ranks ${world} --tokens 128 --verify-rows 8)
+    endforeach()
+    epfuse_add_run_test(${impl} onegpu_w${world}_vary200 300 --one-gpu
+      ${small} --ranks ${world} --tokens 128 --iters 200 --vary --verify-every 10 --verify-rows 16)
+  endforeach()
+  foreach(experts 64 256)
+    foreach(routing uniform one-rank dropped)
+      epfuse_add_run_test(${impl} onegpu_w8_e${experts}_${routing} 120 --one-gpu
+        --hidden 256 --intermediate 256 --experts ${experts} --topk 8 --ranks 8 --routing ${routing} --tokens 128)
+    endforeach()
+  endforeach()
+  foreach(routing uniform one-rank)
+    epfuse_add_run_test(${impl} onegpu_w16_${routing} 120 --one-gpu
+      --hidden 256 --intermediate 256 --experts 64 --topk 8 --ranks 16 --routing ${routing} --tokens 64)
+  endforeach()
+  epfuse_add_run_test(${impl} onegpu_w16_vary200 300 --one-gpu
+    --hidden 256 --intermediate 256 --experts 64 --topk 8 --ranks 16 --tokens 64 --iters 200 --vary --verify-every 10)
+endfunction()
