@@ -183,6 +183,12 @@ class Communicator {
 // (or a timeout) every rank's current and later collective throws Error(kAborted) naming the rank
 // that failed and why, so no thread waits for a rank that has given up.
 //
+// Hardware queues: the GPU runs the kernels of at most CUDA_DEVICE_MAX_CONNECTIONS streams side by
+// side (default 8, at most 32); with fewer queues than ranks two ranks' forwards can share one, and the
+// second waits for the first, which waits for it. The constructor sets CUDA_DEVICE_MAX_CONNECTIONS=32
+// unless it is set; CUDA reads it when it creates the process's context, so construct the world (or
+// set it) before the first CUDA call. The fused layer refuses a loopback world larger than the value.
+//
 // The GPU is shared: a CUDA call that synchronises the whole device (cudaFree, cudaMalloc,
 // cudaDeviceSynchronize, synchronous cudaMemcpy/cudaMemset) on one rank's thread waits for every
 // rank's kernels, and a rank's forward waits on the device for its peers' forwards. So a thread that
@@ -191,7 +197,10 @@ class Communicator {
 // --one-gpu` and the GPU tests do), or use stream-ordered allocation.
 class LoopbackWorld {
  public:
-  // Throws Error(kInvalidArgument) for world_size < 1, device < 0 or timeout < 1 ms. Touches no GPU.
+  static constexpr int kMaxConnections = 32;  // CUDA's largest CUDA_DEVICE_MAX_CONNECTIONS
+
+  // Throws Error(kInvalidArgument) for world_size < 1 or > kMaxConnections, device < 0 or timeout
+  // < 1 ms. Touches no GPU.
   LoopbackWorld(int world_size, int device, std::chrono::milliseconds timeout = std::chrono::milliseconds(120000));
   ~LoopbackWorld();
   LoopbackWorld(const LoopbackWorld&) = delete;

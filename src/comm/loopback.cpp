@@ -3,6 +3,7 @@
 // communicator.cpp beside the NCCL ones.
 #include <cuda_runtime.h>
 
+#include <cstdlib>
 #include <string>
 #include <system_error>
 #include <thread>
@@ -39,9 +40,15 @@ void use_device(int device, int rank) {
 LoopbackWorld::LoopbackWorld(int world_size, int device, std::chrono::milliseconds timeout) {
   auto fail = [](const std::string& why) { throw Error(ErrorCode::kInvalidArgument, "LoopbackWorld: " + why); };
   if (world_size < 1) fail("world_size=" + std::to_string(world_size) + " must be at least 1");
+  if (world_size > kMaxConnections)
+    fail("world_size=" + std::to_string(world_size) + " exceeds " + std::to_string(kMaxConnections) +
+         " (a GPU runs at most that many streams' kernels side by side: CUDA_DEVICE_MAX_CONNECTIONS)");
   if (device < 0) fail("device=" + std::to_string(device) + " must not be negative");
   if (timeout.count() < 1) fail("timeout=" + std::to_string(timeout.count()) + " ms must be at least 1 ms");
   hub_ = std::make_shared<detail::LoopbackHub>(world_size, device, timeout);
+  // Every rank's forward needs a hardware queue of its own (see the class comment); effective only when
+  // the process has no CUDA context yet.
+  ::setenv("CUDA_DEVICE_MAX_CONNECTIONS", std::to_string(kMaxConnections).c_str(), /*overwrite=*/0);
 }
 
 LoopbackWorld::~LoopbackWorld() = default;

@@ -30,6 +30,12 @@ enum class WaitKind : int32_t {
   kTaskSlot = 8,     // the next task from this CTA's producer warps (slot a), for its math warps
 };
 
+// Waits for this rank's own progress that itself waits for peers: the expert plan (the collect task
+// waits for every rank's count message) and a Linear2 tile's Linear1 tiles (they wait for arrivals).
+// They are bounded at twice the timeout, so that when a peer is missing the wait for the peer expires
+// first and the error names it, not the wait behind it.
+constexpr bool waits_behind_a_wait(WaitKind what) { return what == WaitKind::kPlan || what == WaitKind::kLinear1; }
+
 struct ErrorRecord {
   int32_t kind;      // ErrorKind; the first writer wins (atomicCAS from 0)
   int32_t rank;

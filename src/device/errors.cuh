@@ -45,12 +45,13 @@ struct WaitSite {
 };
 
 // One thread polls load() until done(value). Returns false (after recording a timeout when the
-// deadline passed) when the wait was abandoned. `abortable` = false only for waits that must finish
+// deadline passed) when the wait was abandoned. The deadline is the timeout, or twice it for a wait
+// behind another wait (waits_behind_a_wait). `abortable` = false only for waits that must finish
 // even after a peer failed (a rank still publishes its counts so its peers learn about errors).
 template <class Load, class Done>
 __device__ bool bounded_wait(const FusedParams& prm, FusedControl* ctl, const WaitSite& site, uint32_t expected,
                              Load load, Done done, bool abortable = true) {
-  const uint64_t deadline = globaltimer_ns() + prm.timeout_ns;
+  const uint64_t deadline = globaltimer_ns() + (waits_behind_a_wait(site.what) ? 2 : 1) * prm.timeout_ns;
   for (uint32_t spin = 0;; ++spin) {
     const uint32_t v = load();
     if (done(v)) return true;

@@ -44,6 +44,16 @@ uint64_t timeout_ms_from_env() {
   return v;
 }
 
+// The hardware queues CUDA gives the process's streams (CUDA's default when unset or malformed).
+int device_connections_from_env() {
+  constexpr int kCudaDefault = 8;
+  const char* s = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+  if (s == nullptr || *s == '\0') return kCudaDefault;
+  char* end = nullptr;
+  const long v = std::strtol(s, &end, 10);
+  return *end == '\0' && v > 0 ? static_cast<int>(std::min<long>(v, LoopbackWorld::kMaxConnections)) : kCudaDefault;
+}
+
 // Runs a scope on the communicator's device and restores the caller's.
 class OnDevice {
  public:
@@ -74,6 +84,15 @@ class FusedLayer final : public MoeLayer {
       EPFUSE_REQUIRE(lsa_ranks == comm.world_size(), ErrorCode::kUnsupported,
                      who + "fused layer needs all " + std::to_string(comm.world_size()) +
                          " ranks in one NVLink (LSA) team; this rank's team has " + std::to_string(lsa_ranks));
+    }
+    if (comm.transport() == Transport::kLoopback) {
+      const int queues = device_connections_from_env();
+      EPFUSE_REQUIRE(queues >= comm.world_size(), ErrorCode::kUnsupported,
+                     who + "one-GPU mode with " + std::to_string(comm.world_size()) +
+                         " ranks needs CUDA_DEVICE_MAX_CONNECTIONS >= " + std::to_string(comm.world_size()) +
+                         " (found " + std::to_string(queues) +
+                         "), set before the process's first CUDA call: ranks sharing a hardware queue "
+                         "wait for each other's forwards forever");
     }
     timeout_ns_ = timeout_ms_from_env() * 1000000ull;
     OnDevice on(comm.device());

@@ -48,6 +48,8 @@ int run_command(const std::vector<std::string>& args) {
   full.insert(full.end(), args.begin(), args.end());
   const std::string command = command_line(full);
 
+  // One hardware queue per rank's stream (LoopbackWorld); CUDA reads it at its first call.
+  if (f.one_gpu) ::setenv("CUDA_DEVICE_MAX_CONNECTIONS", std::to_string(LoopbackWorld::kMaxConnections).c_str(), 0);
   const int gpus = visible_gpus();
   const char* rank_env = std::getenv("RANK");
   const bool in_rank = rank_env != nullptr && gpus > 0 && !f.one_gpu;

@@ -362,7 +362,8 @@ TEST(Loopback, ConstructorValidatesWithoutAGpu) {
     std::string named;
   };
   for (const Bad& b : {Bad{0, 0, kLong, "world_size=0"}, Bad{-3, 0, kLong, "world_size=-3"},
-                       Bad{2, -1, kLong, "device=-1"}, Bad{2, 0, milliseconds(0), "timeout=0"}}) {
+                       Bad{2, -1, kLong, "device=-1"}, Bad{2, 0, milliseconds(0), "timeout=0"},
+                       Bad{LoopbackWorld::kMaxConnections + 1, 0, kLong, "CUDA_DEVICE_MAX_CONNECTIONS"}}) {
     const Caught c = catch_error([&] { LoopbackWorld world(b.world_size, b.device, b.timeout); });
     EXPECT_TRUE(c.thrown) << b.named;
     EXPECT_EQ(c.code, ErrorCode::kInvalidArgument) << c.what;
@@ -370,6 +371,8 @@ TEST(Loopback, ConstructorValidatesWithoutAGpu) {
   }
   LoopbackWorld fine(16, 7, milliseconds(1));  // a device this machine need not have
   EXPECT_EQ(fine.world_size(), 16);
+  LoopbackWorld widest(LoopbackWorld::kMaxConnections, 0, milliseconds(1));
+  EXPECT_EQ(widest.world_size(), LoopbackWorld::kMaxConnections);
   EXPECT_EQ(fine.device(), 7);
   EXPECT_FALSE(fine.aborted());
 }

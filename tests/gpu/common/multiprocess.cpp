@@ -94,6 +94,8 @@ int run_rank(Args& args) {
 
 // Every rank in this process on GPU 0: gtest runs once; EPFUSE_RANK_TEST bodies fan out to threads.
 int run_one_gpu(Args& args) {
+  // One hardware queue per rank's stream (LoopbackWorld); CUDA reads it at its first call.
+  setenv("CUDA_DEVICE_MAX_CONNECTIONS", std::to_string(LoopbackWorld::kMaxConnections).c_str(), 0);
   if (gpu_count() < 1) {
     std::printf("SKIPPED: needs 1 GPU, found 0\n");
     std::fflush(stdout);
