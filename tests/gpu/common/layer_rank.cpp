@@ -27,11 +27,19 @@ LayerRank::LayerRank(Impl impl, const LayerConfig& cfg, int extra_tokens) : impl
 }
 
 LayerRank::~LayerRank() {
+  try {  // as in recreate(); a world that already failed has nothing left to wait for
+    if (layer_ != nullptr && comm_.transport() == Transport::kLoopback) comm_.barrier();
+  } catch (const Error&) {
+  }
   layer_.reset();
   cudaStreamDestroy(stream_);  // destructor: nothing to report an error to
 }
 
 void LayerRank::recreate() {
+  // One-GPU mode: freeing the layer synchronises the device, which would wait for peers' forwards that
+  // wait for ranks whose launch is queued behind that synchronisation. Every rank's forward is done
+  // (checked) once all are here.
+  if (layer_ != nullptr && comm_.transport() == Transport::kLoopback) comm_.barrier();
   layer_.reset();
   layer_ = MoeLayer::create(impl_, cfg_, comm_, {w13_.as<bf16>(), w2_.as<bf16>()});
 }

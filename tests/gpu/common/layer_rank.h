@@ -37,7 +37,8 @@ class LayerRank {
   LayerRank(const LayerRank&) = delete;
   LayerRank& operator=(const LayerRank&) = delete;
 
-  // Collective: drops the layer and creates a new one on the same weights.
+  // Collective: drops the layer and creates a new one on the same weights (in the one-GPU mode after a
+  // barrier: see LoopbackWorld on device-synchronising calls).
   void recreate();
 
   MoeLayer& layer() { return *layer_; }
