@@ -33,9 +33,9 @@ for step in "$@"; do
     run-onegpu)
       ctest -L run -R '^run_fused_onegpu_' --timeout 600 --output-on-failure 2>&1 | tee "$OUT/run-onegpu.log" | grep -E "tests passed|tests failed|\*\*\*|Failed|Timeout" | tail -40 ;;
     sanitize)  # every wait bounded generously: the tools slow the kernels by orders of magnitude
-      for tool in memcheck racecheck synccheck; do
+      for tool in ${EPFUSE_SANITIZERS:-memcheck racecheck synccheck}; do
         echo "--- $tool"
-        EPFUSE_TIMEOUT_MS=600000 timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 tools/epfuse run --one-gpu \
+        EPFUSE_TIMEOUT_MS=600000 timeout ${EPFUSE_SANITIZER_LIMIT_S:-150} compute-sanitizer --tool $tool --error-exitcode 9 tools/epfuse run --one-gpu \
           --impl fused --ranks 4 --hidden 256 --intermediate 256 --experts 16 --topk 4 --tokens 24,0,7,1 --routing one-rank 2>&1 | tail -25
         echo "exit ${PIPESTATUS[0]}"
       done 2>&1 | tee "$OUT/sanitize.log" ;;
