@@ -7,3 +7,4 @@
 #include "epfuse/layer.h"
 #include "epfuse/reference.h"
 #include "epfuse/types.h"
+#include "epfuse/workspace.h"

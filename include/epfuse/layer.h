@@ -13,6 +13,7 @@
 namespace epfuse {
 
 class Communicator;
+class Workspace;
 
 enum class Impl {
   kUnfused,  // layout, NCCL all-to-all, permute, cuBLAS grouped GEMMs, SwiGLU, all-to-all, reduce
@@ -40,6 +41,10 @@ class MoeLayer {
   // must outlive the layer. Throws Error(kInvalidConfig / kUnsupported) for configs it cannot run.
   static std::unique_ptr<MoeLayer> create(Impl impl, const LayerConfig& cfg, Communicator& comm,
                                           const ExpertWeights& weights);
+  // Collective: the fused layer on a shared workspace (epfuse/workspace.h), which must outlive it.
+  // Throws Error(kInvalidConfig) when cfg does not fit the workspace (the message names the field).
+  // The create above makes a workspace of cfg's size for the layer alone.
+  static std::unique_ptr<MoeLayer> create(const LayerConfig& cfg, Workspace& workspace, const ExpertWeights& weights);
   virtual ~MoeLayer() = default;
 
   // Collective: y[in.num_tokens, hidden] (device, bf16) on `stream`. Validates what is cheap on the

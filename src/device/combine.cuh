@@ -60,6 +60,21 @@ __device__ __forceinline__ void reduce_token(const __nv_bfloat16* rows, size_t s
   }
 }
 
+// Whether an earlier call on this workspace ended aborted (FusedControl::broken, set by its last CTA).
+__device__ __forceinline__ bool workspace_broken(const FusedParams& prm) {
+  const auto* ctl = reinterpret_cast<const FusedControl*>(prm.workspace + prm.priv.control);
+  return *reinterpret_cast<const volatile uint32_t*>(&ctl->broken) != 0;
+}
+
+// y [num_tokens][H] = bf16 NaN (0xFFFF), every CTA a share: what a call on a failed workspace returns.
+__device__ __forceinline__ void fill_y_with_nan(const FusedParams& prm) {
+  const int64_t vectors = static_cast<int64_t>(prm.num_tokens) * prm.dims.hidden / 8;
+  int4* y = reinterpret_cast<int4*>(prm.y);
+  for (int64_t v = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; v < vectors;
+       v += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    y[v] = int4{-1, -1, -1, -1};
+}
+
 // Task: tokens [b * kCombineTokens, ...), one warp of g per token.
 template <class Transport>
 __device__ void combine_task(const FusedContext<Transport>& c, int block, const ThreadGroup& g = ThreadGroup::cta()) {
@@ -75,7 +90,7 @@ __device__ void combine_task(const FusedContext<Transport>& c, int block, const 
     if (lane == 0 && expected != 0) {
       const uint64_t start = prm.profile != nullptr ? globaltimer_ns() : 0;
       const uint32_t base = c.token_base[t];
-      const uint32_t* signal = local_ptr<uint32_t>(c, token_signal_offset(prm.sym, d, c.parity, t));
+      const uint32_t* signal = local_ptr<uint32_t>(c, token_signal_offset(prm.sym, prm.layout, c.parity, t));
       ok = bounded_wait(prm, c.ctl, c.site(Phase::kCombine, WaitKind::kTokenTiles, t), expected,
                         [&] { return ld_acquire_sys(signal); },
                         [&](uint32_t v) { return counter_reached(v, base, expected); })
@@ -89,8 +104,9 @@ __device__ void combine_task(const FusedContext<Transport>& c, int block, const 
     // Routed slots as a mask, read once per token rather than once per vector.
     uint32_t routed = 0;
     for (int j = 0; j < k; ++j) routed |= slot_is_routed(idx[j], d.num_experts) ? 1u << j : 0u;
-    const __nv_bfloat16* rows = local_ptr<const __nv_bfloat16>(c, combine_row_offset(prm.sym, d, c.parity, t, 0));
-    const size_t stride = static_cast<size_t>(H);  // a token's slot rows are consecutive (combine_row_offset)
+    const __nv_bfloat16* rows = local_ptr<const __nv_bfloat16>(c, combine_row_offset(prm.sym, prm.layout, c.parity, t, 0));
+    // A token's slot rows are consecutive, each the workspace's widest row (combine_row_offset).
+    const size_t stride = static_cast<size_t>(prm.layout.hidden);
     __nv_bfloat16* y_row = prm.y + static_cast<int64_t>(t) * H;
     if (k <= 2) {
       reduce_token<8, 2>(rows, stride, k, routed, H, y_row, lane);

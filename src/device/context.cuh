@@ -18,6 +18,7 @@ template <class Transport>
 struct FusedContext {
   const FusedParams* prm;
   FusedControl* ctl;
+  uint32_t epoch;   // this call's (next_epoch of the last call's, FusedControl::epoch)
   uint32_t parity;
   int local_experts;
   __nv_bfloat16* h;
@@ -36,7 +37,10 @@ struct FusedContext {
     const PrivLayout& pl = prm.priv;
     c.prm = &prm;
     c.ctl = reinterpret_cast<FusedControl*>(ws + pl.control);
-    c.parity = epoch_parity(prm.epoch);
+    // Every CTA reads the last call's epoch before the last CTA of this call stores the new one (it
+    // does so only after every CTA has finished, scheduler.cuh finish()).
+    c.epoch = next_epoch(*reinterpret_cast<const volatile uint32_t*>(&c.ctl->epoch));
+    c.parity = epoch_parity(c.epoch);
     c.local_experts = prm.dims.local_experts();
     c.h = reinterpret_cast<__nv_bfloat16*>(ws + pl.h);
     c.pair_row = reinterpret_cast<int32_t*>(ws + pl.pair_row);
@@ -44,8 +48,9 @@ struct FusedContext {
     c.row_tickets = reinterpret_cast<uint32_t*>(ws + pl.row_tickets);
     c.pair_tickets = reinterpret_cast<uint32_t*>(ws + pl.pair_tickets);
     c.plan = plan_view(reinterpret_cast<int*>(ws + pl.plan), prm.dims.world, c.local_experts);
-    c.arrival_base = reinterpret_cast<uint32_t*>(ws + pl.arrival_base) + c.parity * c.local_experts;
-    c.token_base = reinterpret_cast<uint32_t*>(ws + pl.token_base) + c.parity * prm.dims.max_tokens;
+    // Strides of the workspace's capacity, as the counters they mirror (buffer_layout.h).
+    c.arrival_base = reinterpret_cast<uint32_t*>(ws + pl.arrival_base) + c.parity * prm.layout.local_experts();
+    c.token_base = reinterpret_cast<uint32_t*>(ws + pl.token_base) + c.parity * prm.layout.max_tokens;
     c.l1_done = reinterpret_cast<uint32_t*>(ws + pl.l1_done);
     return c;
   }

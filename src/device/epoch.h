@@ -1,7 +1,8 @@
 // Epochs: how the fused kernel reuses its buffers and flags across calls without any reset.
 //
-// The host passes epoch = (call index + 1) mod 2^32 and never skips a value, so the parity alternates
-// even across the 2^32 wrap (2^32 is even). Every buffer a peer writes exists twice, indexed by parity;
+// A call's epoch is next_epoch of the last call's, kept in the workspace's control block and advanced
+// by the kernel itself (the last CTA of a call), so it never skips a value and the parity alternates
+// even across the 2^32 wrap (2^32 is even); the first call of a workspace has epoch 1. Every buffer a peer writes exists twice, indexed by parity;
 // flags hold the epoch that wrote them; counters only grow and their reader keeps the value they had
 // before this call (its base) in its own memory. Why two parities suffice: docs/fused_design.md.
 #pragma once

@@ -13,8 +13,10 @@
 
 namespace epfuse::device {
 
-// Private, per GPU. Every field is either reset by the last CTA of a call (so the next launch starts
-// from zero without a host memset) or tagged with the epoch.
+// Private, per GPU (one per workspace, shared by its layers). Every field is either reset by the last
+// CTA of a call (so the next launch starts from zero without a host memset), tagged with the epoch, or
+// the call state the kernel advances itself (epoch, broken): nothing in the kernel's arguments changes
+// from call to call, so a forward captured in a CUDA graph replays correctly.
 struct FusedControl {
   uint32_t task_counter;  // next task id (reset at exit)
   uint32_t ctas_done;     // CTAs that finished this call (reset at exit)
@@ -23,17 +25,19 @@ struct FusedControl {
   uint32_t mblocks;       // m-blocks of this call's plan (valid when plan_epoch == epoch)
   uint32_t abort;         // != 0: leave every wait and take no more tasks (sticky: layer broken)
   uint32_t input_status;  // ErrorKind::kBadExpert if this rank's topk_idx had a bad id (sticky)
-  uint32_t pad;
+  uint32_t epoch;         // the last call's epoch (epoch.h); the last CTA of a call stores it
+  uint32_t broken;        // != 0: a call ended aborted; every later call only fills y with NaN (sticky)
+  uint32_t pad[3];
   ErrorRecord error;
 };
 
 struct FusedParams {
-  FusedDims dims;
-  SymLayout sym;
-  PrivLayout priv;
+  FusedDims dims;    // this layer's shape (the math)
+  FusedDims layout;  // the workspace's capacity: every region's strides (buffer_layout.h), shared by layers
+  SymLayout sym;     // made from `layout`
+  PrivLayout priv;   // made from `layout`
   int rank = 0;
   int num_tokens = 0;
-  uint32_t epoch = 0;
   uint32_t host_status = 0;   // ErrorKind the host found in this call's arguments (then num_tokens = 0)
   float swiglu_clamp = 0.0f;
   uint64_t timeout_ns = 0;    // bound of every device-side wait

@@ -28,7 +28,7 @@ class TaskScheduler {
     const int task = static_cast<int>(id);
     if (task >= space_.static_tasks() && !have_plan_) {
       uint32_t* plan_epoch = &c_.ctl->plan_epoch;
-      const uint32_t epoch = c_.prm->epoch;
+      const uint32_t epoch = c_.epoch;
       if (!group_wait(g, *c_.prm, c_.ctl, c_.site(Phase::kLinear1, WaitKind::kPlan), epoch,
                     [&] { return ld_acquire_gpu(plan_epoch); }, [&](uint32_t v) { return flag_is_current(v, epoch); }))
         return {Phase::kDone, 0};
@@ -42,8 +42,8 @@ class TaskScheduler {
   __device__ const TaskSpace& space() const { return space_; }
 
   // Every CTA calls this once, after its last task (g: the threads that ran it). The last one zeroes
-  // what the tasks counted this call (the next launch is ordered after this one on the stream, so it
-  // sees the zeros).
+  // what the tasks counted this call and stores the call state (the next launch is ordered after this
+  // one on the stream, so it sees them).
   __device__ void finish(const ThreadGroup& g = ThreadGroup::cta()) {
     __shared__ int last;
     g.sync();
@@ -56,7 +56,7 @@ class TaskScheduler {
     __threadfence();
     FusedControl* ctl = c_.ctl;
     const FusedDims& d = c_.prm->dims;
-    const int mblocks = flag_is_current(ld_acquire_gpu(&ctl->plan_epoch), c_.prm->epoch) ? static_cast<int>(ctl->mblocks) : 0;
+    const int mblocks = flag_is_current(ld_acquire_gpu(&ctl->plan_epoch), c_.epoch) ? static_cast<int>(ctl->mblocks) : 0;
     for (int i = g.rank(); i < d.world; i += g.count) c_.row_tickets[i] = 0;
     for (int i = g.rank(); i < d.num_experts; i += g.count) c_.pair_tickets[i] = 0;
     for (int i = g.rank(); i < mblocks; i += g.count) c_.l1_done[i] = 0;
@@ -64,6 +64,10 @@ class TaskScheduler {
       ctl->task_counter = 0;
       ctl->layout_done = 0;
       ctl->ctas_done = 0;
+      // The call state for the next launch (graph replays included): this call's epoch, and whether
+      // the workspace is now unusable.
+      ctl->epoch = c_.epoch;
+      if (aborted(ctl)) ctl->broken = 1u;
     }
     __threadfence();
   }

@@ -102,18 +102,20 @@ EPFUSE_HD int exclusive_prefix(const uint32_t* counts, int n, int* out) {
 
 EPFUSE_HD int mblocks_of(int rows, int block_m) { return (rows + block_m - 1) / block_m; }
 
-// counts: [world][L] as received. Fills everything but target; returns the m-block count.
-EPFUSE_HD int build_expert_plan(const uint32_t* counts, int world, int local_experts, int block_m,
+// counts: [world][count_stride] as received, the first local_experts of each row used (the count
+// messages are laid out for the workspace's capacity, count_stride >= local_experts). Fills everything
+// but target; returns the m-block count.
+EPFUSE_HD int build_expert_plan(const uint32_t* counts, int count_stride, int world, int local_experts, int block_m,
                                 const ExpertPlan& p) {
   for (int s = 0; s < world; ++s)
-    exclusive_prefix(counts + s * local_experts, local_experts, p.entry_off + s * local_experts);
+    exclusive_prefix(counts + s * count_stride, local_experts, p.entry_off + s * local_experts);
   int pairs = 0, mblocks = 0;
   for (int e = 0; e < local_experts; ++e) {
     int* pre = p.src_prefix + e * (world + 1);
     int rows = 0;
     for (int s = 0; s < world; ++s) {
       pre[s] = rows;
-      rows += static_cast<int>(counts[s * local_experts + e]);
+      rows += static_cast<int>(counts[s * count_stride + e]);
     }
     pre[world] = rows;
     p.rows[e] = rows;
@@ -124,6 +126,11 @@ EPFUSE_HD int build_expert_plan(const uint32_t* counts, int world, int local_exp
   }
   p.mb_start[local_experts] = mblocks;
   return mblocks;
+}
+// counts: [world][L] contiguous.
+EPFUSE_HD int build_expert_plan(const uint32_t* counts, int world, int local_experts, int block_m,
+                                const ExpertPlan& p) {
+  return build_expert_plan(counts, local_experts, world, local_experts, block_m, p);
 }
 
 // Where expert row r of expert e (r < rows[e]) was written: sender and entry index in its region.

@@ -34,6 +34,9 @@ using device::Phase;
 template <class Gemm, class Transport>
 __global__ void __launch_bounds__(Gemm::kThreads, 1) fused_moe_kernel(const __grid_constant__ device::FusedParams prm) {
   extern __shared__ __align__(1024) char smem[];
+  // A workspace that failed in an earlier call runs nothing; y gets NaN rather than stale values (a
+  // graph replay has no host check in between).
+  if (device::workspace_broken(prm)) return device::fill_y_with_nan(prm);
   constexpr bool kRegion = requires { Gemm::kWarpSpecialised; };
   using Tiles = device::ExpertTiles<Gemm>;
   if constexpr (kRegion) device::GemmRegion<Gemm>::init(smem);

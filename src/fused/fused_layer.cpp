@@ -5,8 +5,10 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include <cuda_runtime.h>
 
@@ -69,13 +71,15 @@ class OnDevice {
   int saved_ = 0;
 };
 
-class FusedLayer final : public MoeLayer {
+// The workspace of the fused layer (epfuse/workspace.h): the symmetric window, the private buffers
+// (control block included) and the cross-stream order of its layers' forwards, laid out for the
+// capacity; every layer on it addresses with these layouts (FusedParams::layout) and computes with its
+// own dims.
+class FusedWorkspace final : public Workspace {
  public:
-  FusedLayer(const LayerConfig& cfg, Communicator& comm, const ExpertWeights& weights)
-      : cfg_(cfg), comm_(comm), weights_(weights), plan_(plan_fused(cfg, comm.world_size())) {
-    validate_config(cfg, comm.world_size());
-    EPFUSE_REQUIRE(weights.w13 != nullptr && weights.w2 != nullptr, ErrorCode::kInvalidArgument,
-                   "rank " + std::to_string(comm.rank()) + ": fused layer: expert weights are null");
+  FusedWorkspace(Communicator& comm, const LayerConfig& capacity)
+      : comm_(comm), capacity_(capacity), plan_(plan_fused(capacity, comm.world_size())) {
+    validate_config(capacity, comm.world_size());
     const std::string who = "rank " + std::to_string(comm.rank()) + ": ";
     // Under NCCL every peer is reached through LSA pointers: all ranks must share one NVLink domain
     // (the inter-node GIN path is not implemented).
@@ -84,8 +88,7 @@ class FusedLayer final : public MoeLayer {
       EPFUSE_REQUIRE(lsa_ranks == comm.world_size(), ErrorCode::kUnsupported,
                      who + "fused layer needs all " + std::to_string(comm.world_size()) +
                          " ranks in one NVLink (LSA) team; this rank's team has " + std::to_string(lsa_ranks));
-    }
-    if (comm.transport() == Transport::kLoopback) {
+    } else {
       const int queues = device_connections_from_env();
       EPFUSE_REQUIRE(queues >= comm.world_size(), ErrorCode::kUnsupported,
                      who + "one-GPU mode with " + std::to_string(comm.world_size()) +
@@ -95,6 +98,114 @@ class FusedLayer final : public MoeLayer {
                          "wait for each other's forwards forever");
     }
     timeout_ns_ = timeout_ms_from_env() * 1000000ull;
+    OnDevice on(comm.device());
+    // Zeroed once: flags and counters then only move forward (epochs, monotonic counters), and the
+    // control block's epoch starts at 0 (the first call is epoch 1). Peers may write into this window
+    // as soon as their first forward starts, so every rank zeroes before the barrier.
+    window_ = comm.alloc_symmetric(plan_.symmetric_bytes());  // collective
+    EPFUSE_CUDA_CHECK(cudaMemset(window_.local(), 0, plan_.symmetric_bytes()));
+    EPFUSE_CUDA_CHECK(cudaMalloc(&private_, plan_.private_bytes()));
+    EPFUSE_CUDA_CHECK(cudaMemset(private_, 0, plan_.private_bytes()));
+    EPFUSE_CUDA_CHECK(cudaEventCreateWithFlags(&last_forward_, cudaEventDisableTiming));
+    EPFUSE_CUDA_CHECK(cudaDeviceSynchronize());
+    comm.barrier();
+  }
+
+  ~FusedWorkspace() override {
+    OnDevice on(comm_.device());
+    cudaEventDestroy(last_forward_);  // destructor: nothing to report an error to
+    cudaFree(private_);
+  }
+
+  const LayerConfig& capacity() const override { return capacity_; }
+  Communicator& comm() const override { return comm_; }
+  MemoryFootprint memory() const override { return {plan_.symmetric_bytes(), plan_.private_bytes()}; }
+  bool failed() const override { return failed_; }
+
+  std::string check_fits(const LayerConfig& cfg) const override {
+    const int world = comm_.world_size();
+    auto over = [](const char* field, long long v, long long cap) {
+      return std::string(field) + "=" + std::to_string(v) + " exceeds the workspace's " + std::to_string(cap);
+    };
+    if (cfg.hidden > capacity_.hidden) return over("hidden", cfg.hidden, capacity_.hidden);
+    if (cfg.intermediate > capacity_.intermediate) return over("intermediate", cfg.intermediate, capacity_.intermediate);
+    if (cfg.num_experts > capacity_.num_experts) return over("num_experts", cfg.num_experts, capacity_.num_experts);
+    if (cfg.topk > capacity_.topk) return over("topk", cfg.topk, capacity_.topk);
+    if (cfg.max_tokens_per_rank > capacity_.max_tokens_per_rank)
+      return over("max_tokens_per_rank", cfg.max_tokens_per_rank, capacity_.max_tokens_per_rank);
+    if (cfg.experts_per_rank(world) > capacity_.experts_per_rank(world))
+      return over("num_experts / world_size", cfg.experts_per_rank(world), capacity_.experts_per_rank(world));
+    return "";
+  }
+
+  const FusedPlan& plan() const { return plan_; }
+  uint64_t timeout_ns() const { return timeout_ns_; }
+
+  // The kernel argument's workspace fields.
+  void fill(device::FusedParams& prm) const {
+    prm.layout = plan_.dims;
+    prm.sym = plan_.sym;
+    prm.priv = plan_.priv;
+    prm.timeout_ns = timeout_ns_;
+    prm.window = window_.window();
+    prm.loopback.slices = static_cast<char*>(window_.slices_base());
+    prm.loopback.stride = window_.stride();
+    prm.workspace = static_cast<char*>(private_);
+  }
+
+  // Around every launch: wait for the previous forward on this workspace (another layer's, maybe on
+  // another stream), then mark this one. Not while `stream` is being captured: the graph orders its
+  // nodes itself, and an event recorded outside the capture cannot be waited for inside it.
+  void before_launch(cudaStream_t stream) {
+    capturing_ = is_capturing(stream);
+    if (!capturing_) EPFUSE_CUDA_CHECK(cudaStreamWaitEvent(stream, last_forward_, 0));
+  }
+  void after_launch(cudaStream_t stream) {
+    if (!capturing_) EPFUSE_CUDA_CHECK(cudaEventRecord(last_forward_, stream));
+  }
+
+  void mark_failed() { failed_ = true; }
+
+  // The error record of the workspace's calls (the first error since its creation), after `stream`.
+  device::ErrorRecord error_record(cudaStream_t stream) const {
+    device::ErrorRecord rec{};
+    const size_t at = plan_.priv.control + offsetof(device::FusedControl, error);
+    EPFUSE_CUDA_CHECK(cudaMemcpyAsync(&rec, static_cast<char*>(private_) + at, sizeof rec, cudaMemcpyDeviceToHost, stream));
+    EPFUSE_CUDA_CHECK(cudaStreamSynchronize(stream));
+    return rec;
+  }
+
+ private:
+  static bool is_capturing(cudaStream_t stream) {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    EPFUSE_CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
+    return status != cudaStreamCaptureStatusNone;
+  }
+
+  Communicator& comm_;
+  LayerConfig capacity_;
+  FusedPlan plan_;
+  uint64_t timeout_ns_ = 0;
+  SymmetricBuffer window_;
+  void* private_ = nullptr;
+  cudaEvent_t last_forward_ = nullptr;
+  bool capturing_ = false;
+  bool failed_ = false;
+};
+
+class FusedLayer final : public MoeLayer {
+ public:
+  // On a shared workspace, or (owned != null) on one made for this layer alone.
+  FusedLayer(const LayerConfig& cfg, FusedWorkspace& ws, const ExpertWeights& weights,
+             std::unique_ptr<FusedWorkspace> owned = nullptr)
+      : cfg_(cfg), owned_(std::move(owned)), ws_(ws), weights_(weights), dims_(plan_fused(cfg, ws.comm().world_size()).dims) {
+    Communicator& comm = ws.comm();
+    const std::string who = "rank " + std::to_string(comm.rank()) + ": ";
+    validate_config(cfg, comm.world_size());
+    EPFUSE_REQUIRE(weights.w13 != nullptr && weights.w2 != nullptr, ErrorCode::kInvalidArgument,
+                   who + "fused layer: expert weights are null");
+    const std::string fits = ws.check_fits(cfg);
+    EPFUSE_REQUIRE(fits.empty(), ErrorCode::kInvalidConfig, who + "the layer does not fit its workspace: " + fits);
     OnDevice on(comm.device());
     int sms = 0;
     EPFUSE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, comm.device()));
@@ -108,9 +219,9 @@ class FusedLayer final : public MoeLayer {
                    who + "fused layer: " + std::to_string(sharing) + " ranks cannot share the " + std::to_string(sms) +
                        " SMs of this GPU (at least one SM per rank)");
     for (const GemmTileShape& s : supported_fused_tiles(cfg)) {
-      const int per_sm = prepare_fused_kernel(comm.transport(), s, plan_.dims);
+      const int per_sm = prepare_fused_kernel(comm.transport(), s, dims_);
       const std::string kernel = "fused kernel (block_m " + std::to_string(s.block_m) + ", " +
-                                 std::to_string(fused_kernel_shape(s, plan_.dims).smem_bytes) + " B smem)";
+                                 std::to_string(fused_kernel_shape(s, dims_).smem_bytes) + " B smem)";
       EPFUSE_REQUIRE(per_sm >= 1, ErrorCode::kUnsupported, who + kernel + " cannot be resident on this GPU");
       EPFUSE_REQUIRE(static_cast<int64_t>(grid_) * sharing <= static_cast<int64_t>(sms) * per_sm,
                      ErrorCode::kUnsupported,
@@ -120,35 +231,25 @@ class FusedLayer final : public MoeLayer {
                          " CTA(s) per SM (every CTA must be resident at once)");
     }
     // TMA views of the weights (TileGemmTma), encoded once: the weights stay put for the layer's life.
-    const int64_t L = plan_.dims.local_experts(), H = cfg.hidden, I = cfg.intermediate;
+    const int64_t L = dims_.local_experts(), H = cfg.hidden, I = cfg.intermediate;
     w13_map_ = weight_tensor_map(weights.w13, L * 2 * I, H, device::kWeightBoxRows);
     w2_map_ = weight_tensor_map(weights.w2, L * H, I, device::kWeightBoxRows);
-    // Zeroed once: flags and counters then only move forward (epochs, monotonic counters). Peers may
-    // write into this window as soon as their first forward starts, so every rank zeroes before the
-    // barrier.
-    window_ = comm.alloc_symmetric(plan_.symmetric_bytes());  // collective
-    EPFUSE_CUDA_CHECK(cudaMemset(window_.local(), 0, plan_.symmetric_bytes()));
-    EPFUSE_CUDA_CHECK(cudaMalloc(&workspace_, plan_.private_bytes()));
-    EPFUSE_CUDA_CHECK(cudaMemset(workspace_, 0, plan_.private_bytes()));
-    EPFUSE_CUDA_CHECK(cudaDeviceSynchronize());
-    comm.barrier();
   }
 
   ~FusedLayer() override {
-    if (workspace_ != nullptr || profile_ != nullptr) {
-      OnDevice on(comm_.device());
-      cudaFree(workspace_);  // destructor: nothing to report an error to
-      cudaFree(profile_);
+    if (profile_ != nullptr) {
+      OnDevice on(ws_.comm().device());
+      cudaFree(profile_);  // destructor: nothing to report an error to
     }
   }
 
   // Phase timing = the in-kernel profile (device/profile.h): per-phase CTA-time / CTAs.
   void set_phase_timing(bool enabled) override {
     if (enabled && profile_ == nullptr) {
-      OnDevice on(comm_.device());
+      OnDevice on(ws_.comm().device());
       EPFUSE_CUDA_CHECK(cudaMalloc(&profile_, sizeof(device::FusedProfile)));
     }
-    if (!enabled && timing_ && print_profile_ && comm_.rank() == 0 && profile_sum_.calls > 0)
+    if (!enabled && timing_ && print_profile_ && ws_.comm().rank() == 0 && profile_sum_.calls > 0)
       std::fprintf(stderr, "%s", format_profile(profile_sum_).c_str());
     if (enabled && !timing_) profile_sum_ = ProfileSummary{};
     timing_ = enabled;
@@ -157,7 +258,7 @@ class FusedLayer final : public MoeLayer {
 
   std::optional<PhaseTimes> last_phase_times() override {
     if (!profiled_) return std::nullopt;
-    OnDevice on(comm_.device());
+    OnDevice on(ws_.comm().device());
     EPFUSE_CUDA_CHECK(cudaStreamSynchronize(profiled_stream_));
     device::FusedProfile rec{};
     EPFUSE_CUDA_CHECK(cudaMemcpy(&rec, profile_, sizeof rec, cudaMemcpyDeviceToHost));
@@ -168,9 +269,11 @@ class FusedLayer final : public MoeLayer {
   }
 
   void forward(const TokenBatch& in, bf16* y, cudaStream_t stream) override {
-    const std::string who = "rank " + std::to_string(comm_.rank()) + ": ";
-    EPFUSE_REQUIRE(!broken_, ErrorCode::kInternal,
-                   who + "fused layer is unusable after an earlier device error; re-create it");
+    Communicator& comm = ws_.comm();
+    const std::string who = "rank " + std::to_string(comm.rank()) + ": ";
+    EPFUSE_REQUIRE(!ws_.failed(), ErrorCode::kInternal,
+                   who + "the fused layer's workspace is unusable after an earlier device error or bad input; "
+                         "re-create it");
     // Bad arguments: still launch, with no tokens, so that the peers (already in this call) learn of it
     // from this rank's count message and fail with kInvalidArgument instead of timing out.
     std::string problem;
@@ -187,22 +290,18 @@ class FusedLayer final : public MoeLayer {
       host_status = static_cast<uint32_t>(device::ErrorKind::kBadPointer);
       problem = who + "x and y must be 16-byte aligned";
     }
-    OnDevice on(comm_.device());
-    epoch_ = device::next_epoch(epoch_);
+    OnDevice on(comm.device());
     device::FusedParams prm;
-    prm.dims = plan_.dims;
-    prm.sym = plan_.sym;
-    prm.priv = plan_.priv;
-    prm.rank = comm_.rank();
+    ws_.fill(prm);
+    prm.dims = dims_;
+    prm.rank = comm.rank();
     prm.num_tokens = host_status == 0 ? in.num_tokens : 0;
-    prm.epoch = epoch_;
     prm.host_status = host_status;
     // Rows per local expert if every rank has about as many tokens as this one (the real counts are
     // known only on the device); the tile shape is a per-rank choice, not part of the protocol.
-    const int64_t rows = static_cast<int64_t>(prm.num_tokens) * cfg_.topk * comm_.world_size() / cfg_.num_experts;
+    const int64_t rows = static_cast<int64_t>(prm.num_tokens) * cfg_.topk * comm.world_size() / cfg_.num_experts;
     const GemmTileShape tile = choose_fused_tile(cfg_, static_cast<int>(std::min<int64_t>(rows, 1 << 30)));
     prm.swiglu_clamp = cfg_.swiglu_clamp;
-    prm.timeout_ns = timeout_ns_;
     prm.x = in.x;
     prm.topk_idx = in.topk_idx;
     prm.topk_weights = in.topk_weights;
@@ -211,10 +310,6 @@ class FusedLayer final : public MoeLayer {
     prm.w2 = weights_.w2;
     prm.w13_map = w13_map_;
     prm.w2_map = w2_map_;
-    prm.window = window_.window();
-    prm.loopback.slices = static_cast<char*>(window_.slices_base());
-    prm.loopback.stride = window_.stride();
-    prm.workspace = static_cast<char*>(workspace_);
     if (timing_) {
       // The kernel adds into the record: zero it first (stream-ordered, only while timing).
       EPFUSE_CUDA_CHECK(cudaMemsetAsync(profile_, 0, sizeof(device::FusedProfile), stream));
@@ -223,41 +318,38 @@ class FusedLayer final : public MoeLayer {
     }
     profiled_ = timing_;
     summed_ = false;
-    launch_fused_kernel(comm_.transport(), tile, prm, grid_, stream);
+    ws_.before_launch(stream);
+    launch_fused_kernel(comm.transport(), tile, prm, grid_, stream);
+    ws_.after_launch(stream);
     if (host_status != 0) {
-      broken_ = true;
-      throw Error(ErrorCode::kInvalidArgument, problem + "; the layer must be re-created");
+      ws_.mark_failed();
+      throw Error(ErrorCode::kInvalidArgument, problem + "; the workspace must be re-created");
     }
   }
 
   void check_errors(cudaStream_t stream) override {
-    EPFUSE_CUDA_CHECK(cudaStreamSynchronize(stream));
-    device::ErrorRecord rec{};
-    const size_t at = plan_.priv.control + offsetof(device::FusedControl, error);
-    EPFUSE_CUDA_CHECK(cudaMemcpy(&rec, static_cast<char*>(workspace_) + at, sizeof rec, cudaMemcpyDeviceToHost));
+    OnDevice on(ws_.comm().device());
+    const device::ErrorRecord rec = ws_.error_record(stream);
     if (rec.kind != 0) {
-      broken_ = true;
+      ws_.mark_failed();
       throw Error(error_code(rec), describe_error(rec));
     }
   }
 
   Impl impl() const override { return Impl::kFused; }
   const LayerConfig& config() const override { return cfg_; }
-  MemoryFootprint memory() const override { return {plan_.symmetric_bytes(), plan_.private_bytes()}; }
+  // A layer made with its own workspace reports it; on a shared one the layer adds no device memory.
+  MemoryFootprint memory() const override { return owned_ ? ws_.memory() : MemoryFootprint{}; }
 
  private:
   LayerConfig cfg_;
-  Communicator& comm_;
+  std::unique_ptr<FusedWorkspace> owned_;  // declared before ws_: it may be what ws_ refers to
+  FusedWorkspace& ws_;
   ExpertWeights weights_;
-  FusedPlan plan_;
-  uint64_t timeout_ns_ = 0;
+  device::FusedDims dims_;
   int grid_ = 0;
   CUtensorMap w13_map_{};
   CUtensorMap w2_map_{};
-  SymmetricBuffer window_;
-  void* workspace_ = nullptr;
-  uint32_t epoch_ = 0;  // the last call's epoch; the first call uses 1
-  bool broken_ = false;
   // Phase timing (off by default): the device record of the last forward and the sum over forwards.
   bool timing_ = false;
   bool profiled_ = false;  // the last forward ran with the profile on
@@ -270,8 +362,20 @@ class FusedLayer final : public MoeLayer {
 
 }  // namespace
 
+std::unique_ptr<Workspace> make_fused_workspace(Communicator& comm, const LayerConfig& capacity) {
+  return std::make_unique<FusedWorkspace>(comm, capacity);
+}
+
 std::unique_ptr<MoeLayer> make_fused_layer(const LayerConfig& cfg, Communicator& comm, const ExpertWeights& weights) {
-  return std::make_unique<FusedLayer>(cfg, comm, weights);
+  auto ws = std::make_unique<FusedWorkspace>(comm, cfg);
+  FusedWorkspace& ref = *ws;
+  return std::make_unique<FusedLayer>(cfg, ref, weights, std::move(ws));
+}
+
+std::unique_ptr<MoeLayer> make_fused_layer(const LayerConfig& cfg, Workspace& workspace, const ExpertWeights& weights) {
+  auto* ws = dynamic_cast<FusedWorkspace*>(&workspace);
+  EPFUSE_REQUIRE(ws != nullptr, ErrorCode::kInvalidArgument, "make_fused_layer: the workspace is not a fused workspace");
+  return std::make_unique<FusedLayer>(cfg, *ws, weights);
 }
 
 }  // namespace epfuse::fused

@@ -6,12 +6,19 @@
 #include "epfuse/config.h"
 #include "epfuse/layer.h"
 #include "epfuse/types.h"
+#include "epfuse/workspace.h"
 
 namespace epfuse::fused {
 
 // Collective (allocates the symmetric window). Throws Error(kInvalidConfig) for shapes the kernel
 // cannot tile, Error(kUnsupported) when the kernel cannot be resident on this GPU.
 // Environment: EPFUSE_TIMEOUT_MS bounds every device-side wait (default 20000).
+// A layer with a workspace of its own (sized for cfg).
 std::unique_ptr<MoeLayer> make_fused_layer(const LayerConfig& cfg, Communicator& comm, const ExpertWeights& weights);
+// Collective: a workspace for layers up to `capacity` (Workspace::create).
+std::unique_ptr<Workspace> make_fused_workspace(Communicator& comm, const LayerConfig& capacity);
+// Collective: a layer on a shared workspace made by make_fused_workspace; Error(kInvalidConfig) when
+// it does not fit.
+std::unique_ptr<MoeLayer> make_fused_layer(const LayerConfig& cfg, Workspace& workspace, const ExpertWeights& weights);
 
 }  // namespace epfuse::fused

@@ -5,6 +5,7 @@
 
 #include "epfuse/communicator.h"
 #include "epfuse/error.h"
+#include "epfuse/workspace.h"
 #include "fused/fused_layer.h"
 #include "unfused/unfused_layer.h"
 
@@ -35,6 +36,20 @@ std::unique_ptr<MoeLayer> MoeLayer::create(Impl impl, const LayerConfig& cfg, Co
     case Impl::kFused: return fused::make_fused_layer(cfg, comm, weights);
   }
   throw Error(ErrorCode::kInvalidArgument, "MoeLayer::create: unknown impl " + std::to_string(static_cast<int>(impl)));
+}
+
+std::unique_ptr<MoeLayer> MoeLayer::create(const LayerConfig& cfg, Workspace& workspace, const ExpertWeights& weights) {
+  Communicator& comm = workspace.comm();
+  validate_config(cfg, comm.world_size());
+  if (weights.w13 == nullptr || weights.w2 == nullptr)
+    throw Error(ErrorCode::kInvalidArgument, "rank " + std::to_string(comm.rank()) +
+                                                 ": MoeLayer::create: expert weights w13/w2 must not be null");
+  return fused::make_fused_layer(cfg, workspace, weights);
+}
+
+std::unique_ptr<Workspace> Workspace::create(Communicator& comm, const LayerConfig& capacity) {
+  validate_config(capacity, comm.world_size());
+  return fused::make_fused_workspace(comm, capacity);
 }
 
 }  // namespace epfuse

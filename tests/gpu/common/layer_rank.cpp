@@ -9,7 +9,8 @@
 
 namespace epfuse::testing {
 
-LayerRank::LayerRank(Impl impl, const LayerConfig& cfg, int extra_tokens) : impl_(impl), cfg_(cfg), comm_(comm()) {
+LayerRank::LayerRank(Impl impl, const LayerConfig& cfg, int extra_tokens, Workspace* workspace)
+    : impl_(impl), cfg_(cfg), comm_(comm()), workspace_(workspace) {
   const int local = cfg.experts_per_rank(comm_.world_size());
   w13_ = unfused::DeviceMemory(size_t(local) * 2 * cfg.intermediate * cfg.hidden * sizeof(bf16));
   w2_ = unfused::DeviceMemory(size_t(local) * cfg.hidden * cfg.intermediate * sizeof(bf16));
@@ -41,7 +42,9 @@ void LayerRank::recreate() {
   // (checked) once all are here.
   if (layer_ != nullptr && comm_.transport() == Transport::kLoopback) comm_.barrier();
   layer_.reset();
-  layer_ = MoeLayer::create(impl_, cfg_, comm_, {w13_.as<bf16>(), w2_.as<bf16>()});
+  const ExpertWeights weights{w13_.as<bf16>(), w2_.as<bf16>()};
+  layer_ = workspace_ != nullptr ? MoeLayer::create(cfg_, *workspace_, weights)
+                                 : MoeLayer::create(impl_, cfg_, comm_, weights);
 }
 
 int LayerRank::rank() const { return comm_.rank(); }
@@ -63,12 +66,18 @@ void LayerRank::upload(const HostTokens& in) {
 
 std::vector<double> LayerRank::forward(const HostTokens& in) {
   upload(in);
-  EPFUSE_CUDA_CHECK(cudaMemsetAsync(y_.as(), 0xff, y_.bytes(), stream_));  // bf16 NaN
+  poison_y();
   // One-GPU mode: launch only once every rank is past its device-synchronising calls (LoopbackWorld).
   if (comm_.transport() == Transport::kLoopback) comm_.barrier();
   layer_->forward(batch(in.num_tokens), y(), stream_);
   layer_->check_errors(stream_);
-  std::vector<bf16> host(size_t(in.num_tokens) * cfg_.hidden);
+  return output(in.num_tokens);
+}
+
+void LayerRank::poison_y() { EPFUSE_CUDA_CHECK(cudaMemsetAsync(y_.as(), 0xff, y_.bytes(), stream_)); }  // bf16 NaN
+
+std::vector<double> LayerRank::output(int num_tokens) {
+  std::vector<bf16> host(size_t(num_tokens) * cfg_.hidden);
   EPFUSE_CUDA_CHECK(
       cudaMemcpyAsync(host.data(), y_.as(), host.size() * sizeof(bf16), cudaMemcpyDeviceToHost, stream_));
   EPFUSE_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -85,6 +94,11 @@ void LayerRank::expect_matches_reference(const HostTokens& in, const std::string
     ADD_FAILURE() << what << ": " << e.what();
     return;
   }
+  expect_close_to_reference(in, got, what);
+}
+
+void LayerRank::expect_close_to_reference(const HostTokens& in, const std::vector<double>& got,
+                                          const std::string& what) const {
   size_t unwritten = 0;
   for (double v : got) unwritten += std::isnan(v);
   EXPECT_EQ(unwritten, 0u) << what;

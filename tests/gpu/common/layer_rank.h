@@ -31,8 +31,10 @@ inline LayerConfig small_layer_config(int intermediate, float clamp) {
 
 class LayerRank {
  public:
-  // Inputs are sized for max_tokens_per_rank + extra_tokens (room for a too-many-tokens call).
-  LayerRank(Impl impl, const LayerConfig& cfg, int extra_tokens = 0);
+  // Inputs are sized for max_tokens_per_rank + extra_tokens (room for a too-many-tokens call). With a
+  // workspace, the (fused) layer is made on it (MoeLayer::create(cfg, workspace, weights)); it must
+  // outlive this object.
+  LayerRank(Impl impl, const LayerConfig& cfg, int extra_tokens = 0, Workspace* workspace = nullptr);
   ~LayerRank();
   LayerRank(const LayerRank&) = delete;
   LayerRank& operator=(const LayerRank&) = delete;
@@ -46,6 +48,7 @@ class LayerRank {
   int rank() const;
   int world() const;
   bf16* y() const { return y_.as<bf16>(); }
+  ExpertWeights weights() const { return {w13_.as<bf16>(), w2_.as<bf16>()}; }
 
   HostTokens tokens(int count, Routing routing, uint64_t seed) const;
   void upload(const HostTokens& in);
@@ -53,6 +56,12 @@ class LayerRank {
 
   // Poisons y (bf16 NaN), runs one forward and check_errors, returns the rows as double.
   std::vector<double> forward(const HostTokens& in);
+  // y's first num_tokens rows as double, after this rank's stream (for forwards run another way,
+  // e.g. a replayed CUDA graph); poison_y() fills y with bf16 NaN on the stream.
+  std::vector<double> output(int num_tokens);
+  void poison_y();
+  // Checks rows against the float64 reference (no row unwritten, the overall and per-row bounds).
+  void expect_close_to_reference(const HostTokens& in, const std::vector<double>& got, const std::string& what) const;
   // A forward checked against the float64 reference on every row (and no row left unwritten); an
   // Error from the layer is a test failure, not an exception.
   void expect_matches_reference(const HostTokens& in, const std::string& what);
@@ -61,6 +70,7 @@ class LayerRank {
   Impl impl_;
   LayerConfig cfg_;
   Communicator& comm_;
+  Workspace* workspace_ = nullptr;
   unfused::DeviceMemory w13_, w2_, x_, idx_, weights_, y_;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<MoeLayer> layer_;

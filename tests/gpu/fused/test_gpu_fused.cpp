@@ -209,6 +209,110 @@ EPFUSE_RANK_TEST(FusedLayer, MissingPeerTimesOutWithinTheBound) {
   fresh.expect_matches_reference(fresh.tokens(32, Routing::kUniform, 62), "new layer after a timeout");
 }
 
+// A CUDA graph of one forward, replayed 1000 times with fresh inputs written into the captured buffers
+// (routing, weights and x change every replay; T is what was captured): the kernel advances its own
+// epoch, so every checked replay matches the reference. Then a bad expert id on one rank inside a
+// replay: every rank's check reports it, and the next replay fills y with NaN on every rank instead of
+// leaving the last good output in place.
+EPFUSE_RANK_TEST(FusedLayer, GraphReplaysMatchTheReference) {
+  const LayerConfig cfg = test_config();
+  Rank r(cfg);
+  constexpr int kTokens = 64;
+  r.upload(r.tokens(kTokens, Routing::kUniform, 700));
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  // Thread-local capture: in the one-GPU mode the other ranks' threads capture at the same time.
+  EPFUSE_CUDA_CHECK(cudaStreamBeginCapture(r.stream(), cudaStreamCaptureModeThreadLocal));
+  r.layer().forward(r.batch(kTokens), r.y(), r.stream());
+  EPFUSE_CUDA_CHECK(cudaStreamEndCapture(r.stream(), &graph));
+  EPFUSE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  const Routing routings[] = {Routing::kUniform, Routing::kSkewed, Routing::kDropped, Routing::kOneRank};
+  int checked = 0;
+  for (int replay = 1; replay <= 1000; ++replay) {
+    const bool check = replay <= 3 || replay % 250 == 0 || replay == 999;
+    const HostTokens in = r.tokens(kTokens, routings[replay % 4], 700 + replay);
+    r.upload(in);
+    if (check) r.poison_y();
+    EPFUSE_CUDA_CHECK(cudaGraphLaunch(exec, r.stream()));
+    if (!check) continue;
+    r.layer().check_errors(r.stream());
+    r.expect_close_to_reference(in, r.output(kTokens), "replay " + std::to_string(replay));
+    ++checked;
+  }
+  EXPECT_EQ(checked, 8);
+  // A bad id in the captured buffer on the last rank: the replay fails on every rank ...
+  HostTokens bad = r.tokens(kTokens, Routing::kUniform, 1800);
+  if (r.rank() == r.world() - 1) bad.topk_idx[5 * cfg.topk] = cfg.num_experts + 1;
+  r.upload(bad);
+  EPFUSE_CUDA_CHECK(cudaGraphLaunch(exec, r.stream()));
+  EXPECT_THROW(r.layer().check_errors(r.stream()), Error);
+  // ... and the next replay returns NaN, not the previous output.
+  r.upload(r.tokens(kTokens, Routing::kUniform, 1801));
+  EPFUSE_CUDA_CHECK(cudaGraphLaunch(exec, r.stream()));
+  const std::vector<double> after = r.output(kTokens);
+  EXPECT_TRUE(std::all_of(after.begin(), after.end(), [](double v) { return std::isnan(v); }))
+      << "a failed workspace left non-NaN output in a graph replay";
+  EXPECT_THROW(r.layer().forward(r.batch(kTokens), r.y(), r.stream()), Error);  // the host knows too
+  EPFUSE_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  EPFUSE_CUDA_CHECK(cudaGraphDestroy(graph));
+}
+
+// Two layers of different shapes on one workspace, each on its own stream, alternating for 100 calls
+// (the workspace orders them); every 10th call of each checked. The layers add no device memory.
+EPFUSE_RANK_TEST(FusedLayer, TwoLayersShareOneWorkspace) {
+  LayerConfig a = test_config();  // H 256, I 256, E 16, k 4, T 96
+  LayerConfig b = a;
+  b.hidden = 128;
+  b.intermediate = 384;
+  b.topk = 2;
+  b.max_tokens_per_rank = 80;
+  LayerConfig capacity = a;
+  capacity.intermediate = 384;
+  std::unique_ptr<Workspace> ws = Workspace::create(testing::comm(), capacity);
+  size_t free_before = 0, free_after = 0, total = 0;
+  EPFUSE_CUDA_CHECK(cudaMemGetInfo(&free_before, &total));
+  {
+    testing::LayerRank ra(Impl::kFused, a, 0, ws.get());
+    testing::LayerRank rb(Impl::kFused, b, 0, ws.get());
+    EXPECT_EQ(ra.layer().memory().symmetric_bytes + ra.layer().memory().private_bytes, 0u);
+    EXPECT_EQ(ws->memory().symmetric_bytes, fused::plan_fused(capacity, testing::world()).symmetric_bytes());
+    for (int call = 0; call < 100; ++call) {
+      testing::LayerRank& r = call % 2 == 0 ? ra : rb;
+      const int tokens = make_token_counts(r.world(), call % 2 == 0 ? 96 : 80, 900 + call)[r.rank()];
+      const HostTokens in = r.tokens(tokens, call % 3 == 0 ? Routing::kSkewed : Routing::kUniform, 900 + call);
+      if (call % 20 < 2) {
+        r.expect_matches_reference(in, std::string(call % 2 ? "b" : "a") + " call " + std::to_string(call));
+      } else {
+        r.forward(in);
+      }
+    }
+    // A layer larger than the workspace is refused, naming the field.
+    LayerConfig too_wide = a;
+    too_wide.hidden = 512;
+    try {
+      testing::LayerRank big(Impl::kFused, too_wide, 0, ws.get());
+      ADD_FAILURE() << "a layer wider than its workspace was created";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidConfig);
+      EXPECT_NE(std::string(e.what()).find("hidden=512 exceeds the workspace's 256"), std::string::npos) << e.what();
+    }
+  }
+  // 58 layers (a DeepSeek-V3 stack) on one workspace, sharing one weight pair: no device memory each.
+  testing::LayerRank first(Impl::kFused, a, 0, ws.get());
+  std::vector<std::unique_ptr<MoeLayer>> stack;
+  size_t free_stack_before = 0;
+  EPFUSE_CUDA_CHECK(cudaDeviceSynchronize());
+  testing::comm().barrier();
+  EPFUSE_CUDA_CHECK(cudaMemGetInfo(&free_stack_before, &total));
+  for (int i = 0; i < 58; ++i) stack.push_back(MoeLayer::create(a, *ws, first.weights()));
+  EPFUSE_CUDA_CHECK(cudaDeviceSynchronize());
+  testing::comm().barrier();
+  EPFUSE_CUDA_CHECK(cudaMemGetInfo(&free_after, &total));
+  EXPECT_LE(free_stack_before - std::min(free_stack_before, free_after), size_t{2} << 20)
+      << "58 layers on one workspace took device memory";
+  (void)free_before;
+}
+
 }  // namespace
 }  // namespace epfuse
 

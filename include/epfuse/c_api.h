@@ -1,0 +1,105 @@
+/* epfuse/c_api.h: the C ABI of epfuse (libepfuse_c.so), for bindings that pass tensors as device
+ * pointers, shapes and a CUDA stream (the Python package loads it with ctypes; no framework is linked).
+ *
+ * Every function returns EPFUSE_OK (0) or the epfuse::ErrorCode of the failure plus one
+ * (EPFUSE_ERR_*); epfuse_last_error() then returns that error's message for the calling thread, valid
+ * until its next call into this API. Nothing here exits or aborts the process.
+ *
+ * Objects: a communicator (one rank of a world), a workspace (the buffers every layer of a model shares:
+ * one per communicator, sized for the largest layer), a layer (its borrowed weights and small state).
+ * Creating and destroying a workspace or a layer is collective: every rank does it, in the same order.
+ * Destroy layers before their workspace and workspaces before their communicator.
+ */
+#ifndef EPFUSE_C_API_H_
+#define EPFUSE_C_API_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define EPFUSE_C_API_VERSION 1
+
+#if defined(__GNUC__)
+#define EPFUSE_C_EXPORT __attribute__((visibility("default")))
+#else
+#define EPFUSE_C_EXPORT
+#endif
+
+enum {
+  EPFUSE_OK = 0,
+  EPFUSE_ERR_INVALID_CONFIG = 1,
+  EPFUSE_ERR_INVALID_ARGUMENT = 2,
+  EPFUSE_ERR_CUDA = 3,
+  EPFUSE_ERR_NCCL = 4,
+  EPFUSE_ERR_BOOTSTRAP = 5,
+  EPFUSE_ERR_TIMEOUT = 6,
+  EPFUSE_ERR_UNSUPPORTED = 7,
+  EPFUSE_ERR_INTERNAL = 8,
+  EPFUSE_ERR_ABORTED = 9,
+};
+
+typedef struct epfuse_comm epfuse_comm;
+typedef struct epfuse_workspace epfuse_workspace;
+typedef struct epfuse_layer epfuse_layer;
+
+/* The shape of a layer (or, for a workspace, the largest layer it must hold). Fields as in
+ * epfuse::LayerConfig (epfuse/config.h). */
+typedef struct {
+  int32_t hidden;
+  int32_t intermediate;
+  int32_t num_experts;
+  int32_t topk;
+  int32_t max_tokens_per_rank;
+  float swiglu_clamp;
+  int32_t num_sms; /* 0: the default SM budget */
+} epfuse_layer_config;
+
+EPFUSE_C_EXPORT int epfuse_c_api_version(void);
+/* The calling thread's last error message ("" if none). */
+EPFUSE_C_EXPORT const char* epfuse_last_error(void);
+
+/* --- communicators --- */
+/* Wraps an existing ncclComm_t (e.g. a torch.distributed NCCL group's); never destroyed here. */
+EPFUSE_C_EXPORT int epfuse_comm_borrow_nccl(void* nccl_comm, epfuse_comm** out);
+/* A new NCCL communicator of rank `rank` in a world of `world_size` on CUDA device `device`, from an
+ * ncclUniqueId (128 bytes) that rank 0 made with epfuse_nccl_unique_id and every rank received
+ * (collective). */
+EPFUSE_C_EXPORT int epfuse_nccl_unique_id(void* id_out, size_t id_bytes);
+EPFUSE_C_EXPORT int epfuse_comm_init_rank(const void* id, size_t id_bytes, int world_size, int rank, int device, epfuse_comm** out);
+EPFUSE_C_EXPORT int epfuse_comm_destroy(epfuse_comm* comm);
+EPFUSE_C_EXPORT int epfuse_comm_rank(const epfuse_comm* comm, int* rank);
+EPFUSE_C_EXPORT int epfuse_comm_world_size(const epfuse_comm* comm, int* world_size);
+
+/* --- workspaces (collective) --- */
+EPFUSE_C_EXPORT int epfuse_workspace_create(epfuse_comm* comm, const epfuse_layer_config* capacity, epfuse_workspace** out);
+EPFUSE_C_EXPORT int epfuse_workspace_destroy(epfuse_workspace* ws);
+/* Device bytes the workspace holds: the symmetric window and the private buffers. */
+EPFUSE_C_EXPORT int epfuse_workspace_memory(const epfuse_workspace* ws, size_t* symmetric_bytes, size_t* private_bytes);
+
+/* --- layers (collective) --- */
+/* The fused layer of `config` on `ws`, with this rank's experts: w13 [E/R, 2I, H] bf16 (gate rows, then
+ * up rows), w2 [E/R, H, I] bf16, device pointers that must outlive the layer. EPFUSE_ERR_INVALID_CONFIG
+ * when the layer does not fit the workspace (the message names the field). */
+EPFUSE_C_EXPORT int epfuse_layer_create(epfuse_workspace* ws, const epfuse_layer_config* config, const void* w13, const void* w2,
+                        epfuse_layer** out);
+EPFUSE_C_EXPORT int epfuse_layer_destroy(epfuse_layer* layer);
+/* Collective: y [num_tokens, H] bf16 = the MoE layer of x [num_tokens, H] bf16, topk_idx [num_tokens, k]
+ * int32 (-1 = dropped), topk_weights [num_tokens, k] fp32, enqueued on `stream` (a cudaStream_t; NULL:
+ * the legacy default stream). All pointers are device pointers, 16-byte aligned, rows contiguous.
+ * Capturable in a CUDA graph (the kernel advances its own call state); errors the device finds are
+ * returned by epfuse_layer_check_errors. */
+EPFUSE_C_EXPORT int epfuse_layer_forward(epfuse_layer* layer, const void* x, const int32_t* topk_idx, const float* topk_weights,
+                         int num_tokens, void* y, void* stream);
+/* Synchronises `stream` and reports what the device recorded (bad expert ids, a peer that timed out).
+ * After a device error the workspace stays failed: every later forward of any layer on it fails (and
+ * fills y with NaN when it runs inside a graph), until the workspace is re-created. */
+EPFUSE_C_EXPORT int epfuse_layer_check_errors(epfuse_layer* layer, void* stream);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* EPFUSE_C_API_H_ */

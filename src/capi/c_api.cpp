@@ -1,0 +1,214 @@
+// The C ABI (epfuse/c_api.h): handles around the C++ objects, and every exception turned into a
+// return code plus the calling thread's message.
+#include "epfuse/c_api.h"
+
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <string>
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include "common/check.h"
+#include "epfuse/communicator.h"
+#include "epfuse/error.h"
+#include "epfuse/layer.h"
+#include "epfuse/workspace.h"
+
+struct epfuse_comm {
+  ncclComm_t owned = nullptr;  // made by epfuse_comm_init_rank; destroyed after `comm`
+  std::unique_ptr<epfuse::Communicator> comm;
+};
+struct epfuse_workspace {
+  std::unique_ptr<epfuse::Workspace> ws;
+};
+struct epfuse_layer {
+  std::unique_ptr<epfuse::MoeLayer> layer;
+};
+
+namespace {
+
+thread_local std::string t_last_error;
+
+static_assert(EPFUSE_ERR_INVALID_CONFIG == static_cast<int>(epfuse::ErrorCode::kInvalidConfig) + 1 &&
+                  EPFUSE_ERR_ABORTED == static_cast<int>(epfuse::ErrorCode::kAborted) + 1,
+              "c_api.h's codes are ErrorCode + 1");
+
+// Runs f; an exception becomes its code and message (never crosses the C boundary).
+template <class F>
+int guarded(F&& f) noexcept {
+  t_last_error.clear();
+  try {
+    f();
+    return EPFUSE_OK;
+  } catch (const epfuse::Error& e) {
+    t_last_error = e.what();
+    return static_cast<int>(e.code()) + 1;
+  } catch (const std::exception& e) {
+    t_last_error = e.what();
+    return EPFUSE_ERR_INTERNAL;
+  } catch (...) {
+    t_last_error = "unknown exception";
+    return EPFUSE_ERR_INTERNAL;
+  }
+}
+
+// Handles and out-pointers are checked before anything else, with the function's name.
+void need_nonnull(const void* p, const char* fn, const char* what) {
+  if (p == nullptr) throw epfuse::Error(epfuse::ErrorCode::kInvalidArgument, std::string(fn) + ": " + what + " is NULL");
+}
+template <class T>
+T& need(T* p, const char* fn, const char* what) {
+  need_nonnull(p, fn, what);
+  return *p;
+}
+
+epfuse::LayerConfig to_config(const epfuse_layer_config& c) {
+  epfuse::LayerConfig cfg;
+  cfg.hidden = c.hidden;
+  cfg.intermediate = c.intermediate;
+  cfg.num_experts = c.num_experts;
+  cfg.topk = c.topk;
+  cfg.max_tokens_per_rank = c.max_tokens_per_rank;
+  cfg.swiglu_clamp = c.swiglu_clamp;
+  cfg.num_sms = c.num_sms;
+  return cfg;
+}
+
+}  // namespace
+
+extern "C" {
+
+int epfuse_c_api_version(void) { return EPFUSE_C_API_VERSION; }
+
+const char* epfuse_last_error(void) { return t_last_error.c_str(); }
+
+int epfuse_comm_borrow_nccl(void* nccl_comm, epfuse_comm** out) {
+  return guarded([&] {
+    need(out, "epfuse_comm_borrow_nccl", "out");
+    auto c = std::make_unique<epfuse_comm>();
+    c->comm = epfuse::Communicator::borrow(static_cast<ncclComm_t>(nccl_comm));
+    *out = c.release();
+  });
+}
+
+int epfuse_nccl_unique_id(void* id_out, size_t id_bytes) {
+  return guarded([&] {
+    need_nonnull(id_out, "epfuse_nccl_unique_id", "id_out");
+    EPFUSE_REQUIRE(id_bytes == sizeof(ncclUniqueId), epfuse::ErrorCode::kInvalidArgument,
+                   "epfuse_nccl_unique_id: id_bytes = " + std::to_string(id_bytes) + ", an ncclUniqueId has " +
+                       std::to_string(sizeof(ncclUniqueId)));
+    ncclUniqueId id{};
+    EPFUSE_NCCL_CHECK(ncclGetUniqueId(&id));
+    std::memcpy(id_out, &id, sizeof id);
+  });
+}
+
+int epfuse_comm_init_rank(const void* id, size_t id_bytes, int world_size, int rank, int device, epfuse_comm** out) {
+  return guarded([&] {
+    need_nonnull(id, "epfuse_comm_init_rank", "id");
+    need(out, "epfuse_comm_init_rank", "out");
+    EPFUSE_REQUIRE(id_bytes == sizeof(ncclUniqueId), epfuse::ErrorCode::kInvalidArgument,
+                   "epfuse_comm_init_rank: id_bytes = " + std::to_string(id_bytes) + ", an ncclUniqueId has " +
+                       std::to_string(sizeof(ncclUniqueId)));
+    EPFUSE_REQUIRE(world_size >= 1 && rank >= 0 && rank < world_size && device >= 0,
+                   epfuse::ErrorCode::kInvalidArgument,
+                   "epfuse_comm_init_rank: rank " + std::to_string(rank) + " of world " + std::to_string(world_size) +
+                       " on device " + std::to_string(device) + " is out of range");
+    ncclUniqueId uid{};
+    std::memcpy(&uid, id, sizeof uid);
+    EPFUSE_CUDA_CHECK(cudaSetDevice(device));
+    auto c = std::make_unique<epfuse_comm>();
+    EPFUSE_NCCL_CHECK(ncclCommInitRank(&c->owned, world_size, uid, rank));
+    try {
+      c->comm = epfuse::Communicator::borrow(c->owned);
+    } catch (...) {
+      ncclCommDestroy(c->owned);
+      throw;
+    }
+    *out = c.release();
+  });
+}
+
+int epfuse_comm_destroy(epfuse_comm* comm) {
+  return guarded([&] {
+    std::unique_ptr<epfuse_comm> c(comm);
+    if (!c) return;
+    c->comm.reset();
+    if (c->owned != nullptr) {
+      EPFUSE_NCCL_CHECK(ncclCommFinalize(c->owned));
+      EPFUSE_NCCL_CHECK(ncclCommDestroy(c->owned));
+    }
+  });
+}
+
+int epfuse_comm_rank(const epfuse_comm* comm, int* rank) {
+  return guarded([&] {
+    need(rank, "epfuse_comm_rank", "rank") = need(comm, "epfuse_comm_rank", "comm").comm->rank();
+  });
+}
+
+int epfuse_comm_world_size(const epfuse_comm* comm, int* world_size) {
+  return guarded([&] {
+    need(world_size, "epfuse_comm_world_size", "world_size") =
+        need(comm, "epfuse_comm_world_size", "comm").comm->world_size();
+  });
+}
+
+int epfuse_workspace_create(epfuse_comm* comm, const epfuse_layer_config* capacity, epfuse_workspace** out) {
+  return guarded([&] {
+    epfuse_comm& c = need(comm, "epfuse_workspace_create", "comm");
+    const epfuse_layer_config& cap = need(capacity, "epfuse_workspace_create", "capacity");
+    need(out, "epfuse_workspace_create", "out");
+    auto w = std::make_unique<epfuse_workspace>();
+    w->ws = epfuse::Workspace::create(*c.comm, to_config(cap));
+    *out = w.release();
+  });
+}
+
+int epfuse_workspace_destroy(epfuse_workspace* ws) {
+  return guarded([&] { delete ws; });
+}
+
+int epfuse_workspace_memory(const epfuse_workspace* ws, size_t* symmetric_bytes, size_t* private_bytes) {
+  return guarded([&] {
+    const epfuse::MemoryFootprint m = need(ws, "epfuse_workspace_memory", "ws").ws->memory();
+    need(symmetric_bytes, "epfuse_workspace_memory", "symmetric_bytes") = m.symmetric_bytes;
+    need(private_bytes, "epfuse_workspace_memory", "private_bytes") = m.private_bytes;
+  });
+}
+
+int epfuse_layer_create(epfuse_workspace* ws, const epfuse_layer_config* config, const void* w13, const void* w2,
+                        epfuse_layer** out) {
+  return guarded([&] {
+    epfuse_workspace& w = need(ws, "epfuse_layer_create", "ws");
+    const epfuse_layer_config& cfg = need(config, "epfuse_layer_create", "config");
+    need(out, "epfuse_layer_create", "out");
+    auto l = std::make_unique<epfuse_layer>();
+    l->layer = epfuse::MoeLayer::create(to_config(cfg), *w.ws,
+                                        {static_cast<const epfuse::bf16*>(w13), static_cast<const epfuse::bf16*>(w2)});
+    *out = l.release();
+  });
+}
+
+int epfuse_layer_destroy(epfuse_layer* layer) {
+  return guarded([&] { delete layer; });
+}
+
+int epfuse_layer_forward(epfuse_layer* layer, const void* x, const int32_t* topk_idx, const float* topk_weights,
+                         int num_tokens, void* y, void* stream) {
+  return guarded([&] {
+    epfuse_layer& l = need(layer, "epfuse_layer_forward", "layer");
+    l.layer->forward({static_cast<const epfuse::bf16*>(x), topk_idx, topk_weights, num_tokens},
+                     static_cast<epfuse::bf16*>(y), static_cast<cudaStream_t>(stream));
+  });
+}
+
+int epfuse_layer_check_errors(epfuse_layer* layer, void* stream) {
+  return guarded([&] {
+    need(layer, "epfuse_layer_check_errors", "layer").layer->check_errors(static_cast<cudaStream_t>(stream));
+  });
+}
+
+}  // extern "C"
