@@ -1,0 +1,587 @@
+"""epfuse in PyTorch: a Workspace on a torch.distributed NCCL group, MoELayers on it, and the layer as
+the custom op `torch.ops.epfuse.moe_forward` (traceable by torch.compile, capturable in CUDA graphs).
+
+    ws = Workspace(hidden=H, intermediate=I, num_experts=E, topk=k, max_tokens=T_max)
+    layer = MoELayer(ws, w13, w2, topk=k)      # w13 [E/R, 2I, H], w2 [E/R, H, I] bf16, this rank's experts
+    y = layer(x, topk_ids, topk_weights)       # x [T, H] bf16, ids [T, k] int32/int64, weights [T, k]
+    layer.check_errors()                       # what the device recorded (bad ids, a peer timing out)
+
+Creating, closing and calling workspaces and layers is collective: every rank of the group does it, in
+the same order. Layers run one after another on one stream; see README "Using epfuse from PyTorch".
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import warnings
+import weakref
+from typing import Any, NoReturn
+
+import torch
+
+from . import _lib
+from .errors import CudaError, Error, InvalidArgument, Unsupported
+
+__all__ = [
+    "Workspace",
+    "MoELayer",
+    "check_forward_args",
+    "check_weights",
+]
+
+# Every pointer the C API takes must be 16-byte aligned (include/epfuse/c_api.h).
+_ALIGNMENT = 16
+_TOPK_ID_DTYPES = (torch.int32, torch.int64)
+_TOPK_WEIGHT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def _fail(message: str) -> NoReturn:
+    raise InvalidArgument(message)
+
+
+def _shape(t: torch.Tensor) -> tuple[int, ...]:
+    return tuple(t.shape)
+
+
+def _check_tensor(name: str, t: Any) -> None:
+    if not isinstance(t, torch.Tensor):
+        _fail(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+
+
+def _check_device(name: str, t: torch.Tensor, device: torch.device | None) -> None:
+    if device is not None and t.device != device:
+        _fail(
+            f"{name} must be on {device} (the workspace's device), got a tensor on {t.device}: move it with .to('{device}')"
+        )
+
+
+def _check_contiguous(name: str, t: torch.Tensor) -> None:
+    if not t.is_contiguous():
+        _fail(
+            f"{name} must be row-major contiguous, got strides {tuple(t.stride())} for shape {_shape(t)}: "
+            "call .contiguous()"
+        )
+
+
+def _check_aligned(name: str, t: torch.Tensor) -> None:
+    # An empty tensor may have a null data pointer; no byte of it is read.
+    if t.numel() > 0 and t.data_ptr() % _ALIGNMENT != 0:
+        _fail(
+            f"{name} must start at a {_ALIGNMENT}-byte aligned address, its data_ptr {t.data_ptr():#x} is not "
+            "(a view at an offset into another tensor): call .clone()"
+        )
+
+
+def check_weights(w13: Any, w2: Any, *, device: torch.device | None = None) -> tuple[int, int, int]:
+    """Checks a layer's expert weights, w13 [E_local, 2I, H] (gate rows, then up rows) and
+    w2 [E_local, H, I], bf16, contiguous, 16-byte aligned, on `device` when given. Returns
+    (E_local, H, I). Raises epfuse.InvalidArgument naming the tensor. Calls nothing in C."""
+    _check_tensor("w13", w13)
+    _check_tensor("w2", w2)
+    for name, w in (("w13", w13), ("w2", w2)):
+        if w.dtype != torch.bfloat16:
+            _fail(f"{name} must be torch.bfloat16, got {w.dtype}: convert the weights once with .to(torch.bfloat16)")
+    _check_device("w13", w13, device)
+    _check_device("w2", w2, device)
+    if w13.dim() != 3:
+        _fail(f"w13 must be 3-D [experts_per_rank, 2*intermediate, hidden], got shape {_shape(w13)}")
+    if w2.dim() != 3:
+        _fail(f"w2 must be 3-D [experts_per_rank, hidden, intermediate], got shape {_shape(w2)}")
+    e_local, two_i, hidden = _shape(w13)
+    if two_i % 2 != 0:
+        _fail(f"w13 must be [experts_per_rank, 2*intermediate, hidden]: its dim 1 ({two_i}) is odd")
+    inter = two_i // 2
+    if _shape(w2) != (e_local, hidden, inter):
+        _fail(
+            f"w2 must be [experts_per_rank={e_local}, hidden={hidden}, intermediate={inter}] to match w13 "
+            f"{_shape(w13)}, got {_shape(w2)}"
+        )
+    if e_local == 0:
+        _fail("w13 and w2 hold no experts (dim 0 is 0)")
+    _check_contiguous("w13", w13)
+    _check_contiguous("w2", w2)
+    _check_aligned("w13", w13)
+    _check_aligned("w2", w2)
+    return e_local, hidden, inter
+
+
+def check_forward_args(
+    x: Any,
+    topk_ids: Any,
+    topk_weights: Any,
+    *,
+    hidden: int,
+    topk: int,
+    max_tokens: int,
+    device: torch.device | None = None,
+) -> int:
+    """Checks one forward's inputs against a layer of `hidden`, `topk`, `max_tokens` (and `device`
+    when given): x [T, H] bf16, topk_ids [T, k] int32 or int64, topk_weights [T, k] float32 (bfloat16
+    and float16 accepted and converted), all row-major contiguous, 16-byte aligned, T <= max_tokens.
+    Returns T. Raises epfuse.InvalidArgument naming the tensor. Calls nothing in C."""
+    _check_tensor("x", x)
+    _check_tensor("topk_ids", topk_ids)
+    _check_tensor("topk_weights", topk_weights)
+    if x.dtype != torch.bfloat16:
+        _fail(f"x must be torch.bfloat16, got {x.dtype}")
+    if topk_ids.dtype not in _TOPK_ID_DTYPES:
+        _fail(f"topk_ids must be torch.int32 or torch.int64 (converted to int32), got {topk_ids.dtype}")
+    if topk_weights.dtype not in _TOPK_WEIGHT_DTYPES:
+        _fail(
+            "topk_weights must be torch.float32 (torch.bfloat16 and torch.float16 are accepted and converted), "
+            f"got {topk_weights.dtype}"
+        )
+    _check_device("x", x, device)
+    _check_device("topk_ids", topk_ids, device)
+    _check_device("topk_weights", topk_weights, device)
+    if x.dim() != 2:
+        _fail(
+            f"x must be 2-D [tokens, hidden={hidden}], got shape {_shape(x)}: flatten leading dims with .view(-1, {hidden})"
+        )
+    tokens = x.shape[0]
+    if x.shape[1] != hidden:
+        _fail(f"x must be [tokens, hidden={hidden}], got shape {_shape(x)}")
+    for name, t in (("topk_ids", topk_ids), ("topk_weights", topk_weights)):
+        if _shape(t) != (tokens, topk):
+            _fail(f"{name} must be [tokens={tokens}, topk={topk}] (tokens from x), got shape {_shape(t)}")
+    _check_contiguous("x", x)
+    _check_contiguous("topk_ids", topk_ids)
+    _check_contiguous("topk_weights", topk_weights)
+    _check_aligned("x", x)
+    # Tensors converted to another dtype are fresh (aligned) copies; the others are passed as they are.
+    if topk_ids.dtype == torch.int32:
+        _check_aligned("topk_ids", topk_ids)
+    if topk_weights.dtype == torch.float32:
+        _check_aligned("topk_weights", topk_weights)
+    if tokens > max_tokens:
+        _fail(f"x has {tokens} tokens, more than max_tokens={max_tokens} the layer was created with")
+    return tokens
+
+
+def _cuda_device(device: Any) -> torch.device:
+    if not torch.cuda.is_available():
+        raise CudaError("epfuse.torch needs a CUDA device: torch.cuda.is_available() is False")
+    if device is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    device = torch.device(device)
+    if device.type != "cuda":
+        _fail(f"device must be a CUDA device, got {device}")
+    return torch.device("cuda", torch.cuda.current_device() if device.index is None else device.index)
+
+
+class _OnDevice:
+    """Makes `device` current around a C call (the C side works on the current device); free when it
+    already is."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.prev: int | None = None
+
+    def __enter__(self) -> None:
+        cur = torch.cuda.current_device()
+        if cur != self.device.index:
+            self.prev = cur
+            torch.cuda.set_device(self.device)
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.prev is not None:
+            torch.cuda.set_device(self.prev)
+            self.prev = None
+
+
+def _stream_of(device: torch.device) -> int:
+    """The cudaStream_t of torch's current stream on `device` (the capture stream inside a graph capture)."""
+    return int(torch.cuda.current_stream(device).cuda_stream)
+
+
+def _torch_nccl_comm(group: Any, device: torch.device) -> int | None:
+    """The ncclComm_t of `group`'s NCCL backend on `device`, or None where this torch does not expose it
+    (ProcessGroupNCCL._comm_ptr())."""
+    import torch.distributed as dist
+
+    try:
+        backend = group._get_backend(torch.device("cuda", device.index))
+    except (AttributeError, RuntimeError, ValueError):
+        return None
+    get = getattr(backend, "_comm_ptr", None)
+    if get is None:
+        return None
+    # torch makes the communicator lazily, at the group's first collective; _comm_ptr() looks it up
+    # by the current device (the caller makes `device` current) and gives 0 when there is none.
+    t = torch.zeros(1, device=device)
+    dist.all_reduce(t, group=group)
+    torch.cuda.synchronize(device)
+    try:
+        ptr = int(get())
+    except RuntimeError:
+        return None
+    return ptr or None
+
+
+class Workspace:
+    """The buffers every MoELayer of a model shares (one per communicator), sized for the largest
+    layer that will run on it: `hidden`, `intermediate`, `num_experts` (over all ranks), `topk`,
+    `max_tokens` per rank.
+
+    group: a torch.distributed NCCL process group (None: the default group, or, when torch.distributed
+    is not initialised, a world of one rank). Its NCCL communicator is borrowed
+    (`group._get_backend(cuda)._comm_ptr()`); where torch does not expose it, or comm="unique_id",
+    epfuse makes its own communicator from an ncclUniqueId that rank 0 broadcasts over the group.
+
+    Collective. close() (or `with`) destroys its layers, then the workspace, then the communicator;
+    with more than one rank call it explicitly: garbage collection happens at different times on each
+    rank, so a workspace of world > 1 that is collected unclosed is leaked with a ResourceWarning.
+    """
+
+    def __init__(
+        self,
+        group: Any = None,
+        *,
+        hidden: int,
+        intermediate: int,
+        num_experts: int,
+        topk: int,
+        max_tokens: int,
+        num_sms: int = 0,
+        device: Any = None,
+        comm: str = "auto",
+    ) -> None:
+        self._closed = True  # until fully made; __del__ and close() look at it
+        self._handle = 0
+        self._comm = 0
+        self._layers: dict[int, weakref.ref[MoELayer]] = {}
+        if comm not in ("auto", "borrow", "unique_id"):
+            _fail(f"comm must be 'auto', 'borrow' or 'unique_id', got {comm!r}")
+        self.device = _cuda_device(device)
+        self.hidden = int(hidden)
+        self.intermediate = int(intermediate)
+        self.num_experts = int(num_experts)
+        self.topk = int(topk)
+        self.max_tokens = int(max_tokens)
+        self.num_sms = int(num_sms)
+        self.group = group
+        self.comm_source = ""
+        with _OnDevice(self.device):
+            self._comm = self._make_comm(group, comm)
+            try:
+                self.rank = _lib.comm_rank(self._comm)
+                self.world_size = _lib.comm_world_size(self._comm)
+                capacity = _lib.LayerConfig(
+                    self.hidden, self.intermediate, self.num_experts, self.topk, self.max_tokens, 0.0, self.num_sms
+                )
+                self._handle = _lib.workspace_create(self._comm, capacity)
+            except BaseException:
+                _lib.destroy("comm", self._comm)
+                self._comm = 0
+                raise
+        self._closed = False
+
+    def _make_comm(self, group: Any, how: str) -> int:
+        import torch.distributed as dist
+
+        initialised = dist.is_available() and dist.is_initialized()
+        if group is None and not initialised:
+            # One rank, no process group: a communicator of one.
+            self.comm_source = "unique_id (world of one)"
+            return _lib.comm_init_rank(_lib.nccl_unique_id(), 1, 0, self.device.index)
+        if not initialised:
+            _fail(
+                "group was given but torch.distributed is not initialised: call dist.init_process_group('nccl') first"
+            )
+        if group is None:
+            group = dist.group.WORLD
+        self.group = group
+        backend = str(dist.get_backend(group))
+        if "nccl" not in backend:
+            raise Unsupported(f"the process group's backend is {backend!r}: epfuse needs an NCCL group")
+        rank, world = dist.get_rank(group), dist.get_world_size(group)
+        if how in ("auto", "borrow"):
+            ptr = _torch_nccl_comm(group, self.device)
+            # Every rank must take the same path (borrowing is local, the broadcast collective).
+            everyone = torch.tensor([1 if ptr else 0], dtype=torch.int32, device=self.device)
+            dist.all_reduce(everyone, op=dist.ReduceOp.MIN, group=group)
+            if ptr is not None and int(everyone.item()) == 1:
+                self.comm_source = "borrowed from the process group"
+                return _lib.comm_borrow_nccl(ptr)
+            if how == "borrow":
+                raise Unsupported(
+                    "this torch does not expose the group's NCCL communicator (_comm_ptr()) on every rank"
+                )
+        ids: list[bytes | None] = [_lib.nccl_unique_id() if rank == 0 else None]
+        dist.broadcast_object_list(ids, src=dist.get_global_rank(group, 0), group=group, device=self.device)
+        uid = ids[0]
+        assert isinstance(uid, bytes)
+        self.comm_source = "unique_id broadcast over the process group"
+        return _lib.comm_init_rank(uid, world, rank, self.device.index)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def handle(self) -> int:
+        """The epfuse_workspace* (0 once closed)."""
+        return self._handle
+
+    def memory(self) -> dict[str, int]:
+        """Device bytes the workspace holds: the symmetric window and the private buffers."""
+        self._check_open()
+        sym, priv = _lib.workspace_memory(self._handle)
+        return {"symmetric_bytes": sym, "private_bytes": priv, "total_bytes": sym + priv}
+
+    def layers(self) -> list[MoELayer]:
+        """The open layers on this workspace, in creation order."""
+        return [layer for ref in self._layers.values() if (layer := ref()) is not None and not layer.closed]
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise InvalidArgument("the workspace is closed")
+
+    def _add_layer(self, layer: MoELayer) -> None:
+        self._layers[layer.layer_id] = weakref.ref(layer)
+
+    def _forget_layer(self, layer_id: int) -> None:
+        self._layers.pop(layer_id, None)
+
+    def close(self) -> None:
+        """Destroys the layers still open (newest first, the same order on every rank), the workspace,
+        then the communicator (a borrowed one stays the process group's). Collective; idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        first_error: Error | None = None
+        with _OnDevice(self.device):
+            for ref in reversed(list(self._layers.values())):
+                layer = ref()
+                if layer is not None:
+                    try:
+                        layer.close()
+                    except Error as e:
+                        first_error = first_error or e
+            self._layers.clear()
+            for kind, attr in (("workspace", "_handle"), ("comm", "_comm")):
+                handle = getattr(self, attr)
+                setattr(self, attr, 0)
+                if handle:
+                    try:
+                        _lib.destroy(kind, handle)
+                    except Error as e:
+                        first_error = first_error or e
+        self.group = None
+        if first_error is not None:
+            raise first_error
+
+    def __enter__(self) -> Workspace:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if getattr(self, "_closed", True):
+            return
+        if getattr(self, "world_size", 1) > 1:
+            warnings.warn(
+                "epfuse.torch.Workspace of world > 1 collected without close(): leaked, since destroying it is "
+                "collective; call close() on every rank",
+                ResourceWarning,
+                stacklevel=2,
+            )
+            return
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else f"rank {self.rank}/{self.world_size} on {self.device}"
+        return (
+            f"Workspace(hidden={self.hidden}, intermediate={self.intermediate}, num_experts={self.num_experts}, "
+            f"topk={self.topk}, max_tokens={self.max_tokens}, {state})"
+        )
+
+
+# layer_id -> layer, for the custom op (which takes plain ints and tensors). Weak: a layer nobody
+# holds is collected as usual.
+_REGISTRY: weakref.WeakValueDictionary[int, MoELayer] = weakref.WeakValueDictionary()
+_REGISTRY_LOCK = threading.Lock()
+_NEXT_ID = itertools.count(1)
+
+
+def _layer_by_id(layer_id: int) -> MoELayer:
+    layer = _REGISTRY.get(layer_id)
+    if layer is None or layer.closed:
+        _fail(f"epfuse::moe_forward: no open MoELayer with layer_id {layer_id} (closed, or collected)")
+    return layer
+
+
+class MoELayer:
+    """One MoE layer on a Workspace, with this rank's experts w13 [E_local, 2I, H] (gate rows, then up
+    rows) and w2 [E_local, H, I], bf16 CUDA contiguous. The weights are borrowed: the layer keeps
+    references to them, and they must not be modified in place while it runs. num_experts =
+    E_local * world size; rank r owns experts [r*E_local, (r+1)*E_local).
+
+    max_tokens (default the workspace's) and num_sms (default the workspace's) may be smaller than the
+    workspace's. Collective, like the workspace.
+    """
+
+    def __init__(
+        self,
+        workspace: Workspace,
+        w13: torch.Tensor,
+        w2: torch.Tensor,
+        *,
+        topk: int,
+        swiglu_clamp: float = 0.0,
+        max_tokens: int | None = None,
+        num_sms: int | None = None,
+    ) -> None:
+        self._closed = True
+        self._handle = 0
+        if not isinstance(workspace, Workspace):
+            _fail(f"workspace must be an epfuse.torch.Workspace, got {type(workspace).__name__}")
+        workspace._check_open()
+        e_local, hidden, inter = check_weights(w13, w2, device=workspace.device)
+        self.workspace = workspace
+        self.device = workspace.device
+        # Detached: the op takes no gradient, and the C side reads the storage these point to.
+        self.w13 = w13.detach()
+        self.w2 = w2.detach()
+        self.hidden = hidden
+        self.intermediate = inter
+        self.experts_per_rank = e_local
+        self.num_experts = e_local * workspace.world_size
+        self.topk = int(topk)
+        self.max_tokens = workspace.max_tokens if max_tokens is None else int(max_tokens)
+        self.swiglu_clamp = float(swiglu_clamp)
+        self.num_sms = workspace.num_sms if num_sms is None else int(num_sms)
+        config = _lib.LayerConfig(
+            hidden, inter, self.num_experts, self.topk, self.max_tokens, self.swiglu_clamp, self.num_sms
+        )
+        with _OnDevice(self.device):
+            self._handle = _lib.layer_create(workspace.handle, config, self.w13.data_ptr(), self.w2.data_ptr())
+        with _REGISTRY_LOCK:
+            self.layer_id = next(_NEXT_ID)
+            _REGISTRY[self.layer_id] = self
+        workspace._add_layer(self)
+        self._closed = False
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def forward(self, x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor) -> torch.Tensor:
+        """y [T, H] bf16 = the MoE layer of x [T, H] bf16, topk_ids [T, k] (global expert ids, -1 =
+        dropped), topk_weights [T, k], on the current stream. Collective."""
+        return torch.ops.epfuse.moe_forward(x, topk_ids, topk_weights, self.w13, self.w2, self.layer_id)
+
+    __call__ = forward
+
+    def check_errors(self) -> None:
+        """Synchronises the current stream and raises what the device recorded (epfuse.InvalidArgument
+        for bad expert ids, epfuse.Timeout for a peer that did not arrive, ...). After a device error
+        the workspace stays failed: every later forward fails until it is re-created."""
+        if self._closed:
+            raise InvalidArgument(f"MoELayer {self.layer_id} is closed")
+        with _OnDevice(self.device):
+            _lib.layer_check_errors(self._handle, _stream_of(self.device))
+
+    def _run(
+        self,
+        x: torch.Tensor,
+        topk_ids: torch.Tensor,
+        topk_weights: torch.Tensor,
+        w13: torch.Tensor,
+        w2: torch.Tensor,
+    ) -> torch.Tensor:
+        for name, given, own in (("w13", w13, self.w13), ("w2", w2, self.w2)):
+            if not isinstance(given, torch.Tensor) or given.data_ptr() != own.data_ptr() or given.shape != own.shape:
+                _fail(f"{name} is not the tensor MoELayer {self.layer_id} was created with")
+        tokens = check_forward_args(
+            x,
+            topk_ids,
+            topk_weights,
+            hidden=self.hidden,
+            topk=self.topk,
+            max_tokens=self.max_tokens,
+            device=self.device,
+        )
+        if topk_ids.dtype != torch.int32:
+            topk_ids = topk_ids.to(torch.int32)
+        if topk_weights.dtype != torch.float32:
+            topk_weights = topk_weights.to(torch.float32)
+        y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+        _check_aligned("y", y)
+        with _OnDevice(self.device):
+            stream = _stream_of(self.device)
+            _lib.layer_forward(
+                self._handle, x.data_ptr(), topk_ids.data_ptr(), topk_weights.data_ptr(), tokens, y.data_ptr(), stream
+            )
+        return y
+
+    def close(self) -> None:
+        """Destroys the layer (collective; idempotent). A CUDA graph that captured its forward must not
+        be replayed afterwards."""
+        if self._closed:
+            return
+        self._closed = True
+        with _REGISTRY_LOCK:
+            _REGISTRY.pop(self.layer_id, None)
+        self.workspace._forget_layer(self.layer_id)
+        handle, self._handle = self._handle, 0
+        if handle:
+            with _OnDevice(self.device):
+                _lib.destroy("layer", handle)
+
+    def __del__(self) -> None:
+        if getattr(self, "_closed", True):
+            return
+        ws = getattr(self, "workspace", None)
+        if ws is not None and getattr(ws, "world_size", 1) > 1:
+            warnings.warn(
+                f"epfuse.torch.MoELayer {self.layer_id} of world > 1 collected without close(): leaked, since "
+                "destroying it is collective; call close() (or the workspace's) on every rank",
+                ResourceWarning,
+                stacklevel=2,
+            )
+            return
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __repr__(self) -> str:
+        return (
+            f"MoELayer(id={getattr(self, 'layer_id', None)}, hidden={getattr(self, 'hidden', None)}, "
+            f"intermediate={getattr(self, 'intermediate', None)}, num_experts={getattr(self, 'num_experts', None)}, "
+            f"topk={getattr(self, 'topk', None)}{', closed' if self._closed else ''})"
+        )
+
+
+@torch.library.custom_op("epfuse::moe_forward", mutates_args=())
+def moe_forward(
+    x: torch.Tensor,
+    topk_ids: torch.Tensor,
+    topk_weights: torch.Tensor,
+    w13: torch.Tensor,
+    w2: torch.Tensor,
+    layer_id: int,
+) -> torch.Tensor:
+    """The MoE layer `layer_id` (an MoELayer's layer_id) on the current stream: y [T, H] bf16, a new
+    tensor. w13 and w2 must be the layer's own weights (they are arguments so that graphs see the
+    dependency)."""
+    return _layer_by_id(layer_id)._run(x, topk_ids, topk_weights, w13, w2)
+
+
+@moe_forward.register_fake
+def _moe_forward_fake(
+    x: torch.Tensor,
+    topk_ids: torch.Tensor,
+    topk_weights: torch.Tensor,
+    w13: torch.Tensor,
+    w2: torch.Tensor,
+    layer_id: int,
+) -> torch.Tensor:
+    torch._check(x.dim() == 2, lambda: f"x must be 2-D [tokens, hidden], got {x.dim()}-D")
+    return x.new_empty(x.shape)

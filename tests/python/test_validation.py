@@ -1,0 +1,249 @@
+"""Argument validation of epfuse.torch on CPU tensors (no GPU, no library): every message names the
+tensor and says what is accepted. Skipped when torch is not installed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import epfuse
+
+torch = pytest.importorskip("torch", reason="torch is not installed: epfuse.torch's validation is not tested")
+et = pytest.importorskip("epfuse.torch")
+
+H, I, E_LOCAL, K, T = 256, 128, 4, 2, 8
+CUDA0 = torch.device("cuda", 0)
+
+
+def inputs(t: int = T, h: int = H, k: int = K) -> tuple[Any, Any, Any]:
+    x = torch.zeros(t, h, dtype=torch.bfloat16)
+    ids = torch.zeros(t, k, dtype=torch.int64)
+    w = torch.zeros(t, k, dtype=torch.float32)
+    return x, ids, w
+
+
+def check(x: Any, ids: Any, w: Any, **kw: Any) -> int:
+    args: dict[str, Any] = {"hidden": H, "topk": K, "max_tokens": 64}
+    args.update(kw)
+    return et.check_forward_args(x, ids, w, **args)
+
+
+def test_valid_inputs_pass() -> None:
+    assert check(*inputs()) == T
+    x, ids, w = inputs()
+    assert check(x, ids.to(torch.int32), w.to(torch.bfloat16)) == T
+    assert check(*inputs(t=0)) == 0  # a rank may have no tokens
+    assert check(*inputs(t=64)) == 64
+
+
+@pytest.mark.parametrize(
+    ("which", "dtype", "message"),
+    [
+        ("x", torch.float32, "x must be torch.bfloat16, got torch.float32"),
+        ("x", torch.float16, "x must be torch.bfloat16, got torch.float16"),
+        ("ids", torch.int16, "topk_ids must be torch.int32 or torch.int64 (converted to int32), got torch.int16"),
+        ("ids", torch.float32, "topk_ids must be torch.int32 or torch.int64"),
+        (
+            "w",
+            torch.float64,
+            "topk_weights must be torch.float32 (torch.bfloat16 and torch.float16 are accepted and converted), "
+            "got torch.float64",
+        ),
+    ],
+)
+def test_dtype_messages(which: str, dtype: Any, message: str) -> None:
+    x, ids, w = inputs()
+    x, ids, w = {"x": (x.to(dtype), ids, w), "ids": (x, ids.to(dtype), w), "w": (x, ids, w.to(dtype))}[which]
+    with pytest.raises(epfuse.InvalidArgument) as info:
+        check(x, ids, w)
+    assert message in str(info.value)
+    assert info.value.code == 2
+
+
+@pytest.mark.parametrize("which", ["x", "topk_ids", "topk_weights"])
+def test_device_message(which: str) -> None:
+    # One CPU tensor against a layer on cuda:0; the others are fake tensors that say they are on
+    # cuda:0 (FakeTensorMode needs no GPU), so the message is about the CPU one.
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    x, ids, w = inputs()
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        if which != "x":
+            x = torch.empty(T, H, dtype=torch.bfloat16, device=CUDA0)
+        if which != "topk_ids":
+            ids = torch.empty(T, K, dtype=torch.int64, device=CUDA0)
+        if which != "topk_weights":
+            w = torch.empty(T, K, dtype=torch.float32, device=CUDA0)
+    with pytest.raises(epfuse.InvalidArgument) as info:
+        check(x, ids, w, device=CUDA0)
+    msg = str(info.value)
+    assert f"{which} must be on cuda:0 (the workspace's device), got a tensor on" in msg
+    assert "move it with .to('cuda:0')" in msg
+
+
+@pytest.mark.parametrize(
+    ("case", "message"),
+    [
+        ("x_3d", "x must be 2-D [tokens, hidden=256], got shape (2, 4, 256): flatten leading dims with .view(-1, 256)"),
+        ("x_hidden", "x must be [tokens, hidden=256], got shape (8, 128)"),
+        ("ids_tokens", "topk_ids must be [tokens=8, topk=2] (tokens from x), got shape (7, 2)"),
+        ("ids_k", "topk_ids must be [tokens=8, topk=2] (tokens from x), got shape (8, 3)"),
+        ("w_shape", "topk_weights must be [tokens=8, topk=2] (tokens from x), got shape (8,)"),
+    ],
+)
+def test_shape_messages(case: str, message: str) -> None:
+    x, ids, w = inputs()
+    if case == "x_3d":
+        x = torch.zeros(2, 4, H, dtype=torch.bfloat16)
+    elif case == "x_hidden":
+        x = torch.zeros(T, 128, dtype=torch.bfloat16)
+    elif case == "ids_tokens":
+        ids = torch.zeros(T - 1, K, dtype=torch.int64)
+    elif case == "ids_k":
+        ids = torch.zeros(T, K + 1, dtype=torch.int64)
+    elif case == "w_shape":
+        w = torch.zeros(T, dtype=torch.float32)
+    with pytest.raises(epfuse.InvalidArgument) as info:
+        check(x, ids, w)
+    assert message in str(info.value)
+
+
+@pytest.mark.parametrize("which", ["x", "topk_ids", "topk_weights"])
+def test_contiguity_message(which: str) -> None:
+    x, ids, w = inputs()
+    if which == "x":
+        x = torch.zeros(H, T, dtype=torch.bfloat16).t()
+    elif which == "topk_ids":
+        ids = torch.zeros(K, T, dtype=torch.int64).t()
+    else:
+        w = torch.zeros(K, T, dtype=torch.float32).t()
+    with pytest.raises(epfuse.InvalidArgument) as info:
+        check(x, ids, w)
+    msg = str(info.value)
+    assert msg.startswith(f"[EPFUSE_ERR_INVALID_ARGUMENT] {which} must be row-major contiguous, got strides")
+    assert msg.endswith("call .contiguous()")
+
+
+def test_alignment_messages() -> None:
+    x, ids, w = inputs()
+    # A contiguous view 2 bytes into a bf16 buffer: contiguous, not 16-byte aligned.
+    base = torch.zeros(T * H + 8, dtype=torch.bfloat16)
+    x_off = base[1 : 1 + T * H].view(T, H)
+    assert x_off.is_contiguous() and x_off.data_ptr() % 16 == 2
+    with pytest.raises(epfuse.InvalidArgument, match=r"x must start at a 16-byte aligned address.*call \.clone\(\)"):
+        check(x_off, ids, w)
+    ids32 = torch.zeros(T * K + 4, dtype=torch.int32)[1 : 1 + T * K].view(T, K)
+    with pytest.raises(epfuse.InvalidArgument, match="topk_ids must start at a 16-byte aligned address"):
+        check(x, ids32, w)
+    wf = torch.zeros(T * K + 4, dtype=torch.float32)[1 : 1 + T * K].view(T, K)
+    with pytest.raises(epfuse.InvalidArgument, match="topk_weights must start at a 16-byte aligned address"):
+        check(x, ids, wf)
+    # int64 ids and bf16 weights are converted into fresh (aligned) tensors: no complaint.
+    ids64 = torch.zeros(T * K + 4, dtype=torch.int64)[1 : 1 + T * K].view(T, K)
+    assert check(x, ids64, wf.to(torch.bfloat16)) == T
+
+
+def test_max_tokens_message() -> None:
+    with pytest.raises(epfuse.InvalidArgument) as info:
+        check(*inputs(t=65))
+    assert "x has 65 tokens, more than max_tokens=64 the layer was created with" in str(info.value)
+
+
+def test_not_a_tensor() -> None:
+    x, ids, w = inputs()
+    with pytest.raises(epfuse.InvalidArgument, match="topk_ids must be a torch.Tensor, got list"):
+        check(x, [[0, 1]] * T, w)
+
+
+def weights(e: int = E_LOCAL, h: int = H, i: int = I, dtype: Any = torch.bfloat16) -> tuple[Any, Any]:
+    return torch.zeros(e, 2 * i, h, dtype=dtype), torch.zeros(e, h, i, dtype=dtype)
+
+
+def test_weights_valid() -> None:
+    assert et.check_weights(*weights()) == (E_LOCAL, H, I)
+
+
+@pytest.mark.parametrize(
+    ("case", "message"),
+    [
+        ("dtype", "w13 must be torch.bfloat16, got torch.float32: convert the weights once with .to(torch.bfloat16)"),
+        ("w13_2d", "w13 must be 3-D [experts_per_rank, 2*intermediate, hidden], got shape (256, 256)"),
+        ("w2_2d", "w2 must be 3-D [experts_per_rank, hidden, intermediate], got shape (256, 128)"),
+        ("odd", "w13 must be [experts_per_rank, 2*intermediate, hidden]: its dim 1 (255) is odd"),
+        (
+            "w2_shape",
+            "w2 must be [experts_per_rank=4, hidden=256, intermediate=128] to match w13 (4, 256, 256), got (4, 128, 256)",
+        ),
+        (
+            "experts",
+            "w2 must be [experts_per_rank=4, hidden=256, intermediate=128] to match w13 (4, 256, 256), got (3, 256, 128)",
+        ),
+        ("contig", "w2 must be row-major contiguous"),
+        ("device", "w13 must be on cuda:0 (the workspace's device), got a tensor on cpu"),
+    ],
+)
+def test_weight_messages(case: str, message: str) -> None:
+    w13, w2 = weights()
+    device = None
+    if case == "dtype":
+        w13 = w13.float()
+    elif case == "w13_2d":
+        w13 = w13[0]
+    elif case == "w2_2d":
+        w2 = w2[0]
+    elif case == "odd":
+        w13 = torch.zeros(E_LOCAL, 255, H, dtype=torch.bfloat16)
+    elif case == "w2_shape":
+        w2 = w2.transpose(1, 2).contiguous()
+    elif case == "experts":
+        w2 = w2[:3]
+    elif case == "contig":
+        w2 = torch.zeros(E_LOCAL, I, H, dtype=torch.bfloat16).transpose(1, 2)
+    elif case == "device":
+        device = CUDA0
+    with pytest.raises(epfuse.InvalidArgument) as info:
+        et.check_weights(w13, w2, device=device)
+    assert message in str(info.value)
+
+
+def test_workspace_without_cuda_is_a_clear_error() -> None:
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    with pytest.raises(epfuse.CudaError, match=r"needs a CUDA device: torch.cuda.is_available\(\) is False"):
+        et.Workspace(hidden=H, intermediate=I, num_experts=8, topk=K, max_tokens=16)
+
+
+def test_layer_needs_a_workspace() -> None:
+    w13, w2 = weights()
+    with pytest.raises(epfuse.InvalidArgument, match="workspace must be an epfuse.torch.Workspace, got str"):
+        et.MoELayer("ws", w13, w2, topk=K)
+
+
+def test_op_with_unknown_layer_id() -> None:
+    x, ids, w = inputs()
+    w13, w2 = weights()
+    with pytest.raises(epfuse.InvalidArgument, match="no open MoELayer with layer_id 987654"):
+        torch.ops.epfuse.moe_forward(x, ids, w, w13, w2, 987654)
+
+
+def test_op_fake_traces_without_a_gpu() -> None:
+    # The fake implementation is what torch.compile traces with: a graph with the op and y like x.
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def f(x: Any, ids: Any, w: Any, w13: Any, w2: Any) -> Any:
+        return torch.ops.epfuse.moe_forward(x * 2, ids, w, w13, w2, 5) + 1
+
+    w13, w2 = weights()
+    gm = make_fx(f, tracing_mode="fake")(*inputs(), w13, w2)
+    targets = [n.target for n in gm.graph.nodes if n.op == "call_function"]
+    assert torch.ops.epfuse.moe_forward.default in targets
+    meta = torch.ops.epfuse.moe_forward(*(t.to("meta") for t in inputs()), w13.to("meta"), w2.to("meta"), 5)
+    assert meta.shape == (T, H) and meta.dtype == torch.bfloat16 and meta.is_contiguous()
+
+
+def test_op_schema() -> None:
+    schema = str(torch.ops.epfuse.moe_forward.default._schema)
+    assert schema.startswith(
+        "epfuse::moe_forward(Tensor x, Tensor topk_ids, Tensor topk_weights, Tensor w13, Tensor w2, SymInt layer_id) -> Tensor"
+    )
