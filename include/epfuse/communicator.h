@@ -43,9 +43,15 @@ struct BootstrapOptions {
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
   std::chrono::milliseconds timeout{120000};  // for fetching the NCCL id from rank 0
+  // Which job the ranks belong to: rank 0 serves the NCCL id only to ranks with the same job id and
+  // world_size, and a rank that reaches another job's rank 0 (two jobs on one MASTER_PORT) fails at
+  // once with Error(kBootstrap) naming both jobs instead of joining it. Empty: world_size alone tells
+  // jobs apart. At most 512 bytes.
+  std::string job_id;
 
   // Reads RANK and WORLD_SIZE (required), LOCAL_RANK (default RANK), MASTER_ADDR (default
-  // 127.0.0.1), MASTER_PORT (default 29500) and EPFUSE_BOOTSTRAP_TIMEOUT_MS (default 120000);
+  // 127.0.0.1), MASTER_PORT (default 29500), EPFUSE_BOOTSTRAP_TIMEOUT_MS (default 120000) and the
+  // job id from EPFUSE_JOB_ID, else TORCHELASTIC_RUN_ID (torchrun's), else empty;
   // throws Error(kBootstrap) naming a missing or malformed variable and its value.
   static BootstrapOptions from_env();
   // Throws Error(kBootstrap) naming the first field out of range (by its environment variable).

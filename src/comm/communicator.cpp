@@ -27,6 +27,7 @@ namespace {
 
 constexpr const char* kNcclIdKey = "nccl_id";
 constexpr long long kMaxWorldSize = 1 << 16;
+constexpr size_t kMaxJobIdBytes = 512;  // BootstrapOptions::job_id; the store's limit is twice that
 // Loopback: each rank's slice of a symmetric allocation starts on this boundary (whole pages, so
 // no kernel's vector access of one rank's slice straddles into a peer's).
 constexpr size_t kSliceAlignment = 4096;
@@ -230,6 +231,11 @@ BootstrapOptions BootstrapOptions::from_env() {
   opts.rank = static_cast<int>(int_env("RANK", true, 0, 0, kMaxWorldSize - 1));
   opts.local_rank = static_cast<int>(int_env("LOCAL_RANK", false, opts.rank, 0, kMaxWorldSize - 1));
   if (const char* addr = std::getenv("MASTER_ADDR")) opts.master_addr = addr;
+  if (const char* job = std::getenv("EPFUSE_JOB_ID")) {
+    opts.job_id = job;
+  } else if (const char* run = std::getenv("TORCHELASTIC_RUN_ID")) {
+    opts.job_id = run;
+  }
   opts.master_port = static_cast<int>(int_env("MASTER_PORT", false, opts.master_port, 1, 65535));
   opts.timeout = std::chrono::milliseconds(
       int_env("EPFUSE_BOOTSTRAP_TIMEOUT_MS", false, opts.timeout.count(), 1, 24LL * 3600 * 1000));
@@ -253,6 +259,10 @@ void BootstrapOptions::validate() const {
   }
   if (timeout.count() < 1) {
     fail("EPFUSE_BOOTSTRAP_TIMEOUT_MS=" + std::to_string(timeout.count()) + " must be at least 1");
+  }
+  if (job_id.size() > kMaxJobIdBytes) {
+    fail("the job id (EPFUSE_JOB_ID or TORCHELASTIC_RUN_ID) has " + std::to_string(job_id.size()) +
+         " bytes, more than " + std::to_string(kMaxJobIdBytes));
   }
 }
 
@@ -356,17 +366,19 @@ std::unique_ptr<Communicator> Communicator::bootstrap(const BootstrapOptions& op
   EPFUSE_RANK_CUDA_CHECK(rank, cudaSetDevice(opts.local_rank));
 
   ncclUniqueId id{};
+  // Only ranks of this job get the id: another job's rank that reaches this store fails at once.
+  const std::string job = detail::bootstrap_job(opts.world_size, opts.job_id);
   std::unique_ptr<detail::TcpStore> store;  // rank 0 serves the id until ncclCommInitRank returns
   if (rank == 0) {
     EPFUSE_RANK_NCCL_CHECK(rank, ncclGetUniqueId(&id));
     if (opts.world_size > 1) {
-      store = std::make_unique<detail::TcpStore>(opts.master_addr, opts.master_port, rank);
+      store = std::make_unique<detail::TcpStore>(opts.master_addr, opts.master_port, rank, job);
       const auto* bytes = reinterpret_cast<const uint8_t*>(&id);
       store->set(kNcclIdKey, detail::Blob(bytes, bytes + sizeof(id)));
     }
   } else {
     const detail::Blob blob =
-        detail::tcp_store_get(opts.master_addr, opts.master_port, kNcclIdKey, opts.timeout, rank);
+        detail::tcp_store_get(opts.master_addr, opts.master_port, job, kNcclIdKey, opts.timeout, rank);
     EPFUSE_REQUIRE(blob.size() == sizeof(id), ErrorCode::kBootstrap,
                    rank_prefix(rank) + "the NCCL id from " + opts.master_addr + ":" +
                        std::to_string(opts.master_port) + " has " + std::to_string(blob.size()) +

@@ -1,5 +1,5 @@
 // TCP rendezvous (tcp_store.h): POSIX sockets, non-blocking I/O under poll() so that every wait
-// has a bound and the server thread can always be woken to stop.
+// has a bound, the server serves all its clients at once, and its thread can always be woken to stop.
 #include "comm/tcp_store.h"
 
 #include <fcntl.h>
@@ -25,8 +25,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// A client that stalls mid-request cannot hold the server longer than this.
-constexpr auto kServerIoBound = std::chrono::seconds(5);
+constexpr size_t kRequestHeaderBytes = 12;  // magic, job_bytes, key_bytes
+constexpr size_t kReplyHeaderBytes = 13;    // magic, status, value_bytes
 constexpr auto kFirstBackoff = std::chrono::milliseconds(50);
 constexpr auto kMaxBackoff = std::chrono::milliseconds(1000);
 
@@ -84,11 +84,11 @@ int remaining_ms(Clock::time_point deadline) {
   return static_cast<int>(std::clamp<long long>(left, 0, 1 << 30));
 }
 
-enum class Io { kOk, kClosed, kTimeout, kError, kWoken };
+enum class Io { kOk, kClosed, kTimeout, kError };
 
 // Sends or receives exactly n bytes on a non-blocking socket, however the kernel splits them.
-// Stops early when the peer closes, the deadline passes, or wake_fd (if >= 0) becomes readable.
-Io transfer(int fd, void* data, size_t n, bool sending, Clock::time_point deadline, int wake_fd = -1) {
+// Stops early when the peer closes or the deadline passes.
+Io transfer(int fd, void* data, size_t n, bool sending, Clock::time_point deadline) {
   auto* p = static_cast<uint8_t*>(data);
   while (n > 0) {
     const ssize_t got = sending ? ::send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT) : ::recv(fd, p, n, MSG_DONTWAIT);
@@ -100,12 +100,10 @@ Io transfer(int fd, void* data, size_t n, bool sending, Clock::time_point deadli
     if (got == 0 && !sending) return Io::kClosed;
     if (got < 0 && errno == EINTR) continue;
     if (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK) return Io::kError;
-    pollfd fds[2] = {{fd, static_cast<short>(sending ? POLLOUT : POLLIN), 0}, {wake_fd, POLLIN, 0}};
+    pollfd pfd{fd, static_cast<short>(sending ? POLLOUT : POLLIN), 0};
     const int ms = remaining_ms(deadline);
     if (ms == 0) return Io::kTimeout;
-    const int ready = ::poll(fds, wake_fd >= 0 ? 2 : 1, ms);
-    if (ready < 0 && errno != EINTR) return Io::kError;
-    if (wake_fd >= 0 && (fds[1].revents & POLLIN)) return Io::kWoken;
+    if (::poll(&pfd, 1, ms) < 0 && errno != EINTR) return Io::kError;
   }
   return Io::kOk;
 }
@@ -149,33 +147,45 @@ int connect_by(const addrinfo& ai, Clock::time_point deadline, std::string& reas
 
 enum class Ask { kFound, kNotSet, kNoAnswer };
 
-// One request/reply exchange with the store. Throws for a reply that is not from a TcpStore.
-Ask ask_once(const addrinfo& ai, const std::string& key, Clock::time_point deadline, Blob& value,
-             std::string& reason, const std::string& who) {
+// The bytes of a request for `key` of job `job` (tcp_store.h).
+Blob request_bytes(const std::string& job, const std::string& key) {
+  Blob request(kRequestHeaderBytes + job.size() + key.size());
+  put_be(request.data(), kRequestMagic, 4);
+  put_be(request.data() + 4, job.size(), 4);
+  put_be(request.data() + 8, key.size(), 4);
+  std::memcpy(request.data() + kRequestHeaderBytes, job.data(), job.size());
+  std::memcpy(request.data() + kRequestHeaderBytes + job.size(), key.data(), key.size());
+  return request;
+}
+
+// One request/reply exchange with the store. Throws for a reply that is not from a TcpStore and for
+// a store of another job (retrying cannot help either).
+Ask ask_once(const addrinfo& ai, const std::string& job, const std::string& key, Clock::time_point deadline,
+             Blob& value, std::string& reason, const std::string& who) {
   Fd fd(connect_by(ai, deadline, reason));
   if (fd.get() < 0) return Ask::kNoAnswer;
   const int one = 1;
   ::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 
-  std::vector<uint8_t> request(8 + key.size());
-  put_be(request.data(), kRequestMagic, 4);
-  put_be(request.data() + 4, key.size(), 4);
-  std::memcpy(request.data() + 8, key.data(), key.size());
+  Blob request = request_bytes(job, key);
   if (transfer(fd.get(), request.data(), request.size(), true, deadline) != Io::kOk) {
     reason = "sending the request failed";
     return Ask::kNoAnswer;
   }
-  uint8_t header[13];
+  uint8_t header[kReplyHeaderBytes];
   const Io io = transfer(fd.get(), header, sizeof(header), false, deadline);
   if (io != Io::kOk) {
     reason = io == Io::kTimeout ? "no reply in time" : "connection closed before the reply";
     return Ask::kNoAnswer;
   }
+  const auto status = static_cast<ReplyStatus>(header[4]);
   const uint64_t bytes = get_be(header + 5, 8);
-  if (get_be(header, 4) != kReplyMagic || header[4] > 1 || bytes > kMaxValueBytes) {
+  const bool known = status == ReplyStatus::kNotSet || status == ReplyStatus::kFound || status == ReplyStatus::kOtherJob;
+  if (get_be(header, 4) != kReplyMagic || !known || bytes > kMaxValueBytes ||
+      (status == ReplyStatus::kOtherJob && bytes > kMaxJobBytes)) {
     throw Error(ErrorCode::kBootstrap, who + " answered with a malformed reply (not an epfuse TcpStore?)");
   }
-  if (header[4] == 0) {
+  if (status == ReplyStatus::kNotSet) {
     reason = "key not set yet";
     return Ask::kNotSet;
   }
@@ -184,13 +194,21 @@ Ask ask_once(const addrinfo& ai, const std::string& key, Clock::time_point deadl
     reason = "the value was cut short";
     return Ask::kNoAnswer;
   }
+  if (status == ReplyStatus::kOtherJob) {
+    throw Error(ErrorCode::kBootstrap,
+                who + " serves job '" + std::string(value.begin(), value.end()) + "', not this rank's job '" + job +
+                    "' (two jobs on one MASTER_PORT? give each its own port, or check WORLD_SIZE and EPFUSE_JOB_ID)");
+  }
   return Ask::kFound;
 }
 
 }  // namespace
 
-TcpStore::TcpStore(const std::string& addr, int port, int rank) : rank_(rank) {
+TcpStore::TcpStore(const std::string& addr, int port, int rank, std::string job) : rank_(rank), job_(std::move(job)) {
   const std::string me = "rank " + std::to_string(rank) + ": ";
+  EPFUSE_REQUIRE(job_.size() <= kMaxJobBytes, ErrorCode::kInvalidArgument,
+                 me + "TcpStore: job id of " + std::to_string(job_.size()) + " bytes, more than the limit " +
+                     std::to_string(kMaxJobBytes));
   EPFUSE_REQUIRE(port >= 0 && port <= 65535, ErrorCode::kBootstrap,
                  me + "master port " + std::to_string(port) + " is outside [0, 65535]");
   const AddrInfoList list = resolve(addr, port, rank);
@@ -255,55 +273,122 @@ int TcpStore::times_served(const std::string& key) const {
   return it == entries_.end() ? 0 : it->second.served;
 }
 
+// One client: its request as it arrives, then the reply as the socket takes it.
+struct TcpStore::Connection {
+  Connection(Fd client, Clock::time_point drop_at) : fd(std::move(client)), deadline(drop_at) {}
+  Fd fd;
+  Clock::time_point deadline;  // dropped then, whatever its state
+  Blob in;                     // the request so far
+  size_t want = kRequestHeaderBytes;  // the request's length, once its header is in
+  Blob out;                    // the reply; empty while the request is incomplete
+  size_t sent = 0;
+  std::string key;
+  bool done = false;
+};
+
 void TcpStore::serve() {
+  std::vector<Connection> clients;  // in accept order: the oldest first
+  std::vector<pollfd> fds;
   for (;;) {
-    pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {wake_read_fd_, POLLIN, 0}};
-    if (::poll(fds, 2, -1) < 0) {
+    fds.assign({{wake_read_fd_, POLLIN, 0}, {listen_fd_, POLLIN, 0}});
+    Clock::time_point next = Clock::time_point::max();
+    for (const Connection& c : clients) {
+      fds.push_back({c.fd.get(), static_cast<short>(c.out.empty() ? POLLIN : POLLOUT), 0});
+      next = std::min(next, c.deadline);
+    }
+    if (::poll(fds.data(), fds.size(), clients.empty() ? -1 : remaining_ms(next)) < 0) {
       if (errno == EINTR) continue;
       std::fprintf(stderr, "epfuse: rank %d: TcpStore server stops: poll(): %s\n", rank_, std::strerror(errno));
       return;
     }
-    if (fds[1].revents & POLLIN) return;
-    if (!(fds[0].revents & POLLIN)) continue;
-    Fd client(::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
-    if (client.get() >= 0) answer(client.get());  // failed accepts (client gone, EINTR) are retried by it
+    if (fds[0].revents & POLLIN) return;
+    const auto now = Clock::now();
+    for (size_t i = 0; i < clients.size(); ++i) {
+      Connection& c = clients[i];
+      if (fds[i + 2].revents != 0) c.done = !advance(c);
+      c.done = c.done || now >= c.deadline;  // a stalled client is dropped; it retries or times out
+    }
+    std::erase_if(clients, [](const Connection& c) { return c.done; });
+    if (!(fds[1].revents & POLLIN)) continue;
+    for (;;) {  // every pending connection; failed accepts (client gone, EINTR) end the round
+      Fd client(::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
+      if (client.get() < 0) break;
+      // Bounded: a flood of idle connections costs the oldest of them their place, never the server.
+      if (clients.size() >= static_cast<size_t>(kMaxConnections)) clients.erase(clients.begin());
+      clients.emplace_back(std::move(client), Clock::now() + kServerIoBound);
+    }
   }
 }
 
-// Answers one request; any malformed or stalled client is just dropped (it retries or times out).
-void TcpStore::answer(int fd) {
-  const auto deadline = Clock::now() + kServerIoBound;
-  uint8_t header[8];
-  if (transfer(fd, header, sizeof(header), false, deadline, wake_read_fd_) != Io::kOk) return;
-  const uint64_t key_bytes = get_be(header + 4, 4);
-  if (get_be(header, 4) != kRequestMagic || key_bytes == 0 || key_bytes > kMaxKeyBytes) return;
-  std::string key(key_bytes, '\0');
-  if (transfer(fd, key.data(), key.size(), false, deadline, wake_read_fd_) != Io::kOk) return;
-
-  Blob reply(13);
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    const auto it = entries_.find(key);
-    const bool found = it != entries_.end();
-    put_be(reply.data(), kReplyMagic, 4);
-    reply[4] = found ? 1 : 0;
-    put_be(reply.data() + 5, found ? it->second.value.size() : 0, 8);
-    if (found) reply.insert(reply.end(), it->second.value.begin(), it->second.value.end());
+// Reads what has arrived of the request, then sends what the socket takes of the reply. A malformed
+// request or a closed connection ends it; so does the whole reply sent (one request per connection).
+bool TcpStore::advance(Connection& c) {
+  while (c.out.empty()) {
+    const size_t have = c.in.size();
+    c.in.resize(c.want);
+    const ssize_t got = ::recv(c.fd.get(), c.in.data() + have, c.want - have, MSG_DONTWAIT);
+    c.in.resize(have + static_cast<size_t>(std::max<ssize_t>(got, 0)));
+    if (got == 0) return false;
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      return errno == EAGAIN || errno == EWOULDBLOCK;
+    }
+    if (have < kRequestHeaderBytes && c.in.size() >= kRequestHeaderBytes) {
+      const uint64_t job_bytes = get_be(c.in.data() + 4, 4), key_bytes = get_be(c.in.data() + 8, 4);
+      if (get_be(c.in.data(), 4) != kRequestMagic || job_bytes > kMaxJobBytes || key_bytes == 0 ||
+          key_bytes > kMaxKeyBytes)
+        return false;
+      c.want = kRequestHeaderBytes + job_bytes + key_bytes;
+    }
+    if (c.in.size() == c.want && c.want > kRequestHeaderBytes) {
+      const auto job_begin = c.in.begin() + kRequestHeaderBytes;
+      const auto key_begin = job_begin + static_cast<std::ptrdiff_t>(get_be(c.in.data() + 4, 4));
+      c.key.assign(key_begin, c.in.end());
+      c.out = reply_to(std::string(job_begin, key_begin), c.key);
+    }
   }
-  if (transfer(fd, reply.data(), reply.size(), true, deadline, wake_read_fd_) == Io::kOk && reply[4] == 1) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    ++entries_[key].served;
+  while (c.sent < c.out.size()) {
+    const ssize_t n = ::send(c.fd.get(), c.out.data() + c.sent, c.out.size() - c.sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return errno == EAGAIN || errno == EWOULDBLOCK;
+    }
+    c.sent += static_cast<size_t>(n);
   }
+  if (static_cast<ReplyStatus>(c.out[4]) == ReplyStatus::kFound) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++entries_[c.key].served;
+  }
+  return false;
 }
 
-Blob tcp_store_get(const std::string& addr, int port, const std::string& key, std::chrono::milliseconds timeout,
-                   int rank) {
+Blob TcpStore::reply_to(const std::string& job, const std::string& key) const {
+  auto reply = [](ReplyStatus status, const void* value, size_t bytes) {
+    Blob out(kReplyHeaderBytes + bytes);
+    put_be(out.data(), kReplyMagic, 4);
+    out[4] = static_cast<uint8_t>(status);
+    put_be(out.data() + 5, bytes, 8);
+    if (bytes > 0) std::memcpy(out.data() + kReplyHeaderBytes, value, bytes);
+    return out;
+  };
+  if (job != job_) return reply(ReplyStatus::kOtherJob, job_.data(), job_.size());  // the client names both
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto it = entries_.find(key);
+  if (it == entries_.end()) return reply(ReplyStatus::kNotSet, nullptr, 0);
+  return reply(ReplyStatus::kFound, it->second.value.data(), it->second.value.size());
+}
+
+Blob tcp_store_get(const std::string& addr, int port, const std::string& job, const std::string& key,
+                   std::chrono::milliseconds timeout, int rank) {
   const std::string me = "rank " + std::to_string(rank) + ": ";
   EPFUSE_REQUIRE(port >= 1 && port <= 65535, ErrorCode::kBootstrap,
                  me + "master port " + std::to_string(port) + " is outside [1, 65535]");
   EPFUSE_REQUIRE(!key.empty() && key.size() <= kMaxKeyBytes, ErrorCode::kInvalidArgument,
                  me + "key length " + std::to_string(key.size()) + " is outside [1, " +
                      std::to_string(kMaxKeyBytes) + "]");
+  EPFUSE_REQUIRE(job.size() <= kMaxJobBytes, ErrorCode::kInvalidArgument,
+                 me + "job id of " + std::to_string(job.size()) + " bytes, more than the limit " +
+                     std::to_string(kMaxJobBytes));
   const AddrInfoList list = resolve(addr, port, rank);
   const auto deadline = Clock::now() + timeout;
   auto backoff = std::chrono::duration_cast<Clock::duration>(kFirstBackoff);
@@ -314,7 +399,7 @@ Blob tcp_store_get(const std::string& addr, int port, const std::string& key, st
       Blob value;
       std::string why;
       ++attempts;
-      if (ask_once(*ai, key, deadline, value, why, me + where(addr, port)) == Ask::kFound) return value;
+      if (ask_once(*ai, job, key, deadline, value, why, me + where(addr, port)) == Ask::kFound) return value;
       // An attempt cut short by the deadline says less than the one before it.
       if (attempts == 1 || Clock::now() < deadline) reason = why;
     }
@@ -326,6 +411,10 @@ Blob tcp_store_get(const std::string& addr, int port, const std::string& key, st
   throw Error(ErrorCode::kBootstrap, me + "no answer from " + where(addr, port) + " for key '" + key + "' after " +
                                          std::to_string(timeout.count()) + " ms (" + std::to_string(attempts) +
                                          " attempts; last: " + reason + ")");
+}
+
+std::string bootstrap_job(int world_size, const std::string& job_id) {
+  return "world_size=" + std::to_string(world_size) + (job_id.empty() ? "" : " job_id=" + job_id);
 }
 
 }  // namespace epfuse::detail

@@ -5,7 +5,7 @@
 namespace epfuse::unfused {
 namespace {
 
-std::string null_pointer_names(int32_t mask) {
+std::string pointer_names(int32_t mask) {
   std::string names;
   const std::pair<int32_t, const char*> pointers[] = {{NullPointer::kX, "x"},
                                                       {NullPointer::kTopkIdx, "topk_idx"},
@@ -39,7 +39,10 @@ std::optional<std::string> first_input_error(const int32_t* recv_counts, int wor
         return rank + "num_tokens = " + std::to_string(value) + " out of range [0, max_tokens_per_rank = " +
                std::to_string(cfg.max_tokens_per_rank) + "]";
       case InputError::kNullPointer:
-        return rank + "null pointer(s) " + null_pointer_names(value) + " with num_tokens = " + std::to_string(token);
+        return rank + "null pointer(s) " + pointer_names(value) + " with num_tokens = " + std::to_string(token);
+      case InputError::kMisaligned:
+        return rank + "misaligned pointer(s) " + pointer_names(value) + " with num_tokens = " + std::to_string(token) +
+               " (x and y must be 16-byte aligned)";
     }
     return rank + "unknown input error code " + std::to_string(row[CountsRow::kErrorCode]);
   }

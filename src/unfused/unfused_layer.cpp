@@ -3,6 +3,7 @@
 #include "unfused/unfused_layer.h"
 
 #include <array>
+#include <cstdint>
 #include <cstdio>
 #include <string>
 
@@ -147,9 +148,24 @@ HostInputError UnfusedLayer::check_inputs(const TokenBatch& in, const bf16* y) c
                             (in.topk_weights == nullptr ? NullPointer::kTopkWeights : 0) |
                             (y == nullptr ? NullPointer::kOutput : 0);
   if (null_mask != 0) return {InputError::kNullPointer, in.num_tokens, null_mask};
+  // The pack and home-reduce kernels move x and y rows as 16-byte vectors (vec.cuh).
+  const int32_t misaligned_mask = (reinterpret_cast<uintptr_t>(in.x) % 16 != 0 ? NullPointer::kX : 0) |
+                                  (reinterpret_cast<uintptr_t>(y) % 16 != 0 ? NullPointer::kOutput : 0);
+  if (misaligned_mask != 0) return {InputError::kMisaligned, in.num_tokens, misaligned_mask};
   return {};
 }
 
+// Waits, none bounded by the layer (NCCL collectives have no timeout: a peer that never calls
+// forward, or died, holds them until the job is killed or the NCCL communicator is aborted):
+//  - host, here: ncclGroupEnd of an all-to-all may block for the first exchange with a peer (NCCL sets
+//    up connections lazily, together with the peer); cudaStreamSynchronize after the counts exchange
+//    waits for every peer's counts all-to-all (and for this stream's earlier work);
+//  - device: the record and combine all-to-alls wait in NCCL kernels for every peer; a wait that never
+//    ends surfaces on the host in check_errors, last_phase_times, the next forward's counts
+//    synchronisation and the destructor (cudaEventSynchronize of finished_);
+//  - GroupedGemm::run_grouped waits for its previous pointer upload, which is ordered before this
+//    forward's counts synchronisation, so it never waits beyond that.
+// Input errors (host checks, bad expert ids) travel in the counts, so every rank throws and none waits.
 void UnfusedLayer::forward(const TokenBatch& in, bf16* y, cudaStream_t stream) {
   timed_ = false;
   // A rank with bad input still takes part in the counts exchange (with no tokens) and reports the

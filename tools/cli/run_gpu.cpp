@@ -31,6 +31,7 @@ struct Outcome {
   int calls = 0;
   int calls_verified = 0;
   double max_rel_err = 0.0;   // agreed by all ranks
+  WorstRow worst_row;         // agreed by all ranks
   int64_t unwritten = 0;      // agreed by all ranks
   std::optional<int> failed_call;
 };
@@ -57,6 +58,7 @@ Outcome run_calls(const RunPlan& plan, RankJob& job, int rank) {
       o.stats.rel_err = std::max(o.stats.rel_err, std::isnan(v.rel_err) ? INFINITY : v.rel_err);
       o.stats.output_norm = std::hypot(o.stats.output_norm, v.output_norm);
       o.max_rel_err = std::max(o.max_rel_err, v.max_rel_err);
+      o.worst_row = worse(o.worst_row, v.worst_row);
       o.unwritten += v.total_unwritten;
       ++o.calls_verified;
       ++o.calls;
@@ -91,6 +93,7 @@ int run_on(const RunPlan& plan, Communicator& comm, const std::string& command) 
     result.calls = o.calls;
     result.calls_verified = o.calls_verified;
     result.max_rel_err = o.max_rel_err;
+    result.worst_row = o.worst_row;
     result.unwritten = o.unwritten;
     result.verified = !o.failed_call;
     failed_call = o.failed_call;

@@ -46,6 +46,10 @@ std::string config_line(const RunPlan& plan) {
   return line + "\n";
 }
 
+std::string worst_row_place(const WorstRow& w) {
+  return w.rank < 0 ? " (no rows checked)" : " (rank " + std::to_string(w.rank) + " row " + std::to_string(w.row) + ")";
+}
+
 }  // namespace
 
 std::string summary(const RunPlan& plan, const RunResult& r, bool reference_only) {
@@ -69,9 +73,10 @@ std::string summary(const RunPlan& plan, const RunResult& r, bool reference_only
   }
   out += t.render();
   out += "verified: " + std::string(r.verified ? "yes" : "NO") + " (max rel err " + format_sci(r.max_rel_err) +
-         ", tolerance " + format_sci(plan.tolerance) + "; " + std::to_string(r.unwritten) +
-         " unwritten elements; " + std::to_string(r.calls_verified) + " of " + std::to_string(r.calls) +
-         " calls checked)\n";
+         ", tolerance " + format_sci(plan.tolerance) + "; max row rel err " + format_sci(r.worst_row.err) +
+         worst_row_place(r.worst_row) + ", row tolerance " + format_sci(row_tolerance(plan.tolerance)) + "; " +
+         std::to_string(r.unwritten) + " unwritten elements; " + std::to_string(r.calls_verified) + " of " +
+         std::to_string(r.calls) + " calls checked)\n";
   out += "layer memory per GPU (weights not included): " + format_fixed(r.memory.symmetric_bytes / 1048576.0, 1) +
          " MiB symmetric (NCCL window), " + format_fixed(r.memory.private_bytes / 1048576.0, 1) + " MiB private\n";
   return out;
@@ -92,7 +97,8 @@ std::string result_json(const RunPlan& plan, const RunResult& r, const std::stri
       .set("vary", plan.vary)
       .set("verify_every", plan.verify_every)
       .set("verify_rows", plan.verify_rows)
-      .set("tolerance", plan.tolerance);
+      .set("tolerance", plan.tolerance)
+      .set("row_tolerance", row_tolerance(plan.tolerance));
   Json per_rank = Json::array();
   for (const RankStats& s : r.ranks) {
     per_rank.push(Json::object()
@@ -105,6 +111,9 @@ std::string result_json(const RunPlan& plan, const RunResult& r, const std::stri
                       .set("output_norm", s.output_norm)
                       .set("seconds", s.seconds));
   }
+  Json worst;  // null for the CPU reference and when no row was checked
+  if (plan.impl && r.worst_row.rank >= 0)
+    worst = Json::object().set("rank", r.worst_row.rank).set("row", r.worst_row.row).set("rel_err", r.worst_row.err);
   Json doc = Json::object();
   doc.set("device", r.device)
       .set("gpus", r.gpus)
@@ -117,6 +126,8 @@ std::string result_json(const RunPlan& plan, const RunResult& r, const std::stri
       .set("calls", r.calls)
       .set("calls_verified", r.calls_verified)
       .set("max_rel_err", plan.impl ? Json(r.max_rel_err) : Json())
+      .set("max_row_rel_err", plan.impl ? Json(r.worst_row.err) : Json())
+      .set("worst_row", std::move(worst))
       .set("unwritten", r.unwritten)
       .set("verified", r.verified)
       .set("memory", Json::object()

@@ -8,6 +8,7 @@
 #include "epfuse/layer.h"
 
 #include "cli/run_options.h"
+#include "common/job.h"
 
 namespace epfuse::tools {
 
@@ -38,6 +39,7 @@ struct RunResult {
   int calls = 0;                 // calls run
   int calls_verified = 0;
   double max_rel_err = 0.0;
+  WorstRow worst_row;            // over verified calls: the row with the largest per-row error
   int64_t unwritten = 0;
   bool verified = false;         // every verified call passed (false for the CPU reference alone)
   MemoryFootprint memory;        // the layer's device buffers on rank 0 (weights not included)

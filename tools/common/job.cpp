@@ -55,6 +55,51 @@ int64_t count_unwritten(std::span<const bf16> y) {
   return n;
 }
 
+std::vector<double> row_errors(std::span<const double> ref, std::span<const double> out, size_t H) {
+  EPFUSE_REQUIRE(H > 0 && ref.size() == out.size() && ref.size() % H == 0, ErrorCode::kInvalidArgument,
+                 "row_errors: ref has " + std::to_string(ref.size()) + " values, out " + std::to_string(out.size()) +
+                     ", rows of " + std::to_string(H));
+  std::vector<double> errs(ref.size() / H);
+  for (size_t r = 0; r < errs.size(); ++r) {
+    double diff = 0.0, norm = 0.0;
+    for (size_t h = r * H; h < (r + 1) * H; ++h) {
+      diff += (out[h] - ref[h]) * (out[h] - ref[h]);
+      norm += ref[h] * ref[h];
+    }
+    errs[r] = std::sqrt(diff) / std::max(std::sqrt(norm), kRowNormFloor);
+  }
+  return errs;
+}
+
+WorstRow worst_row(std::span<const double> errs, std::span<const int> rows, int rank) {
+  EPFUSE_REQUIRE(errs.size() == rows.size(), ErrorCode::kInvalidArgument,
+                 "worst_row: " + std::to_string(errs.size()) + " errors for " + std::to_string(rows.size()) + " rows");
+  WorstRow w;
+  for (size_t i = 0; i < errs.size(); ++i) {
+    const double err = std::isnan(errs[i]) ? std::numeric_limits<double>::infinity() : errs[i];
+    w = worse(w, {rank, rows[i], err});
+  }
+  return w;
+}
+
+WorstRow worse(const WorstRow& a, const WorstRow& b) {
+  if (b.row < 0) return a;
+  return a.row < 0 || b.err > a.err ? b : a;
+}
+
+WorstRow worst_of_ranks(std::span<const double> gathered) {
+  EPFUSE_REQUIRE(gathered.size() % 2 == 0, ErrorCode::kInvalidArgument,
+                 "worst_of_ranks: " + std::to_string(gathered.size()) + " values are not (err, row) pairs");
+  WorstRow w;
+  for (size_t r = 0; r < gathered.size() / 2; ++r)
+    w = worse(w, {static_cast<int>(r), static_cast<int>(gathered[2 * r + 1]), gathered[2 * r]});
+  return w;
+}
+
+bool within_tolerance(const Verdict& v, double tolerance) {
+  return v.max_rel_err <= tolerance && v.worst_row.err <= row_tolerance(tolerance) && v.total_unwritten == 0;
+}
+
 // ---- device resources ----
 
 void* device_alloc(size_t bytes) {
@@ -160,6 +205,7 @@ Verdict RankJob::verified_forward(const InputSet& in, std::span<const int> rows,
   EPFUSE_CUDA_CHECK(cudaStreamSynchronize(stream_));
   v.unwritten = count_unwritten(y);
 
+  WorstRow mine;
   if (!rows.empty()) {
     for (int r : rows)
       EPFUSE_REQUIRE(r >= 0 && r < T, ErrorCode::kInvalidArgument,
@@ -172,6 +218,8 @@ Verdict RankJob::verified_forward(const InputSet& in, std::span<const int> rows,
     for (int r : rows)
       for (size_t h = 0; h < H; ++h) out.push_back(static_cast<double>(__bfloat162float(y[r * H + h])));
     v.rel_err = relative_error(ref, out);
+    mine = worst_row(row_errors(ref, out, H), rows, comm_.rank());
+    v.row_err = mine.err;
     double sq = 0.0;
     for (double o : out) sq += o * o;
     v.output_norm = std::sqrt(sq);
@@ -181,7 +229,9 @@ Verdict RankJob::verified_forward(const InputSet& in, std::span<const int> rows,
   const double local_err = std::isnan(v.rel_err) ? std::numeric_limits<double>::infinity() : v.rel_err;
   v.max_rel_err = comm_.all_reduce_max(local_err);
   v.total_unwritten = comm_.all_reduce_sum(v.unwritten);
-  v.passed = v.max_rel_err <= tolerance && v.total_unwritten == 0;
+  const double pair[] = {mine.err, static_cast<double>(mine.row)};
+  v.worst_row = worst_of_ranks(comm_.all_gather(pair));
+  v.passed = within_tolerance(v, tolerance);
   return v;
 }
 

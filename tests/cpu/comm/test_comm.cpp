@@ -1,5 +1,5 @@
-// CPU tests of the bootstrap: the TCP store between two processes, its timeouts and shutdown, and
-// BootstrapOptions::from_env. No GPU needed.
+// CPU tests of the bootstrap: the TCP store between two processes, its timeouts and shutdown, clients
+// served at once, job ids, and BootstrapOptions::from_env. No GPU needed.
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -28,12 +28,14 @@ namespace {
 using epfuse::Error;
 using epfuse::ErrorCode;
 using epfuse::detail::Blob;
+using epfuse::detail::bootstrap_job;
 using epfuse::detail::TcpStore;
 using epfuse::detail::tcp_store_get;
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
 const char* const kLoopback = "127.0.0.1";
+const std::string kJob = bootstrap_job(2, "test");
 
 // Random bytes (zeros included) that both processes derive from the seed alone.
 Blob blob(uint64_t seed, size_t bytes) {
@@ -87,6 +89,28 @@ int wait_child(pid_t pid, milliseconds limit) {
   return status;
 }
 
+// A client that connects to the store on `port`, sends `bytes` and then nothing. Returns its socket.
+int connect_silent(int port, const std::string& bytes) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0) << "port " << port;
+  if (!bytes.empty()) {
+    EXPECT_EQ(::send(fd, bytes.data(), bytes.size(), 0), static_cast<ssize_t>(bytes.size()));
+  }
+  return fd;
+}
+
+// The store counts a reply once its server thread has sent all of it, which can be just after the
+// client has read it: wait a little for the count.
+int times_served_soon(const TcpStore& store, const std::string& key, int want) {
+  const auto deadline = Clock::now() + milliseconds(1000);
+  while (store.times_served(key) < want && Clock::now() < deadline) std::this_thread::sleep_for(milliseconds(1));
+  return store.times_served(key);
+}
+
 const std::map<std::string, Blob>& served_blobs() {
   static const std::map<std::string, Blob> blobs = {
       {"nccl_id", blob(1, 128)},
@@ -104,7 +128,7 @@ TEST(TcpStore, ChildProcessFetchesExactBytesFromParent) {
     int code = 0;
     try {
       for (const auto& [key, want] : served_blobs()) {
-        if (tcp_store_get(kLoopback, port, key, milliseconds(20000), 1) != want) {
+        if (tcp_store_get(kLoopback, port, kJob, key, milliseconds(20000), 1) != want) {
           std::fprintf(stderr, "child: key '%s' came back different\n", key.c_str());
           code = 1;
         }
@@ -118,13 +142,13 @@ TEST(TcpStore, ChildProcessFetchesExactBytesFromParent) {
   // Start serving late so that the child has to retry.
   std::this_thread::sleep_for(milliseconds(300));
   std::optional<TcpStore> store;
-  store.emplace(kLoopback, port, 0);
+  store.emplace(kLoopback, port, 0, kJob);
   EXPECT_EQ(store->port(), port);
   for (const auto& [key, value] : served_blobs()) store->set(key, value);
   const int status = wait_child(pid, milliseconds(30000));
   ASSERT_TRUE(WIFEXITED(status)) << "status " << status;
   EXPECT_EQ(WEXITSTATUS(status), 0) << "1: bytes differ, 2: the child's get threw (see stderr)";
-  for (const auto& [key, value] : served_blobs()) EXPECT_EQ(store->times_served(key), 1) << key;
+  for (const auto& [key, value] : served_blobs()) EXPECT_EQ(times_served_soon(*store, key, 1), 1) << key;
   EXPECT_EQ(store->times_served("never-set"), 0);
   const auto before = Clock::now();
   store.reset();
@@ -132,19 +156,19 @@ TEST(TcpStore, ChildProcessFetchesExactBytesFromParent) {
 }
 
 TEST(TcpStore, SameProcessSetGetAndOverwrite) {
-  TcpStore store(kLoopback, 0, 0);  // port 0: any free port
+  TcpStore store(kLoopback, 0, 0, kJob);  // port 0: any free port
   ASSERT_GT(store.port(), 0);
   store.set("k", blob(7, 1000));
-  EXPECT_EQ(tcp_store_get(kLoopback, store.port(), "k", milliseconds(5000), 0), blob(7, 1000));
+  EXPECT_EQ(tcp_store_get(kLoopback, store.port(), kJob, "k", milliseconds(5000), 0), blob(7, 1000));
   store.set("k", blob(8, 3));
-  EXPECT_EQ(tcp_store_get(kLoopback, store.port(), "k", milliseconds(5000), 0), blob(8, 3));
-  EXPECT_EQ(tcp_store_get("localhost", store.port(), "k", milliseconds(5000), 0), blob(8, 3));
+  EXPECT_EQ(tcp_store_get(kLoopback, store.port(), kJob, "k", milliseconds(5000), 0), blob(8, 3));
+  EXPECT_EQ(tcp_store_get("localhost", store.port(), kJob, "k", milliseconds(5000), 0), blob(8, 3));
 }
 
 TEST(TcpStore, ClientTimesOutWithoutServer) {
   const int port = free_port();
   const auto start = Clock::now();
-  expect_error([&] { tcp_store_get(kLoopback, port, "nccl_id", milliseconds(300), 3); }, ErrorCode::kBootstrap,
+  expect_error([&] { tcp_store_get(kLoopback, port, kJob, "nccl_id", milliseconds(300), 3); }, ErrorCode::kBootstrap,
                {"rank 3: no answer from 127.0.0.1:" + std::to_string(port) + " for key 'nccl_id' after 300 ms",
                 "refused"});
   const auto took = Clock::now() - start;
@@ -153,31 +177,25 @@ TEST(TcpStore, ClientTimesOutWithoutServer) {
 }
 
 TEST(TcpStore, ClientTimesOutWhenKeyIsNeverSet) {
-  TcpStore store(kLoopback, 0, 0);
-  expect_error([&] { tcp_store_get(kLoopback, store.port(), "missing", milliseconds(250), 1); },
+  TcpStore store(kLoopback, 0, 0, kJob);
+  expect_error([&] { tcp_store_get(kLoopback, store.port(), kJob, "missing", milliseconds(250), 1); },
                ErrorCode::kBootstrap, {"rank 1: no answer from", "for key 'missing' after 250 ms", "not set"});
 }
 
 TEST(TcpStore, KeyTheServerSetsLaterIsFetched) {
-  TcpStore store(kLoopback, 0, 0);
+  TcpStore store(kLoopback, 0, 0, kJob);
   std::thread setter([&] {
     std::this_thread::sleep_for(milliseconds(200));
     store.set("late", blob(3, 64));
   });
-  EXPECT_EQ(tcp_store_get(kLoopback, store.port(), "late", milliseconds(10000), 2), blob(3, 64));
+  EXPECT_EQ(tcp_store_get(kLoopback, store.port(), kJob, "late", milliseconds(10000), 2), blob(3, 64));
   setter.join();
 }
 
 TEST(TcpStore, DestructorDoesNotWaitForAStalledClient) {
   std::optional<TcpStore> store;
-  store.emplace(kLoopback, 0, 0);
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = htons(static_cast<uint16_t>(store->port()));
-  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  ASSERT_EQ(::send(fd, "EP", 2, 0), 2);  // half a header, then silence
+  store.emplace(kLoopback, 0, 0, kJob);
+  const int fd = connect_silent(store->port(), "EP");  // half a header, then silence
   std::this_thread::sleep_for(milliseconds(100));  // the server is now inside this request
   const auto before = Clock::now();
   store.reset();
@@ -202,7 +220,7 @@ TEST(TcpStore, ForeignServerIsReportedNotRetried) {
     ::close(client);
   });
   const auto start = Clock::now();
-  expect_error([&] { tcp_store_get(kLoopback, ntohs(addr.sin_port), "nccl_id", milliseconds(10000), 1); },
+  expect_error([&] { tcp_store_get(kLoopback, ntohs(addr.sin_port), kJob, "nccl_id", milliseconds(10000), 1); },
                ErrorCode::kBootstrap, {"rank 1:", "malformed reply"});
   EXPECT_LT(Clock::now() - start, milliseconds(5000));
   server.join();
@@ -211,22 +229,98 @@ TEST(TcpStore, ForeignServerIsReportedNotRetried) {
 
 TEST(TcpStore, BadArgumentsAreNamed) {
   expect_error([] { TcpStore(kLoopback, 70000, 0); }, ErrorCode::kBootstrap, {"rank 0:", "70000"});
-  expect_error([] { tcp_store_get(kLoopback, 0, "k", milliseconds(10), 2); }, ErrorCode::kBootstrap,
+  expect_error([] { tcp_store_get(kLoopback, 0, kJob, "k", milliseconds(10), 2); }, ErrorCode::kBootstrap,
                {"rank 2:", "port 0"});
-  expect_error([] { tcp_store_get("no-such-host.invalid", 29500, "k", milliseconds(10), 1); },
+  expect_error([] { tcp_store_get("no-such-host.invalid", 29500, kJob, "k", milliseconds(10), 1); },
                ErrorCode::kBootstrap, {"rank 1:", "no-such-host.invalid"});
-  TcpStore store(kLoopback, 0, 0);
+  const std::string long_job(epfuse::detail::kMaxJobBytes + 1, 'j');
+  expect_error([&] { tcp_store_get(kLoopback, 29500, long_job, "k", milliseconds(10), 1); },
+               ErrorCode::kInvalidArgument, {"rank 1:", "job id of 1025 bytes"});
+  expect_error([&] { TcpStore(kLoopback, 0, 0, long_job); }, ErrorCode::kInvalidArgument,
+               {"rank 0:", "job id of 1025 bytes"});
+  TcpStore store(kLoopback, 0, 0, kJob);
   expect_error([&] { store.set("", Blob{}); }, ErrorCode::kInvalidArgument, {"key length 0"});
   // A second server on a port in use: the bind error is reported with the address.
-  expect_error([&] { TcpStore(kLoopback, store.port(), 0); }, ErrorCode::kBootstrap,
+  expect_error([&] { TcpStore(kLoopback, store.port(), 0, kJob); }, ErrorCode::kBootstrap,
                {"cannot listen on 127.0.0.1:" + std::to_string(store.port())});
+}
+
+// How long tcp_store_get takes for a key that is set.
+milliseconds time_get(int port, const std::string& key, int rank) {
+  const auto start = Clock::now();
+  EXPECT_EQ(tcp_store_get(kLoopback, port, kJob, key, milliseconds(20000), rank), blob(5, 256));
+  return std::chrono::duration_cast<milliseconds>(Clock::now() - start);
+}
+
+// The server used to answer one connection at a time, each for up to 5 s: a client that connected
+// and said nothing held every other rank for that long.
+TEST(TcpStore, StalledClientsDoNotDelayAnother) {
+  TcpStore store(kLoopback, 0, 0, kJob);
+  store.set("k", blob(5, 256));
+  const int silent = connect_silent(store.port(), "");
+  const int half = connect_silent(store.port(), "EPK");  // part of a header
+  std::this_thread::sleep_for(milliseconds(100));  // the server has both by now
+  EXPECT_LT(time_get(store.port(), "k", 1), milliseconds(1000));
+  EXPECT_EQ(times_served_soon(store, "k", 1), 1);
+  ::close(silent);
+  ::close(half);
+}
+
+TEST(TcpStore, IdleConnectionsBeyondTheLimitDoNotLockOthersOut) {
+  TcpStore store(kLoopback, 0, 0, kJob);
+  store.set("k", blob(5, 256));
+  std::vector<int> idle;
+  for (int i = 0; i < TcpStore::kMaxConnections + 8; ++i) idle.push_back(connect_silent(store.port(), ""));
+  std::this_thread::sleep_for(milliseconds(100));
+  EXPECT_LT(time_get(store.port(), "k", 1), milliseconds(2000));
+  for (int fd : idle) ::close(fd);
+}
+
+TEST(TcpStore, ConcurrentGettersAllGetTheValue) {
+  TcpStore store(kLoopback, 0, 0, kJob);
+  const int silent = connect_silent(store.port(), "");
+  std::vector<milliseconds> took(4);
+  std::vector<std::thread> getters;
+  for (int r = 0; r < 4; ++r) getters.emplace_back([&, r] { took[r] = time_get(store.port(), "late", r + 1); });
+  std::this_thread::sleep_for(milliseconds(200));  // every getter is retrying by now
+  store.set("late", blob(5, 256));
+  for (std::thread& t : getters) t.join();
+  // Set at 200 ms; a getter retries at most kMaxBackoff (1 s) later.
+  for (int r = 0; r < 4; ++r) EXPECT_LT(took[r], milliseconds(2500)) << "getter " << r;
+  EXPECT_EQ(times_served_soon(store, "late", 4), 4);
+  ::close(silent);
+}
+
+// Two jobs on one port: a rank of the second reaches the first's store and must not get its NCCL id.
+TEST(TcpStore, AnotherJobsClientFailsAtOnceNamingBothJobs) {
+  const std::string mine = bootstrap_job(2, "a"), theirs = bootstrap_job(4, "b");
+  TcpStore store(kLoopback, 0, 0, mine);
+  store.set("nccl_id", blob(1, 128));
+  const auto start = Clock::now();
+  expect_error([&] { tcp_store_get(kLoopback, store.port(), theirs, "nccl_id", milliseconds(20000), 3); },
+               ErrorCode::kBootstrap,
+               {"rank 3: 127.0.0.1:" + std::to_string(store.port()), "serves job '" + mine + "'",
+                "not this rank's job '" + theirs + "'"});
+  EXPECT_LT(Clock::now() - start, milliseconds(1000));
+  EXPECT_EQ(store.times_served("nccl_id"), 0);
+  // The same job still gets it.
+  EXPECT_EQ(tcp_store_get(kLoopback, store.port(), mine, "nccl_id", milliseconds(5000), 1), blob(1, 128));
+}
+
+TEST(BootstrapJob, WorldSizeAndJobIdTellJobsApart) {
+  EXPECT_EQ(bootstrap_job(4, "x"), bootstrap_job(4, "x"));
+  EXPECT_NE(bootstrap_job(4, ""), bootstrap_job(8, ""));
+  EXPECT_NE(bootstrap_job(4, "x"), bootstrap_job(4, "y"));
+  EXPECT_NE(bootstrap_job(4, "x"), bootstrap_job(4, ""));
+  EXPECT_NE(bootstrap_job(1, "4"), bootstrap_job(14, ""));  // no two fields run together
 }
 
 // Sets the bootstrap variables for one test and restores what was there before.
 class EnvTest : public ::testing::Test {
  protected:
   static constexpr const char* kNames[] = {"RANK",        "WORLD_SIZE",  "LOCAL_RANK",
-                                           "MASTER_ADDR", "MASTER_PORT", "EPFUSE_BOOTSTRAP_TIMEOUT_MS"};
+                                           "MASTER_ADDR", "MASTER_PORT", "EPFUSE_BOOTSTRAP_TIMEOUT_MS",
+                                           "EPFUSE_JOB_ID", "TORCHELASTIC_RUN_ID"};
   void SetUp() override {
     for (const char* name : kNames) {
       if (const char* v = std::getenv(name)) saved_[name] = v;
@@ -260,6 +354,7 @@ TEST_F(EnvTest, DefaultsFillTheOptionalVariables) {
   EXPECT_EQ(opts.master_addr, "127.0.0.1");
   EXPECT_EQ(opts.master_port, 29500);
   EXPECT_EQ(opts.timeout, milliseconds(120000));
+  EXPECT_EQ(opts.job_id, "");
 }
 
 TEST_F(EnvTest, EveryVariableIsRead) {
@@ -276,6 +371,17 @@ TEST_F(EnvTest, EveryVariableIsRead) {
   EXPECT_EQ(opts.master_addr, "10.1.2.3");
   EXPECT_EQ(opts.master_port, 12345);
   EXPECT_EQ(opts.timeout, milliseconds(2500));
+}
+
+TEST_F(EnvTest, JobIdFromEpfuseJobIdElseTorchelasticRunId) {
+  set("RANK", "0");
+  set("WORLD_SIZE", "2");
+  set("TORCHELASTIC_RUN_ID", "elastic-7");
+  EXPECT_EQ(epfuse::BootstrapOptions::from_env().job_id, "elastic-7");
+  set("EPFUSE_JOB_ID", "mine");
+  EXPECT_EQ(epfuse::BootstrapOptions::from_env().job_id, "mine");
+  set("EPFUSE_JOB_ID", std::string(513, 'j').c_str());
+  expect_env_error({"EPFUSE_JOB_ID or TORCHELASTIC_RUN_ID", "513 bytes"});
 }
 
 TEST_F(EnvTest, MissingRequiredVariablesAreNamed) {

@@ -1,16 +1,19 @@
-// CPU tests of the fused kernel's protocol arithmetic: epochs, routing/dedup, ticket-dispenser slot
-// assignment, buffer offsets, the expert plan and the task map. The slot-assignment test simulates
-// the kernel's layout -> dispatch -> collect arithmetic for every rank on the CPU with the same
-// EPFUSE_HD functions and checks that every (token, slot) lands on exactly one entry of the right
+// CPU tests of the fused kernel's protocol arithmetic: epochs, routing/dedup, slot assignment,
+// buffer offsets, the expert plan and the task map, all through the EPFUSE_HD functions the kernel
+// itself calls (src/device/*.h). The slot-assignment test takes any numbering the layout's ticket
+// dispenser may produce, follows dispatch and collect through those functions for every rank, and
+// checks against topk_idx alone that every (token, slot) lands on exactly one entry of the right
 // expert at its receiver, rows are deduplicated per receiver, and nothing overlaps.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <iterator>
 #include <map>
 #include <random>
 #include <set>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "device/buffer_layout.h"
@@ -31,21 +34,24 @@ TEST(FusedEpoch, ParityAlternatesAcrossWrap) {
   }
 }
 
-TEST(FusedEpoch, StaleFlagNeverLooksCurrent) {
-  // A flag of parity p holds 0 (never written) or the epoch of the previous call of that parity.
-  for (uint32_t start : {1u, 2u, 0xFFFFFFFDu, 0xFFFFFFFEu, 0xFFFFFFFFu, 0u}) {
-    uint32_t flag[2] = {0, 0};
-    uint32_t e = start;
-    for (int call = 0; call < 8; ++call) {
-      const uint32_t p = epoch_parity(e);
-      // Before this call writes, the flag must not read as current (0 only when e == 0 at the very first
-      // use, which the host never does: it starts at 1).
-      if (!(flag[p] == 0 && e == 0)) {
-        EXPECT_FALSE(flag_is_current(flag[p], e)) << "epoch " << e;
+// What a reader at call c finds in the flag of its parity: the epoch of the last call of that parity
+// that wrote it (c once this call's sender has written, c - 2 before), or 0 before the parity's first
+// use. The truth comes from call indices; the function sees only 32-bit epochs, across the wrap. Calls
+// of the other parity (c - 1, c + 1: a peer one call behind or ahead) must not look current either.
+TEST(FusedEpoch, FlagIsCurrentExactlyWhenWrittenInThisCall) {
+  constexpr int kCalls = 40;
+  for (uint32_t first : {1u, 0xFFFFFFF0u, 0xFFFFFFFFu}) {  // a fresh workspace's first epoch; the wrap
+    std::vector<uint32_t> epoch{first};
+    while (epoch.size() < kCalls) epoch.push_back(next_epoch(epoch.back()));
+    for (int reader = 0; reader < kCalls; ++reader) {
+      for (int writer = std::max(0, reader - 4); writer <= std::min(kCalls - 1, reader + 1); ++writer) {
+        EXPECT_EQ(flag_is_current(epoch[writer], epoch[reader]), writer == reader)
+            << "flag of call " << writer << " (epoch " << epoch[writer] << ") read in call " << reader << " (epoch "
+            << epoch[reader] << ")";
       }
-      flag[p] = e;
-      EXPECT_TRUE(flag_is_current(flag[p], e));
-      e = next_epoch(e);
+      if (first == 1u && reader < 2) {  // this parity never written yet
+        EXPECT_FALSE(flag_is_current(0u, epoch[reader])) << "call " << reader;
+      }
     }
   }
 }
@@ -318,23 +324,76 @@ TEST(FusedLayout, RegionsAreDisjointAlignedAndInBounds) {
     EXPECT_EQ(combine_row_offset(s, d, 1, 5, 3) % 16, 0u);
     EXPECT_EQ(recv_entry_offset(s, d, 1, 0, 7) % 16, 0u);
 
-    const PrivLayout p = make_priv_layout(d, 64);
+    // Private regions, in order: each holds what buffer_layout.h's table says, aligned, before the next.
+    const size_t control_bytes = 64;
+    const PrivLayout p = make_priv_layout(d, control_bytes);
+    const size_t tk = static_cast<size_t>(T) * d.topk;
+    const std::vector<std::pair<size_t, size_t>> regions = {  // start, bytes it must hold
+        {p.h, static_cast<size_t>(world) * tk * d.intermediate * 2},
+        {p.pair_row, tk * 4},
+        {p.pair_index, tk * 4},
+        {p.row_tickets, static_cast<size_t>(world) * 4},
+        {p.pair_tickets, static_cast<size_t>(d.num_experts) * 4},
+        {p.plan, plan_ints(d) * 4},
+        {p.arrival_base, static_cast<size_t>(2 * L) * 4},
+        {p.token_base, static_cast<size_t>(2 * T) * 4},
+        {p.l1_done, static_cast<size_t>(d.max_mblocks(kMinBlockM)) * 4},
+        {p.control, control_bytes}};
     EXPECT_EQ(p.h, 0u);
-    EXPECT_GE(p.pair_row - p.h, static_cast<size_t>(world) * T * d.topk * d.intermediate * 2);
-    EXPECT_GE(p.plan + plan_ints(d) * 4, p.plan);
-    EXPECT_LE(p.plan + plan_ints(d) * 4, p.arrival_base);
-    EXPECT_GE(p.total - p.control, 64u);
+    for (size_t i = 0; i < regions.size(); ++i) {
+      const size_t next = i + 1 < regions.size() ? regions[i + 1].first : p.total;
+      EXPECT_EQ(regions[i].first % kRegionAlign, 0u) << "private region " << i;
+      EXPECT_LE(regions[i].first + regions[i].second, next) << "private region " << i << " overlaps the next";
+    }
   }
 }
 
-// ---- the whole layout -> dispatch -> collect arithmetic, simulated ----
-// Mirrors layout_task (per-block slot ranks + ticket dispenser), dispatch_task (entry positions) and
-// collect_task (plan, row_source) for every rank, in a scrambled block order.
+// plan_view carves the plan's arrays out of plan_ints ints (the two must stay in step): every array
+// as long as ExpertPlan documents, none overlapping, the last ending exactly at the end.
+TEST(FusedPlan, ViewFitsPlanInts) {
+  for (int world : {1, 2, 3, 8}) {
+    for (int L : {1, 2, 5, 32}) {
+      const FusedDims d{world, 128, 128, world * L, 2, 16};
+      std::vector<int> ints(plan_ints(d));
+      const ExpertPlan p = plan_view(ints.data(), world, L);
+      const int* arrays[] = {p.rows, p.pair_off, p.mb_start, p.src_prefix, p.entry_off,
+                             reinterpret_cast<const int*>(p.target), p.segments, p.seg_start, p.seg_code};
+      const int lengths[] = {L, L, L + 1, L * (world + 1), world * L, L, 1, 2 * L + 1, 2 * L};
+      const int* at = ints.data();
+      for (size_t i = 0; i < std::size(arrays); ++i) {
+        EXPECT_GE(arrays[i], at) << "array " << i << " overlaps the one before (world " << world << ", L " << L << ")";
+        at = arrays[i] + lengths[i];
+      }
+      EXPECT_EQ(at, ints.data() + ints.size()) << "world " << world << ", L " << L;
+    }
+  }
+}
+
+// ---- layout -> dispatch -> collect, through the shared functions ----
+// layout_task (layout.cuh, device code) hands out with its ticket dispenser, per receiver, distinct row
+// slots [0, n) to the slots that own a token's row there (first_slot_for_rank) and copies the owner's
+// row to the token's other slots for that receiver; per expert, distinct pair indices [0, n). Which
+// slot gets which number depends on scheduling, so the test draws any such assignment at random (what
+// the dispenser promises, not how it works), then follows dispatch_task and collect_task through the
+// shared functions (first_slot_for_rank, expert_rank, exclusive_prefix, build_expert_plan,
+// row_source), and checks against routing derived from topk_idx alone that every routed (token, slot)
+// lands once at the right expert of the right receiver and each token travels once per receiver.
 struct Sim {
   FusedDims d;
   std::vector<std::vector<int32_t>> idx;  // per rank [T_r * k]
   std::vector<int> tokens;
 };
+
+// Numbers 0..n-1 in a random order for the n items of each key (the ticket dispenser's promise).
+template <class Key>
+std::map<std::pair<int, int>, int> deal(const std::map<Key, std::vector<std::pair<int, int>>>& items, std::mt19937& rng) {
+  std::map<std::pair<int, int>, int> out;
+  for (auto [key, list] : items) {
+    std::shuffle(list.begin(), list.end(), rng);
+    for (size_t i = 0; i < list.size(); ++i) out[list[i]] = static_cast<int>(i);
+  }
+  return out;
+}
 
 void simulate(const Sim& sim, std::mt19937& rng) {
   const FusedDims& d = sim.d;
@@ -346,41 +405,19 @@ void simulate(const Sim& sim, std::mt19937& rng) {
   for (int src = 0; src < R; ++src) {
     const int T = sim.tokens[src];
     const int32_t* id = sim.idx[src].data();
-    std::vector<uint32_t> row_tickets(R, 0), pair_tickets(E, 0);
-    std::vector<int32_t> pair_row(T * k, -1), pair_index(T * k, -1);
-    const int blocks = (T + kLayoutTokens - 1) / kLayoutTokens;
-    std::vector<int> order(blocks);
-    for (int b = 0; b < blocks; ++b) order[b] = b;
-    std::shuffle(order.begin(), order.end(), rng);  // CTAs take tickets in any order
-    for (int b : order) {
-      std::vector<uint32_t> cnt_rows(R, 0), cnt_pairs(E, 0);
-      const int t0 = b * kLayoutTokens, t1 = std::min(T, t0 + kLayoutTokens);
-      std::vector<int> qs;
-      for (int q = 0; q < (t1 - t0) * k; ++q) qs.push_back(q);
-      std::shuffle(qs.begin(), qs.end(), rng);  // threads' smem atomics in any order
-      for (int q : qs) {
-        const int t = t0 + q / k, j = q % k;
+    // Layout: the owning slots per receiver and the pairs per expert, then numbers dealt to them.
+    std::map<int, std::vector<std::pair<int, int>>> owners, pairs;
+    for (int t = 0; t < T; ++t)
+      for (int j = 0; j < k; ++j) {
         const int32_t e = id[t * k + j];
         if (!slot_is_routed(e, E)) continue;
-        if (first_slot_for_rank(id + t * k, j, E, L) == j) pair_row[t * k + j] = cnt_rows[expert_rank(e, L)]++;
-        pair_index[t * k + j] = cnt_pairs[e]++;
+        if (first_slot_for_rank(id + t * k, j, E, L) == j) owners[expert_rank(e, L)].push_back({t, j});
+        pairs[e].push_back({t, j});
       }
-      std::vector<uint32_t> base_rows(R), base_pairs(E);
-      for (int r = 0; r < R; ++r) { base_rows[r] = row_tickets[r]; row_tickets[r] += cnt_rows[r]; }
-      for (int e = 0; e < E; ++e) { base_pairs[e] = pair_tickets[e]; pair_tickets[e] += cnt_pairs[e]; }
-      for (int t = t0; t < t1; ++t)
-        for (int j = 0; j < k; ++j) {
-          const int32_t e = id[t * k + j];
-          if (!slot_is_routed(e, E)) continue;
-          pair_index[t * k + j] += base_pairs[e];
-          if (pair_row[t * k + j] >= 0) pair_row[t * k + j] += base_rows[expert_rank(e, L)];
-        }
-      for (int t = t0; t < t1; ++t)
-        for (int j = 0; j < k; ++j) {
-          const int first = first_slot_for_rank(id + t * k, j, E, L);
-          if (first >= 0 && first != j) pair_row[t * k + j] = pair_row[t * k + first];
-        }
-    }
+    const std::map<std::pair<int, int>, int> owner_row = deal(owners, rng), pair_index = deal(pairs, rng);
+    std::vector<uint32_t> row_tickets(R, 0), pair_tickets(E, 0);
+    for (const auto& [r, list] : owners) row_tickets[r] = static_cast<uint32_t>(list.size());
+    for (const auto& [e, list] : pairs) pair_tickets[e] = static_cast<uint32_t>(list.size());
     // Rows per receiver never exceed T_max; pairs never exceed T_max * k.
     for (int r = 0; r < R; ++r) ASSERT_LE(row_tickets[r], static_cast<uint32_t>(d.max_tokens));
     // Dispatch: entry positions from the sender's own totals.
@@ -393,12 +430,15 @@ void simulate(const Sim& sim, std::mt19937& rng) {
         const int32_t e = id[t * k + j];
         if (!slot_is_routed(e, E)) continue;
         const int r = expert_rank(e, L);
-        const int row = pair_row[t * k + j];
+        // The token's row at r is its owning slot's (layout_task copies it to the other slots).
+        const auto owner = owner_row.find({t, first_slot_for_rank(id + t * k, j, E, L)});
+        ASSERT_NE(owner, owner_row.end()) << "token " << t << " slot " << j << " has no row at rank " << r;
+        const int row = owner->second;
         ASSERT_GE(row, 0);
         ASSERT_LT(row, d.max_tokens);
         auto [it, fresh] = rows[r][src].emplace(row, t);
         ASSERT_EQ(it->second, t) << "row slot " << row << " at rank " << r << " shared by two tokens";
-        const int entry = entry_base[e] + pair_index[t * k + j];
+        const int entry = entry_base[e] + pair_index.at({t, j});
         ASSERT_LT(entry, d.max_tokens * k);
         ASSERT_TRUE(entries[r][src].emplace(entry, std::make_tuple(row, t, j)).second) << "entry collision";
         (void)fresh;

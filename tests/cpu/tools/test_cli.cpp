@@ -272,7 +272,8 @@ TEST(Cli, RunReferenceOnCpu) {
   std::string doc = text.str();
   for (const char* key : {"\"device\": \"cpu\"", "\"gpus\": 0", "\"date\": ", "\"commit\": ", "\"command\": ",
                           "\"config\": {", "\"hidden\": 128", "\"impl\": \"reference\"", "\"ranks\": [3, 0]",
-                          "\"calls\": 1", "\"max_rel_err\": null", "\"unwritten\": 0", "\"verified\": false"})
+                          "\"calls\": 1", "\"max_rel_err\": null", "\"max_row_rel_err\": null",
+                          "\"worst_row\": null", "\"row_tolerance\": 0.04", "\"unwritten\": 0", "\"verified\": false"})
     EXPECT_TRUE(contains(doc, key)) << key << " missing in\n" << doc;
   std::remove(json.c_str());
 }

@@ -1,10 +1,14 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
+#include <limits>
+#include <random>
 #include <set>
 
 #include "common/job.h"
 #include "epfuse/error.h"
+#include "epfuse/reference.h"
 
 namespace epfuse::tools {
 namespace {
@@ -82,6 +86,93 @@ TEST(CountUnwritten, PoisonAndNaNCountedNotFiniteValues) {
   for (size_t i = 0; i < y.size(); ++i) std::memcpy(static_cast<void*>(&y[i]), &bits[i], 2);
   EXPECT_EQ(count_unwritten(y), 3);
   EXPECT_EQ(count_unwritten({}), 0);
+}
+
+// A reference of `rows` rows of H values, and an output off by `noise` relative per element (about
+// what bf16 does to a correct row).
+struct RowsFixture {
+  static constexpr size_t H = 256;
+  std::vector<double> ref, out;
+  RowsFixture(int rows, double noise) {
+    std::mt19937 rng(11);
+    std::uniform_real_distribution<double> value(-1.0, 1.0);
+    std::normal_distribution<double> rel(0.0, noise);
+    for (size_t i = 0; i < rows * H; ++i) {
+      ref.push_back(value(rng));
+      out.push_back(ref.back() * (1.0 + rel(rng)));
+    }
+  }
+  std::span<double> row(int r) { return std::span<double>(out).subspan(r * H, H); }
+};
+
+TEST(RowErrors, PerRowNormsAndZeroRows) {
+  const std::vector<double> ref = {3, 4, 0, 0, 1, 0};
+  EXPECT_EQ(row_errors(ref, ref, 2), (std::vector<double>{0, 0, 0}));
+  const std::vector<double> out = {3, 4.5, 0, 0, 1, 0.5};
+  const std::vector<double> errs = row_errors(ref, out, 2);
+  EXPECT_DOUBLE_EQ(errs[0], 0.5 / 5.0);  // each row against its own norm
+  EXPECT_DOUBLE_EQ(errs[1], 0.0);        // a zero row that stayed zero
+  EXPECT_DOUBLE_EQ(errs[2], 0.5);
+  // A zero row that came out non-zero fails any bound; a NaN stays NaN.
+  EXPECT_GT(row_errors(ref, std::vector<double>{3, 4, 1e-6, 0, 1, 0}, 2)[1], 1e20);
+  EXPECT_TRUE(std::isnan(row_errors(ref, std::vector<double>{3, 4, 0, 0, std::nan(""), 0}, 2)[2]));
+  EXPECT_THROW(row_errors(ref, std::vector<double>(4), 2), Error);
+  EXPECT_THROW(row_errors(ref, ref, 4), Error);
+}
+
+// The reason for the per-row bound: one row with a missing or wrong contribution among 63 good ones
+// moves the overall error by a 1/8 of its own, under the overall tolerance, but not past the per-row one.
+TEST(RowErrors, OneBadRowAmongGoodOnesFailsOnlyThePerRowBound) {
+  const double tolerance = 2e-2;  // epfuse run's default
+  RowsFixture f(64, 3e-3);
+  const int bad = 37;
+  for (size_t h = 0; h < RowsFixture::H; ++h) f.row(bad)[h] = f.ref[bad * RowsFixture::H + h] * 0.9;  // 10% short
+  EXPECT_LT(epfuse::relative_error(f.ref, f.out), tolerance) << "the overall bound alone passes this output";
+  const std::vector<double> errs = row_errors(f.ref, f.out, RowsFixture::H);
+  std::vector<int> rows(64);
+  for (int r = 0; r < 64; ++r) {
+    rows[r] = 100 + r;  // token indices, as sample_rows gives them
+    if (r != bad) {
+      EXPECT_LT(errs[r], row_tolerance(tolerance)) << "good row " << r;
+    }
+  }
+  const WorstRow w = worst_row(errs, rows, 3);
+  EXPECT_EQ(w.rank, 3);
+  EXPECT_EQ(w.row, 100 + bad);
+  EXPECT_NEAR(w.err, 0.1, 1e-9);
+  EXPECT_GT(w.err, row_tolerance(tolerance));
+
+  Verdict v;
+  v.max_rel_err = epfuse::relative_error(f.ref, f.out);
+  v.worst_row = w;
+  EXPECT_FALSE(within_tolerance(v, tolerance));
+  v.worst_row.err = errs[0];  // the same run without the bad row
+  EXPECT_TRUE(within_tolerance(v, tolerance));
+  v.max_rel_err = 2.5e-2;  // the overall bound alone still fails a run
+  EXPECT_FALSE(within_tolerance(v, tolerance));
+  v.max_rel_err = 1e-3;
+  v.total_unwritten = 1;
+  EXPECT_FALSE(within_tolerance(v, tolerance));
+}
+
+TEST(RowErrors, WorstRowOverRanks) {
+  const double inf = std::numeric_limits<double>::infinity();
+  // (err, row) per rank as all_gather returns them; rank 2 checked no row.
+  const std::vector<double> gathered = {3e-3, 5, 0.2, 17, 0.0, -1, 0.1, 4};
+  WorstRow w = worst_of_ranks(gathered);
+  EXPECT_EQ(w.rank, 1);
+  EXPECT_EQ(w.row, 17);
+  EXPECT_EQ(w.err, 0.2);
+  w = worst_of_ranks(std::vector<double>{0.0, -1, 0.0, 3});  // an exact row beats no row
+  EXPECT_EQ(w.rank, 1);
+  EXPECT_EQ(w.row, 3);
+  EXPECT_EQ(worst_of_ranks(std::vector<double>{0.0, -1}).rank, -1);
+  // A NaN row (unwritten output) is the worst there is.
+  w = worst_row(std::vector<double>{0.5, std::nan(""), 0.7}, std::vector<int>{1, 2, 3}, 0);
+  EXPECT_EQ(w.row, 2);
+  EXPECT_EQ(w.err, inf);
+  EXPECT_EQ(worst_row({}, {}, 0).row, -1);
+  EXPECT_THROW(worst_row(std::vector<double>{1.0}, {}, 0), Error);
 }
 
 }  // namespace

@@ -249,6 +249,10 @@ TEST(Counts, LowestRankErrorWinsWithExactMessage) {
   row2[CountsRow::kErrorToken] = 3;
   row2[CountsRow::kErrorValue] = NullPointer::kX | NullPointer::kOutput;
   EXPECT_EQ(first_input_error(recv.data(), 3, W, cfg).value(), "rank 2: null pointer(s) x, y with num_tokens = 3");
+  row2[CountsRow::kErrorCode] = static_cast<int32_t>(InputError::kMisaligned);
+  row2[CountsRow::kErrorValue] = NullPointer::kOutput;
+  EXPECT_EQ(first_input_error(recv.data(), 3, W, cfg).value(),
+            "rank 2: misaligned pointer(s) y with num_tokens = 3 (x and y must be 16-byte aligned)");
 }
 
 TEST(Counts, TrafficFromCounts) {

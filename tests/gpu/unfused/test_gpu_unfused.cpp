@@ -104,6 +104,21 @@ TEST(UnfusedLayer, NullPointerFailsEveryRank) {
   r.expect_matches_reference(r.tokens(12, Routing::kUniform, 42), "after a null pointer");
 }
 
+// The kernels move rows as 16-byte vectors: a misaligned x or y is an input error every rank reports,
+// found before any row moves (no rank waits in an all-to-all for the one that stopped).
+TEST(UnfusedLayer, MisalignedPointerFailsEveryRank) {
+  Rank r(test_config());
+  const int bad_rank = r.world() - 1;
+  r.upload(r.tokens(12, Routing::kUniform, 43));
+  TokenBatch batch = r.batch(12);
+  bf16* y = r.y();
+  if (r.rank() == bad_rank) y += 1;  // 2 bytes off; the buffer has room for max_tokens_per_rank rows
+  expect_everyone_throws(r, batch, y,
+                         "rank " + std::to_string(bad_rank) +
+                             ": misaligned pointer(s) y with num_tokens = 12 (x and y must be 16-byte aligned)");
+  r.expect_matches_reference(r.tokens(12, Routing::kUniform, 44), "after a misaligned pointer");
+}
+
 TEST(UnfusedLayer, PhaseTimingIsOptional) {
   Rank r(test_config());
   EXPECT_FALSE(r.layer().last_phase_times().has_value());  // off by default
