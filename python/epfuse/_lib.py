@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import sys
 import threading
 from ctypes import POINTER, c_char_p, c_float, c_int, c_int32, c_size_t, c_void_p
 from typing import Any, Callable
@@ -78,6 +79,7 @@ class LibraryError(OSError):
 _lock = threading.Lock()
 _lib: ctypes.CDLL | None = None
 _path: str | None = None
+_after_torch = False
 
 
 def candidate_paths() -> list[str]:
@@ -85,6 +87,7 @@ def candidate_paths() -> list[str]:
     copy), else the package's own copy."""
     env = os.environ.get("EPFUSE_LIB")
     if env:
+        env = os.path.abspath(env)
         return [os.path.join(env, LIBRARY_NAME) if os.path.isdir(env) else env]
     return [os.path.join(os.path.dirname(os.path.abspath(__file__)), LIBRARY_NAME)]
 
@@ -131,8 +134,18 @@ def load() -> ctypes.CDLL:
                 f"epfuse: {path} has C API version {version}, this package needs {C_API_VERSION}: "
                 "rebuild the library and the package from one checkout"
             )
+        global _after_torch
+        _after_torch = "torch" in sys.modules
         _lib, _path = lib, path
         return lib
+
+
+def loaded_after_torch() -> bool:
+    """Whether the library was loaded after torch, so that it uses torch's NCCL, cuBLAS and CUDA
+    runtime (resolved by soname) rather than second copies: only then can it use a communicator
+    borrowed from torch.distributed."""
+    load()
+    return _after_torch
 
 
 def library_path() -> str:

@@ -297,7 +297,8 @@ class Workspace:
             raise Unsupported(f"the process group's backend is {backend!r}: epfuse needs an NCCL group")
         rank, world = dist.get_rank(group), dist.get_world_size(group)
         if how in ("auto", "borrow"):
-            ptr = _torch_nccl_comm(group, self.device)
+            # A library loaded before torch has its own NCCL: torch's communicator is not for it.
+            ptr = _torch_nccl_comm(group, self.device) if _lib.loaded_after_torch() else None
             # Every rank must take the same path (borrowing is local, the broadcast collective).
             everyone = torch.tensor([1 if ptr else 0], dtype=torch.int32, device=self.device)
             dist.all_reduce(everyone, op=dist.ReduceOp.MIN, group=group)
@@ -306,7 +307,8 @@ class Workspace:
                 return _lib.comm_borrow_nccl(ptr)
             if how == "borrow":
                 raise Unsupported(
-                    "this torch does not expose the group's NCCL communicator (_comm_ptr()) on every rank"
+                    "cannot borrow the group's NCCL communicator on every rank: this torch does not expose it "
+                    "(_comm_ptr()), or libepfuse_c.so was loaded before torch (it then has an NCCL of its own)"
                 )
         ids: list[bytes | None] = [_lib.nccl_unique_id() if rank == 0 else None]
         dist.broadcast_object_list(ids, src=dist.get_global_rank(group, 0), group=group, device=self.device)

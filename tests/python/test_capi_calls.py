@@ -92,3 +92,30 @@ def test_init_rank_out_of_range(lib: Any) -> None:
 def test_python_wrapper_rejects_a_short_unique_id() -> None:
     with pytest.raises(ValueError, match="128 bytes"):
         _lib.comm_init_rank(b"short", 1, 0, 0)
+
+
+@pytest.mark.parametrize("torch_first", [True, False])
+def test_loaded_after_torch(lib: Any, torch_first: bool) -> None:
+    """epfuse.torch borrows torch's communicator only from a library loaded after torch (one NCCL in
+    the process); loaded before, the library has its own NCCL and the workspace makes its own comm."""
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("torch", reason="torch is not installed")
+    code = (
+        "import epfuse, epfuse._lib as l\n"
+        + ("import torch\nl.load()\n" if torch_first else "l.load()\nimport torch\n")
+        + "print(l.loaded_after_torch())\n"
+    )
+    env = dict(os.environ, EPFUSE_LIB=epfuse.library_path())
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        cwd=os.path.dirname(os.path.dirname(epfuse.__file__)),
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == str(torch_first)

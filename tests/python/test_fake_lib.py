@@ -126,6 +126,7 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeLib]:
     monkeypatch.setattr(et, "_cuda_device", lambda device=None: torch.device("cpu"))
     monkeypatch.setattr(et, "_OnDevice", _NoDevice)
     monkeypatch.setattr(et, "_stream_of", lambda device: STREAM)
+    monkeypatch.setattr(_lib, "loaded_after_torch", lambda: True)
     yield lib
     gc.collect()
 
@@ -294,7 +295,7 @@ def test_group_comm_borrowed_or_broadcast(fake: FakeLib, gloo_group: Any, monkey
     assert fake.calls[:2] == [("unique_id",), ("init_rank", 1, 0)]
     ws.close()
     monkeypatch.setattr(et, "_torch_nccl_comm", lambda group, device: None)
-    with pytest.raises(epfuse.Unsupported, match="does not expose the group's NCCL communicator"):
+    with pytest.raises(epfuse.Unsupported, match="cannot borrow the group's NCCL communicator on every rank"):
         make_ws(comm="borrow")
     fake.calls.clear()
     ws = make_ws()  # auto: falls back to the broadcast
