@@ -312,11 +312,10 @@ def test_dsv3_stack_of_58_layers_on_one_workspace(record: Any) -> None:
 
 
 def _readme_example() -> str:
-    """The first python block of the section "Using epfuse from PyTorch" (README.md once merged, else
-    python/README_SECTION.md)."""
+    """The first python block of README.md's section "Using epfuse from PyTorch"."""
     from conftest import REPO_ROOT
 
-    for path in (REPO_ROOT / "README.md", REPO_ROOT / "python" / "README_SECTION.md"):
+    for path in (REPO_ROOT / "README.md",):
         if not path.exists():
             continue
         text = path.read_text()

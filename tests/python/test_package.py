@@ -116,9 +116,10 @@ def test_error_classes_are_also_builtin_kinds() -> None:
 
 def test_readme_example_compiles() -> None:
     # The GPU suite runs it (test_gpu_torch.py::test_readme_example); here: it is valid Python and short.
-    readme = Path(__file__).resolve().parents[2] / "python" / "README_SECTION.md"
+    readme = Path(__file__).resolve().parents[2] / "README.md"
     if not readme.exists():
         pytest.skip(f"{readme} not in this checkout")
-    block = readme.read_text().split("```python\n", 1)[1].split("```", 1)[0]
+    section = readme.read_text().split("## Using epfuse from PyTorch", 1)[1]
+    block = section.split("```python\n", 1)[1].split("```", 1)[0]
     compile(block, "README example", "exec")
     assert len(block.strip().splitlines()) <= 12
