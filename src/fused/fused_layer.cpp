@@ -234,6 +234,10 @@ class FusedLayer final : public MoeLayer {
     const int64_t L = dims_.local_experts(), H = cfg.hidden, I = cfg.intermediate;
     w13_map_ = weight_tensor_map(weights.w13, L * 2 * I, H, device::kWeightBoxRows);
     w2_map_ = weight_tensor_map(weights.w2, L * H, I, device::kWeightBoxRows);
+    // One-GPU mode: cudaFuncSetAttribute above (prepare_fused_kernel) waits for running launches of
+    // the kernel, and a peer that already left creation may have launched a forward that waits for
+    // this rank: no rank leaves creation before every rank is past those calls.
+    if (comm.transport() == Transport::kLoopback) comm.barrier();
   }
 
   ~FusedLayer() override {

@@ -1,4 +1,4 @@
-// MoeLayer::create: validates the config and picks the implementation.
+// MoeLayer::create: checks that every rank has the same valid config, then picks the implementation.
 #include "epfuse/layer.h"
 
 #include <string>
@@ -7,6 +7,7 @@
 #include "epfuse/error.h"
 #include "epfuse/workspace.h"
 #include "fused/fused_layer.h"
+#include "layer/agreement.h"
 #include "unfused/unfused_layer.h"
 
 namespace epfuse {
@@ -27,7 +28,7 @@ std::optional<Impl> parse_impl(std::string_view name) {
 
 std::unique_ptr<MoeLayer> MoeLayer::create(Impl impl, const LayerConfig& cfg, Communicator& comm,
                                            const ExpertWeights& weights) {
-  validate_config(cfg, comm.world_size());
+  check_same_config_on_every_rank(comm, cfg, impl, "MoeLayer::create");
   if (weights.w13 == nullptr || weights.w2 == nullptr)
     throw Error(ErrorCode::kInvalidArgument, "rank " + std::to_string(comm.rank()) +
                                                  ": MoeLayer::create: expert weights w13/w2 must not be null");
@@ -40,7 +41,7 @@ std::unique_ptr<MoeLayer> MoeLayer::create(Impl impl, const LayerConfig& cfg, Co
 
 std::unique_ptr<MoeLayer> MoeLayer::create(const LayerConfig& cfg, Workspace& workspace, const ExpertWeights& weights) {
   Communicator& comm = workspace.comm();
-  validate_config(cfg, comm.world_size());
+  check_same_config_on_every_rank(comm, cfg, Impl::kFused, "MoeLayer::create");
   if (weights.w13 == nullptr || weights.w2 == nullptr)
     throw Error(ErrorCode::kInvalidArgument, "rank " + std::to_string(comm.rank()) +
                                                  ": MoeLayer::create: expert weights w13/w2 must not be null");
@@ -48,7 +49,7 @@ std::unique_ptr<MoeLayer> MoeLayer::create(const LayerConfig& cfg, Workspace& wo
 }
 
 std::unique_ptr<Workspace> Workspace::create(Communicator& comm, const LayerConfig& capacity) {
-  validate_config(capacity, comm.world_size());
+  check_same_config_on_every_rank(comm, capacity, Impl::kFused, "Workspace::create");
   return fused::make_fused_workspace(comm, capacity);
 }
 

@@ -1,5 +1,6 @@
 // The float64 reference: a case worked by hand, the clamp, dropped slots, row subsets, threading,
-// generated vs host-held experts, and relative_error.
+// generated vs host-held experts, unusual inputs (duplicate ids, weights as given, NaN/Inf in x) and
+// relative_error.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -175,6 +176,121 @@ TEST(Reference, DroppedSlotsAreSkipped) {
   const std::vector<double> a = reference_forward(g.cfg, g.in, g.experts);
   const std::vector<double> b = reference_forward(g.cfg, zeroed, g.experts);
   EXPECT_LT(relative_error(b, a), 1e-15);
+}
+
+// ---- unusual inputs: what types.h (TokenBatch) defines, as the reference does it ----
+
+// Every token routed (no dropped slot), so that each row has experts to carry a change through.
+GeneratedCase all_routed() {
+  GeneratedCase g;
+  g.in = make_tokens(g.cfg, 2, 1, 40, Routing::kUniform, g.seed);
+  return g;
+}
+
+bool all_of_row(const std::vector<double>& y, int row, int H, bool (*pred)(double)) {
+  for (int h = 0; h < H; ++h)
+    if (!pred(y[static_cast<size_t>(row) * H + h])) return false;
+  return true;
+}
+bool is_nan(double v) { return std::isnan(v); }
+bool not_finite(double v) { return !std::isfinite(v); }
+bool is_zero(double v) { return v == 0.0; }
+
+// Every row but `row` holds exactly the same bits in a and b.
+void expect_other_rows_equal(const std::vector<double>& a, const std::vector<double>& b, int row, int H) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i)
+    if (static_cast<int>(i / H) != row) ASSERT_EQ(a[i], b[i]) << "row " << i / H << " changed";
+}
+
+TEST(Reference, DuplicateExpertIdsAreIndependentSlots) {
+  GeneratedCase g = all_routed();
+  const int k = g.cfg.topk;
+  // Slot 1 repeats slot 0's expert in every token, against slot 1 dropped and its weight moved to slot 0.
+  HostTokens dup = g.in, merged = g.in;
+  for (int t = 0; t < g.in.num_tokens; ++t) {
+    dup.topk_idx[t * k + 1] = dup.topk_idx[t * k];
+    merged.topk_idx[t * k + 1] = -1;
+    merged.topk_weights[t * k] += merged.topk_weights[t * k + 1];
+  }
+  const std::vector<double> y_dup = reference_forward(g.cfg, dup, g.experts);
+  EXPECT_LT(relative_error(reference_forward(g.cfg, merged, g.experts), y_dup), 1e-14);
+  // Not a deduplicated slot: that would lose slot 1's weight.
+  HostTokens deduplicated = dup;
+  for (int t = 0; t < g.in.num_tokens; ++t) deduplicated.topk_idx[t * k + 1] = -1;
+  EXPECT_GT(relative_error(y_dup, reference_forward(g.cfg, deduplicated, g.experts)), 1e-3);
+
+  // With equal weights, exactly twice the single slot: the two slots' contributions are the same bits.
+  HandCase c;
+  c.in.topk_idx = {1, 1, /**/ 1, -1, /**/ 0, 0};
+  c.in.topk_weights = {0.5f, 0.5f, /**/ 0.5f, 0.0f, /**/ 0.25f, 0.25f};
+  HostTokens single = c.in;
+  single.topk_idx = {1, -1, /**/ 1, -1, /**/ 0, -1};
+  const std::vector<double> twice = reference_forward(c.cfg, c.in, c.experts);
+  const std::vector<double> once = reference_forward(c.cfg, single, c.experts);
+  for (size_t i = 0; i < 2; ++i) EXPECT_EQ(twice[i], 2 * once[i]);
+  for (size_t i = 2; i < 4; ++i) EXPECT_EQ(twice[i], once[i]);
+  for (size_t i = 4; i < 6; ++i) EXPECT_EQ(twice[i], 2 * once[i]);
+}
+
+TEST(Reference, WeightsAreUsedAsGiven) {
+  GeneratedCase g = all_routed();
+  const std::vector<double> y = reference_forward(g.cfg, g.in, g.experts);
+  // A negative weight flips its slot's sign: all of them negated flip the whole output, bit for bit.
+  HostTokens negated = g.in, doubled = g.in;
+  for (float& w : negated.topk_weights) w = -w;
+  const std::vector<double> y_neg = reference_forward(g.cfg, negated, g.experts);
+  for (size_t i = 0; i < y.size(); ++i) ASSERT_EQ(y_neg[i], -y[i]) << i;
+  // Weights summing to 2 are not normalised back to 1: twice the output (a power of two: exact).
+  for (float& w : doubled.topk_weights) w *= 2;
+  const std::vector<double> y_two = reference_forward(g.cfg, doubled, g.experts);
+  for (size_t i = 0; i < y.size(); ++i) ASSERT_EQ(y_two[i], 2 * y[i]) << i;
+  // Mixed signs within a token: the hand case's token 0 with slot 1's weight negated.
+  HandCase c;
+  c.in.topk_weights[1] = -0.25f;
+  const std::vector<double> mixed = reference_forward(c.cfg, c.in, c.experts);
+  // 0.75 [a, 2a] - 0.25 [-b, 0.5b], a = silu(2), b = silu(1.5) (HandComputedCase).
+  EXPECT_NEAR(mixed[0], 0.75 * silu(2) + 0.25 * silu(1.5), 1e-14);
+  EXPECT_NEAR(mixed[1], 1.5 * silu(2) - 0.125 * silu(1.5), 1e-14);
+}
+
+TEST(Reference, NonFiniteXReachesOnlyItsOwnRow) {
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  const int H = 256;
+  for (float clamp : {0.0f, 4.0f}) {
+    GeneratedCase g = all_routed();
+    g.cfg.swiglu_clamp = clamp;
+    const GeneratedExperts experts(g.cfg, g.seed);
+    const std::vector<double> clean = reference_forward(g.cfg, g.in, experts);
+    for (double bad : {std::numeric_limits<double>::quiet_NaN(), kInf, -kInf}) {
+      const int t = 7;
+      HostTokens in = g.in;
+      in.x[static_cast<size_t>(t) * H + 100] = __double2bfloat16(bad);
+      const std::vector<double> y = reference_forward(g.cfg, in, experts);
+      SCOPED_TRACE("clamp " + std::to_string(clamp) + ", x = " + std::to_string(bad));
+      expect_other_rows_equal(clean, y, t, H);
+      // Without a clamp every element of the row is NaN or Inf; with one, NaN stays NaN (std::min and
+      // std::max keep a NaN first operand) while an Inf may be clamped to a finite value.
+      if (clamp == 0.0f) EXPECT_TRUE(all_of_row(y, t, H, not_finite));
+      if (std::isnan(bad)) EXPECT_TRUE(all_of_row(y, t, H, is_nan));
+    }
+  }
+  GeneratedCase g = all_routed();
+  const int k = g.cfg.topk, t = 3;
+  HostTokens in = g.in;
+  in.x[static_cast<size_t>(t) * H] = __double2bfloat16(std::numeric_limits<double>::quiet_NaN());
+  // A weight of 0 still computes its expert (0 * NaN = NaN): only -1 drops a slot ...
+  for (int j = 0; j < k; ++j) in.topk_weights[t * k + j] = 0.0f;
+  EXPECT_TRUE(all_of_row(reference_forward(g.cfg, in, g.experts), t, H, is_nan));
+  // ... and a token with every slot dropped gets zeros whatever its x holds.
+  for (int j = 0; j < k; ++j) in.topk_idx[t * k + j] = -1;
+  EXPECT_TRUE(all_of_row(reference_forward(g.cfg, in, g.experts), t, H, is_zero));
+  // A NaN weight makes its token's row NaN and no other.
+  HostTokens nan_weight = g.in;
+  nan_weight.topk_weights[t * k + 2] = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<double> y = reference_forward(g.cfg, nan_weight, g.experts);
+  EXPECT_TRUE(all_of_row(y, t, H, is_nan));
+  expect_other_rows_equal(reference_forward(g.cfg, g.in, g.experts), y, t, H);
 }
 
 TEST(Reference, ProgressCountsExperts) {

@@ -20,12 +20,14 @@ LayerRank::LayerRank(Impl impl, const LayerConfig& cfg, int extra_tokens, Worksp
   EPFUSE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   generate_expert_weights(cfg, comm_.world_size(), comm_.rank(), kWeightSeed, w13_.as<bf16>(), w2_.as<bf16>(), stream_);
   EPFUSE_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  recreate();
   const size_t tokens = size_t(cfg.max_tokens_per_rank) + extra_tokens;
   x_ = unfused::DeviceMemory(tokens * cfg.hidden * sizeof(bf16));
   idx_ = unfused::DeviceMemory(tokens * cfg.topk * sizeof(int32_t));
   weights_ = unfused::DeviceMemory(tokens * cfg.topk * sizeof(float));
   y_ = unfused::DeviceMemory(tokens * cfg.hidden * sizeof(bf16));
+  // Last: the layer's collective creation ends every rank's device-synchronising calls (cudaMalloc
+  // above) before any rank can launch a forward that waits for the others (one-GPU mode).
+  recreate();
 }
 
 LayerRank::~LayerRank() {

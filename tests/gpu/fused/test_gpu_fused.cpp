@@ -53,7 +53,7 @@ class Rank : public testing::LayerRank {
       layer().check_errors(stream());
     } catch (const Error& e) {
       // A rank that threw in forward still launched; let its kernel finish before anything else.
-      cudaStreamSynchronize(stream());
+      EXPECT_EQ(cudaStreamSynchronize(stream()), cudaSuccess);
       return e;
     }
     return Error(ErrorCode::kInternal, "no error");
