@@ -4,11 +4,7 @@
 #pragma once
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define EPFUSE_HD __host__ __device__ __forceinline__
-#else
-#define EPFUSE_HD inline
-#endif
+#include "common/host_device.h"
 
 namespace epfuse::detail {
 

@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "common/hash.h"  // EPFUSE_HD
+#include "common/host_device.h"
 
 namespace epfuse::device {
 

@@ -3,7 +3,7 @@
 // interleave of w13 rows. Plain arithmetic, identical on host and device, so the CPU tests
 // (tests/cpu/gemm) check exactly what the kernels compute.
 #pragma once
-#include "common/hash.h"  // EPFUSE_HD
+#include "common/host_device.h"
 
 namespace epfuse::device {
 

@@ -6,7 +6,7 @@
 #pragma once
 #include <cstdint>
 
-#include "common/hash.h"  // EPFUSE_HD
+#include "common/host_device.h"
 #include "device/gemm_layout.h"
 
 namespace epfuse::device {

@@ -5,7 +5,7 @@
 // instantiated for kFusedTileShapes only (picked by choose_gemm_tile_sm90); the other shapes serve the
 // tile tests and benchmarks (tests/gpu/gemm).
 #pragma once
-#include "common/hash.h"  // EPFUSE_HD
+#include "common/host_device.h"
 
 namespace epfuse::fused {
 

@@ -5,7 +5,7 @@
 #pragma once
 #include <cstdint>
 
-#include "common/hash.h"  // EPFUSE_HD
+#include "common/host_device.h"
 
 namespace epfuse::unfused {
 
