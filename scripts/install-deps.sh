@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs the Debian packages epfuse builds with (cmake, g++, make, GoogleTest, git, python3),
+# Installs the Debian packages epfuse builds with (cmake, g++, make, GoogleTest, git, python3, and
+# the tools' CLI11, nlohmann/json and fmt),
 # only those missing: a no-op when everything is there. CUDA 13 and NCCL >= 2.28 are not
 # installed here; they are checked, with a clear error if absent.
 set -euo pipefail
@@ -13,11 +14,20 @@ have g++     || missing+=(g++)
 have make    || missing+=(make)
 have git     || missing+=(git)
 have python3 || missing+=(python3)
+# Libraries: their CMake package (what find_package reads) in one of the usual places.
+has_cmake_package() {  # <package dir> <config file>
+  local f
+  for f in /usr/lib/*/cmake/"$1"/"$2" /usr/lib/cmake/"$1"/"$2" /usr/share/cmake/"$1"/"$2"; do
+    [[ -f $f ]] && return 0
+  done
+  return 1
+}
 # GoogleTest: the headers plus the CMake package find_package(GTest) uses.
-gtest_config=$(ls /usr/lib/*/cmake/GTest/GTestConfig.cmake /usr/lib/cmake/GTest/GTestConfig.cmake 2>/dev/null || true)
-if [[ ! -f /usr/include/gtest/gtest.h || -z $gtest_config ]]; then
-  missing+=(libgtest-dev)
-fi
+[[ -f /usr/include/gtest/gtest.h ]] && has_cmake_package GTest GTestConfig.cmake || missing+=(libgtest-dev)
+# The tools' libraries (tools/CMakeLists.txt): CLI11 (flags), nlohmann/json (JSON), fmt (formatting).
+has_cmake_package CLI11 CLI11Config.cmake || missing+=(libcli11-dev)
+has_cmake_package nlohmann_json nlohmann_jsonConfig.cmake || missing+=(nlohmann-json3-dev)
+has_cmake_package fmt fmt-config.cmake || missing+=(libfmt-dev)
 
 if ((${#missing[@]})); then
   echo "install-deps: installing ${missing[*]}"
