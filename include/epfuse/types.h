@@ -9,6 +9,26 @@ namespace epfuse {
 using bf16 = __nv_bfloat16;
 
 // One rank's tokens for one forward call. All pointers are device pointers owned by the caller.
+//
+// Unusual inputs are defined by what the float64 reference (epfuse/reference.h) computes; none of
+// them is an error:
+//  - Duplicate expert ids within a token are independent slots: two slots naming expert e add
+//    w[t,j1] * expert_e(x[t]) + w[t,j2] * expert_e(x[t]), i.e. one slot of weight w[t,j1] + w[t,j2] up
+//    to rounding, never a deduplicated one. The token still travels once to e's rank.
+//  - Weights are used as given: any sign, never normalised (scaling a token's weights scales y[t]). A
+//    weight of 0 still runs its expert (so 0 * NaN is NaN); topk_idx = -1 is what drops a slot.
+//  - NaN or Inf in x[t], or a non-finite weight of token t, reaches row t of y and no other row. Without
+//    a clamp every element of row t is then NaN or Inf; a token whose slots are all dropped gets zeros
+//    whatever x[t] holds. With swiglu_clamp > 0 a NaN stays NaN, but the clamp may bound an Inf.
+// Known deviations of the GPU implementations (not yet fixed):
+//  - unfused, topk > E/R only: tokens naming one rank's experts in more than E/R slots can give that
+//    rank more expert rows than its buffers hold (sized for distinct ids, src/unfused/plan.cpp); the
+//    rank throws Error(kInternal) alone and its peers' all-to-all never completes. Keep each token's
+//    ids distinct there. The fused kernel sizes every buffer for k slots per token and follows the
+//    definition.
+//  - both, swiglu_clamp > 0 only: the clamp (fminf/fmaxf, which return the non-NaN operand) turns a NaN
+//    gate or up into the bound, so a NaN in x[t] gives a finite, meaningless row t instead of NaN
+//    (src/device/epilogue.cuh swiglu, src/unfused/experts.cu swiglu_kernel); other rows are unaffected.
 struct TokenBatch {
   const bf16* x = nullptr;              // [num_tokens, hidden]
   const int32_t* topk_idx = nullptr;    // [num_tokens, topk] global expert ids; -1 = dropped slot
