@@ -21,9 +21,12 @@
 #include "comm/loopback_hub.h"
 #include "comm/tcp_store.h"
 #include "common/check.h"
+#include "common/device_guard.h"
 
 namespace epfuse {
 namespace {
+
+using detail::DeviceGuard;
 
 constexpr const char* kNcclIdKey = "nccl_id";
 constexpr long long kMaxWorldSize = 1 << 16;
@@ -56,25 +59,6 @@ int user_rank(ncclComm_t comm) {
   int rank = -1;
   return comm != nullptr && ncclCommUserRank(comm, &rank) == ncclSuccess ? rank : -1;
 }
-
-// Selects `device` for a scope and restores the caller's: ncclMemAlloc, streams and enqueues act
-// on the current device, which need not be the communicator's when the caller switched.
-class DeviceGuard {
- public:
-  DeviceGuard(int device, int rank) : device_(device) {
-    EPFUSE_RANK_CUDA_CHECK(rank, cudaGetDevice(&previous_));
-    if (previous_ != device_) EPFUSE_RANK_CUDA_CHECK(rank, cudaSetDevice(device_));
-  }
-  ~DeviceGuard() {
-    if (previous_ != device_) cudaSetDevice(previous_);
-  }
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-
- private:
-  int device_;
-  int previous_ = -1;
-};
 
 // Destructors must not throw: the error goes to stderr, where a job's log keeps it.
 template <typename F>

@@ -13,6 +13,7 @@
 #include <cuda_runtime.h>
 
 #include "common/check.h"
+#include "common/device_guard.h"
 #include "device/epoch.h"
 #include "device/gemm_layout_wgmma.h"
 #include "device/kernel_params.h"
@@ -56,21 +57,6 @@ int device_connections_from_env() {
   return *end == '\0' && v > 0 ? static_cast<int>(std::min<long>(v, LoopbackWorld::kMaxConnections)) : kCudaDefault;
 }
 
-// Runs a scope on the communicator's device and restores the caller's.
-class OnDevice {
- public:
-  explicit OnDevice(int device) {
-    EPFUSE_CUDA_CHECK(cudaGetDevice(&saved_));
-    if (saved_ != device) EPFUSE_CUDA_CHECK(cudaSetDevice(device));
-  }
-  ~OnDevice() { cudaSetDevice(saved_); }  // restoring cannot fail for a device that was current
-  OnDevice(const OnDevice&) = delete;
-  OnDevice& operator=(const OnDevice&) = delete;
-
- private:
-  int saved_ = 0;
-};
-
 // The workspace of the fused layer (epfuse/workspace.h): the symmetric window, the private buffers
 // (control block included) and the cross-stream order of its layers' forwards, laid out for the
 // capacity; every layer on it addresses with these layouts (FusedParams::layout) and computes with its
@@ -98,7 +84,7 @@ class FusedWorkspace final : public Workspace {
                          "wait for each other's forwards forever");
     }
     timeout_ns_ = timeout_ms_from_env() * 1000000ull;
-    OnDevice on(comm.device());
+    detail::DeviceGuard guard(comm.device());
     // Zeroed once: flags and counters then only move forward (epochs, monotonic counters), and the
     // control block's epoch starts at 0 (the first call is epoch 1). Peers may write into this window
     // as soon as their first forward starts, so every rank zeroes before the barrier.
@@ -112,7 +98,7 @@ class FusedWorkspace final : public Workspace {
   }
 
   ~FusedWorkspace() override {
-    OnDevice on(comm_.device());
+    detail::DeviceGuard guard(comm_.device());
     cudaEventDestroy(last_forward_);  // destructor: nothing to report an error to
     cudaFree(private_);
   }
@@ -206,7 +192,7 @@ class FusedLayer final : public MoeLayer {
                    who + "fused layer: expert weights are null");
     const std::string fits = ws.check_fits(cfg);
     EPFUSE_REQUIRE(fits.empty(), ErrorCode::kInvalidConfig, who + "the layer does not fit its workspace: " + fits);
-    OnDevice on(comm.device());
+    detail::DeviceGuard guard(comm.device());
     int sms = 0;
     EPFUSE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, comm.device()));
     // The CTAs of a launch wait for each other and for the peers' launches, so every CTA of every
@@ -242,7 +228,7 @@ class FusedLayer final : public MoeLayer {
 
   ~FusedLayer() override {
     if (profile_ != nullptr) {
-      OnDevice on(ws_.comm().device());
+      detail::DeviceGuard guard(ws_.comm().device());
       cudaFree(profile_);  // destructor: nothing to report an error to
     }
   }
@@ -250,7 +236,7 @@ class FusedLayer final : public MoeLayer {
   // Phase timing = the in-kernel profile (device/profile.h): per-phase CTA-time / CTAs.
   void set_phase_timing(bool enabled) override {
     if (enabled && profile_ == nullptr) {
-      OnDevice on(ws_.comm().device());
+      detail::DeviceGuard guard(ws_.comm().device());
       EPFUSE_CUDA_CHECK(cudaMalloc(&profile_, sizeof(device::FusedProfile)));
     }
     if (!enabled && timing_ && print_profile_ && ws_.comm().rank() == 0 && profile_sum_.calls > 0)
@@ -262,7 +248,7 @@ class FusedLayer final : public MoeLayer {
 
   std::optional<PhaseTimes> last_phase_times() override {
     if (!profiled_) return std::nullopt;
-    OnDevice on(ws_.comm().device());
+    detail::DeviceGuard guard(ws_.comm().device());
     EPFUSE_CUDA_CHECK(cudaStreamSynchronize(profiled_stream_));
     device::FusedProfile rec{};
     EPFUSE_CUDA_CHECK(cudaMemcpy(&rec, profile_, sizeof rec, cudaMemcpyDeviceToHost));
@@ -294,7 +280,7 @@ class FusedLayer final : public MoeLayer {
       host_status = static_cast<uint32_t>(device::ErrorKind::kBadPointer);
       problem = who + "x and y must be 16-byte aligned";
     }
-    OnDevice on(comm.device());
+    detail::DeviceGuard guard(comm.device());
     device::FusedParams prm;
     ws_.fill(prm);
     prm.dims = dims_;
@@ -332,7 +318,7 @@ class FusedLayer final : public MoeLayer {
   }
 
   void check_errors(cudaStream_t stream) override {
-    OnDevice on(ws_.comm().device());
+    detail::DeviceGuard guard(ws_.comm().device());
     const device::ErrorRecord rec = ws_.error_record(stream);
     if (rec.kind != 0) {
       ws_.mark_failed();
