@@ -13,6 +13,7 @@
 #include <cuda_runtime.h>
 
 #include "common/check.h"
+#include "common/device_buffer.h"
 #include "common/device_guard.h"
 #include "device/epoch.h"
 #include "device/gemm_layout_wgmma.h"
@@ -90,8 +91,8 @@ class FusedWorkspace final : public Workspace {
     // as soon as their first forward starts, so every rank zeroes before the barrier.
     window_ = comm.alloc_symmetric(plan_.symmetric_bytes());  // collective
     EPFUSE_CUDA_CHECK(cudaMemset(window_.local(), 0, plan_.symmetric_bytes()));
-    EPFUSE_CUDA_CHECK(cudaMalloc(&private_, plan_.private_bytes()));
-    EPFUSE_CUDA_CHECK(cudaMemset(private_, 0, plan_.private_bytes()));
+    private_ = detail::DeviceBuffer(plan_.private_bytes());
+    EPFUSE_CUDA_CHECK(cudaMemset(private_.as(), 0, plan_.private_bytes()));
     EPFUSE_CUDA_CHECK(cudaEventCreateWithFlags(&last_forward_, cudaEventDisableTiming));
     EPFUSE_CUDA_CHECK(cudaDeviceSynchronize());
     comm.barrier();
@@ -100,7 +101,7 @@ class FusedWorkspace final : public Workspace {
   ~FusedWorkspace() override {
     detail::DeviceGuard guard(comm_.device());
     cudaEventDestroy(last_forward_);  // destructor: nothing to report an error to
-    cudaFree(private_);
+    private_ = detail::DeviceBuffer();  // freed on the communicator's device
   }
 
   const LayerConfig& capacity() const override { return capacity_; }
@@ -136,7 +137,7 @@ class FusedWorkspace final : public Workspace {
     prm.window = window_.window();
     prm.loopback.slices = static_cast<char*>(window_.slices_base());
     prm.loopback.stride = window_.stride();
-    prm.workspace = static_cast<char*>(private_);
+    prm.workspace = private_.as<char>();
   }
 
   // Around every launch: wait for the previous forward on this workspace (another layer's, maybe on
@@ -156,7 +157,7 @@ class FusedWorkspace final : public Workspace {
   device::ErrorRecord error_record(cudaStream_t stream) const {
     device::ErrorRecord rec{};
     const size_t at = plan_.priv.control + offsetof(device::FusedControl, error);
-    EPFUSE_CUDA_CHECK(cudaMemcpyAsync(&rec, static_cast<char*>(private_) + at, sizeof rec, cudaMemcpyDeviceToHost, stream));
+    EPFUSE_CUDA_CHECK(cudaMemcpyAsync(&rec, private_.as<char>() + at, sizeof rec, cudaMemcpyDeviceToHost, stream));
     EPFUSE_CUDA_CHECK(cudaStreamSynchronize(stream));
     return rec;
   }
@@ -173,7 +174,7 @@ class FusedWorkspace final : public Workspace {
   FusedPlan plan_;
   uint64_t timeout_ns_ = 0;
   SymmetricBuffer window_;
-  void* private_ = nullptr;
+  detail::DeviceBuffer private_;
   cudaEvent_t last_forward_ = nullptr;
   bool capturing_ = false;
   bool failed_ = false;
@@ -227,17 +228,17 @@ class FusedLayer final : public MoeLayer {
   }
 
   ~FusedLayer() override {
-    if (profile_ != nullptr) {
+    if (profile_.get() != nullptr) {
       detail::DeviceGuard guard(ws_.comm().device());
-      cudaFree(profile_);  // destructor: nothing to report an error to
+      profile_ = detail::DeviceArray<device::FusedProfile>();  // freed on the communicator's device
     }
   }
 
   // Phase timing = the in-kernel profile (device/profile.h): per-phase CTA-time / CTAs.
   void set_phase_timing(bool enabled) override {
-    if (enabled && profile_ == nullptr) {
+    if (enabled && profile_.get() == nullptr) {
       detail::DeviceGuard guard(ws_.comm().device());
-      EPFUSE_CUDA_CHECK(cudaMalloc(&profile_, sizeof(device::FusedProfile)));
+      profile_ = detail::DeviceArray<device::FusedProfile>(1);
     }
     if (!enabled && timing_ && print_profile_ && ws_.comm().rank() == 0 && profile_sum_.calls > 0)
       std::fprintf(stderr, "%s", format_profile(profile_sum_).c_str());
@@ -251,7 +252,7 @@ class FusedLayer final : public MoeLayer {
     detail::DeviceGuard guard(ws_.comm().device());
     EPFUSE_CUDA_CHECK(cudaStreamSynchronize(profiled_stream_));
     device::FusedProfile rec{};
-    EPFUSE_CUDA_CHECK(cudaMemcpy(&rec, profile_, sizeof rec, cudaMemcpyDeviceToHost));
+    EPFUSE_CUDA_CHECK(cudaMemcpy(&rec, profile_.get(), sizeof rec, cudaMemcpyDeviceToHost));
     const ProfileSummary s = summarize_profile(rec);
     if (!summed_) accumulate_profile(profile_sum_, s);  // once per forward, however often it is asked
     summed_ = true;
@@ -302,8 +303,8 @@ class FusedLayer final : public MoeLayer {
     prm.w2_map = w2_map_;
     if (timing_) {
       // The kernel adds into the record: zero it first (stream-ordered, only while timing).
-      EPFUSE_CUDA_CHECK(cudaMemsetAsync(profile_, 0, sizeof(device::FusedProfile), stream));
-      prm.profile = profile_;
+      EPFUSE_CUDA_CHECK(cudaMemsetAsync(profile_.get(), 0, sizeof(device::FusedProfile), stream));
+      prm.profile = profile_.get();
       profiled_stream_ = stream;
     }
     profiled_ = timing_;
@@ -345,7 +346,7 @@ class FusedLayer final : public MoeLayer {
   bool profiled_ = false;  // the last forward ran with the profile on
   bool summed_ = false;    // ... and was added to profile_sum_
   bool print_profile_ = profile_print_from_env();
-  device::FusedProfile* profile_ = nullptr;
+  detail::DeviceArray<device::FusedProfile> profile_;
   cudaStream_t profiled_stream_ = nullptr;
   ProfileSummary profile_sum_;
 };

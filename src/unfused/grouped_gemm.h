@@ -15,8 +15,8 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include "common/device_buffer.h"
 #include "epfuse/types.h"
-#include "unfused/device_buffer.h"
 #include "unfused/gemm_path.h"
 
 namespace epfuse::unfused {
@@ -64,8 +64,8 @@ class GroupedGemm {
   void run_loop(cublasHandle_t handle, const GroupedGemmArgs& args);
 
   int max_groups_;
-  PinnedMemory pinned_pointers_;  // W, A, C pointers of the groups, back to back
-  DeviceMemory device_pointers_;
+  detail::PinnedBuffer pinned_pointers_;  // W, A, C pointers of the groups, back to back
+  detail::DeviceBuffer device_pointers_;
   cudaEvent_t uploaded_ = nullptr;
   // Host arrays cuBLAS's grouped call reads at the call.
   std::vector<cublasOperation_t> trans_w_, trans_a_;

@@ -10,10 +10,10 @@
 #include <cublas_v2.h>
 
 #include "common/check.h"
+#include "common/device_buffer.h"
 #include "epfuse/error.h"
 #include "unfused/all_to_all.h"
 #include "unfused/counts.h"
-#include "unfused/device_buffer.h"
 #include "unfused/gemm_path.h"
 #include "unfused/grouped_gemm.h"
 #include "unfused/kernels.h"
@@ -59,8 +59,8 @@ class UnfusedLayer final : public MoeLayer {
   UnfusedPlan plan_;
   ChainShape shape_;
 
-  DeviceMemory send_, recv_, rows_, inter_, row_weight_, token_rows_, send_slot_, counts_, cublas_workspace_;
-  PinnedMemory host_counts_;  // send then receive counts matrix, read once per forward
+  detail::DeviceBuffer send_, recv_, rows_, inter_, row_weight_, token_rows_, send_slot_, counts_, cublas_workspace_;
+  detail::PinnedBuffer host_counts_;  // send then receive counts matrix, read once per forward
   std::vector<int64_t> counts_items_;  // one counts row per peer
   Traffic traffic_;
   cublasHandle_t cublas_ = nullptr;

@@ -102,16 +102,6 @@ bool within_tolerance(const Verdict& v, double tolerance) {
 
 // ---- device resources ----
 
-void* device_alloc(size_t bytes) {
-  void* p = nullptr;
-  if (bytes > 0) EPFUSE_CUDA_CHECK(cudaMalloc(&p, bytes));
-  return p;
-}
-
-void device_free(void* ptr) noexcept {
-  if (ptr) (void)cudaFree(ptr);
-}
-
 namespace {
 
 // Never empty: some layers reject null pointers even for T = 0.

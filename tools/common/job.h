@@ -15,6 +15,7 @@
 
 #include <cuda_runtime.h>
 
+#include "common/device_buffer.h"
 #include "epfuse/communicator.h"
 #include "epfuse/config.h"
 #include "epfuse/inputs.h"
@@ -81,38 +82,8 @@ WorstRow worst_of_ranks(std::span<const double> gathered);
 
 // ---- device resources ----
 
-// cudaMalloc / cudaFree with errors as epfuse::Error (cudaFree errors are swallowed: destructors).
-void* device_alloc(size_t bytes);
-void device_free(void* ptr) noexcept;
-
-// A device array of T (uninitialised), freed on destruction.
-template <class T>
-class DeviceArray {
- public:
-  DeviceArray() = default;
-  explicit DeviceArray(size_t count)
-      : ptr_(static_cast<T*>(device_alloc(count * sizeof(T)))), count_(count) {}
-  DeviceArray(DeviceArray&& other) noexcept { swap(other); }
-  DeviceArray& operator=(DeviceArray&& other) noexcept {
-    swap(other);
-    return *this;
-  }
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-  ~DeviceArray() { device_free(ptr_); }
-
-  T* get() const { return ptr_; }
-  size_t size() const { return count_; }
-  size_t bytes() const { return count_ * sizeof(T); }
-
- private:
-  void swap(DeviceArray& o) noexcept {
-    std::swap(ptr_, o.ptr_);
-    std::swap(count_, o.count_);
-  }
-  T* ptr_ = nullptr;
-  size_t count_ = 0;
-};
+// A device array of T (uninitialised), freed on destruction: the library's owner of device memory.
+using detail::DeviceArray;
 
 // This rank's experts [rank*E/R, (rank+1)*E/R) on the current device, generated from `seed`.
 class RankWeights {

@@ -13,18 +13,18 @@ namespace epfuse::testing {
 LayerRank::LayerRank(Impl impl, const LayerConfig& cfg, int extra_tokens, Workspace* workspace)
     : impl_(impl), cfg_(cfg), comm_(comm()), workspace_(workspace) {
   const int local = cfg.experts_per_rank(comm_.world_size());
-  w13_ = unfused::DeviceMemory(size_t(local) * 2 * cfg.intermediate * cfg.hidden * sizeof(bf16));
-  w2_ = unfused::DeviceMemory(size_t(local) * cfg.hidden * cfg.intermediate * sizeof(bf16));
+  w13_ = detail::DeviceBuffer(size_t(local) * 2 * cfg.intermediate * cfg.hidden * sizeof(bf16));
+  w2_ = detail::DeviceBuffer(size_t(local) * cfg.hidden * cfg.intermediate * sizeof(bf16));
   // Non-blocking, and stream-ordered copies below: in the one-GPU mode the legacy default stream would
   // order this rank's copies after the other ranks' kernels, which may wait for this rank.
   EPFUSE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   generate_expert_weights(cfg, comm_.world_size(), comm_.rank(), kWeightSeed, w13_.as<bf16>(), w2_.as<bf16>(), stream_);
   EPFUSE_CUDA_CHECK(cudaStreamSynchronize(stream_));
   const size_t tokens = size_t(cfg.max_tokens_per_rank) + extra_tokens;
-  x_ = unfused::DeviceMemory(tokens * cfg.hidden * sizeof(bf16));
-  idx_ = unfused::DeviceMemory(tokens * cfg.topk * sizeof(int32_t));
-  weights_ = unfused::DeviceMemory(tokens * cfg.topk * sizeof(float));
-  y_ = unfused::DeviceMemory(tokens * cfg.hidden * sizeof(bf16));
+  x_ = detail::DeviceBuffer(tokens * cfg.hidden * sizeof(bf16));
+  idx_ = detail::DeviceBuffer(tokens * cfg.topk * sizeof(int32_t));
+  weights_ = detail::DeviceBuffer(tokens * cfg.topk * sizeof(float));
+  y_ = detail::DeviceBuffer(tokens * cfg.hidden * sizeof(bf16));
   // Last: the layer's collective creation ends every rank's device-synchronising calls (cudaMalloc
   // above) before any rank can launch a forward that waits for the others (one-GPU mode).
   recreate();

@@ -9,8 +9,8 @@
 
 #include <cuda_runtime.h>
 
+#include "common/device_buffer.h"
 #include "epfuse/epfuse.h"
-#include "unfused/device_buffer.h"
 
 namespace epfuse::testing {
 
@@ -71,7 +71,7 @@ class LayerRank {
   LayerConfig cfg_;
   Communicator& comm_;
   Workspace* workspace_ = nullptr;
-  unfused::DeviceMemory w13_, w2_, x_, idx_, weights_, y_;
+  detail::DeviceBuffer w13_, w2_, x_, idx_, weights_, y_;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<MoeLayer> layer_;
 };

@@ -6,31 +6,28 @@
 #include <gtest/gtest.h>
 
 #include "common/check.h"
+#include "common/device_buffer.h"
 #include "epfuse/error.h"
 #include "epfuse/inputs.h"
 
 namespace epfuse {
 namespace {
 
-// A device buffer, freed on scope exit (tests may fail half-way).
-struct DeviceBuffer {
-  bf16* ptr = nullptr;
-  explicit DeviceBuffer(size_t n) { EPFUSE_CUDA_CHECK(cudaMalloc(&ptr, n * sizeof(bf16))); }
-  ~DeviceBuffer() { cudaFree(ptr); }
-};
+// Device buffers are freed on scope exit (tests may fail half-way).
+using DeviceBuffer = detail::DeviceArray<bf16>;
 
 // Generates rank `rank`'s experts on the GPU (buffers poisoned first) and compares every element.
 void expect_generated_matches_host(const LayerConfig& cfg, int world, int rank, uint64_t seed) {
   const int local = cfg.experts_per_rank(world), H = cfg.hidden, I = cfg.intermediate;
   const size_t n13 = static_cast<size_t>(local) * 2 * I * H, n2 = static_cast<size_t>(local) * H * I;
   DeviceBuffer w13(n13), w2(n2);
-  EPFUSE_CUDA_CHECK(cudaMemset(w13.ptr, 0xff, n13 * sizeof(bf16)));  // NaN pattern: unwritten shows
-  EPFUSE_CUDA_CHECK(cudaMemset(w2.ptr, 0xff, n2 * sizeof(bf16)));
-  generate_expert_weights(cfg, world, rank, seed, w13.ptr, w2.ptr, nullptr);
+  EPFUSE_CUDA_CHECK(cudaMemset(w13.get(), 0xff, n13 * sizeof(bf16)));  // NaN pattern: unwritten shows
+  EPFUSE_CUDA_CHECK(cudaMemset(w2.get(), 0xff, n2 * sizeof(bf16)));
+  generate_expert_weights(cfg, world, rank, seed, w13.get(), w2.get(), nullptr);
   EPFUSE_CUDA_CHECK(cudaDeviceSynchronize());
   std::vector<bf16> got13(n13), got2(n2);
-  EPFUSE_CUDA_CHECK(cudaMemcpy(got13.data(), w13.ptr, n13 * sizeof(bf16), cudaMemcpyDeviceToHost));
-  EPFUSE_CUDA_CHECK(cudaMemcpy(got2.data(), w2.ptr, n2 * sizeof(bf16), cudaMemcpyDeviceToHost));
+  EPFUSE_CUDA_CHECK(cudaMemcpy(got13.data(), w13.get(), n13 * sizeof(bf16), cudaMemcpyDeviceToHost));
+  EPFUSE_CUDA_CHECK(cudaMemcpy(got2.data(), w2.get(), n2 * sizeof(bf16), cudaMemcpyDeviceToHost));
 
   size_t mismatches = 0;
   auto compare = [&](bf16 got, bf16 want, const char* tensor, int e, int r, int c) {
@@ -75,12 +72,12 @@ TEST(GpuGenerator, BitIdenticalToHostOtherShapesAndSeeds) {
 TEST(GpuGenerator, RejectsBadArguments) {
   const LayerConfig cfg = small_config();
   DeviceBuffer w13(8 * 256 * 256), w2(8 * 256 * 128);
-  EXPECT_THROW(generate_expert_weights(cfg, 2, 2, 1, w13.ptr, w2.ptr, nullptr), Error);
-  EXPECT_THROW(generate_expert_weights(cfg, 2, 0, 1, nullptr, w2.ptr, nullptr), Error);
-  EXPECT_THROW(generate_expert_weights(cfg, 2, 0, 1, w13.ptr + 1, w2.ptr, nullptr), Error);  // not 16-byte aligned
+  EXPECT_THROW(generate_expert_weights(cfg, 2, 2, 1, w13.get(), w2.get(), nullptr), Error);
+  EXPECT_THROW(generate_expert_weights(cfg, 2, 0, 1, nullptr, w2.get(), nullptr), Error);
+  EXPECT_THROW(generate_expert_weights(cfg, 2, 0, 1, w13.get() + 1, w2.get(), nullptr), Error);  // not 16-byte aligned
   LayerConfig bad = cfg;
   bad.hidden = 200;
-  EXPECT_THROW(generate_expert_weights(bad, 2, 0, 1, w13.ptr, w2.ptr, nullptr), Error);
+  EXPECT_THROW(generate_expert_weights(bad, 2, 0, 1, w13.get(), w2.get(), nullptr), Error);
 }
 
 }  // namespace

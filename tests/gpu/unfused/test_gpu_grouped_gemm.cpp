@@ -11,8 +11,8 @@
 #include <gtest/gtest.h>
 
 #include "common/check.h"
+#include "common/device_buffer.h"
 #include "epfuse/types.h"
-#include "unfused/device_buffer.h"
 #include "unfused/gemm_path.h"
 #include "unfused/grouped_gemm.h"
 
@@ -26,8 +26,8 @@ std::vector<bf16> random_bf16(size_t n, float scale, std::mt19937& rng) {
   return v;
 }
 
-DeviceMemory upload(const std::vector<bf16>& host) {
-  DeviceMemory dev(host.size() * sizeof(bf16));
+detail::DeviceBuffer upload(const std::vector<bf16>& host) {
+  detail::DeviceBuffer dev(host.size() * sizeof(bf16));
   EPFUSE_CUDA_CHECK(cudaMemcpy(dev.as(), host.data(), dev.bytes(), cudaMemcpyHostToDevice));
   return dev;
 }
@@ -50,12 +50,12 @@ void run_case(const Shape& s, uint64_t seed, const std::vector<GemmPath>& call_p
   const int64_t lda = s.k + s.lda_pad, ldc = s.n + s.ldc_pad;
   const auto a = random_bf16(static_cast<size_t>(total_rows * lda), 1.0f, rng);
   const auto w = random_bf16(static_cast<size_t>(experts) * s.n * s.k, 1.0f / std::sqrt(float(s.k)), rng);
-  DeviceMemory a_dev = upload(a), w_dev = upload(w);
-  DeviceMemory c_dev(static_cast<size_t>(std::max<int64_t>(total_rows, 1) * ldc) * sizeof(bf16));
+  detail::DeviceBuffer a_dev = upload(a), w_dev = upload(w);
+  detail::DeviceBuffer c_dev(static_cast<size_t>(std::max<int64_t>(total_rows, 1) * ldc) * sizeof(bf16));
 
   cublasHandle_t handle;
   EPFUSE_CUBLAS_CHECK(cublasCreate(&handle));
-  DeviceMemory workspace(kCublasWorkspaceBytes);  // as in the layer: the loop's kernels may use it
+  detail::DeviceBuffer workspace(kCublasWorkspaceBytes);  // as in the layer: the loop's kernels may use it
   EPFUSE_CUBLAS_CHECK(cublasSetWorkspace(handle, workspace.as(), workspace.bytes()));
   cudaStream_t stream;
   EPFUSE_CUDA_CHECK(cudaStreamCreate(&stream));

@@ -136,7 +136,7 @@ TEST(UnfusedLayer, PhaseTimingIsOptional) {
 
 TEST(UnfusedLayer, CreateValidates) {
   const LayerConfig cfg = test_config();
-  unfused::DeviceMemory w(16);
+  detail::DeviceBuffer w(16);
   const ExpertWeights weights{w.as<bf16>(), w.as<bf16>()};
   LayerConfig bad = cfg;
   bad.hidden = 100;
