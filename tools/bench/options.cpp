@@ -74,28 +74,28 @@ BenchOptions parse_bench_options(const std::vector<std::string>& args) {
   LayerConfig custom;
 
   tools::FlagParser p("epfuse bench [flags]", kDescription);
-  p.add("model", models, "models to sweep (dsv3, qwen3-30b, mixtral)")
-      .add("configs", configs, "'facts': the seven rows of FACTS.md (fixes shapes and tokens)")
-      .add("hidden", custom.hidden, "explicit shape (config 'custom'): hidden size H")
-      .add("intermediate", custom.intermediate, "explicit shape: intermediate size I")
-      .add("experts", custom.num_experts, "explicit shape: number of experts E")
-      .add("topk", custom.topk, "explicit shape: experts per token k")
-      .add("clamp", custom.swiglu_clamp, "SwiGLU clamp (0: none), for every shape")
-      .add("tokens", tokens, "tokens per rank to sweep")
-      .add("impl", impls, "implementations (unfused, fused); unbuilt ones are skipped with a note")
-      .add("ranks", o.ranks, "GPUs, one process each (0: all)")
-      .add("routing", routing, "uniform, skewed, one-expert, dropped or one-rank (torch runs uniform only)")
-      .add("warmup", o.warmup, "untimed forwards before timing")
-      .add("iters", o.iters, "timed forwards per row")
-      .add("sets", o.sets, "input sets rotated over the iterations, each with fresh routing")
-      .add("seed", o.seed, "weights and inputs seed")
-      .add("verify-rows", o.verify_rows, "sampled rows per rank checked against the float64 reference")
-      .add("tolerance", o.tolerance, "max relative error for verified=yes (bf16: ~5e-3 expected)")
-      .add("torch", torch, "the PyTorch peer: auto (if `import torch` works), on, off")
-      .add("ceilings", ceilings, "'measure' or gemm=TFLOP/s,hbm=GB/s,nvlink=GB/s (e.g. gemm=812,hbm=4250,nvlink=350)")
-      .add("json", o.json_path, "write every row and the ceilings to this file")
-      .add("worker-dir", o.worker_dir, "internal: rank process of a bench run")
-      .hide("worker-dir");
+  p.add("--model", models, "models to sweep (dsv3, qwen3-30b, mixtral)")
+      .add("--configs", configs, "'facts': the seven rows of FACTS.md (fixes shapes and tokens)")
+      .add("--hidden", custom.hidden, "explicit shape (config 'custom'): hidden size H")
+      .add("--intermediate", custom.intermediate, "explicit shape: intermediate size I")
+      .add("--experts", custom.num_experts, "explicit shape: number of experts E")
+      .add("--topk", custom.topk, "explicit shape: experts per token k")
+      .add("--clamp", custom.swiglu_clamp, "SwiGLU clamp (0: none), for every shape")
+      .add("--tokens", tokens, "tokens per rank to sweep")
+      .add("--impl", impls, "implementations (unfused, fused); unbuilt ones are skipped with a note")
+      .add("--ranks", o.ranks, "GPUs, one process each (0: all)")
+      .add("--routing", routing, "uniform, skewed, one-expert, dropped or one-rank (torch runs uniform only)")
+      .add("--warmup", o.warmup, "untimed forwards before timing")
+      .add("--iters", o.iters, "timed forwards per row")
+      .add("--sets", o.sets, "input sets rotated over the iterations, each with fresh routing")
+      .add("--seed", o.seed, "weights and inputs seed")
+      .add("--verify-rows", o.verify_rows, "sampled rows per rank checked against the float64 reference")
+      .add("--tolerance", o.tolerance, "max relative error for verified=yes (bf16: ~5e-3 expected)")
+      .add("--torch", torch, "the PyTorch peer: auto (if `import torch` works), on, off")
+      .add("--ceilings", ceilings, "'measure' or gemm=TFLOP/s,hbm=GB/s,nvlink=GB/s (e.g. gemm=812,hbm=4250,nvlink=350)")
+      .add("--json", o.json_path, "write every row and the ceilings to this file")
+      .add("--worker-dir", o.worker_dir, "internal: rank process of a bench run")
+      .hide("--worker-dir");
   p.parse(args);
   o.help = p.help_requested();
   o.usage = p.usage();
@@ -125,16 +125,16 @@ BenchOptions parse_bench_options(const std::vector<std::string>& args) {
   for (int t : tokens)
     if (t < 1) throw UsageError("--tokens: item " + std::to_string(t) + " must be >= 1");
 
-  const bool explicit_shape = p.seen("hidden") || p.seen("intermediate") || p.seen("experts") || p.seen("topk");
+  const bool explicit_shape = p.seen("--hidden") || p.seen("--intermediate") || p.seen("--experts") || p.seen("--topk");
   if (!configs.empty()) {
     if (configs != "facts") throw UsageError("--configs: expected 'facts', got '" + configs + "'");
-    if (p.seen("tokens")) throw UsageError("--tokens: not with --configs facts (it fixes the tokens)");
+    if (p.seen("--tokens")) throw UsageError("--tokens: not with --configs facts (it fixes the tokens)");
     o.cases = facts_cases();
   }
   for (const std::string& m : models)
     for (int t : tokens) o.cases.push_back(model_case(m, t));
   if (explicit_shape) {
-    if (!(p.seen("hidden") && p.seen("intermediate") && p.seen("experts") && p.seen("topk")))
+    if (!(p.seen("--hidden") && p.seen("--intermediate") && p.seen("--experts") && p.seen("--topk")))
       throw UsageError("--hidden, --intermediate, --experts and --topk: give all four for an explicit shape");
     for (int t : tokens) o.cases.push_back(make_case("custom", custom, t));
   }

@@ -18,10 +18,10 @@ int launch_command(const std::vector<std::string>& args) {
                    "LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT set, and prefixes each output line\n"
                    "with \"[rank r] \". When a rank fails, the others are stopped (SIGTERM, then SIGKILL\n"
                    "after the grace period) and the launcher exits non-zero naming the rank.");
-  flags.add("nprocs", opts.nprocs, "number of ranks (processes) to start").alias('n', "nprocs");
-  flags.add("master-addr", opts.master_addr, "address rank 0 serves the bootstrap on");
-  flags.add("master-port", opts.master_port, "port rank 0 serves the bootstrap on; 0 picks a free port");
-  flags.add("grace-ms", grace_ms, "milliseconds between SIGTERM and SIGKILL when stopping ranks");
+  flags.add("-n,--nprocs", opts.nprocs, "number of ranks (processes) to start");
+  flags.add("--master-addr", opts.master_addr, "address rank 0 serves the bootstrap on");
+  flags.add("--master-port", opts.master_port, "port rank 0 serves the bootstrap on; 0 picks a free port");
+  flags.add("--grace-ms", grace_ms, "milliseconds between SIGTERM and SIGKILL when stopping ranks");
   std::vector<std::string> command;
   if (auto code = parse_command_flags(flags, "launch", args, &command)) return *code;
   std::string why;

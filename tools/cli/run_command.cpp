@@ -103,7 +103,7 @@ int run_command(const std::vector<std::string>& args) {
   opts.nprocs = plan.ranks;
   std::vector<std::string> argv = {self_executable(), "run"};
   argv.insert(argv.end(), args.begin(), args.end());
-  if (!parser.seen("ranks")) argv.push_back("--ranks=" + std::to_string(plan.ranks));
+  if (!parser.seen("--ranks")) argv.push_back("--ranks=" + std::to_string(plan.ranks));
   int rc = launch(opts, argv);
   if (rc != 0) return fail("run failed on " + std::to_string(plan.ranks) + " ranks (see the rank output above)");
   return 0;

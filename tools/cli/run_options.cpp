@@ -34,35 +34,36 @@ std::vector<int> parse_token_list(const std::string& text) {
 }  // namespace
 
 void add_run_flags(FlagParser& p, RunFlags& f) {
-  p.add("model", f.model, "model shape: " + model_names() + " (or give the four shape flags below)");
-  p.add("hidden", f.hidden, "H, model dimension (instead of --model)");
-  p.add("intermediate", f.intermediate, "I, expert FFN dimension (instead of --model)");
-  p.add("experts", f.experts, "E, experts over all ranks (instead of --model)");
-  p.add("topk", f.topk, "k, experts per token (instead of --model)");
-  p.add("clamp", f.clamp, "SwiGLU clamp c > 0: gate <= c, up in [-c, c]; 0 = off");
-  p.add("tokens", f.tokens,
+  p.add("--model", f.model, "model shape: " + model_names() + " (or give the four shape flags below)");
+  p.add("--hidden", f.hidden, "H, model dimension (instead of --model)");
+  p.add("--intermediate", f.intermediate, "I, expert FFN dimension (instead of --model)");
+  p.add("--experts", f.experts, "E, experts over all ranks (instead of --model)");
+  p.add("--topk", f.topk, "k, experts per token (instead of --model)");
+  p.add("--clamp", f.clamp, "SwiGLU clamp c > 0: gate <= c, up in [-c, c]; 0 = off");
+  p.add("--tokens", f.tokens,
         "tokens per rank: N for every rank, N,N,... one per rank,\nor random (per rank in [0, --max-tokens])");
-  p.add("max-tokens", f.max_tokens,
+  p.add("--max-tokens", f.max_tokens,
         "tokens per rank the buffers are sized for (default: the largest\nrequested; 128 with --tokens random)");
-  p.add("ranks", f.ranks, "ranks (GPUs); default: every GPU, or the --tokens list's length");
-  p.add("routing", f.routing, "uniform|skewed|one-expert|dropped|one-rank");
-  p.add("seed", f.seed, "weight seed; each call's inputs are seeded from (seed, call)");
-  p.add("impl", f.impl, "reference|unfused|fused (default: unfused with GPUs,\nreference without)");
-  p.add("iters", f.iters, "consecutive forward calls");
-  p.add("vary", f.vary, "fresh routing and token counts in [0, max] for every call after the first");
-  p.add("verify-every", f.verify_every, "compare with the reference every K-th call (first and last always)");
-  p.add("verify-rows", f.verify_rows,
+  p.add("--ranks", f.ranks, "ranks (GPUs); default: every GPU, or the --tokens list's length");
+  p.add("--routing", f.routing, "uniform|skewed|one-expert|dropped|one-rank");
+  p.add("--seed", f.seed, "weight seed; each call's inputs are seeded from (seed, call)");
+  p.add("--impl", f.impl, "reference|unfused|fused (default: unfused with GPUs,\nreference without)");
+  p.add("--iters", f.iters, "consecutive forward calls");
+  p.add("--vary", f.vary, "fresh routing and token counts in [0, max] for every call after the first");
+  p.add("--verify-every", f.verify_every, "compare with the reference every K-th call (first and last always)");
+  p.add("--verify-rows", f.verify_rows,
         "rows per rank compared with the reference; 0 = all rows up to " + std::to_string(kAllRowsUpTo) +
             "\ntokens, else " + std::to_string(kSampledRows) + " spread rows incl. the first and last");
-  p.add("tolerance", f.tolerance,
+  p.add("--tolerance", f.tolerance,
         "max relative Frobenius error vs the float64 reference (bf16 inputs\nand a bf16 intermediate give ~5e-3)");
-  p.add("json", f.json, "write the result as JSON to this file");
-  p.add("one-gpu", f.one_gpu,
+  p.add("--json", f.json, "write the result as JSON to this file");
+  p.add("--one-gpu", f.one_gpu,
         "run every rank in this process on GPU 0, one thread each (tests the\nmulti-rank protocol on one GPU; "
         "fused only; timings mean nothing)");
-  p.add("sms", f.sms, "SM budget of the fused kernel per rank (default: every SM,\nor SMs / ranks with --one-gpu)");
+  p.add("--sms", f.sms, "SM budget of the fused kernel per rank (default: every SM,\nor SMs / ranks with --one-gpu)");
   // 0 means "not given" for these: their help says what happens then.
-  for (const char* name : {"hidden", "intermediate", "experts", "topk", "max-tokens", "ranks", "verify-rows", "sms"})
+  for (const char* name : {"--hidden", "--intermediate", "--experts", "--topk", "--max-tokens", "--ranks",
+                           "--verify-rows", "--sms"})
     p.default_text(name, "");
 }
 
@@ -81,7 +82,7 @@ RunPlan resolve_run_plan(const RunFlags& f, const FlagParser& parser, int ranks,
   plan.ranks = ranks;
 
   // Shape: a model, or all four explicit dimensions.
-  const char* shape_flags[] = {"hidden", "intermediate", "experts", "topk"};
+  const char* shape_flags[] = {"--hidden", "--intermediate", "--experts", "--topk"};
   bool any_explicit = std::any_of(std::begin(shape_flags), std::end(shape_flags),
                                   [&](const char* n) { return parser.seen(n); });
   std::optional<ModelShape> shape;
@@ -93,7 +94,7 @@ RunPlan resolve_run_plan(const RunFlags& f, const FlagParser& parser, int ranks,
   } else {
     for (const char* n : shape_flags)
       if (!parser.seen(n))
-        throw UsageError(any_explicit ? std::string("--") + n + " is missing (an explicit shape needs all four)"
+        throw UsageError(any_explicit ? std::string(n) + " is missing (an explicit shape needs all four)"
                                       : "give --model or --hidden, --intermediate, --experts and --topk");
     shape = ModelShape{"custom", f.hidden, f.intermediate, f.experts, f.topk};
     plan.model = "custom";
@@ -113,8 +114,8 @@ RunPlan resolve_run_plan(const RunFlags& f, const FlagParser& parser, int ranks,
     largest = *std::max_element(counts.begin(), counts.end());
     plan.tokens.per_rank = std::move(counts);
   }
-  int max_tokens = parser.seen("max-tokens") ? f.max_tokens : std::max(largest, 1);
-  if (parser.seen("max-tokens") && max_tokens < largest)
+  int max_tokens = parser.seen("--max-tokens") ? f.max_tokens : std::max(largest, 1);
+  if (parser.seen("--max-tokens") && max_tokens < largest)
     throw Error(ErrorCode::kInvalidConfig, "--max-tokens " + std::to_string(max_tokens) + " is less than the " +
                                                std::to_string(largest) + " tokens requested per rank");
   plan.tokens.max_tokens = max_tokens;

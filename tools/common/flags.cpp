@@ -2,18 +2,20 @@
 
 #include <algorithm>
 #include <charconv>
-#include <cstdio>
 #include <cmath>
-#include <limits>
-#include <optional>
-#include <sstream>
+#include <cstdio>
+#include <type_traits>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 
 namespace epfuse::tools {
 namespace {
 
-// from_chars over the whole text, so "12x" and "" are rejected; range errors named.
+// from_chars over the whole text, so "12x", "0x10" and "" are rejected; range errors named.
 template <class T>
-std::string parse_number(std::string_view text, T& out) {
+std::string number_problem(std::string_view text) {
   T value{};
   const char* end = text.data() + text.size();
   auto [ptr, ec] = std::from_chars(text.data(), end, value);
@@ -26,34 +28,77 @@ std::string parse_number(std::string_view text, T& out) {
   if constexpr (std::is_floating_point_v<T>) {
     if (!std::isfinite(value)) return "expected a finite number";
   }
-  out = value;
   return "";
 }
 
-std::string parse_bool(std::string_view text, bool& out) {
-  if (text == "true" || text == "1" || text == "yes" || text == "on") out = true;
-  else if (text == "false" || text == "0" || text == "no" || text == "off") out = false;
-  else return "expected true or false";
-  return "";
-}
+// The flag's name as the usage and the errors spell it.
+std::string long_name(const CLI::Option* opt) { return "--" + opt->get_lnames().front(); }
 
+// Checks a number before CLI11 converts it, so the error names the flag, the value and why.
 template <class T>
-std::string show(const T& v) {
-  std::ostringstream os;
-  os << v;
-  return os.str();
+void check_number(CLI::Option* opt) {
+  opt->check(CLI::Validator(
+      [flag = long_name(opt)](std::string& value) -> std::string {
+        const std::string why = number_problem<T>(value);
+        if (!why.empty()) throw UsageError(flag + " " + value + ": " + why);
+        return "";
+      },
+      ""));
 }
 
-std::string join(const std::vector<std::string>& items) {
-  std::string out;
-  for (size_t i = 0; i < items.size(); ++i) out += (i ? "," : "") + items[i];
-  return out;
+// A comma-separated list into `target`, each item through `item` (which throws UsageError saying why).
+template <class T, class Item>
+CLI::Option* add_list(CLI::App& app, const std::string& names, std::vector<T>& target, const std::string& help,
+                      const char* value_name, Item item) {
+  CLI::Option* opt = app.add_option(names)->description(help);
+  opt->each([&target, item, flag = long_name(opt)](const std::string& text) {
+    std::vector<T> values;
+    try {
+      for (const std::string& s : split_list(text)) values.push_back(item(s));
+    } catch (const UsageError& e) {
+      throw UsageError(flag + " " + text + ": " + e.what());
+    }
+    target = std::move(values);
+  });
+  return opt->type_name(value_name)->default_str(fmt::format("{}", fmt::join(target, ",")));
 }
 
-template <class T>
-FlagParser::ValueParser number_parser(T& target) {
-  return [&target](std::string_view v) { return parse_number(v, target); };
-}
+// epfuse's usage layout: "usage: <synopsis>", the description, then "flags:" with one aligned row per
+// visible flag, its help (continuation lines aligned under the first) and "(default: ...)".
+class UsageFormatter : public CLI::FormatterBase {
+ public:
+  explicit UsageFormatter(std::string synopsis) : synopsis_(std::move(synopsis)) {}
+
+  std::string make_help(const CLI::App* app, std::string, CLI::AppFormatMode) const override {
+    std::vector<std::pair<std::string, std::string>> rows;
+    for (const CLI::Option* opt : app->get_options()) {
+      if (opt == app->get_help_ptr() || opt->get_group().empty()) continue;  // help last; hidden ones
+      std::string left = "  ";
+      for (const std::string& s : opt->get_snames()) left += "-" + s + ", ";
+      left += long_name(opt);
+      if (opt->get_type_size_max() > 0) left += " " + opt->get_type_name();  // 0: a switch
+      std::string help = opt->get_description();
+      if (!opt->get_default_str().empty()) help += " (default: " + opt->get_default_str() + ")";
+      rows.emplace_back(std::move(left), std::move(help));
+    }
+    rows.emplace_back("  -h, --help", "show this help");
+    size_t width = 0;
+    for (const auto& row : rows) width = std::max(width, row.first.size());
+    std::string out = fmt::format("usage: {}\n", synopsis_);
+    if (!app->get_description().empty()) out += fmt::format("\n{}\n", app->get_description());
+    out += "\nflags:\n";
+    const std::string indent = "\n" + std::string(width + 2, ' ');
+    for (auto& [left, help] : rows) {
+      for (size_t pos = 0; (pos = help.find('\n', pos)) != std::string::npos; pos += indent.size())
+        help.replace(pos, 1, indent);
+      out += fmt::format("{:<{}}{}\n", left, width + 2, help);
+    }
+    return out;
+  }
+
+ private:
+  std::string synopsis_;
+};
 
 }  // namespace
 
@@ -68,209 +113,95 @@ std::vector<std::string> split_list(std::string_view text, char sep) {
 }
 
 FlagParser::FlagParser(std::string synopsis, std::string description)
-    : synopsis_(std::move(synopsis)), description_(std::move(description)) {}
-
-FlagParser& FlagParser::add_flag(Flag flag) {
-  if (lookup(flag.name)) throw std::logic_error("flag --" + flag.name + " registered twice");
-  flags_.push_back(std::move(flag));
-  return *this;
+    : app_(std::make_unique<CLI::App>(std::move(description))) {
+  app_->formatter(std::make_shared<UsageFormatter>(std::move(synopsis)));
+  app_->set_help_flag("-h,--help", "show this help");
+  app_->allow_extras();  // unknown flags and stray arguments: reported by parse() in epfuse's words
 }
 
-FlagParser& FlagParser::add(std::string name, int& target, std::string help) {
-  return add_flag({std::move(name), "N", std::move(help), show(target), number_parser(target)});
-}
-FlagParser& FlagParser::add(std::string name, int64_t& target, std::string help) {
-  return add_flag({std::move(name), "N", std::move(help), show(target), number_parser(target)});
-}
-FlagParser& FlagParser::add(std::string name, uint64_t& target, std::string help) {
-  return add_flag({std::move(name), "N", std::move(help), show(target), number_parser(target)});
-}
-FlagParser& FlagParser::add(std::string name, double& target, std::string help) {
-  return add_flag({std::move(name), "X", std::move(help), show(target), number_parser(target)});
-}
-FlagParser& FlagParser::add(std::string name, float& target, std::string help) {
-  return add_flag({std::move(name), "X", std::move(help), show(target), number_parser(target)});
-}
-FlagParser& FlagParser::add(std::string name, std::string& target, std::string help) {
-  return add_flag({std::move(name), "S", std::move(help), target, [&target](std::string_view v) {
-                     target = v;
-                     return std::string();
-                   }});
-}
-FlagParser& FlagParser::add(std::string name, bool& target, std::string help) {
-  Flag f{std::move(name), "", std::move(help), target ? "true" : "",
-         [&target](std::string_view v) { return parse_bool(v, target); }};
-  f.is_switch = true;
-  return add_flag(std::move(f));
-}
-FlagParser& FlagParser::add(std::string name, std::vector<int>& target, std::string help) {
-  std::vector<std::string> shown;
-  for (int v : target) shown.push_back(std::to_string(v));
-  return add_flag({std::move(name), "N,N,...", std::move(help), join(shown),
-                   [&target](std::string_view v) {
-                     std::vector<int> values;
-                     for (const std::string& item : split_list(v)) {
-                       int x = 0;
-                       std::string why = parse_number(std::string_view(item), x);
-                       if (!why.empty()) return "item '" + item + "': " + why;
-                       values.push_back(x);
-                     }
-                     target = std::move(values);
-                     return std::string();
-                   }});
-}
-FlagParser& FlagParser::add(std::string name, std::vector<std::string>& target, std::string help) {
-  return add_flag({std::move(name), "S,S,...", std::move(help), join(target), [&target](std::string_view v) {
-                     std::vector<std::string> items = split_list(v);
-                     for (const std::string& item : items)
-                       if (item.empty()) return std::string("empty item in list");
-                     target = std::move(items);
-                     return std::string();
-                   }});
-}
-FlagParser& FlagParser::add_custom(std::string name, std::string value_name, ValueParser parse,
-                                   std::string help, std::string default_text) {
-  return add_flag({std::move(name), std::move(value_name), std::move(help), std::move(default_text),
-                   std::move(parse)});
-}
+FlagParser::~FlagParser() = default;
+FlagParser::FlagParser(FlagParser&&) noexcept = default;
 
-FlagParser::Flag& FlagParser::find(std::string_view name) {
-  Flag* f = lookup(name);
-  if (!f) throw std::logic_error("flag --" + std::string(name) + " is not registered");
-  return *f;
-}
-FlagParser::Flag* FlagParser::lookup(std::string_view name) {
-  for (Flag& f : flags_)
-    if (f.name == name) return &f;
-  return nullptr;
-}
-FlagParser::Flag* FlagParser::lookup_short(char c) {
-  for (Flag& f : flags_)
-    if (f.short_name == c) return &f;
-  return nullptr;
-}
-
-FlagParser& FlagParser::alias(char short_name, std::string_view name) {
-  find(name).short_name = short_name;
-  return *this;
-}
-FlagParser& FlagParser::default_text(std::string_view name, std::string text) {
-  find(name).default_text = std::move(text);
-  return *this;
-}
-FlagParser& FlagParser::hide(std::string_view name) {
-  find(name).hidden = true;
-  return *this;
-}
-
-bool FlagParser::seen(std::string_view name) const {
-  for (const Flag& f : flags_)
-    if (f.name == name) return f.seen;
-  return false;
-}
-
-std::vector<std::string> FlagParser::parse(int argc, char** argv, int first, bool allow_positional) {
-  return parse(std::vector<std::string>(argv + first, argv + argc), allow_positional);
-}
-
-std::vector<std::string> FlagParser::parse(const std::vector<std::string>& args, bool allow_positional) {
-  std::vector<std::string> rest;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& arg = args[i];
-    if (arg == "--") {
-      rest.insert(rest.end(), args.begin() + static_cast<std::ptrdiff_t>(i) + 1, args.end());
-      return rest;
-    }
-    if (arg == "--help" || arg == "-h") {
-      help_ = true;
-      continue;
-    }
-    Flag* flag = nullptr;
-    std::string spelled;
-    std::optional<std::string> inline_value;
-    if (arg.starts_with("--") && arg.size() > 2) {
-      size_t eq = arg.find('=');
-      std::string name = arg.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
-      if (eq != std::string::npos) inline_value = arg.substr(eq + 1);
-      spelled = "--" + name;
-      flag = lookup(name);
-    } else if (arg.size() == 2 && arg[0] == '-' && arg[1] != '-') {
-      spelled = arg;
-      flag = lookup_short(arg[1]);
-    } else if (allow_positional) {
-      rest.push_back(arg);
-      continue;
-    } else {
-      throw UsageError("unexpected argument '" + arg + "'");
-    }
-    if (!flag) throw UsageError("unknown flag " + spelled);
-    if (flag->seen) throw UsageError(spelled + " given twice");
-    std::string value;
-    if (inline_value) {
-      value = *inline_value;
-    } else if (flag->is_switch) {
-      value = "true";
-    } else {
-      if (i + 1 >= args.size()) throw UsageError(spelled + " needs a value (" + flag->value_name + ")");
-      value = args[++i];
-    }
-    std::string why = flag->parse(value);
-    if (!why.empty()) throw UsageError(spelled + " " + value + ": " + why);
-    flag->seen = true;
+template <class T>
+FlagParser& FlagParser::add(const std::string& names, T& target, const std::string& help) {
+  if constexpr (std::is_same_v<T, bool>) {
+    app_->add_flag(names, target, help)
+        ->multi_option_policy(CLI::MultiOptionPolicy::Throw)  // given twice is an error, as for the others
+        ->default_str(target ? "true" : "");
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    app_->add_option(names, target, help)->type_name("S")->default_str(target);
+  } else if constexpr (std::is_same_v<T, std::vector<int>>) {
+    add_list(*app_, names, target, help, "N,N,...", [](const std::string& s) {
+      const std::string why = number_problem<int>(s);
+      if (!why.empty()) throw UsageError("item '" + s + "': " + why);
+      return std::stoi(s);
+    });
+  } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+    add_list(*app_, names, target, help, "S,S,...", [](const std::string& s) {
+      if (s.empty()) throw UsageError("empty item in list");
+      return s;
+    });
+  } else {
+    CLI::Option* opt = app_->add_option(names, target, help)
+                           ->type_name(std::is_floating_point_v<T> ? "X" : "N")
+                           ->default_str(fmt::format("{}", target));
+    check_number<T>(opt);
   }
-  return rest;
+  return *this;
+}
+template FlagParser& FlagParser::add(const std::string&, int&, const std::string&);
+template FlagParser& FlagParser::add(const std::string&, int64_t&, const std::string&);
+template FlagParser& FlagParser::add(const std::string&, uint64_t&, const std::string&);
+template FlagParser& FlagParser::add(const std::string&, float&, const std::string&);
+template FlagParser& FlagParser::add(const std::string&, double&, const std::string&);
+template FlagParser& FlagParser::add(const std::string&, bool&, const std::string&);
+template FlagParser& FlagParser::add(const std::string&, std::string&, const std::string&);
+template FlagParser& FlagParser::add(const std::string&, std::vector<int>&, const std::string&);
+template FlagParser& FlagParser::add(const std::string&, std::vector<std::string>&, const std::string&);
+
+FlagParser& FlagParser::default_text(const std::string& name, std::string text) {
+  app_->get_option(name)->default_str(std::move(text));
+  return *this;
+}
+FlagParser& FlagParser::hide(const std::string& name) {
+  app_->get_option(name)->group("");
+  return *this;
 }
 
-std::string FlagParser::usage() const {
-  std::ostringstream os;
-  os << "usage: " << synopsis_ << "\n";
-  if (!description_.empty()) os << "\n" << description_ << "\n";
-  os << "\nflags:\n";
-  std::vector<std::pair<std::string, const Flag*>> rows;
-  size_t width = 0;
-  for (const Flag& f : flags_) {
-    if (f.hidden) continue;
-    std::string left = std::string("  ") + (f.short_name ? std::string("-") + f.short_name + ", " : "") +
-                       "--" + f.name + (f.is_switch ? "" : " " + f.value_name);
-    width = std::max(width, left.size());
-    rows.emplace_back(std::move(left), &f);
+bool FlagParser::seen(const std::string& name) const { return app_->count(name) > 0; }
+
+std::vector<std::string> FlagParser::parse(const std::vector<std::string>& args) {
+  const auto end = std::find(args.begin(), args.end(), "--");
+  std::vector<std::string> reversed(std::make_reverse_iterator(end), args.rend());  // CLI11 pops from the back
+  try {
+    app_->parse(reversed);
+  } catch (const CLI::CallForHelp&) {
+    help_ = true;
+  } catch (const CLI::ParseError& e) {
+    throw UsageError(e.what());
   }
-  rows.emplace_back("  -h, --help", nullptr);
-  width = std::max(width, rows.back().first.size());
-  for (const auto& [left, f] : rows) {
-    os << left << std::string(width + 2 - left.size(), ' ');
-    if (!f) {
-      os << "show this help\n";
-      continue;
-    }
-    // Continuation lines of a multi-line help align under its first line.
-    std::string help = f->help;
-    for (size_t pos = 0; (pos = help.find('\n', pos)) != std::string::npos; pos += width + 3)
-      help.insert(pos + 1, std::string(width + 2, ' '));
-    os << help;
-    if (!f->default_text.empty()) os << " (default: " << f->default_text << ")";
-    os << "\n";
-  }
-  return os.str();
+  for (const std::string& arg : app_->remaining())
+    throw UsageError(arg.starts_with("-") ? "unknown flag " + arg : "unexpected argument '" + arg + "'");
+  return {end == args.end() ? end : end + 1, args.end()};
 }
+
+std::string FlagParser::usage() const { return app_->help(); }
 
 int usage_error(const FlagParser& flags, std::string_view command, const std::string& why) {
-  std::fprintf(stderr, "epfuse %.*s: %s\n\n%s", static_cast<int>(command.size()), command.data(), why.c_str(),
-               flags.usage().c_str());
+  fmt::print(stderr, "epfuse {}: {}\n\n{}", command, why, flags.usage());
   return 2;
 }
 
 std::optional<int> parse_command_flags(FlagParser& flags, std::string_view command,
-                                       const std::vector<std::string>& args, std::vector<std::string>* rest,
-                                       bool allow_positional) {
+                                       const std::vector<std::string>& args, std::vector<std::string>* rest) {
   try {
-    std::vector<std::string> r = flags.parse(args, allow_positional);
+    std::vector<std::string> r = flags.parse(args);
     if (rest) *rest = std::move(r);
   } catch (const UsageError& e) {
     return usage_error(flags, command, e.what());
   }
   if (flags.help_requested()) {
-    std::fputs(flags.usage().c_str(), stdout);
+    fmt::print("{}", flags.usage());
     return 0;
   }
   return std::nullopt;

@@ -1,14 +1,19 @@
-// A small typed flag parser for the `epfuse` commands: long flags as `--name value` or
-// `--name=value`, optional one-letter aliases (`-n 4`), `--help`, and `--` ending the flags.
-// Errors are UsageError with a message naming the flag; the CLI prints it with the usage, exit 2.
+// The flags of the `epfuse` commands, parsed by CLI11: long flags as `--name value` or
+// `--name=value`, one-letter aliases (`-n 4`), `--help`, and `--` ending the flags. The usage keeps
+// epfuse's layout ("usage: <synopsis>", the description, "flags:" with their defaults). Errors are
+// UsageError with a message naming the flag; the CLI prints it with the usage, exit 2.
 #pragma once
 #include <cstdint>
-#include <functional>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
+
+namespace CLI {
+class App;
+}
 
 namespace epfuse::tools {
 
@@ -22,59 +27,34 @@ std::vector<std::string> split_list(std::string_view text, char sep = ',');
 
 class FlagParser {
  public:
-  // Returns "" when `value` was accepted, otherwise why not (e.g. "expected an integer").
-  using ValueParser = std::function<std::string(std::string_view value)>;
-
   // `synopsis` is the usage line after "usage: ", e.g. "epfuse run [flags]".
   FlagParser(std::string synopsis, std::string description);
+  ~FlagParser();
+  FlagParser(FlagParser&&) noexcept;
 
-  // Registers --name writing into `target`; the target's current value is the default shown in
-  // the usage. Lists are comma-separated. A bool flag takes no value (`--name`), or `--name=false`.
-  FlagParser& add(std::string name, int& target, std::string help);
-  FlagParser& add(std::string name, int64_t& target, std::string help);
-  FlagParser& add(std::string name, uint64_t& target, std::string help);
-  FlagParser& add(std::string name, double& target, std::string help);
-  FlagParser& add(std::string name, float& target, std::string help);
-  FlagParser& add(std::string name, std::string& target, std::string help);
-  FlagParser& add(std::string name, bool& target, std::string help);
-  FlagParser& add(std::string name, std::vector<int>& target, std::string help);
-  FlagParser& add(std::string name, std::vector<std::string>& target, std::string help);
-  // Any other type: `parse` converts and stores the value itself.
-  FlagParser& add_custom(std::string name, std::string value_name, ValueParser parse, std::string help,
-                         std::string default_text = "");
-  // `-x` as another spelling of the long flag `name` (registered before).
-  FlagParser& alias(char short_name, std::string_view name);
+  // Registers a flag writing into `target`; `names` as CLI11 spells them ("--model", "-n,--nprocs").
+  // The target's current value is the default shown in the usage. Lists are comma-separated. A bool
+  // flag takes no value (`--name`), or `--name=false`. Numbers must be whole and finite.
+  // T: int, int64_t, uint64_t, float, double, bool, std::string, std::vector<int> or
+  // std::vector<std::string> (instantiated in flags.cpp).
+  template <class T>
+  FlagParser& add(const std::string& names, T& target, const std::string& help);
   // Replaces the "(default: ...)" text of the usage; "" shows none (when the help says it).
-  FlagParser& default_text(std::string_view name, std::string text);
+  FlagParser& default_text(const std::string& name, std::string text);
   // A flag accepted but not listed in the usage (internal re-exec flags).
-  FlagParser& hide(std::string_view name);
+  FlagParser& hide(const std::string& name);
 
-  // Parses args (without the program and command names). Returns the arguments after `--`, or
-  // the positional ones when `allow_positional`. Throws UsageError.
-  std::vector<std::string> parse(const std::vector<std::string>& args, bool allow_positional = false);
-  std::vector<std::string> parse(int argc, char** argv, int first, bool allow_positional = false);
+  // Parses args (without the program and command names). Returns the arguments after `--`.
+  // Throws UsageError.
+  std::vector<std::string> parse(const std::vector<std::string>& args);
 
   bool help_requested() const { return help_; }
-  // Whether the flag was given on the command line (not just defaulted).
-  bool seen(std::string_view name) const;
+  // Whether the flag (e.g. "--hidden") was given on the command line (not just defaulted).
+  bool seen(const std::string& name) const;
   std::string usage() const;
 
  private:
-  struct Flag {
-    std::string name, value_name, help, default_text;
-    ValueParser parse;
-    bool is_switch = false;
-    bool hidden = false;
-    char short_name = 0;
-    bool seen = false;
-  };
-  Flag& find(std::string_view name);
-  Flag* lookup(std::string_view name);
-  Flag* lookup_short(char c);
-  FlagParser& add_flag(Flag flag);
-
-  std::string synopsis_, description_;
-  std::vector<Flag> flags_;
+  std::unique_ptr<CLI::App> app_;
   bool help_ = false;
 };
 
@@ -86,7 +66,6 @@ int usage_error(const FlagParser& flags, std::string_view command, const std::st
 // usage on stderr. `rest` receives parse()'s result.
 std::optional<int> parse_command_flags(FlagParser& flags, std::string_view command,
                                        const std::vector<std::string>& args,
-                                       std::vector<std::string>* rest = nullptr,
-                                       bool allow_positional = false);
+                                       std::vector<std::string>* rest = nullptr);
 
 }  // namespace epfuse::tools
