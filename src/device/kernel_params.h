@@ -9,7 +9,7 @@
 
 #include "device/buffer_layout.h"
 #include "device/error_record.h"
-#include "device/profile.h"
+#include "device/profile_record.h"
 
 namespace epfuse::device {
 
@@ -53,7 +53,7 @@ struct FusedParams {
   CUtensorMap w2_map{};
   ncclWindow_t window = nullptr;       // the symmetric window under LsaTransport (transport.cuh)
   char* workspace = nullptr;           // private workspace base (PrivLayout offsets)
-  FusedProfile* profile = nullptr;     // optional in-kernel profile (profile.h); null = off
+  FusedProfile* profile = nullptr;     // optional in-kernel profile (profile_record.h); null = off
   // The symmetric window under LoopbackTransport: rank r's copy at slices + r * stride. Last, so that
   // the fields above keep their parameter offsets in the LSA kernel.
   struct {

@@ -1,10 +1,10 @@
-// Device side of the optional profile (profile.h): per CTA, thread 0 stamps %globaltimer around every
-// task and every CTA-wide wait into shared memory, and adds its totals to the global record once, when
-// the CTA ends. Off (FusedParams::profile == nullptr) it costs one uniform branch per task and per wait.
+// Device side of the optional profile (profile_record.h): per CTA, thread 0 stamps %globaltimer around
+// every task and every CTA-wide wait into shared memory, and adds its totals to the global record once,
+// when the CTA ends. Off (FusedParams::profile == nullptr) it costs one uniform branch per task and per wait.
 #pragma once
 #include <cstdint>
 
-#include "device/profile.h"
+#include "device/profile_record.h"
 #include "device/signals.cuh"
 #include "device/thread_group.cuh"
 

@@ -234,7 +234,7 @@ class FusedLayer final : public MoeLayer {
     }
   }
 
-  // Phase timing = the in-kernel profile (device/profile.h): per-phase CTA-time / CTAs.
+  // Phase timing = the in-kernel profile (device/profile_record.h): per-phase CTA-time / CTAs.
   void set_phase_timing(bool enabled) override {
     if (enabled && profile_.get() == nullptr) {
       detail::DeviceGuard guard(ws_.comm().device());

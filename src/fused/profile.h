@@ -1,12 +1,13 @@
-// Host side of the fused kernel's optional profile (src/device/profile.h): the record a launch fills,
-// turned into per-phase milliseconds per SM (CTA-ms / CTAs), the phases' spans, and a printable table.
+// Host side of the fused kernel's optional profile (src/device/profile_record.h): the record a launch
+// fills, turned into per-phase milliseconds per SM (CTA-ms / CTAs), the phases' spans, and a printable
+// table.
 // Pure functions: tested on the CPU (tests/cpu/fused/test_profile.cpp).
 #pragma once
 #include <array>
 #include <cstdint>
 #include <string>
 
-#include "device/profile.h"
+#include "device/profile_record.h"
 #include "epfuse/layer.h"
 
 namespace epfuse::fused {
