@@ -216,7 +216,7 @@ int run_floors_only(const BenchOptions& o, const std::string& command) {
     derive_row(r);
     rows.push_back(std::move(r));
   }
-  write_file(o.json_path, report_json(info, rows).dump() + "\n");
+  write_file(o.json_path, tools::dump_json(report_json(info, rows)) + "\n");
   return 0;
 }
 
@@ -304,7 +304,7 @@ int bench_command(int argc, char** argv) {
   if (!torch_note.empty()) std::printf("torch: skipped: %s\n", torch_note.c_str());
   std::fputs(render_table(rows).c_str(), stdout);
   std::fflush(stdout);
-  if (!o.json_path.empty()) write_file(o.json_path, report_json(info, rows).dump() + "\n");
+  if (!o.json_path.empty()) write_file(o.json_path, tools::dump_json(report_json(info, rows)) + "\n");
 
   if (ranks.exit_code != 0) return fail("a rank process failed; the table holds the rows finished before it");
   if (o.torch == TorchMode::kOn && !peer.ok) return fail("--torch on and the PyTorch peer failed");

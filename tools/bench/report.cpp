@@ -195,45 +195,63 @@ std::string render_floor_table(const std::vector<BenchCase>& cases, int world, c
 }
 
 tools::Json row_json(const BenchRow& r) {
-  tools::Json j = tools::Json::object();
-  j.set("config", r.config).set("hidden", r.hidden).set("intermediate", r.intermediate);
-  j.set("experts", r.experts).set("topk", r.topk).set("tokens_per_rank", r.tokens_per_rank);
-  j.set("routing", r.routing).set("impl", r.impl).set("ranks", r.ranks);
-  j.set("median_ms", r.median_ms).set("p10_ms", r.p10_ms).set("p90_ms", r.p90_ms);
-  j.set("tflops_per_gpu", r.tflops_per_gpu).set("nvlink_gbps", r.nvlink_gbps);
-  j.set("floor_ms", r.floor_ms).set("fraction_of_floor", r.floor_fraction);
-  tools::Json floor = tools::Json::object();
-  floor.set("compute_ms", r.floor.compute_ms).set("weights_ms", r.floor.weights_ms);
-  floor.set("comm_ms", r.floor.comm_ms).set("bound", r.floor.bound());
-  j.set("floor_terms", floor);
-  // Rows that did not run are unverified, not failed; only a run that failed the check says false.
-  j.set("verified", r.verified == "yes" ? tools::Json(true) : r.verified == "no" ? tools::Json(false) : tools::Json());
-  j.set("rel_err", r.rel_err).set("unwritten", r.unwritten < 0 ? tools::Json() : tools::Json(int64_t{r.unwritten}));
-  tools::Json speedups = tools::Json::object();
-  for (const auto& [impl, s] : r.speedup_over) speedups.set(impl, s);
-  j.set("speedup_over", speedups);
-  tools::Json phases = tools::Json::object();
-  phases.set("dispatch_ms", r.dispatch_ms).set("experts_ms", r.experts_ms).set("combine_ms", r.combine_ms);
-  j.set("phases", phases);
-  j.set("gemm_alone_ms", r.gemm_alone_ms).set("gemm_alone_tflops", r.gemm_alone_tflops);
-  j.set("gemm_alone_grouped_ms", r.gemm_alone_grouped_ms).set("gemm_alone_loop_ms", r.gemm_alone_loop_ms);
-  j.set("gemm_path", r.gemm_path.empty() ? tools::Json() : tools::Json(r.gemm_path));
-  j.set("flops_per_gpu", r.flops_per_gpu).set("remote_bytes_per_gpu", r.remote_bytes_per_gpu);
-  j.set("iters", r.iters).set("sets", r.sets);
-  if (!r.ran()) j.set("skipped", r.note);
+  using tools::Json;
+  Json speedups = Json::object();
+  for (const auto& [impl, s] : r.speedup_over) speedups[impl] = s;
+  Json j = {{"config", r.config},
+            {"hidden", r.hidden},
+            {"intermediate", r.intermediate},
+            {"experts", r.experts},
+            {"topk", r.topk},
+            {"tokens_per_rank", r.tokens_per_rank},
+            {"routing", r.routing},
+            {"impl", r.impl},
+            {"ranks", r.ranks},
+            {"median_ms", r.median_ms},
+            {"p10_ms", r.p10_ms},
+            {"p90_ms", r.p90_ms},
+            {"tflops_per_gpu", r.tflops_per_gpu},
+            {"nvlink_gbps", r.nvlink_gbps},
+            {"floor_ms", r.floor_ms},
+            {"fraction_of_floor", r.floor_fraction},
+            {"floor_terms",
+             {{"compute_ms", r.floor.compute_ms},
+              {"weights_ms", r.floor.weights_ms},
+              {"comm_ms", r.floor.comm_ms},
+              {"bound", std::string(r.floor.bound())}}},
+            // Rows that did not run are unverified, not failed; only a run that failed the check says false.
+            {"verified", r.verified == "yes" ? Json(true) : r.verified == "no" ? Json(false) : Json()},
+            {"rel_err", r.rel_err},
+            {"unwritten", r.unwritten < 0 ? Json() : Json(r.unwritten)},
+            {"speedup_over", speedups},
+            {"phases", {{"dispatch_ms", r.dispatch_ms}, {"experts_ms", r.experts_ms}, {"combine_ms", r.combine_ms}}},
+            {"gemm_alone_ms", r.gemm_alone_ms},
+            {"gemm_alone_tflops", r.gemm_alone_tflops},
+            {"gemm_alone_grouped_ms", r.gemm_alone_grouped_ms},
+            {"gemm_alone_loop_ms", r.gemm_alone_loop_ms},
+            {"gemm_path", r.gemm_path.empty() ? Json() : Json(r.gemm_path)},
+            {"flops_per_gpu", r.flops_per_gpu},
+            {"remote_bytes_per_gpu", r.remote_bytes_per_gpu},
+            {"iters", r.iters},
+            {"sets", r.sets}};
+  if (!r.ran()) j["skipped"] = r.note;
   return j;
 }
 
 tools::Json report_json(const RunInfo& info, const std::vector<BenchRow>& rows) {
-  tools::Json ceilings = tools::Json::object();
-  ceilings.set("gemm_tflops", info.ceilings.gemm_tflops).set("hbm_gbps", info.ceilings.hbm_gbps);
-  ceilings.set("nvlink_gbps", info.ceilings.nvlink_gbps).set("source", info.ceilings_source);
   tools::Json all = tools::Json::array();
-  for (const BenchRow& r : rows) all.push(row_json(r));
-  tools::Json j = tools::Json::object();
-  j.set("device", info.device).set("gpus", info.gpus).set("date", info.date).set("commit", info.commit);
-  j.set("command", info.command).set("ceilings", ceilings).set("rows", all);
-  return j;
+  for (const BenchRow& r : rows) all.push_back(row_json(r));
+  return {{"device", info.device},
+          {"gpus", info.gpus},
+          {"date", info.date},
+          {"commit", info.commit},
+          {"command", info.command},
+          {"ceilings",
+           {{"gemm_tflops", info.ceilings.gemm_tflops},
+            {"hbm_gbps", info.ceilings.hbm_gbps},
+            {"nvlink_gbps", info.ceilings.nvlink_gbps},
+            {"source", info.ceilings_source}}},
+          {"rows", all}};
 }
 
 }  // namespace epfuse::bench

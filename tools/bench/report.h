@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "bench/floor.h"
 #include "bench/options.h"
 #include "bench/record.h"

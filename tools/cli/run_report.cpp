@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include <nlohmann/json.hpp>
+
 #include "common/output.h"
 
 namespace epfuse::tools {
@@ -84,57 +86,52 @@ std::string summary(const RunPlan& plan, const RunResult& r, bool reference_only
 
 std::string result_json(const RunPlan& plan, const RunResult& r, const std::string& command) {
   const LayerConfig& c = plan.cfg;
-  Json config = Json::object();
-  config.set("model", plan.model)
-      .set("hidden", c.hidden)
-      .set("intermediate", c.intermediate)
-      .set("experts", c.num_experts)
-      .set("topk", c.topk)
-      .set("clamp", static_cast<double>(c.swiglu_clamp))
-      .set("max_tokens_per_rank", c.max_tokens_per_rank)
-      .set("routing", to_string(plan.routing))
-      .set("seed", plan.seed)
-      .set("vary", plan.vary)
-      .set("verify_every", plan.verify_every)
-      .set("verify_rows", plan.verify_rows)
-      .set("tolerance", plan.tolerance)
-      .set("row_tolerance", row_tolerance(plan.tolerance));
+  const Json config = {{"model", plan.model},
+                       {"hidden", c.hidden},
+                       {"intermediate", c.intermediate},
+                       {"experts", c.num_experts},
+                       {"topk", c.topk},
+                       {"clamp", static_cast<double>(c.swiglu_clamp)},
+                       {"max_tokens_per_rank", c.max_tokens_per_rank},
+                       {"routing", std::string(to_string(plan.routing))},
+                       {"seed", plan.seed},
+                       {"vary", plan.vary},
+                       {"verify_every", plan.verify_every},
+                       {"verify_rows", plan.verify_rows},
+                       {"tolerance", plan.tolerance},
+                       {"row_tolerance", row_tolerance(plan.tolerance)}};
   Json per_rank = Json::array();
-  for (const RankStats& s : r.ranks) {
-    per_rank.push(Json::object()
-                      .set("tokens", s.tokens)
-                      .set("routed_slots", s.routed)
-                      .set("dropped_slots", s.dropped)
-                      .set("rows_checked", s.rows_checked)
-                      .set("rel_err", s.rel_err)
-                      .set("unwritten", s.unwritten)
-                      .set("output_norm", s.output_norm)
-                      .set("seconds", s.seconds));
-  }
+  for (const RankStats& s : r.ranks)
+    per_rank.push_back({{"tokens", s.tokens},
+                        {"routed_slots", s.routed},
+                        {"dropped_slots", s.dropped},
+                        {"rows_checked", s.rows_checked},
+                        {"rel_err", s.rel_err},
+                        {"unwritten", s.unwritten},
+                        {"output_norm", s.output_norm},
+                        {"seconds", s.seconds}});
   Json worst;  // null for the CPU reference and when no row was checked
   if (plan.impl && r.worst_row.rank >= 0)
-    worst = Json::object().set("rank", r.worst_row.rank).set("row", r.worst_row.row).set("rel_err", r.worst_row.err);
-  Json doc = Json::object();
-  doc.set("device", r.device)
-      .set("gpus", r.gpus)
-      .set("date", utc_timestamp())
-      .set("commit", git_commit())
-      .set("command", command)
-      .set("config", std::move(config))
-      .set("impl", plan.impl ? std::string(to_string(*plan.impl)) : std::string("reference"))
-      .set("ranks", Json::array_of(r.first_call_tokens))
-      .set("calls", r.calls)
-      .set("calls_verified", r.calls_verified)
-      .set("max_rel_err", plan.impl ? Json(r.max_rel_err) : Json())
-      .set("max_row_rel_err", plan.impl ? Json(r.worst_row.err) : Json())
-      .set("worst_row", std::move(worst))
-      .set("unwritten", r.unwritten)
-      .set("verified", r.verified)
-      .set("memory", Json::object()
-                         .set("symmetric_bytes", static_cast<int64_t>(r.memory.symmetric_bytes))
-                         .set("private_bytes", static_cast<int64_t>(r.memory.private_bytes)))
-      .set("rank_stats", std::move(per_rank));
-  return doc.dump();
+    worst = {{"rank", r.worst_row.rank}, {"row", r.worst_row.row}, {"rel_err", r.worst_row.err}};
+  const Json doc = {{"device", r.device},
+                    {"gpus", r.gpus},
+                    {"date", utc_timestamp()},
+                    {"commit", git_commit()},
+                    {"command", command},
+                    {"config", config},
+                    {"impl", plan.impl ? std::string(to_string(*plan.impl)) : std::string("reference")},
+                    {"ranks", r.first_call_tokens},
+                    {"calls", r.calls},
+                    {"calls_verified", r.calls_verified},
+                    {"max_rel_err", plan.impl ? Json(r.max_rel_err) : Json()},
+                    {"max_row_rel_err", plan.impl ? Json(r.worst_row.err) : Json()},
+                    {"worst_row", worst},
+                    {"unwritten", r.unwritten},
+                    {"verified", r.verified},
+                    {"memory",
+                     {{"symmetric_bytes", r.memory.symmetric_bytes}, {"private_bytes", r.memory.private_bytes}}},
+                    {"rank_stats", per_rank}};
+  return dump_json(doc);
 }
 
 }  // namespace epfuse::tools

@@ -6,10 +6,15 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <fstream>
 #include <stdexcept>
+
+#include <fmt/chrono.h>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "build_info.h"
 
@@ -23,26 +28,31 @@ bool looks_numeric(const std::string& s) {
   return end != s.c_str() && (*end == '\0' || *end == '%' || *end == 'x');
 }
 
-void append_escaped(std::string& out, const std::string& s) {
-  out += '"';
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-          out += buf;
-        } else {
-          out += static_cast<char>(c);
-        }
+void dump_to(std::string& out, const Json& j, int depth) {
+  const auto newline = [&](int d) { out += '\n' + std::string(static_cast<size_t>(2 * d), ' '); };
+  if (j.is_object()) {
+    out += '{';
+    for (auto it = j.begin(); it != j.end(); ++it) {
+      out += it == j.begin() ? "" : ",";
+      newline(depth + 1);
+      out += Json(it.key()).dump() + ": ";
+      dump_to(out, it.value(), depth + 1);
     }
+    if (!j.empty()) newline(depth);
+    out += '}';
+  } else if (j.is_array()) {
+    const bool scalars = std::none_of(j.begin(), j.end(), [](const Json& v) { return v.is_structured(); });
+    out += '[';
+    for (auto it = j.begin(); it != j.end(); ++it) {
+      out += it == j.begin() ? "" : scalars ? ", " : ",";
+      if (!scalars) newline(depth + 1);
+      dump_to(out, *it, depth + 1);
+    }
+    if (!scalars && !j.empty()) newline(depth);
+    out += ']';
+  } else {
+    out += j.dump();  // nlohmann/json's scalars: escaped strings, shortest round-trip numbers, NaN as null
   }
-  out += '"';
 }
 
 }  // namespace
@@ -63,9 +73,10 @@ std::string Table::render() const {
   auto line = [&](const std::vector<std::string>& cells, bool header) {
     std::string out;
     for (size_t c = 0; c < cells.size(); ++c) {
-      std::string pad(width[c] - cells[c].size(), ' ');
-      bool right = !header && looks_numeric(cells[c]);
-      out += (c ? "  " : "") + (right ? pad + cells[c] : cells[c] + (c + 1 < cells.size() ? pad : ""));
+      const bool last = c + 1 == cells.size();
+      if (c) out += "  ";
+      if (!header && looks_numeric(cells[c])) out += fmt::format("{:>{}}", cells[c], width[c]);
+      else out += last ? cells[c] : fmt::format("{:<{}}", cells[c], width[c]);  // no trailing blanks
     }
     return out + "\n";
   };
@@ -77,95 +88,12 @@ std::string Table::render() const {
   return out;
 }
 
-// ---- Json ----
+// ---- JSON ----
 
-Json Json::object() {
-  Json j;
-  j.value_ = std::make_shared<Object>();
-  return j;
-}
-Json Json::array() {
-  Json j;
-  j.value_ = std::make_shared<Array>();
-  return j;
-}
-
-Json& Json::set(std::string key, Json value) {
-  auto* obj = std::get_if<std::shared_ptr<Object>>(&value_);
-  if (!obj) throw std::logic_error("Json::set on a value that is not an object");
-  for (auto& [k, v] : (*obj)->members) {
-    if (k == key) {
-      v = std::move(value);
-      return *this;
-    }
-  }
-  (*obj)->members.emplace_back(std::move(key), std::move(value));
-  return *this;
-}
-
-Json& Json::push(Json value) {
-  auto* arr = std::get_if<std::shared_ptr<Array>>(&value_);
-  if (!arr) throw std::logic_error("Json::push on a value that is not an array");
-  (*arr)->items.push_back(std::move(value));
-  return *this;
-}
-
-std::string Json::dump(int indent) const {
+std::string dump_json(const Json& doc) {
   std::string out;
-  dump_to(out, indent, 0);
+  dump_to(out, doc, 0);
   return out + "\n";
-}
-
-void Json::dump_to(std::string& out, int indent, int depth) const {
-  auto newline = [&](int d) {
-    if (indent <= 0) return;
-    out += '\n';
-    out.append(static_cast<size_t>(indent * d), ' ');
-  };
-  if (std::holds_alternative<std::monostate>(value_)) {
-    out += "null";
-  } else if (auto* b = std::get_if<bool>(&value_)) {
-    out += *b ? "true" : "false";
-  } else if (auto* i = std::get_if<int64_t>(&value_)) {
-    out += std::to_string(*i);
-  } else if (auto* d = std::get_if<double>(&value_)) {
-    if (!std::isfinite(*d)) {
-      out += "null";
-    } else {
-      char buf[32];
-      std::snprintf(buf, sizeof(buf), "%.12g", *d);
-      out += buf;
-    }
-  } else if (auto* s = std::get_if<std::string>(&value_)) {
-    append_escaped(out, *s);
-  } else if (auto* o = std::get_if<std::shared_ptr<Object>>(&value_)) {
-    out += "{";
-    bool first = true;
-    for (const auto& [k, v] : (*o)->members) {
-      out += first ? "" : ",";
-      first = false;
-      newline(depth + 1);
-      append_escaped(out, k);
-      out += indent > 0 ? ": " : ":";
-      v.dump_to(out, indent, depth + 1);
-    }
-    if (!first) newline(depth);
-    out += "}";
-  } else if (auto* a = std::get_if<std::shared_ptr<Array>>(&value_)) {
-    // Arrays of scalars stay on one line: per-rank lists read better that way.
-    bool scalars = std::all_of((*a)->items.begin(), (*a)->items.end(), [](const Json& j) {
-      return !std::holds_alternative<std::shared_ptr<Object>>(j.value_) &&
-             !std::holds_alternative<std::shared_ptr<Array>>(j.value_);
-    });
-    out += "[";
-    for (size_t k = 0; k < (*a)->items.size(); ++k) {
-      out += k ? (scalars ? ", " : ",") : "";
-      if (!scalars) newline(depth + 1);
-      (*a)->items[k].dump_to(out, indent, depth + 1);
-    }
-    if (!scalars && !(*a)->items.empty()) newline(depth);
-    out += "]";
-  }
 }
 
 // ---- Progress ----
@@ -203,18 +131,15 @@ void Progress::draw(int64_t done, bool final) {
   last_done_ = done;
   double frac = std::clamp(static_cast<double>(done) / static_cast<double>(total_), 0.0, 1.0);
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-  char tail[64];
-  std::snprintf(tail, sizeof(tail), " %3d%%  %.1f s", static_cast<int>(frac * 100.0), secs);
-  std::string text;
+  const std::string tail = fmt::format(" {:3d}%  {:.1f} s", static_cast<int>(frac * 100.0), secs);
   if (tty_) {
     constexpr int kWidth = 30;
-    int filled = static_cast<int>(frac * kWidth);
-    text = "\r" + label_ + " [" + std::string(static_cast<size_t>(filled), '#') +
-           std::string(static_cast<size_t>(kWidth - filled), ' ') + "]" + tail + (final ? "\n" : "");
+    const int filled = static_cast<int>(frac * kWidth);
+    fmt::print(stderr, "\r{} [{:<{}}]{}{}", label_, std::string(static_cast<size_t>(filled), '#'), kWidth, tail,
+               final ? "\n" : "");
   } else {
-    text = label_ + ":" + tail + "\n";
+    fmt::print(stderr, "{}:{}\n", label_, tail);
   }
-  std::fputs(text.c_str(), stderr);
   std::fflush(stderr);
 }
 
@@ -226,9 +151,7 @@ std::string utc_timestamp() {
   std::time_t now = std::time(nullptr);
   std::tm tm{};
   gmtime_r(&now, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
+  return fmt::format("{:%Y-%m-%dT%H:%M:%SZ}", tm);
 }
 
 std::string command_line(const std::vector<std::string>& args) {
@@ -249,17 +172,10 @@ std::string command_line(const std::vector<std::string>& args) {
 
 std::string command_line(int argc, char** argv) { return command_line(std::vector<std::string>(argv, argv + argc)); }
 
-std::string format_fixed(double v, int decimals) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%.*f", decimals, v);
-  return buf;
-}
+std::string format_fixed(double v, int decimals) { return fmt::format("{:.{}f}", v, decimals); }
 
 std::string format_sci(double v, int digits) {
-  if (std::isnan(v)) return "nan";
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%.*e", digits, v);
-  return buf;
+  return std::isnan(v) ? "nan" : fmt::format("{:.{}e}", v, digits);
 }
 
 void write_file(const std::string& path, const std::string& content) {

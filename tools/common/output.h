@@ -1,15 +1,13 @@
-// What the `epfuse` commands print and write: aligned tables, JSON documents, progress on stderr
-// (a bar on a terminal, periodic plain lines otherwise), and the facts every report carries
-// (date, commit, command line).
+// What the `epfuse` commands print and write: aligned tables and numbers (fmt), JSON documents
+// (nlohmann/json), progress on stderr (a bar on a terminal, periodic plain lines otherwise), and the
+// facts every report carries (date, commit, command line).
 #pragma once
 #include <chrono>
 #include <cstdint>
-#include <map>
-#include <memory>
 #include <string>
-#include <string_view>
-#include <variant>
 #include <vector>
+
+#include <nlohmann/json_fwd.hpp>
 
 namespace epfuse::tools {
 
@@ -25,43 +23,12 @@ class Table {
   std::vector<std::vector<std::string>> rows_;
 };
 
-// A JSON value; objects keep their keys in insertion order. Non-finite numbers become null.
-class Json {
- public:
-  Json() = default;  // null
-  Json(bool v) : value_(v) {}
-  Json(int v) : value_(static_cast<int64_t>(v)) {}
-  Json(int64_t v) : value_(v) {}
-  Json(uint64_t v) : value_(static_cast<int64_t>(v)) {}
-  Json(double v) : value_(v) {}
-  Json(const char* v) : value_(std::string(v)) {}
-  Json(std::string v) : value_(std::move(v)) {}
-  Json(std::string_view v) : value_(std::string(v)) {}
-  static Json object();
-  static Json array();
-  template <class T>
-  static Json array_of(const std::vector<T>& items) {
-    Json a = array();
-    for (const T& item : items) a.push(Json(item));
-    return a;
-  }
+// JSON documents are nlohmann/json values whose objects keep their keys in insertion order.
+using Json = nlohmann::ordered_json;
 
-  Json& set(std::string key, Json value);  // on an object; replaces an existing key
-  Json& push(Json value);                  // on an array
-  std::string dump(int indent = 2) const;
-
- private:
-  struct Object {
-    std::vector<std::pair<std::string, Json>> members;
-  };
-  struct Array {
-    std::vector<Json> items;
-  };
-  void dump_to(std::string& out, int indent, int depth) const;
-  std::variant<std::monostate, bool, int64_t, double, std::string, std::shared_ptr<Object>,
-               std::shared_ptr<Array>>
-      value_;
-};
+// The layout of the JSON files the commands write: two-space indentation, arrays of scalars on one
+// line ("[3, 0]": per-rank lists read better that way), non-finite numbers as null; ends with a newline.
+std::string dump_json(const Json& doc);
 
 // Progress of a long step on stderr: a redrawn bar when stderr is a terminal, otherwise a plain
 // line at most every `period` (and at the end), so logs stay readable.

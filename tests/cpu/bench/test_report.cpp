@@ -108,7 +108,7 @@ TEST(Report, TableAndJsonCarryEveryRow) {
     EXPECT_NE(table.find(text), std::string::npos) << text << "\n" << table;
 
   RunInfo info{"NVIDIA H200", "2026-11-21T10:00:00Z", "abc1234", "epfuse bench", 4, kFacts, "flags"};
-  const std::string json = report_json(info, rows).dump();
+  const std::string json = tools::dump_json(report_json(info, rows));
   for (const char* key : {"\"device\"", "\"gpus\"", "\"date\"", "\"commit\"", "\"command\"", "\"ceilings\"",
                           "\"rows\"", "\"config\"", "\"hidden\"", "\"intermediate\"", "\"experts\"", "\"topk\"",
                           "\"tokens_per_rank\"", "\"routing\"", "\"impl\"", "\"median_ms\"", "\"p10_ms\"",
