@@ -90,7 +90,7 @@ __device__ void combine_task(const FusedContext<Transport>& c, int block, const 
     if (lane == 0 && expected != 0) {
       const uint64_t start = prm.profile != nullptr ? globaltimer_ns() : 0;
       const uint32_t base = c.token_base[t];
-      const uint32_t* signal = local_ptr<uint32_t>(c, token_signal_offset(prm.sym, prm.layout, c.parity, t));
+      const uint32_t* signal = local_ptr<uint32_t>(c, token_signal_offset(prm.sym, prm.capacity, c.parity, t));
       ok = bounded_wait(prm, c.ctl, c.site(Phase::kCombine, WaitKind::kTokenTiles, t), expected,
                         [&] { return ld_acquire_sys(signal); },
                         [&](uint32_t v) { return counter_reached(v, base, expected); })
@@ -104,9 +104,9 @@ __device__ void combine_task(const FusedContext<Transport>& c, int block, const 
     // Routed slots as a mask, read once per token rather than once per vector.
     uint32_t routed = 0;
     for (int j = 0; j < k; ++j) routed |= slot_is_routed(idx[j], d.num_experts) ? 1u << j : 0u;
-    const __nv_bfloat16* rows = local_ptr<const __nv_bfloat16>(c, combine_row_offset(prm.sym, prm.layout, c.parity, t, 0));
+    const __nv_bfloat16* rows = local_ptr<const __nv_bfloat16>(c, combine_row_offset(prm.sym, prm.capacity, c.parity, t, 0));
     // A token's slot rows are consecutive, each the workspace's widest row (combine_row_offset).
-    const size_t stride = static_cast<size_t>(prm.layout.hidden);
+    const size_t stride = static_cast<size_t>(prm.capacity.hidden);
     __nv_bfloat16* y_row = prm.y + static_cast<int64_t>(t) * H;
     if (k <= 2) {
       reduce_token<8, 2>(rows, stride, k, routed, H, y_row, lane);

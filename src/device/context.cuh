@@ -49,8 +49,8 @@ struct FusedContext {
     c.pair_tickets = reinterpret_cast<uint32_t*>(ws + pl.pair_tickets);
     c.plan = plan_view(reinterpret_cast<int*>(ws + pl.plan), prm.dims.world, c.local_experts);
     // Strides of the workspace's capacity, as the counters they mirror (buffer_layout.h).
-    c.arrival_base = reinterpret_cast<uint32_t*>(ws + pl.arrival_base) + c.parity * prm.layout.local_experts();
-    c.token_base = reinterpret_cast<uint32_t*>(ws + pl.token_base) + c.parity * prm.layout.max_tokens;
+    c.arrival_base = reinterpret_cast<uint32_t*>(ws + pl.arrival_base) + c.parity * prm.capacity.local_experts();
+    c.token_base = reinterpret_cast<uint32_t*>(ws + pl.token_base) + c.parity * prm.capacity.max_tokens;
     c.l1_done = reinterpret_cast<uint32_t*>(ws + pl.l1_done);
     return c;
   }

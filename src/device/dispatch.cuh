@@ -38,7 +38,7 @@ __device__ void dispatch_task(const FusedContext<Transport>& c, int block, int l
     const int dst = expert_rank(idx[j], L);
     if (dst == prm.rank) continue;
     const int4* src_row = reinterpret_cast<const int4*>(prm.x + static_cast<int64_t>(t) * H);
-    int4* dst_row = peer_ptr<int4>(c, dst, recv_row_offset(prm.sym, prm.layout, c.parity, dst, prm.rank,
+    int4* dst_row = peer_ptr<int4>(c, dst, recv_row_offset(prm.sym, prm.capacity, c.parity, dst, prm.rank,
                                                     c.pair_row[static_cast<int64_t>(t) * k + j]));
     for (int v = lane; v < H / 8; v += 32) dst_row[v] = ptx::ld_nc_na_v4(src_row + v);
   }
@@ -51,14 +51,14 @@ __device__ void dispatch_task(const FusedContext<Transport>& c, int block, int l
     const int dst = expert_rank(e, L);
     const RowEntry entry{dst == prm.rank ? t : c.pair_row[at], t, j, prm.topk_weights[at]};
     const int64_t slot = entry_base[e] + c.pair_index[at];
-    *peer_ptr<int4>(c, dst, recv_entry_offset(prm.sym, prm.layout, c.parity, prm.rank, slot)) = *reinterpret_cast<const int4*>(&entry);
+    *peer_ptr<int4>(c, dst, recv_entry_offset(prm.sym, prm.capacity, c.parity, prm.rank, slot)) = *reinterpret_cast<const int4*>(&entry);
     atomicAdd(&sent[e], 1u);
   }
   __syncthreads();
   for (int e = threadIdx.x; e < E; e += blockDim.x) {
     const uint32_t n = sent[e];
     if (n != 0)
-      red_add_release_sys(peer_ptr<uint32_t>(c, expert_rank(e, L), arrival_offset(prm.sym, prm.layout, c.parity, expert_local(e, L))), n);
+      red_add_release_sys(peer_ptr<uint32_t>(c, expert_rank(e, L), arrival_offset(prm.sym, prm.capacity, c.parity, expert_local(e, L))), n);
   }
 }
 

@@ -40,12 +40,12 @@ template <class Transport>
 __device__ __forceinline__ ResolvedRow resolve_row(const FusedContext<Transport>& c, const TileRows& w, int i) {
   const FusedParams& prm = *c.prm;
   const RowSource src = row_source(c.plan, prm.dims.world, c.local_experts, w.expert, w.row0 + i);
-  const int4 raw = __ldcg(local_ptr<int4>(c, recv_entry_offset(prm.sym, prm.layout, c.parity, src.src, src.entry)));
+  const int4 raw = __ldcg(local_ptr<int4>(c, recv_entry_offset(prm.sym, prm.capacity, c.parity, src.src, src.entry)));
   const RowEntry entry = *reinterpret_cast<const RowEntry*>(&raw);
   const __nv_bfloat16* a =
       src.src == prm.rank
           ? prm.x + static_cast<int64_t>(entry.row) * prm.dims.hidden
-          : local_ptr<const __nv_bfloat16>(c, recv_row_offset(prm.sym, prm.layout, c.parity, prm.rank, src.src, entry.row));
+          : local_ptr<const __nv_bfloat16>(c, recv_row_offset(prm.sym, prm.capacity, c.parity, prm.rank, src.src, entry.row));
   return {a, src.src, entry.token, entry.slot, entry.weight};
 }
 
@@ -82,7 +82,7 @@ __device__ __forceinline__ bool wait_tile_inputs(const FusedContext<Transport>& 
   if (phase == Phase::kLinear1) {
     const uint32_t rows = static_cast<uint32_t>(c.plan.rows[tile.expert]);
     const uint32_t base = c.plan.target[tile.expert] - rows;
-    const uint32_t* arrived = local_ptr<uint32_t>(c, arrival_offset(prm.sym, prm.layout, c.parity, tile.expert));
+    const uint32_t* arrived = local_ptr<uint32_t>(c, arrival_offset(prm.sym, prm.capacity, c.parity, tile.expert));
     return group_wait(g, prm, c.ctl, c.site(Phase::kLinear1, WaitKind::kArrivals, tile.expert), rows,
                       [&] { return ld_acquire_sys(arrived); }, [&](uint32_t v) { return counter_reached(v, base, rows); });
   }
@@ -182,13 +182,13 @@ struct ExpertTiles {
     constexpr int kChunks = kBlockN / 8;
     for (int q = threadIdx.x; q < w.rows * kChunks; q += blockDim.x) {
       const int row = q / kChunks, chunk = q % kChunks;
-      int4* dst = peer_ptr<int4>(c, t.home[row], combine_row_offset(prm.sym, prm.layout, c.parity, t.token[row], t.slot[row]) +
+      int4* dst = peer_ptr<int4>(c, t.home[row], combine_row_offset(prm.sym, prm.capacity, c.parity, t.token[row], t.slot[row]) +
                                                 static_cast<size_t>(n0 + chunk * 8) * 2);
       *dst = *reinterpret_cast<const int4*>(stage + row * stage_stride(kBlockN) + chunk * 8);
     }
     __syncthreads();
     for (int row = threadIdx.x; row < w.rows; row += blockDim.x)
-      red_add_release_sys(peer_ptr<uint32_t>(c, t.home[row], token_signal_offset(prm.sym, prm.layout, c.parity, t.token[row])),
+      red_add_release_sys(peer_ptr<uint32_t>(c, t.home[row], token_signal_offset(prm.sym, prm.capacity, c.parity, t.token[row])),
                           signal_units(kBlockN));
     __syncthreads();  // the row table and stage are reused by the next task
   }

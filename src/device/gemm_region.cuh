@@ -281,13 +281,13 @@ struct GemmRegion {
         *reinterpret_cast<uint32_t*>(sh.stage + row * kStageStride + col - P * kPassCols) = ptx::pack_bf16x2(v0, v1);
       });
       store_pass(sh, rows, g, [&](int row, int chunk) {
-        return peer_ptr<int4>(c, t.home[row], combine_row_offset(prm.sym, prm.layout, c.parity, t.token[row], t.slot[row]) +
+        return peer_ptr<int4>(c, t.home[row], combine_row_offset(prm.sym, prm.capacity, c.parity, t.token[row], t.slot[row]) +
                                              static_cast<size_t>(n0 + P * kPassCols + chunk * kChunkElems) * 2);
       });
     });
     free_slot(sh, s, g);
     if (own < rows)
-      red_add_release_sys(peer_ptr<uint32_t>(c, home, token_signal_offset(prm.sym, prm.layout, c.parity, token)), signal_units(kBlockN));
+      red_add_release_sys(peer_ptr<uint32_t>(c, home, token_signal_offset(prm.sym, prm.capacity, c.parity, token)), signal_units(kBlockN));
   }
 };
 

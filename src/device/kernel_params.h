@@ -32,10 +32,10 @@ struct FusedControl {
 };
 
 struct FusedParams {
-  FusedDims dims;    // this layer's shape (the math)
-  FusedDims layout;  // the workspace's capacity: every region's strides (buffer_layout.h), shared by layers
-  SymLayout sym;     // made from `layout`
-  PrivLayout priv;   // made from `layout`
+  FusedDims dims;      // this layer's shape (the math)
+  FusedDims capacity;  // the workspace's capacity: every region's strides (buffer_layout.h), shared by layers
+  SymLayout sym;       // made from `capacity`
+  PrivLayout priv;     // made from `capacity`
   int rank = 0;
   int num_tokens = 0;
   uint32_t host_status = 0;   // ErrorKind the host found in this call's arguments (then num_tokens = 0)

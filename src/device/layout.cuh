@@ -91,13 +91,13 @@ __device__ void publish_task(const FusedContext<Transport>& c, int layout_tasks)
   const uint32_t status = found != 0 ? found : prm.host_status;
   for (int i = threadIdx.x; i < d.world * L; i += blockDim.x) {
     const int dst = i / L, e = i % L;
-    *peer_ptr<uint32_t>(c, dst, count_msg_offset(prm.sym, prm.layout, c.parity, prm.rank, e)) = c.pair_tickets[i];
+    *peer_ptr<uint32_t>(c, dst, count_msg_offset(prm.sym, prm.capacity, c.parity, prm.rank, e)) = c.pair_tickets[i];
   }
   for (int dst = threadIdx.x; dst < d.world; dst += blockDim.x)
-    *peer_ptr<uint32_t>(c, dst, count_status_offset(prm.sym, prm.layout, c.parity, prm.rank)) = status;
+    *peer_ptr<uint32_t>(c, dst, count_status_offset(prm.sym, prm.capacity, c.parity, prm.rank)) = status;
   __syncthreads();
   for (int dst = threadIdx.x; dst < d.world; dst += blockDim.x)
-    st_release_sys(peer_ptr<uint32_t>(c, dst, count_flag_offset(prm.sym, prm.layout, c.parity, prm.rank)), c.epoch);
+    st_release_sys(peer_ptr<uint32_t>(c, dst, count_flag_offset(prm.sym, prm.capacity, c.parity, prm.rank)), c.epoch);
   if (threadIdx.x == 0 && status != 0) raise_abort(c.ctl);
 }
 
@@ -110,7 +110,7 @@ __device__ void collect_task(const FusedContext<Transport>& c, int block_m, int 
   const FusedDims& d = prm.dims;
   const int L = c.local_experts;
   for (int src = 0; src < d.world; ++src) {
-    const uint32_t* flag = local_ptr<uint32_t>(c, count_flag_offset(prm.sym, prm.layout, c.parity, src));
+    const uint32_t* flag = local_ptr<uint32_t>(c, count_flag_offset(prm.sym, prm.capacity, c.parity, src));
     if (!cta_wait(prm, c.ctl, c.site(Phase::kCollect, WaitKind::kCounts, src), c.epoch,
                   [&] { return ld_acquire_sys(flag); }, [&](uint32_t v) { return flag_is_current(v, c.epoch); }))
       return;
@@ -118,7 +118,7 @@ __device__ void collect_task(const FusedContext<Transport>& c, int block_m, int 
   if (threadIdx.x == 0) {
     bool peer_bad = false;
     for (int src = 0; src < d.world; ++src) {
-      const uint32_t status = __ldcg(local_ptr<uint32_t>(c, count_status_offset(prm.sym, prm.layout, c.parity, src)));
+      const uint32_t status = __ldcg(local_ptr<uint32_t>(c, count_status_offset(prm.sym, prm.capacity, c.parity, src)));
       if (status != 0) {
         record_error(c.ctl, ErrorRecord{static_cast<int32_t>(ErrorKind::kPeerBadInput), prm.rank,
                                         static_cast<int32_t>(Phase::kCollect), 0, src, 0, 0, status});
@@ -129,8 +129,8 @@ __device__ void collect_task(const FusedContext<Transport>& c, int block_m, int 
       raise_abort(c.ctl);
     } else {
       // This parity's messages, [world][capacity L]; the acquires above ordered them.
-      const uint32_t* counts = local_ptr<uint32_t>(c, count_msg_offset(prm.sym, prm.layout, c.parity, 0, 0));
-      const int mblocks = build_expert_plan(counts, prm.layout.local_experts(), d.world, L, block_m, c.plan);
+      const uint32_t* counts = local_ptr<uint32_t>(c, count_msg_offset(prm.sym, prm.capacity, c.parity, 0, 0));
+      const int mblocks = build_expert_plan(counts, prm.capacity.local_experts(), d.world, L, block_m, c.plan);
       build_gemm_schedule(c.plan, L, nblocks1, nblocks2, /*lag=*/static_cast<int>(gridDim.x));
       for (int e = 0; e < L; ++e) {
         const uint32_t target = c.arrival_base[e] + static_cast<uint32_t>(c.plan.rows[e]);

@@ -60,8 +60,8 @@ int device_connections_from_env() {
 
 // The workspace of the fused layer (epfuse/workspace.h): the symmetric window, the private buffers
 // (control block included) and the cross-stream order of its layers' forwards, laid out for the
-// capacity; every layer on it addresses with these layouts (FusedParams::layout) and computes with its
-// own dims.
+// capacity; every layer on it addresses with these offsets (FusedParams::capacity) and computes with
+// its own dims.
 class FusedWorkspace final : public Workspace {
  public:
   FusedWorkspace(Communicator& comm, const LayerConfig& capacity)
@@ -130,7 +130,7 @@ class FusedWorkspace final : public Workspace {
 
   // The kernel argument's workspace fields.
   void fill(device::FusedParams& prm) const {
-    prm.layout = plan_.dims;
+    prm.capacity = plan_.dims;
     prm.sym = plan_.sym;
     prm.priv = plan_.priv;
     prm.timeout_ns = timeout_ns_;
