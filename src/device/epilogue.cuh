@@ -7,7 +7,7 @@
 #pragma once
 #include <cuda_bf16.h>
 
-#include "device/gemm_layout.h"
+#include "device/gemm_maps.h"
 #include "device/ptx.cuh"
 
 namespace epfuse::device {

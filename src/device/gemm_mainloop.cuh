@@ -35,13 +35,13 @@
 //     template <class F> __device__ static void visit_col16(const Accum& acc, F f);
 //   };
 //
-// Index arithmetic (swizzle, ldmatrix rows, fragment ownership) lives in gemm_layout.h, tested on the CPU.
+// Index arithmetic (swizzle, ldmatrix rows, fragment ownership) lives in gemm_maps.h, tested on the CPU.
 #pragma once
 #include <cstdint>
 
 #include <cuda_bf16.h>
 
-#include "device/gemm_layout.h"
+#include "device/gemm_maps.h"
 #include "device/ptx.cuh"
 
 namespace epfuse::device {

@@ -30,8 +30,8 @@
 
 #include <cuda_bf16.h>
 
-#include "device/gemm_layout.h"
-#include "device/gemm_layout_wgmma.h"
+#include "device/gemm_maps.h"
+#include "device/gemm_maps_wgmma.h"
 #include "device/mbarrier.cuh"
 #include "device/profile.cuh"  // globaltimer_ns
 #include "device/ptx.cuh"
@@ -109,7 +109,7 @@ struct TileGemmTma {
     __syncthreads();
   }
 
-  // The tile rows producer thread p copies (chunk producer_chunk of each; gemm_layout_wgmma.h).
+  // The tile rows producer thread p copies (chunk producer_chunk of each; gemm_maps_wgmma.h).
   __device__ static int producer_row(int p, int i) { return device::producer_row(p, i, kProducerThreads, kChunksPerRow); }
 
   // Producer thread p (0..127): issues every k-block of one tile, copying its chunk of A rows

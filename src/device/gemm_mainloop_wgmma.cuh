@@ -19,15 +19,15 @@
 // (wait<1> in iteration kb - 1) before it arrived at this iteration's barrier: one MMA group stays in
 // flight across the barrier, so the tensor cores never wait for the synchronisation.
 //
-// Index arithmetic (descriptor, swizzle, accumulator ownership) lives in gemm_layout_wgmma.h and
-// gemm_layout.h, tested on the CPU (tests/cpu/gemm/test_gemm_wgmma.cpp).
+// Index arithmetic (descriptor, swizzle, accumulator ownership) lives in gemm_maps_wgmma.h and
+// gemm_maps.h, tested on the CPU (tests/cpu/gemm/test_gemm_wgmma.cpp).
 #pragma once
 #include <cstdint>
 
 #include <cuda_bf16.h>
 
-#include "device/gemm_layout.h"
-#include "device/gemm_layout_wgmma.h"
+#include "device/gemm_maps.h"
+#include "device/gemm_maps_wgmma.h"
 #include "device/ptx.cuh"
 #include "device/wgmma.cuh"
 
@@ -176,7 +176,7 @@ struct TileGemmWgmma {
 
   __device__ static void sync_threads() { ptx::named_barrier_sync(kBarrierId, kThreads); }
   // Element offset within a stage of copy slot `index` (= tid + i * kThreads): with
-  // kBlockK = 64 the XOR swizzle of gemm_layout.h is the hardware's 128-byte swizzle.
+  // kBlockK = 64 the XOR swizzle of gemm_maps.h is the hardware's 128-byte swizzle.
   __device__ static int load_offset(int index) {
     return smem_chunk_offset(load_row(index, kBlockK), load_chunk(index, kBlockK), kBlockK);
   }

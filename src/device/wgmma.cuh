@@ -1,6 +1,6 @@
 // Thin wrappers over the Hopper (sm_90a) warpgroup MMA PTX the wgmma tile GEMM uses
 // (gemm_mainloop_wgmma.cuh): wgmma.mma_async bf16 x bf16 -> fp32 with both operands in shared memory
-// (64-bit matrix descriptors, gemm_layout_wgmma.h), its fence / commit / wait, the register fence that
+// (64-bit matrix descriptors, gemm_maps_wgmma.h), its fence / commit / wait, the register fence that
 // pins accumulators around asynchronous MMAs, and the generic -> async proxy fence that makes
 // ordinary shared-memory writes (cp.async, st.shared) visible to wgmma.
 // One instruction per function, no policy: the callers decide what to issue and when.
@@ -41,7 +41,7 @@ __device__ __forceinline__ void fence_proxy_async_shared() {
 
 // ---- wgmma.mma_async.m64nNk16.f32.bf16.bf16, A and B from shared memory, both K-major ----
 // (imm-scale-a = imm-scale-b = 1, imm-trans-a = imm-trans-b = 0). scale_d = 0 overwrites D, else D
-// accumulates. Register i of d is the fp32 accumulator of gemm_layout_wgmma.h's wgmma_c_coord(t, i).
+// accumulates. Register i of d is the fp32 accumulator of gemm_maps_wgmma.h's wgmma_c_coord(t, i).
 
 // D[64 x 256] (+)= A[64 x 16] * B[256 x 16]^T, both K-major in shared memory (descriptors).
 __device__ __forceinline__ void wgmma_m64n256k16_bf16_f32(float (&d)[128], uint64_t desc_a, uint64_t desc_b,

@@ -16,7 +16,7 @@
 #include "common/device_buffer.h"
 #include "common/device_guard.h"
 #include "device/epoch.h"
-#include "device/gemm_layout_wgmma.h"
+#include "device/gemm_maps_wgmma.h"
 #include "device/kernel_params.h"
 #include "epfuse/error.h"
 #include "fused/describe_error.h"

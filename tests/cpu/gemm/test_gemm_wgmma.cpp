@@ -1,6 +1,6 @@
-// CPU tests of the wgmma tile GEMM's index arithmetic (src/device/gemm_layout_wgmma.h) and of the Hopper
+// CPU tests of the wgmma tile GEMM's index arithmetic (src/device/gemm_maps_wgmma.h) and of the Hopper
 // tile-shape choice (src/fused/heuristics.h): descriptor encoding (against an independent bit-field
-// view of the PTX ISA table), the 128-byte swizzle against gemm_layout.h's XOR swizzle, accumulator
+// view of the PTX ISA table), the 128-byte swizzle against gemm_maps.h's XOR swizzle, accumulator
 // ownership (against CUTLASS's CLayout_64xN formula), and an emulation of a whole CTA tile:
 // cp.async placement as gemm_mainloop_wgmma.cuh does it, wgmma operand reads through the descriptors
 // it builds, accumulators handed out by the PTX fragment layout and read back through visit /
@@ -13,8 +13,8 @@
 #include <set>
 #include <vector>
 
-#include "device/gemm_layout.h"
-#include "device/gemm_layout_wgmma.h"
+#include "device/gemm_maps.h"
+#include "device/gemm_maps_wgmma.h"
 #include "fused/heuristics.h"
 
 namespace epfuse::device {
@@ -82,7 +82,7 @@ TEST(GemmWgmmaLayout, AlignIsTheNextAtomBoundary) {
   }
 }
 
-// The cp.async side (gemm_layout.h's XOR swizzle with block_k = 64) and the hardware's 128-byte swizzle
+// The cp.async side (gemm_maps.h's XOR swizzle with block_k = 64) and the hardware's 128-byte swizzle
 // put every 16-byte chunk of a tile at the same byte, for tiles starting on any atom boundary.
 TEST(GemmWgmmaLayout, Sw128MatchesXorSwizzleOfBlockK64) {
   for (uint32_t base : {0u, 1024u, 0x1c000u})

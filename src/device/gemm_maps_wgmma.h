@@ -7,7 +7,7 @@
 #include <cstdint>
 
 #include "common/host_device.h"
-#include "device/gemm_layout.h"
+#include "device/gemm_maps.h"
 
 namespace epfuse::device {
 
@@ -15,7 +15,7 @@ namespace epfuse::device {
 // A K-major tile is stored as rows of kSw128RowBytes (64 bf16 of K): the hardware reads 8-row x 128-byte
 // atoms (1024 bytes, which must start on a 1024-byte boundary for base_offset 0) and XORs the 16-byte
 // chunk index (address bits 4-6) with the row within the atom (address bits 7-9). With block_k = 64
-// that is exactly gemm_layout.h's swizzled_chunk (chunk ^ row % 8), so cp.async writes each chunk with
+// that is exactly gemm_maps.h's swizzled_chunk (chunk ^ row % 8), so cp.async writes each chunk with
 // smem_chunk_offset(row, chunk, 64) and wgmma reads it back through the descriptor.
 inline constexpr int kSw128RowBytes = 128;
 inline constexpr int kSw128AtomBytes = 8 * kSw128RowBytes;  // 8 rows: the descriptor's stride byte offset
