@@ -14,11 +14,13 @@ max over ranks; median / p10 / p90 over iterations. Every shape is verified once
 reference of sampled rows (expert weights are a function of (seed, expert), so any rank can rebuild
 the experts a row needs).
 
-Output on rank 0, one line each, tab-separated key=value fields:
-  EPFUSE_PROGRESS  done=<i> total=<n> label=<text>
-  EPFUSE_ROW       config=... hidden=... impl=torch median_ms=... (see emit_row)
+Output on rank 0, one JSON object per line (JSON Lines, as tools/bench/record.h reads them):
+  {"record": "EPFUSE_PROGRESS", "done": <i>, "total": <n>, "label": <text>}
+  {"record": "EPFUSE_ROW", "config": ..., "hidden": ..., "impl": "torch", "median_ms": ..., ...} (see run_shape)
 """
 import argparse
+import json
+import math
 import os
 import statistics
 import sys
@@ -41,8 +43,10 @@ def parse_args():
 
 
 def record(tag, **fields):
-    """One machine-readable line; values must not hold tabs, newlines or '='."""
-    return tag + "".join(f"\t{k}={v}" for k, v in fields.items())
+    """One machine-readable line: a JSON object, its kind under "record"; non-finite numbers as
+    "nan" / "inf" / "-inf" (JSON has none)."""
+    finite = lambda v: str(v) if isinstance(v, float) and not math.isfinite(v) else v
+    return json.dumps({"record": tag, **{k: finite(v) for k, v in fields.items()}})
 
 
 def percentile(sorted_v, q):
@@ -186,10 +190,10 @@ class Peer:
         layer_ms = sorted(slowest[:, 0].tolist())
         med = lambda col: statistics.median(slowest[:, col].tolist())
         fields = dict(config=name, hidden=H, intermediate=I, experts=E, topk=K, tokens_per_rank=T,
-                      routing="uniform", impl="torch", median_ms=f"{percentile(layer_ms, 0.5):.6f}",
-                      p10_ms=f"{percentile(layer_ms, 0.1):.6f}", p90_ms=f"{percentile(layer_ms, 0.9):.6f}",
-                      dispatch_ms=f"{med(1):.6f}", experts_ms=f"{med(2):.6f}", combine_ms=f"{med(3):.6f}",
-                      verified="yes" if ok else "no", rel_err=f"{rel:.3e}", iters=a.iters, sets=a.sets)
+                      routing="uniform", impl="torch", median_ms=percentile(layer_ms, 0.5),
+                      p10_ms=percentile(layer_ms, 0.1), p90_ms=percentile(layer_ms, 0.9),
+                      dispatch_ms=med(1), experts_ms=med(2), combine_ms=med(3),
+                      verified="yes" if ok else "no", rel_err=rel, iters=a.iters, sets=a.sets)
         print(record("EPFUSE_ROW", **fields), flush=True)
 
 

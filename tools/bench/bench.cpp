@@ -12,6 +12,7 @@
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 #include <cuda_runtime.h>
@@ -55,6 +56,18 @@ std::string find_peer_script() {
   return "";
 }
 
+// The "done" count of a progress record; nullopt for any other line (a broken one included: the
+// records are checked when the ranks are done).
+std::optional<long long> progress_done(std::string_view line) {
+  const std::optional<Record> rec = find_record(line);
+  if (!rec || rec->tag() != kProgressTag) return std::nullopt;
+  try {
+    return rec->integer("done");
+  } catch (const epfuse::Error&) {
+    return std::nullopt;
+  }
+}
+
 // Follows rank 0's records file while the ranks run and moves the progress bar with it.
 class RecordFollower {
  public:
@@ -78,7 +91,7 @@ class RecordFollower {
             partial += line;
             break;
           }
-          if (auto rec = parse_record(partial + line, kProgressTag)) progress_.update(rec->integer("done"));
+          if (const std::optional<long long> done = progress_done(partial + line)) progress_.update(*done);
           partial.clear();
         }
         in.clear();
@@ -95,9 +108,7 @@ class RecordFollower {
 
 struct WorkerResult {
   int exit_code = 0;
-  std::optional<Ceilings> ceilings;
-  std::string ceilings_source;
-  std::vector<BenchRow> rows;
+  WorkerRecords records;
 };
 
 WorkerResult run_ranks(const BenchOptions& o, int world, Progress& progress) {
@@ -115,17 +126,11 @@ WorkerResult run_ranks(const BenchOptions& o, int world, Progress& progress) {
     opts.nprocs = world;
     out.exit_code = launch(opts, argv);
   }
-  std::ifstream in(records);
-  for (std::string line; std::getline(in, line);) {
-    if (auto rec = parse_record(line, kCeilingsTag)) {
-      out.ceilings = ceilings_from_record(*rec);
-      out.ceilings_source = rec->text("source");
-    } else if (auto row = parse_record(line, kRowTag)) {
-      out.rows.push_back(row_from_record(*row));
-    }
-  }
+  std::stringstream text;
+  if (std::ifstream in(records); in) text << in.rdbuf();
   std::error_code ignored;
   fs::remove_all(dir, ignored);
+  out.records = read_worker_records(text);  // throws for a line that is not a record
   return out;
 }
 
@@ -171,10 +176,11 @@ PeerResult run_peer(const BenchOptions& o, const std::vector<BenchCase>& cases, 
   while (std::fgets(buf, sizeof buf, pipe)) {
     line += buf;
     if (line.back() != '\n') continue;  // a longer line continues
-    if (auto rec = parse_record(line, kProgressTag)) {
+    const std::optional<Record> rec = find_record(line);  // the rest is torch's and NCCL's log
+    if (rec && rec->tag() == kProgressTag) {
       progress.update(progress_base + rec->integer("done"));
-    } else if (auto row = parse_record(line, kRowTag)) {
-      BenchRow r = row_from_record(*row);
+    } else if (rec && rec->tag() == kRowTag) {
+      BenchRow r = row_from_record(*rec);
       r.ranks = world;
       out.rows.push_back(std::move(r));
     } else {
@@ -263,12 +269,12 @@ int bench_command(int argc, char** argv) {
   const int worker_units = static_cast<int>(o.cases.size() * o.impls.size()) + 1;
   Progress progress("epfuse bench", worker_units + (torch ? static_cast<int>(o.cases.size()) : 0));
   const WorkerResult ranks = run_ranks(o, world, progress);
-  if (ranks.exit_code != 0 && ranks.rows.empty()) {
+  if (ranks.exit_code != 0 && ranks.records.rows.empty()) {
     progress.finish();
     return fail("the rank processes failed before any row (see their output above)");
   }
   PeerResult peer;
-  if (torch && ranks.ceilings) {
+  if (torch && ranks.records.ceilings) {
     peer = run_peer(o, o.cases, world, progress, worker_units);
     if (!peer.ok) std::fprintf(stderr, "\nepfuse bench: the PyTorch peer failed: %s", peer.why.c_str());
   }
@@ -280,13 +286,13 @@ int bench_command(int argc, char** argv) {
   info.date = utc_timestamp();
   info.commit = git_commit();
   info.command = command;
-  info.ceilings = ranks.ceilings.value_or(Ceilings{});
-  info.ceilings_source = ranks.ceilings_source;
+  info.ceilings = ranks.records.ceilings.value_or(Ceilings{});
+  info.ceilings_source = ranks.records.ceilings_source;
 
   // Per case: the implementations in --impl order, then PyTorch.
   std::vector<BenchRow> rows;
   for (const BenchCase& c : o.cases) {
-    for (const BenchRow& r : ranks.rows)
+    for (const BenchRow& r : ranks.records.rows)
       if (same_case(r, c)) rows.push_back(r);
     for (BenchRow r : peer.rows)
       if (same_case(r, c)) {

@@ -1,13 +1,14 @@
-// One-line records that carry benchmark results between processes: the rank processes and the
-// PyTorch peer print them, the `epfuse bench` parent parses them. A record is a tag and
-// tab-separated key=value fields ("EPFUSE_ROW\tconfig=dsv3\tmedian_ms=1.25"); keys and values hold
-// no tab or newline, keys no '=' (a value may: "label=dsv3 T=128"); Record::set checks.
+// Records that carry benchmark results between processes, one JSON object per line (JSON Lines):
+// the rank processes (rank 0, into <worker-dir>/records.jsonl) and the PyTorch peer (on its stdout)
+// write them, the `epfuse bench` parent reads them. The key "record" names the kind, the others are
+// its fields: {"record": "EPFUSE_ROW", "config": "dsv3", "tokens_per_rank": 128, "median_ms": 1.25}.
+// Numbers are JSON numbers; a non-finite one is the string "nan", "inf" or "-inf" (JSON has none).
 #pragma once
 #include <optional>
 #include <string>
 #include <string_view>
-#include <utility>
-#include <vector>
+
+#include <nlohmann/json.hpp>
 
 namespace epfuse::bench {
 
@@ -17,13 +18,13 @@ inline constexpr std::string_view kCeilingsTag = "EPFUSE_CEILINGS";
 
 class Record {
  public:
-  Record() = default;
-  explicit Record(std::string tag) : tag_(std::move(tag)) {}
+  explicit Record(std::string_view tag);
 
-  const std::string& tag() const { return tag_; }
-  const std::vector<std::pair<std::string, std::string>>& fields() const { return fields_; }
+  std::string tag() const;
+  // The whole record as it travels: {"record": tag, fields in the order set}.
+  const nlohmann::ordered_json& json() const { return json_; }
 
-  // Appends (or replaces) a field. Doubles print with enough digits to round-trip.
+  // Appends (or replaces) a field.
   Record& set(std::string_view key, std::string_view value);
   Record& set(std::string_view key, const char* value) { return set(key, std::string_view(value)); }
   Record& set(std::string_view key, double value);
@@ -31,22 +32,30 @@ class Record {
   Record& set(std::string_view key, int value) { return set(key, static_cast<long long>(value)); }
 
   bool has(std::string_view key) const;
-  // Throw Error(kInvalidArgument) naming the tag and key when absent or not a number.
-  const std::string& text(std::string_view key) const;
-  double number(std::string_view key) const;  // "nan" / "inf" accepted
+  // Throw Error(kInvalidArgument) naming the tag and key when absent or of another type.
+  std::string text(std::string_view key) const;
+  double number(std::string_view key) const;  // "nan" / "inf" / "-inf" accepted
   long long integer(std::string_view key) const;
   // The number, or `fallback` when the field is absent.
   double number_or(std::string_view key, double fallback) const;
 
+  // One line, without the newline.
   std::string format() const;
 
  private:
-  std::string tag_;
-  std::vector<std::pair<std::string, std::string>> fields_;
+  friend Record parse_record(std::string_view line);
+  Record() = default;
+  nlohmann::ordered_json& slot(std::string_view key);  // for set: any key but "record"
+  const nlohmann::ordered_json& field(std::string_view key) const;
+  [[noreturn]] void bad_field(std::string_view key, std::string_view expected) const;
+  nlohmann::ordered_json json_;
 };
 
-// The record in `line` if the line contains `tag` followed by a tab or the end (anything before the
-// tag, such as a launcher's "[rank 0] " prefix, is ignored); nullopt otherwise.
-std::optional<Record> parse_record(std::string_view line, std::string_view tag);
+// The record on `line` (a trailing newline is ignored). Throws Error(kInvalidArgument) saying why
+// when the line is not one: not JSON, not an object, or no string "record".
+Record parse_record(std::string_view line);
+// For output that mixes records with log lines (the PyTorch peer's): the record, or nullopt when
+// the line is not one.
+std::optional<Record> find_record(std::string_view line);
 
 }  // namespace epfuse::bench

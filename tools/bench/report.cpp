@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "epfuse/error.h"
+
 namespace epfuse::bench {
 namespace {
 
@@ -68,7 +70,7 @@ void fill_speedups(std::vector<BenchRow>& rows) {
 }
 
 Record row_record(const BenchRow& row) {
-  Record r{std::string(kRowTag)};
+  Record r(kRowTag);
   r.set("config", row.config).set("hidden", row.hidden).set("intermediate", row.intermediate);
   r.set("experts", row.experts).set("topk", row.topk).set("tokens_per_rank", row.tokens_per_rank);
   r.set("routing", row.routing).set("impl", row.impl).set("ranks", row.ranks);
@@ -126,13 +128,35 @@ BenchRow row_from_record(const Record& rec) {
 }
 
 Record ceilings_record(const Ceilings& c, std::string_view source) {
-  Record r{std::string(kCeilingsTag)};
+  Record r(kCeilingsTag);
   r.set("gemm_tflops", c.gemm_tflops).set("hbm_gbps", c.hbm_gbps).set("nvlink_gbps", c.nvlink_gbps);
   return r.set("source", source);
 }
 
 Ceilings ceilings_from_record(const Record& rec) {
   return {rec.number("gemm_tflops"), rec.number("hbm_gbps"), rec.number("nvlink_gbps")};
+}
+
+WorkerRecords read_worker_records(std::istream& in) {
+  WorkerRecords out;
+  int n = 0;
+  for (std::string line; std::getline(in, line);) {
+    ++n;
+    try {
+      const Record rec = parse_record(line);
+      if (rec.tag() == kCeilingsTag) {
+        out.ceilings = ceilings_from_record(rec);
+        out.ceilings_source = rec.text("source");
+      } else if (rec.tag() == kRowTag) {
+        out.rows.push_back(row_from_record(rec));
+      } else if (rec.tag() != kProgressTag) {
+        throw Error(ErrorCode::kInvalidArgument, "unknown record kind '" + rec.tag() + "'");
+      }
+    } catch (const Error& e) {
+      throw Error(ErrorCode::kInvalidArgument, "bench: rank 0's records, line " + std::to_string(n) + ": " + e.what());
+    }
+  }
+  return out;
 }
 
 std::string render_table(const std::vector<BenchRow>& rows) {

@@ -3,7 +3,9 @@
 // and the JSON document. Pure host code, unit-tested on the CPU.
 #pragma once
 #include <limits>
+#include <istream>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -60,6 +62,16 @@ Record row_record(const BenchRow& row);
 BenchRow row_from_record(const Record& rec);
 Record ceilings_record(const Ceilings& c, std::string_view source);
 Ceilings ceilings_from_record(const Record& rec);
+
+// What the rank processes reported (rank 0's records file): the ceilings, their source and the rows.
+struct WorkerRecords {
+  std::optional<Ceilings> ceilings;
+  std::string ceilings_source;
+  std::vector<BenchRow> rows;
+};
+// Reads the records file's lines. Every line must be a record of a known kind with its fields:
+// anything else throws Error(kInvalidArgument) naming the line and why.
+WorkerRecords read_worker_records(std::istream& in);
 
 // Output.
 std::string render_table(const std::vector<BenchRow>& rows);

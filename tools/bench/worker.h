@@ -2,7 +2,8 @@
 // the parent's flags plus --worker-dir): measures the ceilings once, then for every case and
 // implementation creates the weights and the layer, verifies one forward against the float64
 // reference, times the grouped GEMMs alone and the layer over rotated input sets, and rank 0 appends
-// the results as records (bench/record.h) to <worker-dir>/records.txt, with progress records.
+// the results as records (bench/record.h: JSON Lines) to <worker-dir>/records.jsonl, with progress
+// records.
 #pragma once
 #include <string>
 
@@ -10,7 +11,7 @@
 
 namespace epfuse::bench {
 
-inline constexpr const char* kRecordsFile = "records.txt";
+inline constexpr const char* kRecordsFile = "records.jsonl";
 
 // Collective over the ranks of the launch (RANK, WORLD_SIZE, ... in the environment).
 void run_worker(const BenchOptions& opts);

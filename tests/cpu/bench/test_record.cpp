@@ -9,48 +9,85 @@
 namespace epfuse::bench {
 namespace {
 
+std::string error_of(std::string_view line) {
+  try {
+    parse_record(line);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
 TEST(Record, RoundTripsThroughALine) {
-  Record r{std::string(kRowTag)};
+  Record r(kRowTag);
   r.set("config", "dsv3").set("tokens_per_rank", 4096).set("median_ms", 1.0 / 3).set("rel_err", std::nan(""));
+  r.set("p90_ms", INFINITY).set("note", "tab\there, \"quoted\"\nnext line, label=dsv3 T=128");
   const std::string line = r.format();
   EXPECT_EQ(line.find('\n'), std::string::npos);
-  const std::optional<Record> back = parse_record("[rank 0] " + line + "\n", kRowTag);
-  ASSERT_TRUE(back);
-  EXPECT_EQ(back->text("config"), "dsv3");
-  EXPECT_EQ(back->integer("tokens_per_rank"), 4096);
-  EXPECT_DOUBLE_EQ(back->number("median_ms"), 1.0 / 3);  // %.17g round-trips
-  EXPECT_TRUE(std::isnan(back->number("rel_err")));
-  EXPECT_EQ(back->fields(), r.fields());
+  // The wire format: one JSON object, the kind first, then the fields in the order set.
+  EXPECT_EQ(line.rfind(R"({"record":"EPFUSE_ROW","config":"dsv3","tokens_per_rank":4096,)", 0), 0u) << line;
+  const Record back = parse_record(line + "\n");
+  EXPECT_EQ(back.tag(), kRowTag);
+  EXPECT_EQ(back.text("config"), "dsv3");
+  EXPECT_EQ(back.integer("tokens_per_rank"), 4096);
+  EXPECT_EQ(back.number("median_ms"), 1.0 / 3);  // shortest round-trip form: exact
+  EXPECT_TRUE(std::isnan(back.number("rel_err")));
+  EXPECT_EQ(back.number("p90_ms"), INFINITY);
+  EXPECT_EQ(back.text("note"), "tab\there, \"quoted\"\nnext line, label=dsv3 T=128");
+  EXPECT_EQ(back.json(), r.json());
 }
 
 TEST(Record, SetReplacesAField) {
-  Record r{"T"};
+  Record r("T");
   r.set("a", 1).set("a", 2);
-  EXPECT_EQ(r.fields().size(), 1u);
+  EXPECT_EQ(r.json().size(), 2u);  // the kind and one field
   EXPECT_EQ(r.integer("a"), 2);
+  EXPECT_THROW(r.set("record", "x"), Error);  // the kind is not a field
+  EXPECT_FALSE(r.has("record"));
 }
 
-TEST(Record, OtherLinesAreNotRecords) {
-  EXPECT_FALSE(parse_record("NCCL INFO something", kRowTag));
-  EXPECT_FALSE(parse_record("EPFUSE_ROWS\tconfig=x", kRowTag));  // another tag that starts the same
-  EXPECT_FALSE(parse_record("EPFUSE_ROW\tno equals sign", kRowTag));
-  EXPECT_FALSE(parse_record(std::string(kProgressTag) + "\tdone=1", kRowTag));
-  const std::optional<Record> empty = parse_record(kRowTag, kRowTag);
+// What the PyTorch peer prints: Python's json.dumps, with its spacing.
+TEST(Record, ReadsPythonsJsonDumps) {
+  const Record r = parse_record(R"({"record": "EPFUSE_PROGRESS", "done": 1, "total": 7, "label": "torch dsv3 T=128"})");
+  EXPECT_EQ(r.tag(), kProgressTag);
+  EXPECT_EQ(r.integer("done"), 1);
+  EXPECT_EQ(r.text("label"), "torch dsv3 T=128");
+  EXPECT_TRUE(std::isnan(parse_record(R"({"record": "T", "rel_err": "nan"})").number("rel_err")));
+}
+
+// The parent's error for a line that is not a record says why and shows the line.
+TEST(Record, LinesThatAreNotRecords) {
+  EXPECT_NE(error_of("NCCL INFO something").find("not JSON): NCCL INFO something"), std::string::npos);
+  EXPECT_NE(error_of(R"({"record":"EPFUSE_ROW","config":)").find("not JSON"), std::string::npos);  // cut short
+  EXPECT_NE(error_of("[1, 2]").find("no \"record\""), std::string::npos);
+  EXPECT_NE(error_of(R"({"config": "x"})").find("no \"record\""), std::string::npos);
+  EXPECT_NE(error_of(R"({"record": 5})").find("no \"record\""), std::string::npos);
+  EXPECT_FALSE(find_record("NCCL INFO something"));
+  EXPECT_FALSE(find_record(R"({"config": "x"})"));
+  const std::optional<Record> empty = find_record(R"({"record":"EPFUSE_ROW"})" "\r\n");
   ASSERT_TRUE(empty);
-  EXPECT_TRUE(empty->fields().empty());
+  EXPECT_EQ(empty->tag(), kRowTag);
+  EXPECT_FALSE(empty->has("config"));
 }
 
-TEST(Record, RejectsSeparatorsAndBadNumbers) {
-  Record r{"T"};
-  EXPECT_THROW(r.set("k", "a\tb"), Error);
-  EXPECT_THROW(r.set("k=v", "x"), Error);
-  EXPECT_THROW(r.set("k", "line\n"), Error);
-  r.set("label", "dsv3 T=128");  // '=' in a value is fine: the key ends at the first one
-  EXPECT_EQ(parse_record(r.format(), "T")->text("label"), "dsv3 T=128");
-  r.set("x", "12abc");
+TEST(Record, TypedFieldsNameTheTagAndKey) {
+  Record r("T");
+  r.set("x", "12abc").set("f", 1.5).set("n", 3);
   EXPECT_THROW(r.number("x"), Error);
   EXPECT_THROW(r.integer("x"), Error);
-  EXPECT_THROW(r.text("missing"), Error);
+  EXPECT_THROW(r.integer("f"), Error);
+  EXPECT_THROW(r.text("n"), Error);
+  EXPECT_EQ(r.number("n"), 3.0);  // an integer is a number too
+  auto message = [&](auto read) {
+    try {
+      read();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message([&] { r.text("missing"); }).find("T record has no field 'missing'"), std::string::npos);
+  EXPECT_NE(message([&] { r.integer("f"); }).find("field 'f' = 1.5 is not an integer"), std::string::npos);
   EXPECT_DOUBLE_EQ(r.number_or("missing", 4.5), 4.5);
 }
 

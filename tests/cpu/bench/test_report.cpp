@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <sstream>
+
+#include "epfuse/error.h"
 
 namespace epfuse::bench {
 namespace {
@@ -56,7 +59,7 @@ TEST(Report, RowRecordRoundTrips) {
   r.gemm_alone_grouped_ms = 0.75;
   r.gemm_alone_loop_ms = 0.5;
   r.gemm_path = "loop";
-  const BenchRow back = row_from_record(*parse_record(row_record(r).format(), kRowTag));
+  const BenchRow back = row_from_record(parse_record(row_record(r).format()));
   EXPECT_EQ(back.config, "qwen3-30b");
   EXPECT_EQ(back.tokens_per_rank, 4096);
   EXPECT_EQ(back.ranks, 4);
@@ -73,18 +76,53 @@ TEST(Report, RowRecordRoundTrips) {
 
   BenchRow skipped = row_for_case(facts_cases()[0], "fused", 4, Routing::kUniform);
   skipped.note = "not built";
-  const BenchRow skipped_back = row_from_record(*parse_record(row_record(skipped).format(), kRowTag));
+  const BenchRow skipped_back = row_from_record(parse_record(row_record(skipped).format()));
   EXPECT_FALSE(skipped_back.ran());
   EXPECT_EQ(skipped_back.note, "not built");
+}
+
+// Rank 0's records file as the parent reads it: progress, ceilings and rows; a line that is not a
+// record of a known kind is an error naming the line.
+TEST(Report, ReadsTheWorkerRecords) {
+  const BenchRow row = measured(facts_cases()[0], "fused", 1.5);
+  std::stringstream file;
+  Record progress(kProgressTag);
+  file << progress.set("done", 0).set("total", 2).set("label", "ceilings").format() << "\n";
+  file << ceilings_record(kFacts, "measured").format() << "\n" << row_record(row).format() << "\n";
+  const WorkerRecords records = read_worker_records(file);
+  ASSERT_TRUE(records.ceilings);
+  EXPECT_EQ(records.ceilings->nvlink_gbps, kFacts.nvlink_gbps);
+  EXPECT_EQ(records.ceilings_source, "measured");
+  ASSERT_EQ(records.rows.size(), 1u);
+  EXPECT_EQ(records.rows[0].median_ms, 1.5);
+
+  auto error_of = [](const std::string& text) {
+    std::stringstream in(text);
+    try {
+      read_worker_records(in);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::string good = row_record(row).format() + "\n";
+  EXPECT_NE(error_of(good + "EPFUSE_ROW\tconfig=dsv3\n").find("rank 0's records, line 2: not a bench record"),
+            std::string::npos);
+  EXPECT_NE(error_of(good + R"({"record": "EPFUSE_ROW", "config": "dsv3"})").find("line 2: EPFUSE_ROW record has no field"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"record": "EPFUSE_SURPRISE"})").find("line 1: unknown record kind 'EPFUSE_SURPRISE'"),
+            std::string::npos);
+  EXPECT_EQ(error_of(""), "no error");  // the ranks failed before writing anything
 }
 
 // A row as bench/peers/torch_ep.py prints it (its fields and number formats).
 TEST(Report, ReadsThePyTorchPeersRow) {
   const std::string line =
-      "EPFUSE_ROW\tconfig=mixtral\thidden=4096\tintermediate=14336\texperts=8\ttopk=2\ttokens_per_rank=4096"
-      "\trouting=uniform\timpl=torch\tmedian_ms=7.078000\tp10_ms=7.001000\tp90_ms=7.200000\tdispatch_ms=0.538000"
-      "\texperts_ms=5.912000\tcombine_ms=0.885000\tverified=yes\trel_err=4.512e-03\titers=50\tsets=4";
-  BenchRow r = row_from_record(*parse_record(line, kRowTag));
+      R"({"record": "EPFUSE_ROW", "config": "mixtral", "hidden": 4096, "intermediate": 14336, "experts": 8, )"
+      R"("topk": 2, "tokens_per_rank": 4096, "routing": "uniform", "impl": "torch", "median_ms": 7.078, )"
+      R"("p10_ms": 7.001, "p90_ms": 7.2, "dispatch_ms": 0.538, "experts_ms": 5.912, "combine_ms": 0.885, )"
+      R"("verified": "yes", "rel_err": 0.004512, "iters": 50, "sets": 4})";
+  BenchRow r = row_from_record(parse_record(line));
   r.ranks = 4;
   fill_expected_load(r, kFacts);
   derive_row(r);
