@@ -1,6 +1,6 @@
 #include "unfused/counts.h"
 
-#include "unfused/layout.h"
+#include "unfused/protocol.h"
 
 namespace epfuse::unfused {
 namespace {

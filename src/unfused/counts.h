@@ -1,4 +1,4 @@
-// What the host reads from the exchanged counts matrices (layout.h CountsRow), once per forward:
+// What the host reads from the exchanged counts matrices (protocol.h CountsRow), once per forward:
 // the input errors of every rank, and the traffic (records per peer, rows per local expert).
 #pragma once
 #include <cstdint>

@@ -7,7 +7,7 @@
 
 #include "epfuse/config.h"
 #include "epfuse/types.h"
-#include "unfused/layout.h"
+#include "unfused/protocol.h"
 
 namespace epfuse::unfused {
 

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "epfuse/error.h"
-#include "unfused/layout.h"
+#include "unfused/protocol.h"
 
 namespace epfuse::unfused {
 namespace {

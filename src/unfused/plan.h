@@ -11,8 +11,8 @@ namespace epfuse::unfused {
 struct UnfusedPlan {
   int world_size = 0;
   int experts_per_rank = 0;
-  int counts_words = 0;        // words per row of the counts matrix (layout.h CountsRow)
-  int64_t record_bytes = 0;    // one dispatched token: row + routing (layout.h)
+  int counts_words = 0;        // words per row of the counts matrix (protocol.h CountsRow)
+  int64_t record_bytes = 0;    // one dispatched token: row + routing (protocol.h)
 
   // Tight bounds with T = max_tokens_per_rank, R = world, El = E/R:
   int64_t max_send_records = 0;  // T * min(k, R): a token goes to at most min(k, R) ranks
@@ -34,7 +34,7 @@ struct UnfusedPlan {
   size_t send_counts_offset = 0;
   size_t recv_counts_offset = 0;
   size_t expert_fill_offset = 0;  // int32 per local expert: rows handed out so far (ticket dispenser)
-  size_t error_key_offset = 0;    // uint64: layout.h bad_expert_key, atomicMax
+  size_t error_key_offset = 0;    // uint64: protocol.h bad_expert_key, atomicMax
 };
 
 // Throws Error(kInvalidConfig) for an invalid config and Error(kUnsupported) when a bound does not

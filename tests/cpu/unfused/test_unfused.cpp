@@ -1,4 +1,4 @@
-// The unfused chain's protocol arithmetic (layout.h), buffer plan (plan.h), count reading
+// The unfused chain's protocol arithmetic (protocol.h), buffer plan (plan.h), count reading
 // (counts.h) and GEMM path choice (gemm_path.h), and a CPU walk through the whole protocol on
 // simulated ranks that uses the same functions as the kernels: every (token, slot) must reach its
 // expert's row exactly once and come back to its token, within the plan's bounds.
@@ -16,8 +16,8 @@
 #include "epfuse/layer.h"
 #include "unfused/counts.h"
 #include "unfused/gemm_path.h"
-#include "unfused/layout.h"
 #include "unfused/plan.h"
+#include "unfused/protocol.h"
 
 namespace epfuse::unfused {
 namespace {
@@ -32,7 +32,7 @@ LayerConfig small_config(int experts, int topk, int max_tokens) {
   return cfg;
 }
 
-// ---- layout.h ---------------------------------------------------------------------------------------
+// ---- protocol.h -----------------------------------------------------------------------------------------
 
 TEST(Layout, TokenGoesOncePerDestinationRank) {
   // 8 experts on 4 ranks (2 each): experts 1 and 0 on rank 0, 5 on rank 2, 4 on rank 2 again.
