@@ -16,6 +16,7 @@
 #include <thread>
 
 #include <cuda_runtime.h>
+#include <fmt/format.h>
 
 #include "bench/report.h"
 #include "bench/worker.h"
@@ -35,7 +36,7 @@ constexpr size_t kPeerLogLines = 30;  // shown when the peer fails
 
 int fail(const std::string& reason) {
   std::fflush(stdout);
-  std::fprintf(stderr, "epfuse bench: %s\n", reason.c_str());
+  fmt::print(stderr, "epfuse bench: {}\n", reason);
   return 1;
 }
 
@@ -207,9 +208,9 @@ bool same_case(const BenchRow& r, const BenchCase& c) {
 int run_floors_only(const BenchOptions& o, const std::string& command) {
   const int world = o.ranks > 0 ? o.ranks : 4;
   const Ceilings c = o.ceilings.value_or(Ceilings{812, 4250, 350});
-  std::printf("epfuse bench: no GPU found: printing the floors only (%d ranks, uniform routing; ceilings %s: "
-              "GEMM %.0f TFLOP/s, HBM %.0f GB/s, NVLink %.0f GB/s)\n",
-              world, o.ceilings ? "from --ceilings" : "of FACTS.md", c.gemm_tflops, c.hbm_gbps, c.nvlink_gbps);
+  fmt::print("epfuse bench: no GPU found: printing the floors only ({} ranks, uniform routing; ceilings {}: "
+             "GEMM {:.0f} TFLOP/s, HBM {:.0f} GB/s, NVLink {:.0f} GB/s)\n",
+             world, o.ceilings ? "from --ceilings" : "of FACTS.md", c.gemm_tflops, c.hbm_gbps, c.nvlink_gbps);
   std::fputs(render_floor_table(o.cases, world, c).c_str(), stdout);
   if (o.json_path.empty()) return 0;
   RunInfo info{"none", utc_timestamp(), git_commit(), command, 0, c, o.ceilings ? "flags" : "FACTS.md"};
@@ -233,7 +234,7 @@ int bench_command(int argc, char** argv) {
   try {
     o = parse_bench_options(std::vector<std::string>(argv + 1, argv + argc));
   } catch (const UsageError& e) {
-    std::fprintf(stderr, "epfuse bench: %s\n\n%s", e.what(), parse_bench_options({"--help"}).usage.c_str());
+    fmt::print(stderr, "epfuse bench: {}\n\n{}", e.what(), parse_bench_options({"--help"}).usage);
     return 2;
   }
   if (o.help) {
@@ -251,7 +252,7 @@ int bench_command(int argc, char** argv) {
   const int world = o.ranks > 0 ? o.ranks : gpus;
   if (world > gpus) {
     if (env_is("EPFUSE_SKIP_IF_FEWER_GPUS", "1")) {
-      std::printf("SKIPPED: needs %d GPUs, found %d\n", world, gpus);
+      fmt::print("SKIPPED: needs {} GPUs, found {}\n", world, gpus);
       return 77;
     }
     return fail("--ranks " + std::to_string(world) + " needs " + std::to_string(world) + " GPUs, found " +
@@ -276,7 +277,7 @@ int bench_command(int argc, char** argv) {
   PeerResult peer;
   if (torch && ranks.records.ceilings) {
     peer = run_peer(o, o.cases, world, progress, worker_units);
-    if (!peer.ok) std::fprintf(stderr, "\nepfuse bench: the PyTorch peer failed: %s", peer.why.c_str());
+    if (!peer.ok) fmt::print(stderr, "\nepfuse bench: the PyTorch peer failed: {}", peer.why);
   }
   progress.finish();
 
@@ -303,11 +304,11 @@ int bench_command(int argc, char** argv) {
   for (BenchRow& r : rows) derive_row(r);
   fill_speedups(rows);
 
-  std::printf("\nepfuse bench: %s x %d, %d warm-up + %d timed forwards over %d input sets per row, routing %s\n",
-              info.device.c_str(), world, o.warmup, o.iters, o.sets, std::string(to_string(o.routing)).c_str());
-  std::printf("ceilings (%s): GEMM %.0f TFLOP/s, HBM %.0f GB/s, NVLink %.0f GB/s\n", info.ceilings_source.c_str(),
-              info.ceilings.gemm_tflops, info.ceilings.hbm_gbps, info.ceilings.nvlink_gbps);
-  if (!torch_note.empty()) std::printf("torch: skipped: %s\n", torch_note.c_str());
+  fmt::print("\nepfuse bench: {} x {}, {} warm-up + {} timed forwards over {} input sets per row, routing {}\n",
+             info.device, world, o.warmup, o.iters, o.sets, to_string(o.routing));
+  fmt::print("ceilings ({}): GEMM {:.0f} TFLOP/s, HBM {:.0f} GB/s, NVLink {:.0f} GB/s\n", info.ceilings_source,
+             info.ceilings.gemm_tflops, info.ceilings.hbm_gbps, info.ceilings.nvlink_gbps);
+  if (!torch_note.empty()) fmt::print("torch: skipped: {}\n", torch_note);
   std::fputs(render_table(rows).c_str(), stdout);
   std::fflush(stdout);
   if (!o.json_path.empty()) write_file(o.json_path, tools::dump_json(report_json(info, rows)) + "\n");

@@ -6,6 +6,8 @@
 #include <string_view>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "cli/commands.h"
 #include "common/flags.h"
 #include "epfuse/error.h"
@@ -52,11 +54,11 @@ int main(int argc, char** argv) {
       return fail("bench: not built (this build has no tools/bench)");
 #endif
     }
-    std::fprintf(stderr, "epfuse: unknown command '%s'\n\n%s", argv[1], kUsage);
+    fmt::print(stderr, "epfuse: unknown command '{}'\n\n{}", command, kUsage);
     return 2;
   } catch (const UsageError& e) {
     // The command printed its usage already when it knows it; this is the fallback.
-    std::fprintf(stderr, "epfuse %s: %s\n", argv[1], e.what());
+    fmt::print(stderr, "epfuse {}: {}\n", command, e.what());
     return 2;
   } catch (const epfuse::Error& e) {
     return fail(e.what());

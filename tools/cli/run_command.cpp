@@ -9,6 +9,7 @@
 #include <vector>
 
 #include <cuda_runtime.h>
+#include <fmt/format.h>
 
 #include "cli/commands.h"
 #include "cli/run.h"
@@ -35,7 +36,7 @@ constexpr const char* kDescription =
 
 int fail(const std::string& reason) {
   std::fflush(stdout);
-  std::fprintf(stderr, "epfuse: %s\n", reason.c_str());
+  fmt::print(stderr, "epfuse: {}\n", reason);
   return 1;
 }
 
@@ -79,8 +80,8 @@ int run_command(const std::vector<std::string>& args) {
   if (!plan.impl) {
     // In a launched job only rank 0 computes the reference; the others have nothing to add.
     if (in_rank && boot->rank != 0) return 0;
-    std::printf("epfuse run: %s: running the CPU reference (float64) with %d simulated ranks\n",
-                gpus == 0 ? "no GPU found" : "--impl reference", plan.ranks);
+    fmt::print("epfuse run: {}: running the CPU reference (float64) with {} simulated ranks\n",
+               gpus == 0 ? "no GPU found" : "--impl reference", plan.ranks);
     std::fflush(stdout);
     return run_reference(plan, command);
   }
@@ -89,7 +90,7 @@ int run_command(const std::vector<std::string>& args) {
   if (needed > gpus) {
     // Tests ask for a skip (ctest's SKIP_RETURN_CODE) where a user gets an error.
     if (env_is("EPFUSE_SKIP_IF_FEWER_GPUS", "1")) {
-      std::printf("SKIPPED: needs %d GPU%s, found %d\n", needed, needed == 1 ? "" : "s", gpus);
+      fmt::print("SKIPPED: needs {} GPU{}, found {}\n", needed, needed == 1 ? "" : "s", gpus);
       return 77;
     }
     if (gpus == 0)

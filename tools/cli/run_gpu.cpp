@@ -8,6 +8,8 @@
 #include <optional>
 #include <thread>
 
+#include <fmt/format.h>
+
 #include "cli/commands.h"
 #include "cli/run.h"
 #include "cli/run_report.h"
@@ -127,7 +129,7 @@ int run_rank(const RunPlan& plan, const BootstrapOptions& boot, const std::strin
   } catch (const std::exception& e) {
     // Peers may be blocked in a collective this rank will never join: tearing down the NCCL
     // communicator could wait for them forever. Report and leave now; the launcher stops the rest.
-    std::fprintf(stderr, "epfuse: rank %d: %s\n", comm->rank(), e.what());
+    fmt::print(stderr, "epfuse: rank {}: {}\n", comm->rank(), e.what());
     std::fflush(stdout);
     std::fflush(stderr);
     std::_Exit(1);
@@ -146,8 +148,7 @@ int run_one_gpu(const RunPlan& plan, const std::string& command) {
       failed = failed || codes[r] != 0;
       continue;
     }
-    std::fflush(stdout);
-    std::fprintf(stderr, "epfuse: %s\n", errors[r].c_str());
+    fail(errors[r]);
     failed = true;
   }
   if (!failed) return 0;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "common/output.h"
@@ -37,26 +38,25 @@ namespace {
 
 std::string config_line(const RunPlan& plan) {
   const LayerConfig& c = plan.cfg;
-  std::string line = "config: " + plan.model + " (H=" + std::to_string(c.hidden) +
-                     " I=" + std::to_string(c.intermediate) + " E=" + std::to_string(c.num_experts) +
-                     " k=" + std::to_string(c.topk);
-  if (c.swiglu_clamp > 0) line += " clamp=" + format_fixed(c.swiglu_clamp, 3);
-  line += ")  impl=" + std::string(plan.impl ? to_string(*plan.impl) : "reference") +
-          "  ranks=" + std::to_string(plan.ranks) + "  routing=" + std::string(to_string(plan.routing)) +
-          "  seed=" + std::to_string(plan.seed) + "  max tokens/rank=" + std::to_string(c.max_tokens_per_rank);
+  std::string line =
+      fmt::format("config: {} (H={} I={} E={} k={}", plan.model, c.hidden, c.intermediate, c.num_experts, c.topk);
+  if (c.swiglu_clamp > 0) line += fmt::format(" clamp={:.3f}", c.swiglu_clamp);
+  line += fmt::format(")  impl={}  ranks={}  routing={}  seed={}  max tokens/rank={}",
+                      plan.impl ? to_string(*plan.impl) : "reference", plan.ranks, to_string(plan.routing), plan.seed,
+                      c.max_tokens_per_rank);
   if (plan.vary) line += "  vary";
   return line + "\n";
 }
 
 std::string worst_row_place(const WorstRow& w) {
-  return w.rank < 0 ? " (no rows checked)" : " (rank " + std::to_string(w.rank) + " row " + std::to_string(w.row) + ")";
+  return w.rank < 0 ? " (no rows checked)" : fmt::format(" (rank {} row {})", w.rank, w.row);
 }
 
 }  // namespace
 
 std::string summary(const RunPlan& plan, const RunResult& r, bool reference_only) {
   std::string out = config_line(plan);
-  std::string tokens_header = r.calls > 1 ? "tokens (" + std::to_string(r.calls) + " calls)" : "tokens";
+  const std::string tokens_header = r.calls > 1 ? fmt::format("tokens ({} calls)", r.calls) : "tokens";
   if (reference_only) {
     Table t({"rank", tokens_header, "routed slots", "dropped", "output norm", "time s"});
     for (size_t i = 0; i < r.ranks.size(); ++i) {
@@ -74,13 +74,14 @@ std::string summary(const RunPlan& plan, const RunResult& r, bool reference_only
                format_fixed(r.calls ? 1e3 * s.seconds / r.calls : 0.0, 3)});
   }
   out += t.render();
-  out += "verified: " + std::string(r.verified ? "yes" : "NO") + " (max rel err " + format_sci(r.max_rel_err) +
-         ", tolerance " + format_sci(plan.tolerance) + "; max row rel err " + format_sci(r.worst_row.err) +
-         worst_row_place(r.worst_row) + ", row tolerance " + format_sci(row_tolerance(plan.tolerance)) + "; " +
-         std::to_string(r.unwritten) + " unwritten elements; " + std::to_string(r.calls_verified) + " of " +
-         std::to_string(r.calls) + " calls checked)\n";
-  out += "layer memory per GPU (weights not included): " + format_fixed(r.memory.symmetric_bytes / 1048576.0, 1) +
-         " MiB symmetric (NCCL window), " + format_fixed(r.memory.private_bytes / 1048576.0, 1) + " MiB private\n";
+  out += fmt::format(
+      "verified: {} (max rel err {}, tolerance {}; max row rel err {}{}, row tolerance {}; {} unwritten elements; "
+      "{} of {} calls checked)\n",
+      r.verified ? "yes" : "NO", format_sci(r.max_rel_err), format_sci(plan.tolerance), format_sci(r.worst_row.err),
+      worst_row_place(r.worst_row), format_sci(row_tolerance(plan.tolerance)), r.unwritten, r.calls_verified, r.calls);
+  out += fmt::format("layer memory per GPU (weights not included): {:.1f} MiB symmetric (NCCL window), {:.1f} MiB "
+                     "private\n",
+                     r.memory.symmetric_bytes / 1048576.0, r.memory.private_bytes / 1048576.0);
   return out;
 }
 
