@@ -82,6 +82,8 @@ TEST(Options, HelpShowsUsageButNotTheInternalFlag) {
   EXPECT_TRUE(o.help);
   EXPECT_NE(o.usage.find("--ceilings"), std::string::npos);
   EXPECT_EQ(o.usage.find("--worker-dir"), std::string::npos);
+  // Hidden, not gone: the parent passes it to the rank processes it launches.
+  EXPECT_EQ(parse_bench_options({"--ranks", "2", "--worker-dir", "/tmp/w"}).worker_dir, "/tmp/w");
 }
 
 }  // namespace
