@@ -117,7 +117,7 @@ EPFUSE_HD size_t token_signal_offset(const SymLayout& s, const FusedDims& d, uin
 //   pair_index    [T_max][k] i32           layout -> dispatch: index among this rank's pairs of that expert
 //   row_tickets   [world] u32              ticket dispenser: rows reserved per receiver (zeroed at exit)
 //   pair_tickets  [E] u32                  ticket dispenser: pairs reserved per global expert (same)
-//   plan          ints                     this call's expert plan (tile_map.h ExpertPlan)
+//   plan          ints                     this call's expert plan (task_map.h ExpertPlan)
 //   arrival_base  [2][L] u32               arrivals' value before the current call of each parity
 //   token_base    [2][T_max] u32           token_signals' value before the current call of each parity
 //   l1_done       [max m-blocks] u32       finished Linear1 tiles per m-block (zeroed at exit)

@@ -81,7 +81,7 @@ FusedPlan plan_fused(const LayerConfig& cfg, int world) {
       {"pair_index", "T*k*4", v.row_tickets - v.pair_index, false},
       {"row_tickets", "R*4", v.pair_tickets - v.row_tickets, false},
       {"pair_tickets", "E*4", v.plan - v.pair_tickets, false},
-      {"plan", "(L*(R+5)+1+R*L)*4", v.arrival_base - v.plan, false},
+      {"plan", "(L*(2*R+9)+3)*4", v.arrival_base - v.plan, false},
       {"arrival_base", "2*L*4", v.token_base - v.arrival_base, false},
       {"token_base", "2*T*4", v.l1_done - v.token_base, false},
       {"l1_done", "(min(L,N)+(N-min(L,N))/32)*4, N=R*T*k", v.control - v.l1_done, false},

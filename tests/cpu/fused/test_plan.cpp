@@ -1,9 +1,15 @@
 // CPU tests of the fused layer's host planning: memory formulas, config checks, error messages.
 #include <gtest/gtest.h>
 
+#include <cctype>
+#include <cstdint>
+#include <map>
+#include <random>
 #include <string>
+#include <string_view>
 
 #include "device/error_record.h"
+#include "device/kernel_params.h"
 #include "device/task_map.h"
 #include "epfuse/error.h"
 #include "fused/describe_error.h"
@@ -47,6 +53,112 @@ TEST(FusedMemoryPlan, MatchesTheDocumentedFormulas) {
     EXPECT_EQ(sym, p.symmetric_bytes());
     EXPECT_EQ(priv, p.private_bytes());
     EXPECT_NE(format_plan(p).find("recv_rows"), std::string::npos);
+  }
+}
+
+// Evaluates a formula as format_plan prints it: integers, names, + - * /, parentheses, min(a, b), and
+// trailing definitions ("..., N=R*T*k"). Integer arithmetic, as the plan's own.
+class FormulaEval {
+ public:
+  explicit FormulaEval(std::map<std::string, int64_t> names) : names_(std::move(names)) {}
+
+  int64_t operator()(std::string_view text) {
+    // Definitions first: "expr, X=def, Y=def".
+    std::string_view expr = text;
+    for (size_t comma = expr.rfind(", "); comma != std::string_view::npos; comma = expr.rfind(", ")) {
+      const std::string_view def = expr.substr(comma + 2);
+      const size_t eq = def.find('=');
+      EXPECT_NE(eq, std::string_view::npos) << text;
+      names_[std::string(def.substr(0, eq))] = parse_all(def.substr(eq + 1));
+      expr = expr.substr(0, comma);
+    }
+    return parse_all(expr);
+  }
+
+ private:
+  int64_t parse_all(std::string_view text) {
+    s_ = text;
+    at_ = 0;
+    const int64_t v = sum();
+    EXPECT_EQ(at_, s_.size()) << "unparsed tail in " << text;
+    return v;
+  }
+  int64_t sum() {
+    int64_t v = product();
+    while (at_ < s_.size() && (s_[at_] == '+' || s_[at_] == '-')) v = s_[at_++] == '+' ? v + product() : v - product();
+    return v;
+  }
+  int64_t product() {
+    int64_t v = atom();
+    while (at_ < s_.size() && (s_[at_] == '*' || s_[at_] == '/')) v = s_[at_++] == '*' ? v * atom() : v / atom();
+    return v;
+  }
+  int64_t atom() {
+    if (at_ < s_.size() && s_[at_] == '(') {
+      ++at_;
+      const int64_t v = sum();
+      expect(')');
+      return v;
+    }
+    if (at_ < s_.size() && std::isdigit(static_cast<unsigned char>(s_[at_]))) {
+      int64_t v = 0;
+      while (at_ < s_.size() && std::isdigit(static_cast<unsigned char>(s_[at_]))) v = v * 10 + (s_[at_++] - '0');
+      return v;
+    }
+    size_t end = at_;
+    while (end < s_.size() && (std::isalnum(static_cast<unsigned char>(s_[end])) || s_[end] == '_')) ++end;
+    const std::string name(s_.substr(at_, end - at_));
+    at_ = end;
+    if (name == "min" || name == "sizeof") {
+      expect('(');
+      if (name == "sizeof") {
+        const size_t close = s_.find(')', at_);
+        const std::string type(s_.substr(at_, close - at_));
+        at_ = close + 1;
+        return lookup("sizeof(" + type + ")");
+      }
+      const int64_t a = sum();
+      expect(',');
+      const int64_t b = sum();
+      expect(')');
+      return a < b ? a : b;
+    }
+    return lookup(name);
+  }
+  int64_t lookup(const std::string& name) {
+    const auto it = names_.find(name);
+    EXPECT_NE(it, names_.end()) << "unknown name '" << name << "' in " << s_;
+    return it == names_.end() ? 0 : it->second;
+  }
+  void expect(char c) {
+    EXPECT_TRUE(at_ < s_.size() && s_[at_] == c) << "expected '" << c << "' at " << at_ << " in " << s_;
+    ++at_;
+  }
+
+  std::map<std::string, int64_t> names_;
+  std::string_view s_;
+  size_t at_ = 0;
+};
+
+// Every printed formula, evaluated with the config's R, T, H, I, k, E, L, is the region's bytes before
+// the 256-byte rounding: for random configs, the bytes lie in [formula, formula + 256). A formula off
+// by d bytes falls outside for about d/256 of the configs, so any drift shows within these many.
+TEST(FusedMemoryPlan, PrintedFormulasGiveTheBytes) {
+  std::mt19937 rng(12);
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  for (int trial = 0; trial < 2000; ++trial) {
+    const int world = pick(1, 16), L = pick(1, 40), k = pick(1, 16), T = pick(0, 3000);
+    const int H = 128 * pick(1, 64), I = 128 * pick(1, 32);
+    const int E = L * world;
+    const FusedPlan p = plan_fused(config(H, I, E, k, T), world);
+    FormulaEval eval({{"R", world}, {"T", T}, {"H", H}, {"I", I}, {"k", k}, {"E", E}, {"L", L},
+                      {"sizeof(FusedControl)", static_cast<int64_t>(sizeof(device::FusedControl))}});
+    for (const BufferBytes& b : p.buffers) {
+      const int64_t want = eval(b.formula);
+      ASSERT_TRUE(static_cast<int64_t>(b.bytes) >= want && static_cast<int64_t>(b.bytes) < want + 256)
+          << b.name << " = " << b.formula << " gives " << want << ", the plan has " << b.bytes << " (R " << world
+          << " T " << T << " H " << H << " I " << I << " k " << k << " E " << E << ")";
+    }
   }
 }
 
