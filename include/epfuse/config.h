@@ -18,7 +18,7 @@ struct LayerConfig {
   int num_experts = 0;          // E: experts over all ranks; rank r owns [r*E/R, (r+1)*E/R)
   int topk = 0;                 // k: experts per token
   int max_tokens_per_rank = 0;  // buffers are sized for this many tokens on every rank
-  float swiglu_clamp = 0.0f;    // > 0: gate clamped to <= c, up clamped to [-c, c] (seed 000)
+  float swiglu_clamp = 0.0f;    // > 0: gate clamped to <= c, up clamped to [-c, c]
   // SM budget: how many CTAs the fused persistent kernel may use on each rank, so that other kernels
   // can run beside the layer. 0: every SM (NCCL), or SMs / ranks in the one-GPU (loopback) mode,
   // where all ranks' kernels share one GPU and must be resident at once. A budget that cannot be
@@ -45,7 +45,8 @@ inline constexpr long long kMaxElements = 1LL << 31;
 // Throws Error(kInvalidConfig) with check_config's message.
 void validate_config(const LayerConfig& cfg, int world_size);
 
-// The model shapes of FACTS.md (hidden, intermediate, experts, top-k).
+// Named model shapes (hidden, intermediate, experts, top-k): dsv3 (DeepSeek-V3), qwen3-30b
+// (Qwen3-30B-A3B), mixtral (Mixtral 8x7B).
 struct ModelShape {
   std::string_view name;
   int hidden, intermediate, num_experts, topk;

@@ -1,4 +1,4 @@
-// LayerConfig validation and the model shapes of FACTS.md.
+// LayerConfig validation and the model shapes the tools and tests name (dsv3, qwen3-30b, mixtral).
 #include "epfuse/config.h"
 
 #include <algorithm>

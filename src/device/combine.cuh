@@ -1,4 +1,4 @@
-// Combine at home (issue item 4): for each of this rank's tokens, wait until every output tile of its
+// Combine at home: for each of this rank's tokens, wait until every output tile of its
 // routed slots has arrived (monotonic counter at home; base kept here), then reduce the k slots in fp32
 // in slot order (deterministic) and store y in bf16. A token with no routed slot gets zeros.
 #pragma once

@@ -1,4 +1,4 @@
-// Dispatch over NVLink (issue item 2): each token row is pushed once per receiver rank (16-byte stores
+// Dispatch over NVLink: each token row is pushed once per receiver rank (16-byte stores
 // through the receiver's LSA pointer), with one RowEntry per (token, local expert) pair; after the
 // block's stores, one release add per (receiver, local expert) counts the pairs that arrived. A row
 // for this rank itself is not copied: its entries point at x.

@@ -1,4 +1,4 @@
-// Expert FFN tiles on tensor cores (issue item 3), with TileGemm (gemm_mainloop.cuh) and the SwiGLU
+// Expert FFN tiles on tensor cores, with TileGemm (gemm_mainloop.cuh) and the SwiGLU
 // epilogue (epilogue.cuh) for the math; this file decides which rows a tile reads, what it waits for
 // and where its output goes:
 //   Linear1 tile (m-block, n-block of 2I): waits for its expert's arrivals, gathers the received rows,

@@ -1,7 +1,7 @@
-// Layout on the GPU (issue item 1): per token block, which receivers and local experts its slots go
-// to; row and pair slots reserved with a ticket dispenser (one atomic per CTA per receiver and per
-// expert, seed 000 L844); then the counts published to every receiver, and read back by the collect
-// task into this call's expert plan. No host involvement, nothing reset by the host.
+// Layout on the GPU: per token block, which receivers and local experts its slots go to; row and pair
+// slots reserved with a ticket dispenser (one global atomic per CTA per receiver and per expert, not
+// one per slot); then the counts published to every receiver, and read back by the collect task into
+// this call's expert plan. No host involvement, nothing reset by the host.
 #pragma once
 #include <cstdint>
 

@@ -1,4 +1,4 @@
-// Which CTA does what (issue item 5), apart from the math: CTAs take task ids from one atomic counter in
+// Which CTA does what, apart from the math: CTAs take task ids from one atomic counter in
 // id order (task_map.h); ids past the static phases wait for this call's expert plan and GEMM schedule
 // to learn how many GEMM tiles exist and in which order. The last CTA to finish resets the per-call
 // counters for the next launch.

@@ -49,8 +49,8 @@ inline constexpr GemmTileShape kTileM128{128, 128, 64, 4, 2, 4};
 // of M128, same 2x4 warps (32x32 warp tiles). The B tile dominates smem, so 6 stages fit in 144 KiB and
 // keep more weight bytes in flight per SM (this shape starts to be bound by weight reads).
 inline constexpr GemmTileShape kTileM64{64, 128, 64, 6, 2, 4};
-// Decode (<= 32 rows per expert): the layer is bound by weight bytes (FACTS.md: 1.3 ms of weights vs
-// 0.1 ms of math at dsv3 T=128), so the tile is shaped for bytes in flight, not for math: M = 32
+// Decode (<= 32 rows per expert): the layer is bound by weight bytes (1.3 ms of weights vs 0.1 ms of
+// math at dsv3 T=128 on an H200; tools/bench/floor.h computes both), so the tile is shaped for bytes in flight, not for math: M = 32
 // (the mma m16 pair), K-block 128 so each stage moves 32 KiB of weights, 4 stages = 160 KiB of smem,
 // ~96 KiB of weights in flight per SM (132 SMs x 96 KiB / ~2 us latency ~ 6 TB/s > HBM). 8 warps as
 // 1x8 (32x16 warp tiles) so many threads issue copies.

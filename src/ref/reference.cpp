@@ -40,7 +40,7 @@ double dot(const double* a, const double* b, int n) {
   return (s0 + s1) + (s2 + s3);
 }
 
-// SwiGLU with seed 000's optional clamp: gate <= c, up in [-c, c].
+// SwiGLU with the optional clamp (LayerConfig::swiglu_clamp): gate <= c, up in [-c, c].
 double swiglu(double gate, double up, double clamp) {
   if (clamp > 0) {
     gate = std::min(gate, clamp);

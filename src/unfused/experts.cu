@@ -122,7 +122,7 @@ __global__ void __launch_bounds__(kSwigluThreads) swiglu_kernel(bf16* inter, con
 #pragma unroll
     for (int j = 0; j < kVec; ++j) {
       float g = gate.v[j], u = up.v[j];
-      if (clamp > 0.0f) {  // seed 000: gate clamped from above, up on both sides
+      if (clamp > 0.0f) {  // LayerConfig::swiglu_clamp: gate clamped from above, up on both sides
         g = fminf(g, clamp);
         u = fminf(fmaxf(u, -clamp), clamp);
       }

@@ -1,4 +1,4 @@
-// check_config / validate_config: every rejection names its field; the model shapes of FACTS.md.
+// check_config / validate_config: every rejection names its field; the named model shapes.
 #include <cmath>
 #include <limits>
 #include <string>

@@ -1,6 +1,7 @@
 // Microbenchmark of the fused kernel's GEMM pieces: the grouped expert FFN of grouped_ffn.cuh (Linear1
-// + SwiGLU, Linear2) at the per-GPU expert shapes of FACTS.md's seven configs at world 4 (E/4 local
-// experts, T * 4 * k / E rows per expert, uniform), rows gathered from a pool of T * 4 tokens.
+// + SwiGLU, Linear2) at the per-GPU expert shapes of the bench's seven configs (tools/bench/options.h)
+// at world 4 (E/4 local experts, T * 4 * k / E rows per expert, uniform), rows gathered from a pool of
+// T * 4 tokens.
 // For each config: the heuristics' tile shapes (choose_gemm_tile: *, choose_gemm_tile_sm90: +) and every
 // other shape (mma.sync TileGemm and wgmma TileGemmWgmma), median of 20
 // timed runs (cudaEvents, after warm-up), as ms, TFLOP/s and weight bytes read per second.

@@ -30,9 +30,9 @@ function(epfuse_add_run_matrix impl)
     epfuse_add_run_test(${impl} w2_${routing}_uneven 120 ${small} --ranks 2 --routing ${routing} --tokens 128,0)
     epfuse_add_run_test(${impl} w4_${routing}_uneven 120 ${small} --ranks 4 --routing ${routing} --tokens 128,0,7,1)
   endforeach()
-  # The clamped SwiGLU (seed 000), at a clamp the generated activations exceed.
+  # The clamped SwiGLU (LayerConfig::swiglu_clamp), at a clamp the generated activations exceed.
   epfuse_add_run_test(${impl} w2_clamp 120 ${small} --clamp 0.25 --ranks 2 --tokens 64,33)
-  # The model shapes of FACTS.md at modest T, sampled rows (the reference regenerates the experts).
+  # The named model shapes (config.h) at modest T, sampled rows (the reference regenerates the experts).
   foreach(model dsv3 qwen3-30b mixtral)
     foreach(world 2 4)
       epfuse_add_run_test(${impl} w${world}_${model} 600
