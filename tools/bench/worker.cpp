@@ -104,6 +104,12 @@ CaseLoad case_load(Communicator& comm, const LayerConfig& cfg, const std::vector
   return out;
 }
 
+// A note is one cell of the table (and one JSON string): no tabs or newlines.
+std::string one_line(std::string text) {
+  std::replace_if(text.begin(), text.end(), [](char c) { return c == '\t' || c == '\n' || c == '\r'; }, ' ');
+  return text;
+}
+
 int reference_threads() {
   const char* local_world = std::getenv("LOCAL_WORLD_SIZE");
   const int ranks = local_world ? std::max(1, std::atoi(local_world)) : 1;
@@ -161,7 +167,7 @@ void run_worker(const BenchOptions& o) {
     if (const std::string problem = check_config(cfg, world); !problem.empty()) {
       for (const std::string& impl : o.impls) {
         BenchRow row = row_for_case(bc, impl, world, o.routing);
-        row.note = "invalid config on " + std::to_string(world) + " ranks: " + problem;
+        row.note = one_line("invalid config on " + std::to_string(world) + " ranks: " + problem);
         sink.write(row_record(row));
         sink.progress(++done, total, case_label(bc));
       }
@@ -185,7 +191,7 @@ void run_worker(const BenchOptions& o) {
       } catch (const Error& e) {
         // Every rank refuses the same way (the implementation or the shape), so all skip together.
         if (e.code() != ErrorCode::kUnsupported && e.code() != ErrorCode::kInvalidConfig) throw;
-        row.note = e.what();
+        row.note = one_line(e.what());
         sink.write(row_record(row));
         sink.progress(++done, total, case_label(bc));
         continue;
