@@ -35,8 +35,9 @@ __device__ void layout_task(const FusedContext<Transport>& c, int block, void* s
                                       static_cast<int32_t>(Phase::kLayout), 0, t, j, static_cast<uint32_t>(e), 0});
       atomicExch(&c.ctl->input_status, static_cast<uint32_t>(ErrorKind::kBadExpert));
     } else if (slot_is_routed(e, E)) {
-      if (first_slot_for_rank(idx, j, E, L) == j) row = static_cast<int32_t>(atomicAdd(&cnt_rows[expert_rank(e, L)], 1u));
-      index = static_cast<int32_t>(atomicAdd(&cnt_pairs[e], 1u));
+      const SlotTickets draws = slot_tickets(idx, j, E, L);
+      if (draws.owns_row) row = static_cast<int32_t>(atomicAdd(&cnt_rows[draws.row_rank], 1u));
+      index = static_cast<int32_t>(atomicAdd(&cnt_pairs[draws.pair_expert], 1u));
     }
     c.pair_row[static_cast<int64_t>(t) * k + j] = row;
     c.pair_index[static_cast<int64_t>(t) * k + j] = index;

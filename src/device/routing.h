@@ -26,6 +26,25 @@ EPFUSE_HD int first_slot_for_rank(const int32_t* idx, int j, int num_experts, in
   return j;
 }
 
+// What routed slot j of a token draws from the layout's ticket dispenser (layout_task): a pair index
+// at its expert, and a row slot at its receiver when it owns the token's row there
+// (first_slot_for_rank). An unrouted slot draws nothing.
+struct SlotTickets {
+  bool routed = false;    // draws a pair index at pair_expert
+  bool owns_row = false;  // draws a row slot at row_rank
+  int32_t pair_expert = -1;
+  int row_rank = -1;
+};
+EPFUSE_HD SlotTickets slot_tickets(const int32_t* idx, int j, int num_experts, int local_experts) {
+  SlotTickets s;
+  s.routed = slot_is_routed(idx[j], num_experts);
+  if (!s.routed) return s;
+  s.pair_expert = idx[j];
+  s.row_rank = expert_rank(idx[j], local_experts);
+  s.owns_row = first_slot_for_rank(idx, j, num_experts, local_experts) == j;
+  return s;
+}
+
 // Number of routed slots of a token: the contributions its home rank waits for.
 EPFUSE_HD int routed_slots(const int32_t* idx, int k, int num_experts) {
   int n = 0;

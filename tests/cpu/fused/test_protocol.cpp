@@ -82,6 +82,17 @@ TEST(FusedRouting, FirstSlotPerRankDeduplicates) {
   EXPECT_EQ(first_slot_for_rank(idx.data(), 5, E, L), 0);
   EXPECT_EQ(first_slot_for_rank(idx.data(), 6, E, L), 3);
   EXPECT_EQ(routed_slots(idx.data(), 8, E), 6);
+  // Ticket draws: a pair for every routed slot, a row at the receiver only for the owning slot.
+  const std::vector<bool> owns_row = {true, false, false, true, true, false, false, false};
+  for (int j = 0; j < 8; ++j) {
+    const SlotTickets s = slot_tickets(idx.data(), j, E, L);
+    EXPECT_EQ(s.routed, slot_is_routed(idx[j], E)) << "slot " << j;
+    EXPECT_EQ(s.owns_row, owns_row[j]) << "slot " << j;
+    if (s.routed) {
+      EXPECT_EQ(s.pair_expert, idx[j]);
+      EXPECT_EQ(s.row_rank, expert_rank(idx[j], L));
+    }
+  }
   EXPECT_EQ(token_signal_target(idx.data(), 8, E, 7168), 6u * 56u);
   // Tiles of 128 or 256 columns add up to the same target: the home need not know the expert rank's shape.
   EXPECT_EQ(signal_units(256) * (7168 / 256), signal_units(7168));
@@ -371,10 +382,11 @@ TEST(FusedPlan, ViewFitsPlanInts) {
 
 // ---- layout -> dispatch -> collect, through the shared functions ----
 // layout_task (layout.cuh, device code) hands out with its ticket dispenser, per receiver, distinct row
-// slots [0, n) to the slots that own a token's row there (first_slot_for_rank) and copies the owner's
-// row to the token's other slots for that receiver; per expert, distinct pair indices [0, n). Which
-// slot gets which number depends on scheduling, so the test draws any such assignment at random (what
-// the dispenser promises, not how it works), then follows dispatch_task and collect_task through the
+// slots [0, n) to the slots that own a token's row there and copies the owner's row to the token's
+// other slots for that receiver; per expert, distinct pair indices [0, n). Which slot draws what is
+// slot_tickets (routing.h), which both layout_task and this test call. Which slot gets which number
+// depends on scheduling, so the test deals the numbers at random (what the dispenser promises, not
+// how it works), then follows dispatch_task and collect_task through the
 // shared functions (first_slot_for_rank, expert_rank, exclusive_prefix, build_expert_plan,
 // row_source), and checks against routing derived from topk_idx alone that every routed (token, slot)
 // lands once at the right expert of the right receiver and each token travels once per receiver.
@@ -409,10 +421,9 @@ void simulate(const Sim& sim, std::mt19937& rng) {
     std::map<int, std::vector<std::pair<int, int>>> owners, pairs;
     for (int t = 0; t < T; ++t)
       for (int j = 0; j < k; ++j) {
-        const int32_t e = id[t * k + j];
-        if (!slot_is_routed(e, E)) continue;
-        if (first_slot_for_rank(id + t * k, j, E, L) == j) owners[expert_rank(e, L)].push_back({t, j});
-        pairs[e].push_back({t, j});
+        const SlotTickets draws = slot_tickets(id + t * k, j, E, L);  // as layout_task draws
+        if (draws.owns_row) owners[draws.row_rank].push_back({t, j});
+        if (draws.routed) pairs[draws.pair_expert].push_back({t, j});
       }
     const std::map<std::pair<int, int>, int> owner_row = deal(owners, rng), pair_index = deal(pairs, rng);
     std::vector<uint32_t> row_tickets(R, 0), pair_tickets(E, 0);
