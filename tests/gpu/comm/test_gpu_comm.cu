@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/check.h"
+#include "common/device_buffer.h"
 #include "common/hash.h"
 #include "epfuse/communicator.h"
 #include "epfuse/error.h"
@@ -347,15 +348,14 @@ TEST(GpuComm, BorrowLeavesTheCommToItsOwner) {
   }
   // Still alive after the borrower is gone: an all-reduce on it gives the right sum.
   Stream stream;
-  int* word = nullptr;
-  EPFUSE_CUDA_CHECK(cudaMalloc(&word, sizeof(int)));
+  const epfuse::detail::DeviceArray<int> word_dev(1);
+  int* word = word_dev.get();
   const int mine = c.rank() + 1;
   EPFUSE_CUDA_CHECK(cudaMemcpyAsync(word, &mine, sizeof(int), cudaMemcpyHostToDevice, stream.s));
   EPFUSE_NCCL_CHECK(ncclAllReduce(word, word, 1, ncclInt32, ncclSum, split, stream.s));
   int sum = 0;
   EPFUSE_CUDA_CHECK(cudaMemcpyAsync(&sum, word, sizeof(int), cudaMemcpyDeviceToHost, stream.s));
   EPFUSE_CUDA_CHECK(cudaStreamSynchronize(stream.s));
-  EPFUSE_CUDA_CHECK(cudaFree(word));
   const int world = c.world_size();
   EXPECT_EQ(sum, world * (world + 1) / 2);
   EPFUSE_NCCL_CHECK(ncclCommDestroy(split));

@@ -29,12 +29,18 @@ __global__ void fill_bf16(__nv_bfloat16* p, size_t n, uint64_t seed, float scale
     p[i] = __float2bfloat16(scale * epfuse::detail::uniform_pm1(epfuse::detail::hash_at(seed, epfuse::detail::Stream::kW13, i)));
 }
 
-__nv_bfloat16* alloc_random(size_t n, uint64_t seed, float scale) {
-  __nv_bfloat16* p = nullptr;
-  EPFUSE_CUDA_CHECK(cudaMalloc(&p, n * sizeof(__nv_bfloat16)));
-  fill_bf16<<<1024, 256>>>(p, n, seed, scale);
+epfuse::detail::DeviceArray<__nv_bfloat16> alloc_random(size_t n, uint64_t seed, float scale) {
+  epfuse::detail::DeviceArray<__nv_bfloat16> p(n);
+  fill_bf16<<<1024, 256>>>(p.get(), n, seed, scale);
   EPFUSE_CUDA_CHECK_LAUNCH();
   return p;
+}
+
+template <class T>
+epfuse::detail::DeviceArray<T> upload(const std::vector<T>& v) {
+  epfuse::detail::DeviceArray<T> d(v.size());
+  EPFUSE_CUDA_CHECK(cudaMemcpy(d.get(), v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return d;
 }
 
 float time_median_ms(const GemmTileShape& shape, const epfuse::test::GroupedFfnArgs& args,
@@ -69,26 +75,25 @@ void bench_config(const BenchConfig& c, int num_sms, int iters) {
   for (int r = 0; r < rows; ++r)
     row_token[r] = static_cast<int>(epfuse::detail::hash_at(7, epfuse::detail::Stream::kRouting, r) % pool);
 
+  const auto x_pool = alloc_random(static_cast<size_t>(pool) * c.H, 1, 1.0f);
+  const auto w13 = alloc_random(static_cast<size_t>(experts) * 2 * c.I * c.H, 2, 0.03f);
+  const auto w2 = alloc_random(static_cast<size_t>(experts) * c.H * c.I, 3, 0.03f);
+  const auto d_token = upload(row_token), d_offset = upload(offset);
+  const auto d_weight = upload(row_weight);
+  const epfuse::detail::DeviceArray<__nv_bfloat16> h(static_cast<size_t>(rows) * c.I);
+  const epfuse::detail::DeviceArray<float> out(static_cast<size_t>(rows) * c.H);
   epfuse::test::GroupedFfnArgs args{};
   args.H = c.H;
   args.I = c.I;
   args.clamp = 0.0f;
-  args.x_pool = alloc_random(static_cast<size_t>(pool) * c.H, 1, 1.0f);
-  args.w13 = alloc_random(static_cast<size_t>(experts) * 2 * c.I * c.H, 2, 0.03f);
-  args.w2 = alloc_random(static_cast<size_t>(experts) * c.H * c.I, 3, 0.03f);
-  int *d_token, *d_offset;
-  float* d_weight;
-  EPFUSE_CUDA_CHECK(cudaMalloc(&d_token, rows * sizeof(int)));
-  EPFUSE_CUDA_CHECK(cudaMalloc(&d_offset, (experts + 1) * sizeof(int)));
-  EPFUSE_CUDA_CHECK(cudaMalloc(&d_weight, rows * sizeof(float)));
-  EPFUSE_CUDA_CHECK(cudaMemcpy(d_token, row_token.data(), rows * sizeof(int), cudaMemcpyHostToDevice));
-  EPFUSE_CUDA_CHECK(cudaMemcpy(d_offset, offset.data(), (experts + 1) * sizeof(int), cudaMemcpyHostToDevice));
-  EPFUSE_CUDA_CHECK(cudaMemcpy(d_weight, row_weight.data(), rows * sizeof(float), cudaMemcpyHostToDevice));
-  args.row_token = d_token;
-  args.expert_offset = d_offset;
-  args.row_weight = d_weight;
-  EPFUSE_CUDA_CHECK(cudaMalloc(&args.h, static_cast<size_t>(rows) * c.I * sizeof(__nv_bfloat16)));
-  EPFUSE_CUDA_CHECK(cudaMalloc(&args.out, static_cast<size_t>(rows) * c.H * sizeof(float)));
+  args.x_pool = x_pool.get();
+  args.w13 = w13.get();
+  args.w2 = w2.get();
+  args.row_token = d_token.get();
+  args.expert_offset = d_offset.get();
+  args.row_weight = d_weight.get();
+  args.h = h.get();
+  args.out = out.get();
 
   const double flops = 2.0 * rows * 3.0 * c.H * c.I;
   const double weight_bytes = 2.0 * experts * 3.0 * c.H * c.I;
@@ -98,7 +103,7 @@ void bench_config(const BenchConfig& c, int num_sms, int iters) {
     if (!epfuse::fused::gemm_tile_supports(shape, 2 * c.I, c.H) ||
         !epfuse::fused::gemm_tile_supports(shape, c.H, c.I))
       continue;
-    epfuse::test::TilePlan plan = epfuse::test::make_tile_plan(shape, offset, c.H, c.I);
+    const epfuse::test::TilePlan plan = epfuse::test::make_tile_plan(shape, offset, c.H, c.I);
     const float ms = time_median_ms(shape, args, plan, num_sms, epfuse::test::kBothLinears, iters);
     const float ms1 = time_median_ms(shape, args, plan, num_sms, epfuse::test::kLinear1, iters);
     const float ms2 = time_median_ms(shape, args, plan, num_sms, epfuse::test::kLinear2, iters);
@@ -109,16 +114,7 @@ void bench_config(const BenchConfig& c, int num_sms, int iters) {
                 shape.stages, wgmma ? "wgmma" : "mma.sync", shape == chosen ? "*" : " ",
                 shape == chosen_sm90 ? "+" : " ", ms, flops / ms * 1e-9, weight_bytes / ms * 1e-9, ms1,
                 flops * 2.0 / 3.0 / ms1 * 1e-9, ms2, flops / 3.0 / ms2 * 1e-9);
-    epfuse::test::free_tile_plan(plan);
   }
-  EPFUSE_CUDA_CHECK(cudaFree(const_cast<__nv_bfloat16*>(args.x_pool)));
-  EPFUSE_CUDA_CHECK(cudaFree(const_cast<__nv_bfloat16*>(args.w13)));
-  EPFUSE_CUDA_CHECK(cudaFree(const_cast<__nv_bfloat16*>(args.w2)));
-  EPFUSE_CUDA_CHECK(cudaFree(d_token));
-  EPFUSE_CUDA_CHECK(cudaFree(d_offset));
-  EPFUSE_CUDA_CHECK(cudaFree(d_weight));
-  EPFUSE_CUDA_CHECK(cudaFree(args.h));
-  EPFUSE_CUDA_CHECK(cudaFree(args.out));
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include <cuda_runtime.h>
 
 #include "common/check.h"
+#include "common/device_buffer.h"
 #include "device/epilogue.cuh"
 #include "device/gemm_mainloop.cuh"
 #include "device/gemm_mainloop_wgmma.cuh"
@@ -130,8 +131,8 @@ bool with_tile_gemm(const fused::GemmTileShape& shape, F&& f) {
 
 // Device tile lists for one shape, built once per problem (the benchmark reuses them across runs).
 struct TilePlan {
-  int4* tiles1 = nullptr;
-  int4* tiles2 = nullptr;
+  detail::DeviceArray<int4> tiles1;  // one more than num_tiles1: never empty
+  detail::DeviceArray<int4> tiles2;
   int num_tiles1 = 0;
   int num_tiles2 = 0;
 };
@@ -142,17 +143,11 @@ inline TilePlan make_tile_plan(const fused::GemmTileShape& shape, const std::vec
   const std::vector<int4> t2 = make_tiles(expert_offset, shape.block_m, H / shape.block_n);
   plan.num_tiles1 = static_cast<int>(t1.size());
   plan.num_tiles2 = static_cast<int>(t2.size());
-  EPFUSE_CUDA_CHECK(cudaMalloc(&plan.tiles1, (t1.size() + 1) * sizeof(int4)));
-  EPFUSE_CUDA_CHECK(cudaMalloc(&plan.tiles2, (t2.size() + 1) * sizeof(int4)));
-  EPFUSE_CUDA_CHECK(cudaMemcpy(plan.tiles1, t1.data(), t1.size() * sizeof(int4), cudaMemcpyHostToDevice));
-  EPFUSE_CUDA_CHECK(cudaMemcpy(plan.tiles2, t2.data(), t2.size() * sizeof(int4), cudaMemcpyHostToDevice));
+  plan.tiles1 = detail::DeviceArray<int4>(t1.size() + 1);
+  plan.tiles2 = detail::DeviceArray<int4>(t2.size() + 1);
+  EPFUSE_CUDA_CHECK(cudaMemcpy(plan.tiles1.get(), t1.data(), t1.size() * sizeof(int4), cudaMemcpyHostToDevice));
+  EPFUSE_CUDA_CHECK(cudaMemcpy(plan.tiles2.get(), t2.data(), t2.size() * sizeof(int4), cudaMemcpyHostToDevice));
   return plan;
-}
-
-inline void free_tile_plan(TilePlan& plan) {
-  EPFUSE_CUDA_CHECK(cudaFree(plan.tiles1));
-  EPFUSE_CUDA_CHECK(cudaFree(plan.tiles2));
-  plan = TilePlan{};
 }
 
 enum FfnPhases : int { kLinear1 = 1, kLinear2 = 2, kBothLinears = 3 };
@@ -161,9 +156,9 @@ enum FfnPhases : int { kLinear1 = 1, kLinear2 = 2, kBothLinears = 3 };
 // `num_ctas` CTAs.
 inline void run_grouped_ffn(const fused::GemmTileShape& shape, GroupedFfnArgs args, const TilePlan& plan,
                             int num_ctas, cudaStream_t stream, int phases = kBothLinears) {
-  args.tiles1 = plan.tiles1;
+  args.tiles1 = plan.tiles1.get();
   args.num_tiles1 = plan.num_tiles1;
-  args.tiles2 = plan.tiles2;
+  args.tiles2 = plan.tiles2.get();
   args.num_tiles2 = plan.num_tiles2;
   const bool known = with_tile_gemm(shape, [&]<class Gemm>() {
     EPFUSE_CUDA_CHECK(cudaFuncSetAttribute(linear1_swiglu_kernel<Gemm>,

@@ -40,11 +40,10 @@ std::vector<float> random_bf16(uint64_t seed, Stream stream, size_t n, float sca
 }
 
 template <class T>
-T* to_device(const std::vector<T>& v) {
-  T* p = nullptr;
-  EPFUSE_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(v.size(), 1) * sizeof(T)));
-  if (!v.empty()) EPFUSE_CUDA_CHECK(cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
-  return p;
+epfuse::detail::DeviceArray<T> to_device(const std::vector<T>& v) {
+  epfuse::detail::DeviceArray<T> d(std::max<size_t>(v.size(), 1));
+  if (!v.empty()) EPFUSE_CUDA_CHECK(cudaMemcpy(d.get(), v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return d;
 }
 
 const char* tile_kind(const epfuse::fused::GemmTileShape& s) {
@@ -109,15 +108,20 @@ bool run_case(const Case& c, uint64_t seed, int num_sms) {
       }
   }
 
+  const auto x_pool_dev = to_device(x_dev), w13_on_dev = to_device(w13_dev), w2_on_dev = to_device(w2_dev);
+  const auto row_token_dev = to_device(row_token), offset_dev = to_device(offset);
+  const auto row_weight_dev = to_device(row_weight);
+  const epfuse::detail::DeviceArray<__nv_bfloat16> h_dev(std::max<size_t>(rows, 1) * I);
+  const epfuse::detail::DeviceArray<float> out_dev(std::max<size_t>(rows, 1) * H);
   epfuse::test::GroupedFfnArgs args{};
-  args.x_pool = to_device(x_dev);
-  args.row_token = to_device(row_token);
-  args.row_weight = to_device(row_weight);
-  args.expert_offset = to_device(offset);
-  args.w13 = to_device(w13_dev);
-  args.w2 = to_device(w2_dev);
-  EPFUSE_CUDA_CHECK(cudaMalloc(&args.h, std::max<size_t>(rows, 1) * I * sizeof(__nv_bfloat16)));
-  EPFUSE_CUDA_CHECK(cudaMalloc(&args.out, std::max<size_t>(rows, 1) * H * sizeof(float)));
+  args.x_pool = x_pool_dev.get();
+  args.row_token = row_token_dev.get();
+  args.row_weight = row_weight_dev.get();
+  args.expert_offset = offset_dev.get();
+  args.w13 = w13_on_dev.get();
+  args.w2 = w2_on_dev.get();
+  args.h = h_dev.get();
+  args.out = out_dev.get();
   args.H = H;
   args.I = I;
 
@@ -129,7 +133,7 @@ bool run_case(const Case& c, uint64_t seed, int num_sms) {
                   shape.block_k, tile_kind(shape));
       continue;
     }
-    epfuse::test::TilePlan plan = epfuse::test::make_tile_plan(shape, offset, H, I);
+    const epfuse::test::TilePlan plan = epfuse::test::make_tile_plan(shape, offset, H, I);
     for (int ci = 0; ci < 2; ++ci) {
       args.clamp = static_cast<float>(clamps[ci]);
       // Poison: 0xff bytes are NaN in bf16 and fp32, so any element left unwritten shows.
@@ -155,16 +159,7 @@ bool run_case(const Case& c, uint64_t seed, int num_sms) {
                   tile_kind(shape), clamps[ci], num_ctas, rel, nonfinite);
       ok = ok && pass;
     }
-    epfuse::test::free_tile_plan(plan);
   }
-  EPFUSE_CUDA_CHECK(cudaFree(const_cast<__nv_bfloat16*>(args.x_pool)));
-  EPFUSE_CUDA_CHECK(cudaFree(const_cast<int*>(args.row_token)));
-  EPFUSE_CUDA_CHECK(cudaFree(const_cast<float*>(args.row_weight)));
-  EPFUSE_CUDA_CHECK(cudaFree(const_cast<int*>(args.expert_offset)));
-  EPFUSE_CUDA_CHECK(cudaFree(const_cast<__nv_bfloat16*>(args.w13)));
-  EPFUSE_CUDA_CHECK(cudaFree(const_cast<__nv_bfloat16*>(args.w2)));
-  EPFUSE_CUDA_CHECK(cudaFree(args.h));
-  EPFUSE_CUDA_CHECK(cudaFree(args.out));
   return ok;
 }
 
