@@ -36,13 +36,6 @@ epfuse::detail::DeviceArray<__nv_bfloat16> alloc_random(size_t n, uint64_t seed,
   return p;
 }
 
-template <class T>
-epfuse::detail::DeviceArray<T> upload(const std::vector<T>& v) {
-  epfuse::detail::DeviceArray<T> d(v.size());
-  EPFUSE_CUDA_CHECK(cudaMemcpy(d.get(), v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
-  return d;
-}
-
 float time_median_ms(const GemmTileShape& shape, const epfuse::test::GroupedFfnArgs& args,
                      const epfuse::test::TilePlan& plan, int num_sms, int phases, int iters) {
   cudaEvent_t start, stop;
@@ -75,25 +68,17 @@ void bench_config(const BenchConfig& c, int num_sms, int iters) {
   for (int r = 0; r < rows; ++r)
     row_token[r] = static_cast<int>(epfuse::detail::hash_at(7, epfuse::detail::Stream::kRouting, r) % pool);
 
-  const auto x_pool = alloc_random(static_cast<size_t>(pool) * c.H, 1, 1.0f);
-  const auto w13 = alloc_random(static_cast<size_t>(experts) * 2 * c.I * c.H, 2, 0.03f);
-  const auto w2 = alloc_random(static_cast<size_t>(experts) * c.H * c.I, 3, 0.03f);
-  const auto d_token = upload(row_token), d_offset = upload(offset);
-  const auto d_weight = upload(row_weight);
-  const epfuse::detail::DeviceArray<__nv_bfloat16> h(static_cast<size_t>(rows) * c.I);
-  const epfuse::detail::DeviceArray<float> out(static_cast<size_t>(rows) * c.H);
-  epfuse::test::GroupedFfnArgs args{};
-  args.H = c.H;
-  args.I = c.I;
+  epfuse::test::GroupedFfnBuffers dev;
+  dev.x_pool = alloc_random(static_cast<size_t>(pool) * c.H, 1, 1.0f);
+  dev.w13 = alloc_random(static_cast<size_t>(experts) * 2 * c.I * c.H, 2, 0.03f);
+  dev.w2 = alloc_random(static_cast<size_t>(experts) * c.H * c.I, 3, 0.03f);
+  dev.row_token = epfuse::test::upload(row_token);
+  dev.expert_offset = epfuse::test::upload(offset);
+  dev.row_weight = epfuse::test::upload(row_weight);
+  dev.h = epfuse::detail::DeviceArray<__nv_bfloat16>(static_cast<size_t>(rows) * c.I);
+  dev.out = epfuse::detail::DeviceArray<float>(static_cast<size_t>(rows) * c.H);
+  epfuse::test::GroupedFfnArgs args = dev.args(c.H, c.I);
   args.clamp = 0.0f;
-  args.x_pool = x_pool.get();
-  args.w13 = w13.get();
-  args.w2 = w2.get();
-  args.row_token = d_token.get();
-  args.expert_offset = d_offset.get();
-  args.row_weight = d_weight.get();
-  args.h = h.get();
-  args.out = out.get();
 
   const double flops = 2.0 * rows * 3.0 * c.H * c.I;
   const double weight_bytes = 2.0 * experts * 3.0 * c.H * c.I;

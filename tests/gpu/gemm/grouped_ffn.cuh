@@ -129,6 +129,37 @@ bool with_tile_gemm(const fused::GemmTileShape& shape, F&& f) {
   return false;
 }
 
+// A device copy of a host vector (one element at least: never a null pointer).
+template <class T>
+detail::DeviceArray<T> upload(const std::vector<T>& v) {
+  detail::DeviceArray<T> d(v.empty() ? 1 : v.size());
+  if (!v.empty()) EPFUSE_CUDA_CHECK(cudaMemcpy(d.get(), v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return d;
+}
+
+// The device buffers of one grouped FFN problem (shapes as in GroupedFfnArgs), owned here;
+// args() points a GroupedFfnArgs at them (tiles and clamp left to the caller).
+struct GroupedFfnBuffers {
+  detail::DeviceArray<__nv_bfloat16> x_pool, w13, w2, h;
+  detail::DeviceArray<int> row_token, expert_offset;
+  detail::DeviceArray<float> row_weight, out;
+
+  GroupedFfnArgs args(int H, int I) const {
+    GroupedFfnArgs a{};
+    a.x_pool = x_pool.get();
+    a.row_token = row_token.get();
+    a.row_weight = row_weight.get();
+    a.expert_offset = expert_offset.get();
+    a.w13 = w13.get();
+    a.w2 = w2.get();
+    a.h = h.get();
+    a.out = out.get();
+    a.H = H;
+    a.I = I;
+    return a;
+  }
+};
+
 // Device tile lists for one shape, built once per problem (the benchmark reuses them across runs).
 struct TilePlan {
   detail::DeviceArray<int4> tiles1;  // one more than num_tiles1: never empty

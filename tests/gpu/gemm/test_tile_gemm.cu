@@ -39,13 +39,6 @@ std::vector<float> random_bf16(uint64_t seed, Stream stream, size_t n, float sca
   return host;
 }
 
-template <class T>
-epfuse::detail::DeviceArray<T> to_device(const std::vector<T>& v) {
-  epfuse::detail::DeviceArray<T> d(std::max<size_t>(v.size(), 1));
-  if (!v.empty()) EPFUSE_CUDA_CHECK(cudaMemcpy(d.get(), v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
-  return d;
-}
-
 const char* tile_kind(const epfuse::fused::GemmTileShape& s) {
   return s.mma == epfuse::fused::GemmMma::kWgmma ? "wgmma" : "mma.sync";
 }
@@ -108,22 +101,17 @@ bool run_case(const Case& c, uint64_t seed, int num_sms) {
       }
   }
 
-  const auto x_pool_dev = to_device(x_dev), w13_on_dev = to_device(w13_dev), w2_on_dev = to_device(w2_dev);
-  const auto row_token_dev = to_device(row_token), offset_dev = to_device(offset);
-  const auto row_weight_dev = to_device(row_weight);
-  const epfuse::detail::DeviceArray<__nv_bfloat16> h_dev(std::max<size_t>(rows, 1) * I);
-  const epfuse::detail::DeviceArray<float> out_dev(std::max<size_t>(rows, 1) * H);
-  epfuse::test::GroupedFfnArgs args{};
-  args.x_pool = x_pool_dev.get();
-  args.row_token = row_token_dev.get();
-  args.row_weight = row_weight_dev.get();
-  args.expert_offset = offset_dev.get();
-  args.w13 = w13_on_dev.get();
-  args.w2 = w2_on_dev.get();
-  args.h = h_dev.get();
-  args.out = out_dev.get();
-  args.H = H;
-  args.I = I;
+  using epfuse::test::upload;
+  epfuse::test::GroupedFfnBuffers dev;
+  dev.x_pool = upload(x_dev);
+  dev.w13 = upload(w13_dev);
+  dev.w2 = upload(w2_dev);
+  dev.row_token = upload(row_token);
+  dev.expert_offset = upload(offset);
+  dev.row_weight = upload(row_weight);
+  dev.h = epfuse::detail::DeviceArray<__nv_bfloat16>(std::max<size_t>(rows, 1) * I);
+  dev.out = epfuse::detail::DeviceArray<float>(std::max<size_t>(rows, 1) * H);
+  epfuse::test::GroupedFfnArgs args = dev.args(H, I);
 
   bool ok = true;
   std::vector<float> out(static_cast<size_t>(rows) * H);
