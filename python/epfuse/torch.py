@@ -170,6 +170,25 @@ def _cuda_device(device: Any) -> torch.device:
     return torch.device("cuda", torch.cuda.current_device() if device.index is None else device.index)
 
 
+
+def _close_when_collected(obj: object, world_size: int, what: str, how: str) -> None:
+    """Garbage collection closes a world-1 object; a larger world's is leaked with a warning, since
+    destroying it is collective and the other ranks may not be collecting theirs now."""
+    if getattr(obj, "_closed", True):
+        return
+    if world_size > 1:
+        warnings.warn(
+            f"{what} of world > 1 collected without close(): leaked, since destroying it is collective; "
+            f"call {how} on every rank",
+            ResourceWarning,
+            stacklevel=3,
+        )
+        return
+    try:
+        obj.close()  # type: ignore[attr-defined]
+    except Exception:
+        pass
+
 class _OnDevice:
     """Makes `device` current around a C call (the C side works on the current device); free when it
     already is."""
@@ -381,20 +400,7 @@ class Workspace:
         self.close()
 
     def __del__(self) -> None:
-        if getattr(self, "_closed", True):
-            return
-        if getattr(self, "world_size", 1) > 1:
-            warnings.warn(
-                "epfuse.torch.Workspace of world > 1 collected without close(): leaked, since destroying it is "
-                "collective; call close() on every rank",
-                ResourceWarning,
-                stacklevel=2,
-            )
-            return
-        try:
-            self.close()
-        except Exception:
-            pass
+        _close_when_collected(self, getattr(self, "world_size", 1), "epfuse.torch.Workspace", "close()")
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else f"rank {self.rank}/{self.world_size} on {self.device}"
@@ -537,21 +543,10 @@ class MoELayer:
                 _lib.destroy("layer", handle)
 
     def __del__(self) -> None:
-        if getattr(self, "_closed", True):
-            return
         ws = getattr(self, "workspace", None)
-        if ws is not None and getattr(ws, "world_size", 1) > 1:
-            warnings.warn(
-                f"epfuse.torch.MoELayer {self.layer_id} of world > 1 collected without close(): leaked, since "
-                "destroying it is collective; call close() (or the workspace's) on every rank",
-                ResourceWarning,
-                stacklevel=2,
-            )
-            return
-        try:
-            self.close()
-        except Exception:
-            pass
+        world = getattr(ws, "world_size", 1) if ws is not None else 1
+        _close_when_collected(self, world, f"epfuse.torch.MoELayer {getattr(self, 'layer_id', '?')}",
+                              "close() (or the workspace's)")
 
     def __repr__(self) -> str:
         return (
