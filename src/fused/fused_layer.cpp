@@ -110,7 +110,6 @@ class FusedWorkspace final : public Workspace {
   bool failed() const override { return failed_; }
 
   std::string check_fits(const LayerConfig& cfg) const override {
-    const int world = comm_.world_size();
     auto over = [](const char* field, long long v, long long cap) {
       return std::string(field) + "=" + std::to_string(v) + " exceeds the workspace's " + std::to_string(cap);
     };
@@ -118,15 +117,11 @@ class FusedWorkspace final : public Workspace {
     if (cfg.intermediate > capacity_.intermediate) return over("intermediate", cfg.intermediate, capacity_.intermediate);
     if (cfg.num_experts > capacity_.num_experts) return over("num_experts", cfg.num_experts, capacity_.num_experts);
     if (cfg.topk > capacity_.topk) return over("topk", cfg.topk, capacity_.topk);
+    // Experts per rank follow from num_experts (one world size).
     if (cfg.max_tokens_per_rank > capacity_.max_tokens_per_rank)
       return over("max_tokens_per_rank", cfg.max_tokens_per_rank, capacity_.max_tokens_per_rank);
-    if (cfg.experts_per_rank(world) > capacity_.experts_per_rank(world))
-      return over("num_experts / world_size", cfg.experts_per_rank(world), capacity_.experts_per_rank(world));
     return "";
   }
-
-  const FusedPlan& plan() const { return plan_; }
-  uint64_t timeout_ns() const { return timeout_ns_; }
 
   // The kernel argument's workspace fields.
   void fill(device::FusedParams& prm) const {
