@@ -12,6 +12,30 @@ inline constexpr int kDimAlign = 128;
 // Largest top-k the kernels carry per token (metadata is sized by it).
 inline constexpr int kMaxTopk = 16;
 
+// How the expert weights are stored.
+//   kBf16: bf16 w13 [E_local, 2I, H] and w2 [E_local, H, I], as today.
+//   kFp8Block128: float8 e4m3 (the "fn" variant: no infinities, max 448) with one scale per 128x128
+//     block (DeepSeek-V3's weight_scale_inv layout: the real weight is code * scale). H and I are
+//     multiples of 64; when one is not a multiple of 128 (e.g. 2880) its last block is 64 wide and its
+//     scale covers only those 64 rows/columns, so each dimension n has ceil(n/128) scales:
+//       w13 scales [E_local, 2 * ceil(I/128), ceil(H/128)]: the gate rows [0, I) and the up rows
+//         [I, 2I) are blocked separately, each with its own partial last block, so no block mixes gate
+//         and up rows (a kernel tile pairs gate and up rows for SwiGLU, and checkpoints that store
+//         gate_proj and up_proj apart carry ceil(I/128) scale rows each). When I % 128 == 0 this is
+//         ceil(2I/128) = 2I/128, the layout of concatenated DeepSeek-V3 weights.
+//       w2 scales  [E_local, ceil(H/128), ceil(I/128)].
+//     Activations (x at dispatch, h before Linear2) are quantised per token per 128 channels (1x128),
+//     with the same partial last group: scales [T, ceil(n/128)]. src/common/fp8.h has the arithmetic
+//     and the index functions.
+enum class WeightFormat { kBf16, kFp8Block128 };
+// How an FP8 scale is represented: kFp32 (amax / 448) or kUe8m0 (amax / 448 rounded up to a power
+// of two, an 8-bit exponent, as newer checkpoints use). Only meaningful with FP8 weights.
+enum class ScaleFormat { kFp32, kUe8m0 };
+std::string_view to_string(WeightFormat format);  // "bf16", "fp8-block128"
+std::string_view to_string(ScaleFormat format);   // "fp32", "ue8m0"
+std::optional<WeightFormat> parse_weight_format(std::string_view name);
+std::optional<ScaleFormat> parse_scale_format(std::string_view name);
+
 struct LayerConfig {
   int hidden = 0;               // H: model dimension
   int intermediate = 0;         // I: expert FFN dimension (W1 and W3 each produce I outputs)
@@ -25,6 +49,8 @@ struct LayerConfig {
   // resident (budget * ranks on the GPU > SMs * CTAs per SM) is an Error(kUnsupported) at creation.
   // Ignored by the unfused chain.
   int num_sms = 0;
+  WeightFormat weight_format = WeightFormat::kBf16;
+  ScaleFormat scale_format = ScaleFormat::kFp32;  // kUe8m0 only with kFp8Block128
 
   int experts_per_rank(int world_size) const { return num_experts / world_size; }
 };

@@ -45,6 +45,40 @@ constexpr std::array<ModelShape, 3> kModelShapes{{
 
 }  // namespace
 
+std::string_view to_string(WeightFormat format) {
+  switch (format) {
+    case WeightFormat::kBf16: return "bf16";
+    case WeightFormat::kFp8Block128: return "fp8-block128";
+  }
+  return "unknown";
+}
+
+std::string_view to_string(ScaleFormat format) {
+  switch (format) {
+    case ScaleFormat::kFp32: return "fp32";
+    case ScaleFormat::kUe8m0: return "ue8m0";
+  }
+  return "unknown";
+}
+
+namespace {
+// The enumerator among `all` whose to_string is `name`.
+template <typename Enum>
+std::optional<Enum> parse_name(std::string_view name, std::initializer_list<Enum> all) {
+  for (Enum value : all)
+    if (name == to_string(value)) return value;
+  return std::nullopt;
+}
+}  // namespace
+
+std::optional<WeightFormat> parse_weight_format(std::string_view name) {
+  return parse_name(name, {WeightFormat::kBf16, WeightFormat::kFp8Block128});
+}
+
+std::optional<ScaleFormat> parse_scale_format(std::string_view name) {
+  return parse_name(name, {ScaleFormat::kFp32, ScaleFormat::kUe8m0});
+}
+
 std::string check_config(const LayerConfig& cfg, int world_size) {
   constexpr std::string_view kTiling = "must be a positive multiple of 128 (the GPU kernels tile H and I by 128)";
   if (cfg.hidden <= 0 || cfg.hidden % kDimAlign != 0) return problem("hidden", cfg.hidden, kTiling);
@@ -67,6 +101,13 @@ std::string check_config(const LayerConfig& cfg, int world_size) {
   if (!std::isfinite(cfg.swiglu_clamp) || cfg.swiglu_clamp < 0.0f)
     return problem("swiglu_clamp", cfg.swiglu_clamp, "must be 0 (no clamp) or a positive finite value");
   if (cfg.num_sms < 0) return problem("num_sms", cfg.num_sms, "must be 0 (every SM) or a positive SM budget");
+  if (to_string(cfg.weight_format) == "unknown")
+    return problem("weight_format", static_cast<int>(cfg.weight_format), "is not a WeightFormat");
+  if (to_string(cfg.scale_format) == "unknown")
+    return problem("scale_format", static_cast<int>(cfg.scale_format), "is not a ScaleFormat");
+  if (cfg.scale_format != ScaleFormat::kFp32 && cfg.weight_format != WeightFormat::kFp8Block128)
+    return problem("scale_format", to_string(cfg.scale_format),
+                   "needs weight_format=fp8-block128 (bf16 weights have no scales)");
 
   // 32-bit indexing limits; the rule is documented with check_config in config.h.
   const long long local_experts = cfg.num_experts / world_size;

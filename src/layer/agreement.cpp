@@ -16,11 +16,15 @@ namespace epfuse {
 namespace {
 
 // What each rank contributes, in this order. Every value is an int or the clamp's 32 float bits,
-// exact in a double, so equal configs gather equal values on every transport. There is no dtype:
-// every build computes in bf16.
-enum Field { kHidden, kIntermediate, kNumExperts, kTopk, kMaxTokens, kClampBits, kImpl, kNumSms, kFields };
+// exact in a double, so equal configs gather equal values on every transport. The weight and scale
+// formats travel as their enum values.
+enum Field {
+  kHidden, kIntermediate, kNumExperts, kTopk, kMaxTokens, kClampBits, kWeightFormat, kScaleFormat, kImpl, kNumSms,
+  kFields
+};
 constexpr std::array<const char*, kFields> kNames = {
-    "hidden", "intermediate", "num_experts", "topk", "max_tokens_per_rank", "swiglu_clamp", "impl", "num_sms"};
+    "hidden", "intermediate", "num_experts", "topk", "max_tokens_per_rank", "swiglu_clamp", "weight_format",
+    "scale_format", "impl", "num_sms"};
 // Compared between ranks: every field before num_sms (each rank chooses its own SM budget).
 constexpr int kCompared = kNumSms;
 
@@ -32,6 +36,8 @@ std::array<double, kFields> pack(const LayerConfig& cfg, Impl impl) {
   v[kTopk] = cfg.topk;
   v[kMaxTokens] = cfg.max_tokens_per_rank;
   v[kClampBits] = std::bit_cast<uint32_t>(cfg.swiglu_clamp);  // bits: -0 and 0 differ, as they do on the GPU
+  v[kWeightFormat] = static_cast<int>(cfg.weight_format);
+  v[kScaleFormat] = static_cast<int>(cfg.scale_format);
   v[kImpl] = static_cast<int>(impl);
   v[kNumSms] = cfg.num_sms;
   return v;
@@ -48,6 +54,8 @@ LayerConfig unpack(std::span<const double> v) {
   cfg.topk = static_cast<int>(v[kTopk]);
   cfg.max_tokens_per_rank = static_cast<int>(v[kMaxTokens]);
   cfg.swiglu_clamp = clamp_of(v[kClampBits]);
+  cfg.weight_format = static_cast<WeightFormat>(static_cast<int>(v[kWeightFormat]));
+  cfg.scale_format = static_cast<ScaleFormat>(static_cast<int>(v[kScaleFormat]));
   cfg.num_sms = static_cast<int>(v[kNumSms]);
   return cfg;
 }
@@ -57,6 +65,8 @@ std::string show(int field, double v) {
     char text[32];
     return std::string(text, std::to_chars(text, text + sizeof(text), clamp_of(v)).ptr);
   }
+  if (field == kWeightFormat) return std::string(to_string(static_cast<WeightFormat>(static_cast<int>(v))));
+  if (field == kScaleFormat) return std::string(to_string(static_cast<ScaleFormat>(static_cast<int>(v))));
   if (field == kImpl) return std::string(to_string(static_cast<Impl>(static_cast<int>(v))));
   return std::to_string(static_cast<long long>(v));
 }

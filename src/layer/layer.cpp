@@ -26,9 +26,23 @@ std::optional<Impl> parse_impl(std::string_view name) {
   return std::nullopt;
 }
 
+namespace {
+
+// Called after the agreement, so every rank refuses together (the configs are equal by then).
+void refuse_fp8_until_implemented(const Communicator& comm, const LayerConfig& cfg, Impl impl) {
+  if (cfg.weight_format == WeightFormat::kBf16) return;
+  throw Error(ErrorCode::kUnsupported, "rank " + std::to_string(comm.rank()) + ": FP8 weights (weight_format=" +
+                                           std::string(to_string(cfg.weight_format)) +
+                                           ") are not implemented yet in the " + std::string(to_string(impl)) +
+                                           " layer");
+}
+
+}  // namespace
+
 std::unique_ptr<MoeLayer> MoeLayer::create(Impl impl, const LayerConfig& cfg, Communicator& comm,
                                            const ExpertWeights& weights) {
   check_same_config_on_every_rank(comm, cfg, impl, "MoeLayer::create");
+  refuse_fp8_until_implemented(comm, cfg, impl);
   if (weights.w13 == nullptr || weights.w2 == nullptr)
     throw Error(ErrorCode::kInvalidArgument, "rank " + std::to_string(comm.rank()) +
                                                  ": MoeLayer::create: expert weights w13/w2 must not be null");
@@ -42,6 +56,7 @@ std::unique_ptr<MoeLayer> MoeLayer::create(Impl impl, const LayerConfig& cfg, Co
 std::unique_ptr<MoeLayer> MoeLayer::create(const LayerConfig& cfg, Workspace& workspace, const ExpertWeights& weights) {
   Communicator& comm = workspace.comm();
   check_same_config_on_every_rank(comm, cfg, Impl::kFused, "MoeLayer::create");
+  refuse_fp8_until_implemented(comm, cfg, Impl::kFused);
   if (weights.w13 == nullptr || weights.w2 == nullptr)
     throw Error(ErrorCode::kInvalidArgument, "rank " + std::to_string(comm.rank()) +
                                                  ": MoeLayer::create: expert weights w13/w2 must not be null");
@@ -50,6 +65,7 @@ std::unique_ptr<MoeLayer> MoeLayer::create(const LayerConfig& cfg, Workspace& wo
 
 std::unique_ptr<Workspace> Workspace::create(Communicator& comm, const LayerConfig& capacity) {
   check_same_config_on_every_rank(comm, capacity, Impl::kFused, "Workspace::create");
+  refuse_fp8_until_implemented(comm, capacity, Impl::kFused);
   return fused::make_fused_workspace(comm, capacity);
 }
 

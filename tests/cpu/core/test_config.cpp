@@ -138,6 +138,31 @@ TEST(Config, RejectsNegativeSmBudget) {
 }
 
 // world * max_tokens * min(topk, E/R) * max(H, 2I) must stay below 2^31.
+TEST(Config, WeightAndScaleFormats) {
+  EXPECT_EQ(small_config().weight_format, WeightFormat::kBf16);  // defaults: today's layer
+  EXPECT_EQ(small_config().scale_format, ScaleFormat::kFp32);
+  for (WeightFormat w : {WeightFormat::kBf16, WeightFormat::kFp8Block128})
+    EXPECT_EQ(parse_weight_format(to_string(w)), w);
+  for (ScaleFormat f : {ScaleFormat::kFp32, ScaleFormat::kUe8m0}) EXPECT_EQ(parse_scale_format(to_string(f)), f);
+  EXPECT_EQ(to_string(WeightFormat::kFp8Block128), "fp8-block128");
+  EXPECT_EQ(to_string(ScaleFormat::kUe8m0), "ue8m0");
+  EXPECT_EQ(parse_weight_format("fp8"), std::nullopt);
+  EXPECT_EQ(parse_scale_format("FP32"), std::nullopt);
+
+  LayerConfig cfg = small_config();
+  cfg.weight_format = WeightFormat::kFp8Block128;
+  EXPECT_EQ(check_config(cfg, 2), "");
+  cfg.scale_format = ScaleFormat::kUe8m0;
+  EXPECT_EQ(check_config(cfg, 2), "");
+  cfg.weight_format = WeightFormat::kBf16;  // UE8M0 scales without FP8 weights: nothing to scale
+  expect_rejected(cfg, 2, "scale_format=ue8m0");
+  cfg.scale_format = static_cast<ScaleFormat>(7);
+  expect_rejected(cfg, 2, "scale_format=7");
+  cfg = small_config();
+  cfg.weight_format = static_cast<WeightFormat>(-1);
+  expect_rejected(cfg, 2, "weight_format=-1");
+}
+
 TEST(Config, RejectsRankRowsBeyondInt32AtTheExactBound) {
   LayerConfig cfg;
   cfg.hidden = 16384;  // widest row: 2^14

@@ -125,6 +125,8 @@ TEST(Agreement, OneRankDifferingFailsEveryRankNamingTheField) {
       {"swiglu_clamp", "0", "-0", [](LayerConfig& c, Impl&) { c.swiglu_clamp = -0.0f; }},
       // Clamps one float step apart print apart.
       {"swiglu_clamp", "0", "1e-45", [](LayerConfig& c, Impl&) { c.swiglu_clamp = 1e-45f; }},
+      {"weight_format", "bf16", "fp8-block128",
+       [](LayerConfig& c, Impl&) { c.weight_format = WeightFormat::kFp8Block128; }},
       {"impl", "fused", "unfused", [](LayerConfig&, Impl& impl) { impl = Impl::kUnfused; }},
   };
   for (int world : kWorlds) {
@@ -139,6 +141,19 @@ TEST(Agreement, OneRankDifferingFailsEveryRankNamingTheField) {
                                                listing(world, odd, d.usual, d.different));
       }
     }
+  }
+}
+
+// The scale format differs between FP8 configs (the base is bf16, where only fp32 scales are valid).
+TEST(Agreement, OneRankWithAnotherScaleFormatFailsEveryRank) {
+  for (int world : kWorlds) {
+    SCOPED_TRACE("world " + std::to_string(world));
+    const auto outcomes = agree(world, [&](int rank, LayerConfig& cfg, Impl&) {
+      cfg.weight_format = WeightFormat::kFp8Block128;
+      if (rank == world - 1) cfg.scale_format = ScaleFormat::kUe8m0;
+    });
+    expect_every_rank_throws(outcomes, "MoeLayer::create: ranks disagree on scale_format: " +
+                                           listing(world, world - 1, "fp32", "ue8m0"));
   }
 }
 
@@ -176,6 +191,7 @@ TEST(Agreement, OneRankWithAnInvalidConfigFailsEveryRank) {
       [](LayerConfig& c) { c.swiglu_clamp = -1.0f; },
       [](LayerConfig& c) { c.num_experts = 12; },  // not divisible by 8: invalid at world 8 only
       [](LayerConfig& c) { c.num_sms = -1; },      // not compared, but still checked
+      [](LayerConfig& c) { c.scale_format = ScaleFormat::kUe8m0; },  // UE8M0 without FP8 weights
   };
   for (int world : kWorlds) {
     for (int bad : {0, world - 1}) {
@@ -225,32 +241,36 @@ class CommOnlyWorkspace final : public Workspace {
   LayerConfig capacity_ = base_config();
 };
 
-// Each collective creation agrees first: with one rank's hidden size different, every rank throws the
-// agreement's error from the creation itself. Without a GPU a creation that skipped the agreement
-// would fail in CUDA instead (or, across ranks, in alloc_symmetric's size check).
-TEST(Agreement, EveryCollectiveCreationAgreesFirst) {
-  static bf16 weight;  // never read: the creation stops before it looks at the weights
-  const ExpertWeights weights{&weight, &weight};
-  struct Creation {
-    const char* what;
-    Impl impl;
-    Call create;
-  };
-  const auto layer = [&](Communicator& comm, const LayerConfig& cfg, Impl impl) {
+// The collective creations: MoeLayer::create with each impl and with a workspace, Workspace::create.
+struct Creation {
+  const char* what;
+  Impl impl;
+  Call create;
+};
+std::vector<Creation> collective_creations() {
+  static bf16 weight;  // never read: these tests stop every creation before it looks at the weights
+  static const ExpertWeights weights{&weight, &weight};
+  const auto layer = [](Communicator& comm, const LayerConfig& cfg, Impl impl) {
     MoeLayer::create(impl, cfg, comm, weights);
   };
-  const std::vector<Creation> creations = {
+  return {
       {"MoeLayer::create", Impl::kUnfused, layer},
       {"MoeLayer::create", Impl::kFused, layer},
       {"MoeLayer::create", Impl::kFused,
-       [&](Communicator& comm, const LayerConfig& cfg, Impl) {
+       [](Communicator& comm, const LayerConfig& cfg, Impl) {
          CommOnlyWorkspace workspace(comm);
          MoeLayer::create(cfg, workspace, weights);
        }},
       {"Workspace::create", Impl::kFused,
        [](Communicator& comm, const LayerConfig& cfg, Impl) { Workspace::create(comm, cfg); }},
   };
-  for (const Creation& c : creations) {
+}
+
+// Each collective creation agrees first: with one rank's hidden size different, every rank throws the
+// agreement's error from the creation itself. Without a GPU a creation that skipped the agreement
+// would fail in CUDA instead (or, across ranks, in alloc_symmetric's size check).
+TEST(Agreement, EveryCollectiveCreationAgreesFirst) {
+  for (const Creation& c : collective_creations()) {
     SCOPED_TRACE(std::string(c.what) + ", impl " + std::string(to_string(c.impl)));
     const auto outcomes = agree(
         2,
@@ -260,6 +280,31 @@ TEST(Agreement, EveryCollectiveCreationAgreesFirst) {
         },
         c.create);
     expect_every_rank_throws(outcomes, std::string(c.what) + ": ranks disagree on hidden: " + listing(2, 1, "256", "512"));
+  }
+}
+
+// FP8 weights agreed on by every rank: every creation refuses them with kUnsupported (no kernel yet),
+// before any CUDA call, naming the format and the implementation.
+TEST(Agreement, EveryCollectiveCreationRefusesFp8) {
+  for (const Creation& c : collective_creations()) {
+    for (ScaleFormat scales : {ScaleFormat::kFp32, ScaleFormat::kUe8m0}) {
+      SCOPED_TRACE(std::string(c.what) + ", impl " + std::string(to_string(c.impl)));
+      const auto outcomes = agree(
+          2,
+          [&](int, LayerConfig& cfg, Impl& impl) {
+            impl = c.impl;
+            cfg.weight_format = WeightFormat::kFp8Block128;
+            cfg.scale_format = scales;
+          },
+          c.create);
+      for (size_t r = 0; r < outcomes.size(); ++r) {
+        ASSERT_TRUE(outcomes[r].thrown);
+        EXPECT_EQ(outcomes[r].code, ErrorCode::kUnsupported);
+        EXPECT_EQ(outcomes[r].what, "rank " + std::to_string(r) +
+                                        ": FP8 weights (weight_format=fp8-block128) are not implemented yet in the " +
+                                        std::string(to_string(c.impl)) + " layer");
+      }
+    }
   }
 }
 
