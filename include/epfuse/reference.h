@@ -11,7 +11,9 @@
 namespace epfuse {
 
 // Where the reference reads expert weights from: a global expert id to its matrices, as double.
-// w13: [2I, H] (gate rows then up rows), w2: [H, I].
+// w13: [2I, H] (gate rows then up rows), w2: [H, I]. With cfg.weight_format = kFp8Block128 both
+// sources below hold bf16 weights and load them quantised in the layer's 128x128 blocks (config.h),
+// as decode(code) * scale: the FP8 layer is the same layer, quantised.
 class ExpertSource {
  public:
   virtual ~ExpertSource() = default;
@@ -45,7 +47,9 @@ class HostExperts final : public ExpertSource {
 using Progress = std::function<void(int64_t done, int64_t total)>;
 
 // y[t] = sum_j w[t,j] * W2_e(silu(W1_e x[t]) * W3_e x[t]), e = topk_idx[t,j] (slots with -1 skipped),
-// in float64, with the optional clamp of cfg. Computes the rows `rows` of `in` (all rows when
+// in float64, with the optional clamp of cfg. With FP8 weights (cfg.weight_format) it also rounds as
+// the FP8 kernels will: x quantised 1x128 (dispatch), and w[t,j] * silu(..) * (..) quantised 1x128
+// before W2 (the Linear1 epilogue), in cfg.scale_format; the sums stay float64. Computes the rows `rows` of `in` (all rows when
 // empty); returns [rows, H] row-major. Uses up to `threads` threads (0: hardware concurrency).
 //
 // Each needed expert is loaded once and applied to every requested row that routes to it; threads

@@ -9,6 +9,7 @@
 #include <string>
 #include <thread>
 
+#include "common/fp8.h"
 #include "epfuse/error.h"
 #include "ref/generator.h"
 
@@ -49,6 +50,34 @@ double swiglu(double gate, double up, double clamp) {
   return gate / (1.0 + std::exp(-gate)) * up;
 }
 
+bool is_fp8(const LayerConfig& cfg) { return cfg.weight_format == WeightFormat::kFp8Block128; }
+
+// Rows [rows, cols] of `v` replaced by their FP8 value: quantised in float with one scale per
+// block_rows x 128 block (common/fp8.h), read back as code * scale, exact in double. The weights use
+// 128x128 blocks, the activations x and h 1x128 groups, as the kernels will.
+void round_to_fp8(double* v, int rows, int cols, int block_rows, ScaleFormat format) {
+  const size_t n = static_cast<size_t>(rows) * cols;
+  std::vector<float> f(v, v + n);
+  std::vector<uint8_t> q(n);
+  std::vector<float> scales(static_cast<size_t>((rows + block_rows - 1) / block_rows) * fp8::num_blocks(cols));
+  fp8::quantize_matrix(f.data(), rows, cols, block_rows, q.data(), scales.data(), format);
+  for (size_t i = 0; i < n; ++i) {
+    const int r = static_cast<int>(i / cols), c = static_cast<int>(i % cols);
+    v[i] = static_cast<double>(fp8::e4m3_to_float(q[i])) *
+           scales[static_cast<size_t>(r / block_rows) * fp8::num_blocks(cols) + c / fp8::kBlock];
+  }
+}
+
+// An expert's bf16 weights as the FP8 layer holds them (config.h, kFp8Block128): the gate and up
+// halves of w13 blocked apart, then w2. No change for bf16 weights.
+void quantize_expert(const LayerConfig& cfg, std::vector<double>& w13, std::vector<double>& w2) {
+  if (!is_fp8(cfg)) return;
+  const int H = cfg.hidden, I = cfg.intermediate;
+  round_to_fp8(w13.data(), I, H, fp8::kBlock, cfg.scale_format);
+  round_to_fp8(w13.data() + static_cast<size_t>(I) * H, I, H, fp8::kBlock, cfg.scale_format);
+  round_to_fp8(w2.data(), H, I, fp8::kBlock, cfg.scale_format);
+}
+
 // One expert applied to its hits: contrib[(row * k + slot) * H + c] = weight * (W2 a)[c].
 struct ExpertWorker {
   const LayerConfig& cfg;
@@ -73,10 +102,18 @@ struct ExpertWorker {
       for (int c = 0; c < I; ++c)
         act[static_cast<size_t>(i) * I + c] = swiglu(h13[static_cast<size_t>(i) * 2 * I + c],
                                                      h13[static_cast<size_t>(i) * 2 * I + I + c], cfg.swiglu_clamp);
+    // FP8: the top-k weight goes into h before h is quantised 1x128 for Linear2 (the kernel's Linear1
+    // epilogue), so it is not applied again after Linear2.
+    const bool fp8 = is_fp8(cfg);
+    if (fp8) {
+      for (int i = 0; i < n; ++i)
+        for (int c = 0; c < I; ++c) act[static_cast<size_t>(i) * I + c] *= hits[i].weight;
+      round_to_fp8(act.data(), n, I, 1, cfg.scale_format);
+    }
     for (int c = 0; c < H; ++c)
       for (int i = 0; i < n; ++i)
         contrib[(static_cast<size_t>(hits[i].row) * cfg.topk + hits[i].slot) * H + c] =
-            hits[i].weight * dot(&w2[static_cast<size_t>(c) * I], &act[static_cast<size_t>(i) * I], I);
+            (fp8 ? 1.0 : hits[i].weight) * dot(&w2[static_cast<size_t>(c) * I], &act[static_cast<size_t>(i) * I], I);
   }
 };
 
@@ -105,6 +142,7 @@ void GeneratedExperts::load(int expert, std::vector<double>& w13, std::vector<do
   };
   fill(w13, detail::Stream::kW13, 2 * I, H, detail::weight_scale(H));
   fill(w2, detail::Stream::kW2, H, I, detail::weight_scale(I));
+  quantize_expert(cfg_, w13, w2);
 }
 
 HostExperts::HostExperts(const LayerConfig& cfg, std::vector<bf16> w13, std::vector<bf16> w2)
@@ -127,6 +165,7 @@ void HostExperts::load(int expert, std::vector<double>& w13, std::vector<double>
   };
   convert(&w13_[2 * per_expert * expert], 2 * per_expert, w13);
   convert(&w2_[per_expert * expert], per_expert, w2);
+  quantize_expert(cfg_, w13, w2);
 }
 
 std::vector<double> reference_forward(const LayerConfig& cfg, const HostTokens& in, const ExpertSource& experts,
@@ -165,6 +204,7 @@ std::vector<double> reference_forward(const LayerConfig& cfg, const HostTokens& 
       if (e >= 0) hits[e].push_back({i, j, static_cast<double>(in.topk_weights[static_cast<size_t>(t) * k + j])});
     }
   }
+  if (is_fp8(cfg)) round_to_fp8(x.data(), n, H, 1, cfg.scale_format);  // x as dispatch sends it
   std::vector<int> needed;
   for (int e = 0; e < cfg.num_experts; ++e)
     if (!hits[e].empty()) needed.push_back(e);

@@ -67,7 +67,8 @@ TEST(Fp8, EncodeRoundsToNearestEven) {
   }
   std::mt19937 rng(7);
   for (int i = 0; i < 200000; ++i)
-    values.push_back(std::ldexp(std::uniform_real_distribution<float>(1.0f, 2.0f)(rng), static_cast<int>(rng() % 26) - 17));
+    values.push_back(
+        std::ldexp(std::uniform_real_distribution<float>(1.0f, 2.0f)(rng), static_cast<int>(rng() % 26) - 17));
   for (float v : values)
     for (float s : {v, -v}) ASSERT_EQ(float_to_e4m3(s), nearest_code(s)) << s;
   EXPECT_EQ(float_to_e4m3(0x1p-10f), 0x00);      // half the smallest subnormal: tie to even (zero)
@@ -94,7 +95,8 @@ TEST(Fp8, Fp32ScaleIsAmaxOver448) {
 
 // UE8M0: the smallest power of two s with amax <= 448 s, checked by stepping through the powers.
 TEST(Fp8, Ue8m0ScaleIsTheSmallestPowerOfTwoThatFits) {
-  std::vector<float> amaxes = {448.0f, 449.0f, 224.0f, 1.0f, 1e-3f, 7.0f, 0x1p-120f, 3e37f, std::numeric_limits<float>::max()};
+  std::vector<float> amaxes = {448.0f, 449.0f, 224.0f, 1.0f, 1e-3f, 7.0f, 0x1p-120f, 3e37f,
+                               std::numeric_limits<float>::max()};
   for (int k = -100; k <= 100; ++k) {  // around each power of two times 448, where rounding decides
     const float edge = std::ldexp(448.0f, k);
     amaxes.insert(amaxes.end(), {edge, std::nextafter(edge, 0.0f), std::nextafter(edge, 1e38f)});

@@ -1,6 +1,6 @@
 // The float64 reference: a case worked by hand, the clamp, dropped slots, row subsets, threading,
-// generated vs host-held experts, unusual inputs (duplicate ids, weights as given, NaN/Inf in x) and
-// relative_error.
+// generated vs host-held experts, unusual inputs (duplicate ids, weights as given, NaN/Inf in x), the
+// FP8 path (weights per block, each rounding step, the format's error against bf16) and relative_error.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include "common/fp8.h"
 #include "epfuse/error.h"
 #include "epfuse/reference.h"
 
@@ -323,6 +324,162 @@ TEST(Reference, Dsv3SampledRowsTakeSeconds) {
   for (double v : y) norm += v * v;
   EXPECT_GT(norm, 0.0);
   EXPECT_LT(seconds, 60.0);
+}
+
+// --- FP8 (kFp8Block128): the same generated layer, its weights quantised in 128x128 blocks, x and h
+// in 1x128 groups.
+
+// Each weight GeneratedExperts loads for an FP8 config is decode(encode(w / s)) * s of its bf16 value w,
+// with s the scale of the block that w13_scale_index / w2_scale_index put it in (common/fp8.h tests
+// those indices against an enumeration), so the reference blocks the gate and up halves apart. The
+// same for HostExperts.
+TEST(ReferenceFp8, WeightsAreTheBf16WeightsQuantisedPerBlock) {
+  for (int source : {0, 1})  // GeneratedExperts, HostExperts
+    for (ScaleFormat format : {ScaleFormat::kFp32, ScaleFormat::kUe8m0}) {
+      LayerConfig bf{320, 192, 2, 1, 8, 0.0f};  // 64-multiples: partial blocks in both dimensions
+      LayerConfig f8 = bf;
+      f8.weight_format = WeightFormat::kFp8Block128;
+      f8.scale_format = format;
+      // Generated weights, and host weights whose magnitude changes every 32 rows, so that a block taken
+      // over other rows (say gate and up rows together) has another amax.
+      const int E = bf.num_experts, H = bf.hidden, I = bf.intermediate;
+      const auto banded = [](int count, int cols) {
+        std::vector<bf16> w;
+        for (int i = 0; i < count; ++i)
+          w.push_back(__float2bfloat16_rn(std::sin(0.37f * i) * std::ldexp(1.0f, (i / cols / 32) % 5)));
+        return w;
+      };
+      const std::vector<bf16> h13 = banded(E * 2 * I * H, H), h2 = banded(E * H * I, I);
+      std::vector<double> b13, b2, q13, q2;
+      if (source == 0) {
+        GeneratedExperts(bf, 5).load(1, b13, b2);
+        GeneratedExperts(f8, 5).load(1, q13, q2);
+      } else {
+        HostExperts(bf, h13, h2).load(1, b13, b2);
+        HostExperts(f8, h13, h2).load(1, q13, q2);
+      }
+      const auto expect_quantised = [&](const std::vector<double>& w, const std::vector<double>& q, int rows,
+                                        int cols, auto index) {
+        std::vector<float> amax(static_cast<size_t>(index(rows - 1, cols - 1)) + 1, 0.0f);  // per scale
+        for (int r = 0; r < rows; ++r)
+          for (int c = 0; c < cols; ++c) {
+            float& a = amax[index(r, c)];
+            a = std::max(a, static_cast<float>(std::fabs(w[static_cast<size_t>(r) * cols + c])));
+          }
+        for (int r = 0; r < rows; ++r)
+          for (int c = 0; c < cols; ++c) {
+            const size_t i = static_cast<size_t>(r) * cols + c;
+            const float scale = fp8::group_scale(amax[index(r, c)], format);
+            const double want =
+                static_cast<double>(fp8::e4m3_to_float(fp8::float_to_e4m3(static_cast<float>(w[i]) * (1.0f / scale)))) *
+                scale;
+            ASSERT_EQ(q[i], want) << "row " << r << " col " << c;
+          }
+      };
+      expect_quantised(b13, q13, 2 * I, H, [&](int r, int c) { return fp8::w13_scale_index(0, r, c, I, H); });
+      expect_quantised(b2, q2, H, I, [&](int r, int c) { return fp8::w2_scale_index(0, r, c, H, I); });
+      EXPECT_NE(b13, q13);
+    }
+}
+
+// 40 tokens of x in [-1, 1] with every slot routed (make_tokens takes only configs the kernels run,
+// and the 64-multiple shape is not one yet).
+HostTokens fp8_case_tokens(const LayerConfig& cfg) {
+  HostTokens in;
+  in.num_tokens = 40;
+  for (int t = 0; t < in.num_tokens; ++t) {
+    for (int h = 0; h < cfg.hidden; ++h) in.x.push_back(__float2bfloat16_rn(std::sin(0.7f * t + 1.3f * h)));
+    for (int j = 0; j < cfg.topk; ++j) {
+      in.topk_idx.push_back((t * 5 + j * 3) % cfg.num_experts);
+      in.topk_weights.push_back(1.0f / static_cast<float>(j + 1));
+    }
+  }
+  return in;
+}
+
+// The FP8 reference against the bf16 one on the same generated layer: the format's own error, per row
+// and over all rows. Measured (these shapes, fp32 and UE8M0 scales alike): 5.8e-2 to 6.2e-2 over all
+// rows, worst row 7.2e-2 to 8.1e-2. As expected: e4m3 rounds a value uniform within a binade with an RMS
+// relative error of about 2.4%, and x, W13, h and W2 are each rounded once (SwiGLU's product of gate and
+// up adds one more such term), about sqrt(6) * 2.4% = 5.9%. Exactly reproducible, whatever the thread
+// count.
+TEST(ReferenceFp8, CloseToTheBf16ReferenceAndReproducible) {
+  for (const LayerConfig& shape : {LayerConfig{256, 128, 16, 4, 64, 0.0f}, LayerConfig{320, 192, 8, 2, 64, 0.0f}})
+    for (ScaleFormat format : {ScaleFormat::kFp32, ScaleFormat::kUe8m0}) {
+      LayerConfig f8 = shape;
+      f8.weight_format = WeightFormat::kFp8Block128;
+      f8.scale_format = format;
+      const HostTokens in = fp8_case_tokens(shape);
+      const std::vector<double> bf = reference_forward(shape, in, GeneratedExperts(shape, 42), {}, 2);
+      const std::vector<double> q = reference_forward(f8, in, GeneratedExperts(f8, 42), {}, 2);
+      const double all = relative_error(bf, q);
+      double worst_row = 0;
+      const size_t H = static_cast<size_t>(shape.hidden);
+      for (size_t r = 0; r < bf.size() / H; ++r)
+        worst_row =
+            std::max(worst_row, relative_error(std::span(bf).subspan(r * H, H), std::span(q).subspan(r * H, H)));
+      std::printf("FP8 vs bf16, H %d I %d, %s scales: relative error %.4f, worst row %.4f\n", shape.hidden,
+                  shape.intermediate, std::string(to_string(format)).c_str(), all, worst_row);
+      EXPECT_GT(all, 4e-2);
+      EXPECT_LT(all, 8e-2);
+      EXPECT_LT(worst_row, 1.2e-1);
+      for (int threads : {1, 3}) EXPECT_EQ(reference_forward(f8, in, GeneratedExperts(f8, 42), {}, threads), q);
+    }
+}
+
+// One token, one expert, written out step by step in the order the kernels will go: x quantised 1x128,
+// Linear1 on the FP8 weights, SwiGLU, times the top-k weight, quantised 1x128, Linear2. Leaving out any
+// quantisation (or applying the top-k weight twice or not at all) moves the result far beyond the
+// tolerance.
+TEST(ReferenceFp8, OneTokenStepByStep) {
+  for (ScaleFormat format : {ScaleFormat::kFp32, ScaleFormat::kUe8m0}) {
+    LayerConfig cfg{192, 320, 2, 1, 8, 0.0f};
+    cfg.weight_format = WeightFormat::kFp8Block128;
+    cfg.scale_format = format;
+    const int H = cfg.hidden, I = cfg.intermediate;
+    HostTokens in = fp8_case_tokens(cfg);
+    in.num_tokens = 1;
+    in.x.resize(H);
+    in.topk_idx = {1};
+    in.topk_weights = {0.375f};
+    std::vector<double> w13, w2;
+    GeneratedExperts(cfg, 9).load(1, w13, w2);  // FP8 weights (WeightsAreTheBf16WeightsQuantisedPerBlock)
+    // Quantise a row of doubles in 1x128 groups, through float, as the kernels will.
+    const auto quantised = [&](const std::vector<double>& v) {
+      std::vector<float> f(v.begin(), v.end()), back(v.size());
+      std::vector<uint8_t> q(v.size());
+      for (int g = 0; g < fp8::num_blocks(static_cast<int>(v.size())); ++g) {
+        const int n = fp8::block_extent(static_cast<int>(v.size()), g);
+        const float s = fp8::quantize_tile(&f[g * 128], 1, n, n, &q[g * 128], n, format);
+        fp8::dequantize_tile(&q[g * 128], 1, n, n, s, &back[g * 128], n);
+      }
+      return std::vector<double>(back.begin(), back.end());
+    };
+    std::vector<double> x(H);
+    for (int h = 0; h < H; ++h) x[h] = __bfloat162float(in.x[h]);
+    x = quantised(x);
+    std::vector<double> act(I);
+    for (int c = 0; c < I; ++c) {
+      double gate = 0, up = 0;
+      for (int h = 0; h < H; ++h) {
+        gate += w13[static_cast<size_t>(c) * H + h] * x[h];
+        up += w13[static_cast<size_t>(I + c) * H + h] * x[h];
+      }
+      act[c] = silu(gate) * up * 0.375;
+    }
+    act = quantised(act);
+    const std::vector<double> y = reference_forward(cfg, in, GeneratedExperts(cfg, 9));
+    std::vector<double> want(H, 0.0);
+    double largest = 0;
+    for (int h = 0; h < H; ++h) {
+      for (int c = 0; c < I; ++c) want[h] += w2[static_cast<size_t>(h) * I + c] * act[c];
+      largest = std::max(largest, std::fabs(want[h]));
+    }
+    // 1e-6 of the row's largest value: the sums here run in another order, and a last-bit change of a
+    // group's amax moves its float scale by 2^-24; any left-out rounding to e4m3 moves y by percents.
+    for (int h = 0; h < H; ++h)
+      ASSERT_NEAR(y[h], want[h], 1e-6 * largest) << "format " << to_string(format) << " column " << h;
+  }
 }
 
 TEST(RelativeError, Basics) {
