@@ -4,6 +4,8 @@
 // interleave of Linear1's tiles), K in {128, 512, 2880 (a partial last block of 64), 7168}, promotion
 // per 128-K block into fp32. Against a float64 sum over the decoded codes on fresh random inputs, the
 // output poisoned (NaN) before the launch, with a per-row and an overall bound.
+// Also the device quantisation of activations (device/fp8_quantize.cuh) against common/fp8.h's, bit for
+// bit: codes and scales of rows of n in {128, 2880, 7168} channels, fp32 and UE8M0 scales.
 // Exit 0 pass, 1 fail, 77 without a GPU. Usage: test_fp8_tile [seed]
 #include <cuda_runtime.h>
 
@@ -11,6 +13,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <string>
 #include <random>
 #include <vector>
 
@@ -18,6 +22,7 @@
 #include "common/device_buffer.h"
 #include "common/fp8.h"
 #include "common/hash.h"
+#include "device/fp8_quantize.cuh"
 #include "device/gemm_fp8.cuh"
 
 namespace {
@@ -147,6 +152,61 @@ bool run_case(int K, uint64_t seed) {
   return ok;
 }
 
+// One warp per row: every 1x128 group of the row, codes into q [rows, n], scales into s [rows, ceil(n/128)].
+__global__ void quantize_rows_kernel(const __nv_bfloat16* x, int n, uint8_t* q, float* s,
+                                     epfuse::ScaleFormat format) {
+  const int row = blockIdx.x, groups = epfuse::fp8::num_blocks(n);
+  for (int g = 0; g < groups; ++g) {
+    const size_t at = static_cast<size_t>(row) * n + g * epfuse::fp8::kBlock;
+    const float scale = dev::warp_quantize_group(x + at, epfuse::fp8::block_extent(n, g), q + at, format);
+    if (threadIdx.x == 0) s[row * groups + g] = scale;
+  }
+}
+
+bool run_quantize_case(int rows, int n, epfuse::ScaleFormat format, uint64_t seed) {
+  using DeviceBuffer = epfuse::detail::CudaBuffer<epfuse::detail::MemoryKind::kDevice>;
+  // Rows of different magnitudes (2^-12 .. 2^12), one all-zero row, values that land on ties and
+  // beyond 448 after scaling only through rounding.
+  std::vector<__nv_bfloat16> xb(static_cast<size_t>(rows) * n);
+  std::vector<float> xf(xb.size());
+  for (int r = 0; r < rows; ++r) {
+    const float mag = r == 3 ? 0.0f : std::exp2(static_cast<float>(r % 25) - 12.0f);
+    for (int c = 0; c < n; ++c) {
+      const size_t i = static_cast<size_t>(r) * n + c;
+      xb[i] = __float2bfloat16(mag * uniform_pm1(hash_at(seed, Stream::kX, i)));
+      xf[i] = __bfloat162float(xb[i]);
+    }
+  }
+  const int groups = epfuse::fp8::num_blocks(n);
+  std::vector<uint8_t> q_ref(xb.size());
+  std::vector<float> s_ref(static_cast<size_t>(rows) * groups);
+  epfuse::fp8::quantize_matrix(xf.data(), rows, n, 1, q_ref.data(), s_ref.data(), format);
+
+  DeviceBuffer d_x(xb.size() * sizeof(__nv_bfloat16)), d_q(xb.size()), d_s(s_ref.size() * sizeof(float));
+  EPFUSE_CUDA_CHECK(cudaMemcpy(d_x.as(), xb.data(), d_x.bytes(), cudaMemcpyHostToDevice));
+  EPFUSE_CUDA_CHECK(cudaMemset(d_q.as(), 0x7f, d_q.bytes()));  // NaN codes: unwritten codes show
+  EPFUSE_CUDA_CHECK(cudaMemset(d_s.as(), 0xff, d_s.bytes()));
+  quantize_rows_kernel<<<rows, 32>>>(d_x.as<__nv_bfloat16>(), n, d_q.as<uint8_t>(), d_s.as<float>(), format);
+  EPFUSE_CUDA_CHECK_LAUNCH();
+  EPFUSE_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<uint8_t> q(q_ref.size());
+  std::vector<float> s(s_ref.size());
+  EPFUSE_CUDA_CHECK(cudaMemcpy(q.data(), d_q.as(), d_q.bytes(), cudaMemcpyDeviceToHost));
+  EPFUSE_CUDA_CHECK(cudaMemcpy(s.data(), d_s.as(), d_s.bytes(), cudaMemcpyDeviceToHost));
+  long code_diff = 0, scale_diff = 0, first = -1;
+  for (size_t i = 0; i < q.size(); ++i)
+    if (q[i] != q_ref[i]) code_diff += 1, first = first < 0 ? static_cast<long>(i) : first;
+  for (size_t i = 0; i < s.size(); ++i) scale_diff += std::memcmp(&s[i], &s_ref[i], sizeof(float)) != 0;
+  const bool ok = code_diff == 0 && scale_diff == 0;
+  std::printf("%s quantise %d x %d %s: codes differing %ld of %zu%s, scales differing %ld of %zu\n",
+              ok ? "ok  " : "FAIL", rows, n, std::string(epfuse::to_string(format)).c_str(), code_diff, q.size(),
+              first >= 0 ? (" (first at " + std::to_string(first) + ": got " + std::to_string(q[first]) + ", want " +
+                            std::to_string(q_ref[first]) + ")").c_str()
+                         : "",
+              scale_diff, s.size());
+  return ok;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -162,6 +222,9 @@ int main(int argc, char** argv) {
   bool ok = true;
   try {
     for (int K : {128, 512, 2880, 7168}) ok = run_case(K, seed + K) && ok;
+    for (int n : {128, 2880, 7168})
+      for (epfuse::ScaleFormat f : {epfuse::ScaleFormat::kFp32, epfuse::ScaleFormat::kUe8m0})
+        ok = run_quantize_case(50, n, f, seed + n) && ok;
   } catch (const std::exception& e) {
     std::printf("FAIL: %s\n", e.what());
     return 1;
