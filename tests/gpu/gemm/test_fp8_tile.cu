@@ -143,9 +143,10 @@ bool run_case(int K, uint64_t seed) {
     if (!(row_rel <= worst_row)) worst_row = row_rel, worst = r;
   }
   const double rel = std::sqrt(err2 / ref2);
-  // Promotion every 128 K keeps the MMA's narrower internal sums short: the fp32 result should be within
-  // a few fp32 roundings per block of the exact sum.
-  const double kOverall = 1e-4, kRow = 2e-4;
+  // Within a 128-K block the FP8 MMA sums in a narrower format than fp32: on an H200 that measured
+  // 1.0-1.1e-4 relative over the tile and at most 1.7e-4 in a row, at K = 128 as at 7168 (promotion
+  // keeps it from growing with K). A wrong layout, descriptor or scale is O(1).
+  const double kOverall = 3e-4, kRow = 5e-4;
   const bool ok = nan == 0 && rel <= kOverall && worst_row <= kRow;
   std::printf("%s K=%d: rel frob %.3g (bound %.0e), worst row %d %.3g (bound %.0e), non-finite %d\n",
               ok ? "ok  " : "FAIL", K, rel, kOverall, worst, worst_row, kRow, nan);
