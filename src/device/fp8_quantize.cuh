@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "common/fp8.h"
+#include "device/gemm_maps_wgmma.h"
 
 namespace epfuse::device {
 
@@ -41,6 +42,33 @@ __device__ __forceinline__ float warp_quantize_group(const __nv_bfloat16* x, int
     *reinterpret_cast<uint32_t*>(q + 4 * lane) = static_cast<uint32_t>(c01) | (static_cast<uint32_t>(c23) << 16);
   }
   return scale;
+}
+
+// Linear1's h in the epilogue of a warpgroup's 64 x 128 outputs (one 1x128 group per row): value i of
+// h is the output at wgmma_c_coord(thread, i) (rows r and r + 8 alternate in pairs of registers, a row's
+// 128 columns spread over the 4 threads of a quad). Each row's amax is reduced over its quad, then its
+// 32 values per thread are encoded; code i belongs to the same element as h[i]. The whole warpgroup
+// calls it (shuffles); scale[j] is the scale of this thread's row j (r, r + 8).
+__device__ __forceinline__ void quantize_fragment_rows(const float (&h)[64], ScaleFormat format, uint8_t (&code)[64],
+                                                       float (&scale)[2]) {
+  float amax[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int i = 0; i < 64; ++i) amax[(i >> 1) & 1] = fmaxf(amax[(i >> 1) & 1], fabsf(h[i]));
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    amax[j] = fmaxf(amax[j], __shfl_xor_sync(0xffffffffu, amax[j], 1));
+    amax[j] = fmaxf(amax[j], __shfl_xor_sync(0xffffffffu, amax[j], 2));
+    scale[j] = fp8::group_scale(amax[j], format);
+  }
+  const float inv[2] = {__frcp_rn(scale[0]), __frcp_rn(scale[1])};
+#pragma unroll
+  for (int i = 0; i < 64; i += 2) {
+    const float s = inv[(i >> 1) & 1];
+    const __nv_fp8x2_storage_t c =
+        __nv_cvt_float2_to_fp8x2(make_float2(h[i] * s, h[i + 1] * s), __NV_SATFINITE, __NV_E4M3);
+    code[i] = static_cast<uint8_t>(c & 0xff);
+    code[i + 1] = static_cast<uint8_t>(c >> 8);
+  }
 }
 
 }  // namespace epfuse::device

@@ -5,7 +5,8 @@
 // per 128-K block into fp32. Against a float64 sum over the decoded codes on fresh random inputs, the
 // output poisoned (NaN) before the launch, with a per-row and an overall bound.
 // Also the device quantisation of activations (device/fp8_quantize.cuh) against common/fp8.h's, bit for
-// bit: codes and scales of rows of n in {128, 2880, 7168} channels, fp32 and UE8M0 scales.
+// bit: codes and scales of rows of n in {128, 2880, 7168} channels, fp32 and UE8M0 scales; and of a
+// warpgroup's 64 x 128 accumulator fragment (Linear1's h in its epilogue), row by row.
 // Exit 0 pass, 1 fail, 77 without a GPU. Usage: test_fp8_tile [seed]
 #include <cuda_runtime.h>
 
@@ -208,6 +209,58 @@ bool run_quantize_case(int rows, int n, epfuse::ScaleFormat format, uint64_t see
   return ok;
 }
 
+// A warpgroup quantises the 64 x 128 fp32 matrix h (row-major) from its accumulator fragment.
+__global__ void __launch_bounds__(128) quantize_fragment_kernel(const float* h, uint8_t* q, float* s,
+                                                               epfuse::ScaleFormat format) {
+  float v[64];
+  uint8_t code[64];
+  float scale[2];
+#pragma unroll
+  for (int i = 0; i < 64; ++i) {
+    const epfuse::device::FragCoord c = dev::wgmma_c_coord(threadIdx.x, i);
+    v[i] = h[c.row * 128 + c.col];
+  }
+  dev::quantize_fragment_rows(v, format, code, scale);
+#pragma unroll
+  for (int i = 0; i < 64; ++i) {
+    const epfuse::device::FragCoord c = dev::wgmma_c_coord(threadIdx.x, i);
+    q[c.row * 128 + c.col] = code[i];
+    if (c.col == 0) s[c.row] = scale[(i >> 1) & 1];
+  }
+}
+
+bool run_fragment_case(epfuse::ScaleFormat format, uint64_t seed) {
+  using DeviceBuffer = epfuse::detail::CudaBuffer<epfuse::detail::MemoryKind::kDevice>;
+  constexpr int kRows = 64, kCols = 128;
+  std::vector<float> h(kRows * kCols);
+  for (int r = 0; r < kRows; ++r) {
+    const float mag = r == 5 ? 0.0f : std::exp2(static_cast<float>(r % 21) - 10.0f);
+    for (int c = 0; c < kCols; ++c) h[r * kCols + c] = mag * uniform_pm1(hash_at(seed, Stream::kX, r * kCols + c));
+  }
+  std::vector<uint8_t> q_ref(h.size());
+  std::vector<float> s_ref(kRows);
+  epfuse::fp8::quantize_matrix(h.data(), kRows, kCols, 1, q_ref.data(), s_ref.data(), format);
+  DeviceBuffer d_h(h.size() * sizeof(float)), d_q(h.size()), d_s(kRows * sizeof(float));
+  EPFUSE_CUDA_CHECK(cudaMemcpy(d_h.as(), h.data(), d_h.bytes(), cudaMemcpyHostToDevice));
+  EPFUSE_CUDA_CHECK(cudaMemset(d_q.as(), 0x7f, d_q.bytes()));
+  EPFUSE_CUDA_CHECK(cudaMemset(d_s.as(), 0xff, d_s.bytes()));
+  quantize_fragment_kernel<<<1, 128>>>(d_h.as<float>(), d_q.as<uint8_t>(), d_s.as<float>(), format);
+  EPFUSE_CUDA_CHECK_LAUNCH();
+  EPFUSE_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<uint8_t> q(h.size());
+  std::vector<float> s(kRows);
+  EPFUSE_CUDA_CHECK(cudaMemcpy(q.data(), d_q.as(), d_q.bytes(), cudaMemcpyDeviceToHost));
+  EPFUSE_CUDA_CHECK(cudaMemcpy(s.data(), d_s.as(), d_s.bytes(), cudaMemcpyDeviceToHost));
+  long code_diff = 0, scale_diff = 0;
+  for (size_t i = 0; i < q.size(); ++i) code_diff += q[i] != q_ref[i];
+  for (int r = 0; r < kRows; ++r) scale_diff += std::memcmp(&s[r], &s_ref[r], sizeof(float)) != 0;
+  const bool ok = code_diff == 0 && scale_diff == 0;
+  std::printf("%s quantise a 64 x 128 fragment %s: codes differing %ld of %zu, scales differing %ld of %d\n",
+              ok ? "ok  " : "FAIL", std::string(epfuse::to_string(format)).c_str(), code_diff, q.size(), scale_diff,
+              kRows);
+  return ok;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -226,6 +279,8 @@ int main(int argc, char** argv) {
     for (int n : {128, 2880, 7168})
       for (epfuse::ScaleFormat f : {epfuse::ScaleFormat::kFp32, epfuse::ScaleFormat::kUe8m0})
         ok = run_quantize_case(50, n, f, seed + n) && ok;
+    for (epfuse::ScaleFormat f : {epfuse::ScaleFormat::kFp32, epfuse::ScaleFormat::kUe8m0})
+      ok = run_fragment_case(f, seed + 99) && ok;
   } catch (const std::exception& e) {
     std::printf("FAIL: %s\n", e.what());
     return 1;
