@@ -25,6 +25,7 @@
 #include "common/hash.h"
 #include "device/fp8_quantize.cuh"
 #include "device/gemm_fp8.cuh"
+#include "standalone.h"
 
 namespace {
 
@@ -264,15 +265,8 @@ bool run_fragment_case(epfuse::ScaleFormat format, uint64_t seed) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess) devices = 0;
-  if (devices < 1) {
-    std::printf("SKIPPED: needs 1 GPU, found %d\n", devices);
-    return 77;
-  }
-  const uint64_t seed = argc > 1 ? std::strtoull(argv[1], nullptr, 0) : std::random_device{}();
-  std::printf("seed %llu (rerun: test_fp8_tile %llu)\n", static_cast<unsigned long long>(seed),
-              static_cast<unsigned long long>(seed));
+  if (!epfuse::testing::have_gpu()) return epfuse::testing::kSkipped;
+  const uint64_t seed = epfuse::testing::test_seed(argc, argv, "test_fp8_tile");
   bool ok = true;
   try {
     for (int K : {128, 512, 2880, 7168}) ok = run_case(K, seed + K) && ok;
