@@ -7,7 +7,7 @@
 #include <cuda_bf16.h>
 
 #include "device/context.cuh"
-#include "device/errors.cuh"
+#include "device/wait.cuh"
 #include "device/routing.h"
 
 namespace epfuse::device {

@@ -6,7 +6,7 @@
 #include <cstdint>
 
 #include "device/context.cuh"
-#include "device/errors.cuh"
+#include "device/wait.cuh"
 #include "device/layout.cuh"
 #include "device/ptx.cuh"
 #include "device/routing.h"

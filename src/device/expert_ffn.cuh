@@ -13,7 +13,7 @@
 
 #include "device/context.cuh"
 #include "device/epilogue.cuh"
-#include "device/errors.cuh"
+#include "device/wait.cuh"
 #include "device/gemm_mainloop.cuh"
 #include "device/ptx.cuh"
 
@@ -96,9 +96,7 @@ __device__ __forceinline__ bool wait_tile_inputs(const FusedContext<Transport>& 
 // every other wait.
 template <class Transport>
 __device__ __forceinline__ void pipeline_failed(const FusedContext<Transport>& c, Phase phase, const GemmTile& tile) {
-  record_error(c.ctl, ErrorRecord{static_cast<int32_t>(ErrorKind::kTimeout), c.prm->rank, static_cast<int32_t>(phase),
-                                  static_cast<int32_t>(WaitKind::kPipeline), tile.mblock, tile.nblock, 0, 0});
-  raise_abort(c.ctl);
+  report_timeout(c.ctl, c.prm->rank, c.site(phase, WaitKind::kPipeline, tile.mblock, tile.nblock), 0, 0);
 }
 
 template <class Gemm>

@@ -24,7 +24,7 @@
 // Both sides keep their own position in the ring (a k-block counter in a register, carried from tile
 // to tile); init() arms the barriers once per launch. Padding rows (a null A row) are not loaded: row i
 // of C depends only on row i of A, and the callers never store rows past the tile's real rows. Every
-// mbarrier wait is bounded by the caller's deadline and ends early when the call was aborted.
+// mbarrier wait is mbar_wait (wait.cuh): bounded by the caller's deadline, ended early by an abort.
 #pragma once
 #include <cstdint>
 
@@ -33,8 +33,8 @@
 #include "device/gemm_maps.h"
 #include "device/gemm_maps_wgmma.h"
 #include "device/mbarrier.cuh"
-#include "device/profile.cuh"  // globaltimer_ns
 #include "device/ptx.cuh"
+#include "device/wait.cuh"
 #include "device/wgmma.cuh"
 
 namespace epfuse::device {
@@ -78,11 +78,6 @@ struct TileGemmTma {
     const void* map;
     int row0;
     int row1;
-  };
-  // What ends a wait besides its barrier: the deadline, or the call's abort flag.
-  struct WaitLimit {
-    uint64_t deadline;
-    const uint32_t* abort;
   };
   // A side's position in the ring: k-blocks it has passed since init().
   struct RingPos {
@@ -204,12 +199,7 @@ struct TileGemmTma {
 
  private:
   __device__ static bool wait(uint32_t bar, uint32_t parity, const WaitLimit& limit) {
-    for (uint32_t spin = 0;; ++spin) {
-      if (ptx::mbar_try_wait(bar, parity)) return true;
-      if ((spin & 255u) == 255u &&
-          (*reinterpret_cast<const volatile uint32_t*>(limit.abort) != 0 || globaltimer_ns() > limit.deadline))
-        return false;
-    }
+    return mbar_wait(bar, parity, limit) == WaitEnd::kDone;
   }
 };
 

@@ -23,7 +23,7 @@
 #include "device/combine.cuh"
 #include "device/context.cuh"
 #include "device/epilogue.cuh"
-#include "device/errors.cuh"
+#include "device/wait.cuh"
 #include "device/expert_ffn.cuh"
 #include "device/mbarrier.cuh"
 #include "device/profile.cuh"
@@ -103,9 +103,8 @@ struct GemmRegion {
   }
 
  private:
-  using Limit = typename Gemm::WaitLimit;
   template <class Transport>
-  __device__ static Limit limit(const FusedContext<Transport>& c, uint64_t timeout_ns) {
+  __device__ static WaitLimit limit(const FusedContext<Transport>& c, uint64_t timeout_ns) {
     return {globaltimer_ns() + timeout_ns, &c.ctl->abort};
   }
   __device__ static bool is_gemm(Phase p) { return p == Phase::kLinear1 || p == Phase::kLinear2; }
@@ -114,19 +113,9 @@ struct GemmRegion {
   // timeout, so this one allows twice that before it reports the slot).
   template <class Transport>
   __device__ static bool wait_slot(const FusedContext<Transport>& c, uint64_t& bar, uint32_t parity, int slot) {
-    const Limit lim = limit(c, 2 * c.prm->timeout_ns);
-    for (uint32_t spin = 0;; ++spin) {
-      if (ptx::mbar_try_wait(ptx::smem_u32(&bar), parity)) return true;
-      if ((spin & 255u) != 255u) continue;
-      if (aborted(c.ctl)) return false;
-      if (globaltimer_ns() > lim.deadline) {
-        record_error(c.ctl, ErrorRecord{static_cast<int32_t>(ErrorKind::kTimeout), c.prm->rank,
-                                        static_cast<int32_t>(Phase::kDone), static_cast<int32_t>(WaitKind::kTaskSlot),
-                                        slot, 0, 0, 0});
-        raise_abort(c.ctl);
-        return false;
-      }
-    }
+    const WaitEnd end = mbar_wait(ptx::smem_u32(&bar), parity, limit(c, 2 * c.prm->timeout_ns));
+    if (end == WaitEnd::kTimedOut) report_timeout(c.ctl, c.prm->rank, c.site(Phase::kDone, WaitKind::kTaskSlot, slot), 0, 0);
+    return end == WaitEnd::kDone;
   }
 
   // ---- producer warpgroup ----
