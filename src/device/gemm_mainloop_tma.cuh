@@ -199,7 +199,7 @@ struct TileGemmTma {
 
  private:
   __device__ static bool wait(uint32_t bar, uint32_t parity, const WaitLimit& limit) {
-    return mbar_wait(bar, parity, limit) == WaitEnd::kDone;
+    return mbar_wait(bar, parity, limit);
   }
 };
 

@@ -113,9 +113,8 @@ struct GemmRegion {
   // timeout, so this one allows twice that before it reports the slot).
   template <class Transport>
   __device__ static bool wait_slot(const FusedContext<Transport>& c, uint64_t& bar, uint32_t parity, int slot) {
-    const WaitEnd end = mbar_wait(ptx::smem_u32(&bar), parity, limit(c, 2 * c.prm->timeout_ns));
-    if (end == WaitEnd::kTimedOut) report_timeout(c.ctl, c.prm->rank, c.site(Phase::kDone, WaitKind::kTaskSlot, slot), 0, 0);
-    return end == WaitEnd::kDone;
+    return mbar_wait(ptx::smem_u32(&bar), parity, limit(c, 2 * c.prm->timeout_ns),
+                     [&] { report_timeout(c.ctl, c.prm->rank, c.site(Phase::kDone, WaitKind::kTaskSlot, slot), 0, 0); });
   }
 
   // ---- producer warpgroup ----

@@ -26,20 +26,26 @@ struct WaitLimit {
   const uint32_t* abort;
 };
 
-enum class WaitEnd { kDone, kAborted, kTimedOut };
-
-// Polls done() until it holds (kDone), the abort flag is raised (kAborted: tested every kAbortEvery
-// polls, only when abortable), or the deadline has passed (kTimedOut: the clock is read every
-// kClockEvery polls). Records nothing: the caller names what it waited for.
-template <uint32_t kAbortEvery, uint32_t kClockEvery, class Done>
-__device__ __forceinline__ WaitEnd spin_wait(Done done, const WaitLimit& limit, bool abortable = true) {
+// Polls done() until it holds (true), the abort flag is raised (false; tested every kAbortEvery polls,
+// only when abortable), or the deadline has passed (on_timeout(), then false; the clock is read every
+// kClockEvery polls). on_timeout names what the wait was for (report_timeout, errors.cuh), or nothing
+// where the caller reports.
+struct NoReport {
+  __device__ void operator()() const {}
+};
+template <uint32_t kAbortEvery, uint32_t kClockEvery, class Done, class OnTimeout = NoReport>
+__device__ __forceinline__ bool spin_wait(Done done, const WaitLimit& limit, OnTimeout on_timeout = {},
+                                          bool abortable = true) {
   static_assert((kAbortEvery & (kAbortEvery - 1)) == 0 && (kClockEvery & (kClockEvery - 1)) == 0, "powers of two");
   for (uint32_t spin = 0;; ++spin) {
-    if (done()) return WaitEnd::kDone;
+    if (done()) return true;
     if ((spin & (kAbortEvery - 1)) == kAbortEvery - 1 && abortable &&
         *reinterpret_cast<const volatile uint32_t*>(limit.abort) != 0)
-      return WaitEnd::kAborted;
-    if ((spin & (kClockEvery - 1)) == kClockEvery - 1 && globaltimer_ns() > limit.deadline) return WaitEnd::kTimedOut;
+      return false;
+    if ((spin & (kClockEvery - 1)) == kClockEvery - 1 && globaltimer_ns() > limit.deadline) {
+      on_timeout();
+      return false;
+    }
   }
 }
 
@@ -52,9 +58,8 @@ __device__ bool bounded_wait(const FusedParams& prm, FusedControl* ctl, const Wa
                              Load load, Done done, bool abortable = true) {
   const WaitLimit limit{globaltimer_ns() + (waits_behind_a_wait(site.what) ? 2 : 1) * prm.timeout_ns, &ctl->abort};
   uint32_t v = 0;
-  const WaitEnd end = spin_wait<1, 64>([&] { return done(v = load()); }, limit, abortable);
-  if (end == WaitEnd::kTimedOut) report_timeout(ctl, prm.rank, site, expected, v);
-  return end == WaitEnd::kDone;
+  return spin_wait<1, 64>([&] { return done(v = load()); }, limit,
+                          [&] { report_timeout(ctl, prm.rank, site, expected, v); }, abortable);
 }
 
 // The group waits on its leader's bounded_wait; every thread of it gets the result.
@@ -81,8 +86,9 @@ __device__ bool cta_wait(const FusedParams& prm, FusedControl* ctl, const WaitSi
 
 // Until the mbarrier at shared address `bar` completes phase `parity` (abort and clock tested every 256
 // polls: the barrier usually completes within them).
-__device__ __forceinline__ WaitEnd mbar_wait(uint32_t bar, uint32_t parity, const WaitLimit& limit) {
-  return spin_wait<256, 256>([&] { return ptx::mbar_try_wait(bar, parity); }, limit);
+template <class OnTimeout = NoReport>
+__device__ __forceinline__ bool mbar_wait(uint32_t bar, uint32_t parity, const WaitLimit& limit, OnTimeout on_timeout = {}) {
+  return spin_wait<256, 256>([&] { return ptx::mbar_try_wait(bar, parity); }, limit, on_timeout);
 }
 
 }  // namespace epfuse::device
