@@ -1,6 +1,6 @@
-// Expert FFN tiles on tensor cores, with TileGemm (gemm_mainloop.cuh) and the SwiGLU
-// epilogue (epilogue.cuh) for the math; this file decides which rows a tile reads, what it waits for
-// and where its output goes:
+// Expert FFN tiles on tensor cores, with a tile GEMM (gemm_mainloop*.cuh) for the math and the
+// epilogues of epilogue.cuh for the output; this file decides which rows a tile reads and what it waits
+// for:
 //   Linear1 tile (m-block, n-block of 2I): waits for its expert's arrivals, gathers the received rows,
 //     SwiGLU with the pair's top-k weight -> h (local, bf16), counts itself done for the m-block.
 //   Linear2 tile (m-block, n-block of H): waits for the m-block's Linear1 tiles, stages the bf16 output
@@ -108,11 +108,7 @@ struct ExpertTiles {
 
   using RowTable = RowTableOf<kBlockM>;  // after the GEMM's smem
   static constexpr int kSmemBytes = Gemm::kSmemBytes + static_cast<int>(sizeof(RowTable));
-
-  // Row stride (elements) of a bf16 output tile staged in smem: 8 elements (16 bytes) of padding put
-  // the 8 rows one accumulator store instruction touches on distinct banks.
-  static constexpr int stage_stride(int cols) { return cols + 8; }
-  static_assert(kBlockM * (kBlockN + 8) * 2 <= Gemm::kSmemBytes, "the staged output tile fits in the GEMM's smem");
+  using Epilogue = TileEpilogue<Gemm>;
 
   using Where = TileRows;
   template <class Transport>
@@ -136,23 +132,7 @@ struct ExpertTiles {
     typename Gemm::Accum acc;
     Gemm::mainloop([&](int i) { return t.a[i]; },
                    swiglu_b_row(prm.w13 + static_cast<int64_t>(w.expert) * 2 * I * H, H, I, n_out0), H, smem, acc);
-    // mainloop left smem free: stage the bf16 outputs so h is written in whole 16-byte chunks.
-    constexpr int kOutCols = kBlockN / 2;
-    auto* stage = static_cast<__nv_bfloat16*>(smem);
-    visit_swiglu<Gemm>(acc, prm.swiglu_clamp, [&](int row, int col, float h0, float h1) {
-      const float weight = row < w.rows ? t.weight[row] : 0.0f;
-      *reinterpret_cast<uint32_t*>(stage + row * stage_stride(kOutCols) + col) = ptx::pack_bf16x2(h0 * weight, h1 * weight);
-    });
-    __syncthreads();
-    __nv_bfloat16* h = c.h + (static_cast<int64_t>(c.plan.pair_off[w.expert]) + w.row0) * I + n_out0;
-    constexpr int kChunks = kOutCols / 8;
-    for (int q = threadIdx.x; q < w.rows * kChunks; q += blockDim.x) {
-      const int row = q / kChunks, chunk = q % kChunks;
-      *reinterpret_cast<int4*>(h + static_cast<int64_t>(row) * I + chunk * 8) =
-          *reinterpret_cast<const int4*>(stage + row * stage_stride(kOutCols) + chunk * 8);
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) red_add_release_gpu(c.l1_done + tile.mblock, 1u);
+    Epilogue::linear1(c, acc, tile, w, t, n_out0, I, smem);
   }
 
   template <class Transport>
@@ -171,24 +151,7 @@ struct ExpertTiles {
     typename Gemm::Accum acc;
     Gemm::mainloop([&](int i) { return t.a[i]; }, dense_b_row(prm.w2 + static_cast<int64_t>(w.expert) * H * I, I, n0),
                    I, smem, acc);
-    // mainloop left smem free: stage the bf16 tile so the remote writes are whole 16-byte chunks.
-    auto* stage = static_cast<__nv_bfloat16*>(smem);
-    Gemm::visit(acc, [&](int row, int col, float v0, float v1) {
-      *reinterpret_cast<uint32_t*>(stage + row * stage_stride(kBlockN) + col) = ptx::pack_bf16x2(v0, v1);
-    });
-    __syncthreads();
-    constexpr int kChunks = kBlockN / 8;
-    for (int q = threadIdx.x; q < w.rows * kChunks; q += blockDim.x) {
-      const int row = q / kChunks, chunk = q % kChunks;
-      int4* dst = peer_ptr<int4>(c, t.home[row], combine_row_offset(prm.sym, prm.capacity, c.parity, t.token[row], t.slot[row]) +
-                                                static_cast<size_t>(n0 + chunk * 8) * 2);
-      *dst = *reinterpret_cast<const int4*>(stage + row * stage_stride(kBlockN) + chunk * 8);
-    }
-    __syncthreads();
-    for (int row = threadIdx.x; row < w.rows; row += blockDim.x)
-      red_add_release_sys(peer_ptr<uint32_t>(c, t.home[row], token_signal_offset(prm.sym, prm.capacity, c.parity, t.token[row])),
-                          signal_units(kBlockN));
-    __syncthreads();  // the row table and stage are reused by the next task
+    Epilogue::linear2(c, acc, w, t, n0, smem);
   }
 };
 

@@ -12,11 +12,10 @@
 // ids in order still cannot deadlock (a task waits only for smaller ids; docs/fused_design.md).
 //   slot_full[s]:  the producer posted task[s] (its row table is filled): 1 arrival.
 //   slot_empty[s]: the math warps are done with task[s] and table[s]: 1 arrival.
-// Epilogues stage 64 output columns at a time (kPassCols) beside the ring, which stays busy with the
-// next tile's loads, and write them in 16-byte chunks.
+// Epilogues (epilogue.cuh StagedPasses) stage 64 output columns at a time beside the ring, which stays
+// busy with the next tile's loads, and write them in 16-byte chunks.
 #pragma once
 #include <cstdint>
-#include <utility>
 
 #include <cuda_bf16.h>
 
@@ -33,21 +32,12 @@
 
 namespace epfuse::device {
 
-// f.template operator()<I>() for I = 0 .. kN - 1: passes over accumulator registers need compile-time
-// register indices.
-template <int kN, class F>
-__device__ __forceinline__ void static_for(F&& f) {
-  [&]<int... Is>(std::integer_sequence<int, Is...>) { (f.template operator()<Is>(), ...); }(std::make_integer_sequence<int, kN>{});
-}
-
 template <class Gemm>
 struct GemmRegion {
   static constexpr int kBlockM = Gemm::kBlockM;
   static constexpr int kBlockN = Gemm::kBlockN;
   static constexpr int kSlots = 2;
-  static constexpr int kPassCols = 64;                 // output columns per epilogue pass
-  static constexpr int kStageStride = kPassCols + 8;   // padded: one accumulator store's 8 rows on distinct banks
-  static constexpr int kPassChunks = kPassCols / kChunkElems;
+  using Epilogue = StagedPasses<Gemm>;
   static_assert(kBlockN % kSignalCols == 0, "a Linear2 tile signals whole column groups");
   static_assert(kBlockM >= kMinBlockM, "l1_done is sized for m-blocks of at least kMinBlockM rows");
   static_assert(kBlockM <= Gemm::kConsumerThreads, "one math thread signals each tile row");
@@ -62,7 +52,7 @@ struct GemmRegion {
     int64_t h_row;  // its first row in h
   };
   struct Shared {
-    __nv_bfloat16 stage[kBlockM * kStageStride];
+    __nv_bfloat16 stage[Epilogue::kStageElems];
     RowTable table[kSlots];
     Posted posted[kSlots];
     uint64_t slot_full[kSlots];
@@ -211,71 +201,32 @@ struct GemmRegion {
     return !g.sync_or(!ok);
   }
 
-  // Writes one staged pass (rows x kPassCols) in 16-byte chunks to dst(row, chunk), then frees the
-  // staging tile.
-  template <class Dst>
-  __device__ static void store_pass(const Shared& sh, int rows, const ThreadGroup& g, Dst dst) {
-    g.sync();  // the pass is staged
-    for (int q = g.rank(); q < rows * kPassChunks; q += g.count) {
-      const int row = q / kPassChunks, chunk = q % kPassChunks;
-      *dst(row, chunk) = *reinterpret_cast<const int4*>(sh.stage + row * kStageStride + chunk * kChunkElems);
-    }
-    g.sync();
-  }
-
   template <class Transport>
   __device__ static void linear1(const FusedContext<Transport>& c, const Posted& posted, Shared& sh, int s,
                                  typename Gemm::RingPos& ring, void* smem, const ThreadGroup& g) {
-    const FusedParams& prm = *c.prm;
-    const int H = prm.dims.hidden, I = prm.dims.intermediate;
+    const int H = c.prm->dims.hidden, I = c.prm->dims.intermediate;
     const GemmTile& tile = posted.task.tile;
     typename Gemm::Accum acc;
     if (!mainloop(c, tile, Phase::kLinear1, H, ring, smem, acc, g)) return free_slot(sh, s, g);
-    const int rows = posted.rows;
-    const RowTable& t = sh.table[s];
-    const float clamp = prm.swiglu_clamp;
-    __nv_bfloat16* h = c.h + posted.h_row * I + tile.nblock * (kBlockN / 2);
-    static_for<kBlockN / 2 / kPassCols>([&]<int P>() {
-      Gemm::template visit_gate_up<P * kPassCols, (P + 1) * kPassCols>(
-          acc, [&](int row, int col, float g0, float g1, float u0, float u1) {
-            const float weight = row < rows ? t.weight[row] : 0.0f;
-            *reinterpret_cast<uint32_t*>(sh.stage + row * kStageStride + col - P * kPassCols) =
-                ptx::pack_bf16x2(swiglu(g0, u0, clamp) * weight, swiglu(g1, u1, clamp) * weight);
-          });
-      store_pass(sh, rows, g, [&](int row, int chunk) {
-        return reinterpret_cast<int4*>(h + static_cast<int64_t>(row) * I + P * kPassCols + chunk * kChunkElems);
-      });
-    });
+    Epilogue::linear1(c, acc, tile, posted.h_row, I, posted.rows, sh.table[s], sh.stage, g);
     free_slot(sh, s, g);
-    if (g.leader()) red_add_release_gpu(c.l1_done + tile.mblock, 1u);
+    if (g.leader()) l1_tile_done(c, tile);
   }
 
   template <class Transport>
   __device__ static void linear2(const FusedContext<Transport>& c, const Posted& posted, Shared& sh, int s,
                                  typename Gemm::RingPos& ring, void* smem, const ThreadGroup& g) {
-    const FusedParams& prm = *c.prm;
-    const FusedDims& d = prm.dims;
     const GemmTile& tile = posted.task.tile;
     typename Gemm::Accum acc;
-    if (!mainloop(c, tile, Phase::kLinear2, d.intermediate, ring, smem, acc, g)) return free_slot(sh, s, g);
+    if (!mainloop(c, tile, Phase::kLinear2, c.prm->dims.intermediate, ring, smem, acc, g)) return free_slot(sh, s, g);
     const int rows = posted.rows;
     const RowTable& t = sh.table[s];
     // Thread r signals row r once the tile's stores are out; read its home and token before the slot goes.
     const int own = g.rank();
     const int home = own < rows ? t.home[own] : 0, token = own < rows ? t.token[own] : 0;
-    const int n0 = tile.nblock * kBlockN;
-    static_for<kBlockN / kPassCols>([&]<int P>() {
-      Gemm::template visit_cols<P * kPassCols, (P + 1) * kPassCols>(acc, [&](int row, int col, float v0, float v1) {
-        *reinterpret_cast<uint32_t*>(sh.stage + row * kStageStride + col - P * kPassCols) = ptx::pack_bf16x2(v0, v1);
-      });
-      store_pass(sh, rows, g, [&](int row, int chunk) {
-        return peer_ptr<int4>(c, t.home[row], combine_row_offset(prm.sym, prm.capacity, c.parity, t.token[row], t.slot[row]) +
-                                             static_cast<size_t>(n0 + P * kPassCols + chunk * kChunkElems) * 2);
-      });
-    });
+    Epilogue::linear2(c, acc, tile, rows, t, sh.stage, g);
     free_slot(sh, s, g);
-    if (own < rows)
-      red_add_release_sys(peer_ptr<uint32_t>(c, home, token_signal_offset(prm.sym, prm.capacity, c.parity, token)), signal_units(kBlockN));
+    if (own < rows) signal_home(c, home, token, signal_units(kBlockN));
   }
 };
 
