@@ -11,6 +11,7 @@
 #include "device/kernel_params.h"
 #include "device/task_map.h"
 #include "device/transport.cuh"
+#include "device/wait.cuh"
 
 namespace epfuse::device {
 
@@ -56,6 +57,8 @@ struct FusedContext {
   }
 
   __device__ WaitSite site(Phase phase, WaitKind what, int a = 0, int b = 0) const { return {phase, what, a, b}; }
+  // A wait's limit: timeout_ns from now, or this call's abort.
+  __device__ WaitLimit limit(uint64_t timeout_ns) const { return {globaltimer_ns() + timeout_ns, &ctl->abort}; }
 };
 
 // Byte `offset` of rank's copy of the symmetric window (a peer's, or this rank's own).

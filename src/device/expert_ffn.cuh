@@ -1,4 +1,4 @@
-// Expert FFN tiles on tensor cores, with a tile GEMM (gemm_mainloop*.cuh) for the math and the
+// The expert FFN tiles (the GEMM tasks), with a tile GEMM (gemm_mainloop*.cuh) for the math and the
 // epilogues of epilogue.cuh for the output; this file decides which rows a tile reads and what it waits
 // for:
 //   Linear1 tile (m-block, n-block of 2I): waits for its expert's arrivals, gathers the received rows,
@@ -6,6 +6,8 @@
 //   Linear2 tile (m-block, n-block of H): waits for the m-block's Linear1 tiles, stages the bf16 output
 //     in smem and writes each row into its home rank's combine slot (token, top-k slot) with 16-byte
 //     stores over NVLink, then one release add per row on the token's counter at home.
+// ExpertTiles runs a tile on all threads (TileGemm, TileGemmWgmma); WarpSpecialisedTiles splits it
+// between the producer and math roles of a TileGemmTma CTA (fused_kernel.cu).
 #pragma once
 #include <cstdint>
 
@@ -13,9 +15,11 @@
 
 #include "device/context.cuh"
 #include "device/epilogue.cuh"
-#include "device/wait.cuh"
 #include "device/gemm_mainloop.cuh"
 #include "device/ptx.cuh"
+#include "device/scheduler.cuh"
+#include "device/thread_group.cuh"
+#include "device/wait.cuh"
 
 namespace epfuse::device {
 
@@ -152,6 +156,131 @@ struct ExpertTiles {
     Gemm::mainloop([&](int i) { return t.a[i]; }, dense_b_row(prm.w2 + static_cast<int64_t>(w.expert) * H * I, I, n0),
                    I, smem, acc);
     Epilogue::linear2(c, acc, w, t, n0, smem);
+  }
+};
+
+// The tiles of a warp-specialised tile GEMM (TileGemmTma, gemm_mainloop_tma.cuh), by role
+// (fused_kernel.cu runs the roles' loops; scheduler.cuh TaskQueue hands each task from one to the other):
+//   producer warpgroup (warps 0-3): prepare (waits for a tile's inputs, fills its row table) and load
+//     (issues all its operand loads into the ring);
+//   math warpgroups (warps 4-11): linear1 / linear2 (the wgmma k-loop, then the epilogue: epilogue.cuh
+//     StagedPasses), freeing the task's slot once the epilogue no longer reads the row table.
+template <class Gemm_>
+struct WarpSpecialisedTiles {
+  using Gemm = Gemm_;
+  static constexpr int kBlockM = Gemm::kBlockM;
+  static constexpr int kBlockN = Gemm::kBlockN;
+  using Epilogue = StagedPasses<Gemm>;
+  static_assert(kBlockN % kSignalCols == 0, "a Linear2 tile signals whole column groups");
+  static_assert(kBlockM >= kMinBlockM, "l1_done is sized for m-blocks of at least kMinBlockM rows");
+  static_assert(kBlockM <= Gemm::kConsumerThreads, "one math thread signals each tile row");
+
+  // Filled by the producer; the math warps' epilogue reads all but `a`.
+  using RowTable = RowTableOf<kBlockM>;
+  // A task as handed on, with the tile's geometry, which the producer has read anyway: plan reads after
+  // the k-loop would put their latency between the math warps' k-loop and their stores.
+  struct Posted {
+    Task task;
+    int rows;       // the tile's real rows
+    int64_t h_row;  // its first row in h
+  };
+  using Queue = TaskQueue<Posted, RowTable>;
+  struct Shared {
+    __nv_bfloat16 stage[Epilogue::kStageElems];
+    Queue queue;
+  };
+  static constexpr int kSharedOffset = (Gemm::kSmemBytes + 15) / 16 * 16;
+  static constexpr int kSmemBytes = kSharedOffset + static_cast<int>(sizeof(Shared));
+  // 227 KiB per block, less a little for the kernel's static shared variables (profile, scheduler).
+  static_assert(kSmemBytes + 1024 <= 227 * 1024, "ring + staging + row tables fit one SM");
+
+  __device__ static Shared& shared(void* smem) { return *reinterpret_cast<Shared*>(static_cast<char*>(smem) + kSharedOffset); }
+  __device__ static ThreadGroup producers() { return {0, Gemm::kProducerThreads, 1}; }
+  __device__ static ThreadGroup consumers() { return {Gemm::kProducerThreads, Gemm::kConsumerThreads, 2}; }
+  __device__ static bool is_gemm(Phase p) { return p == Phase::kLinear1 || p == Phase::kLinear2; }
+
+  // Once per launch, by the whole CTA.
+  __device__ static void init(void* smem) {
+    if (threadIdx.x == 0) shared(smem).queue.init();
+    Gemm::init(smem);  // arms the ring, fences the barriers' init and synchronises the CTA
+  }
+
+  // ---- producer warpgroup ----
+  // A GEMM tile whose inputs are in (wait_tile_inputs): fills its row table t, and a_rows with this
+  // thread's A rows of it; w: the tile's rows.
+  template <class Transport>
+  __device__ __forceinline__ static void prepare(const FusedContext<Transport>& c, const ThreadGroup& g, const Task& task,
+                                                 int I, RowTable& t, const __nv_bfloat16* (&a_rows)[Gemm::kProducerRows],
+                                                 TileRows& w) {
+    w = tile_rows(c, task.tile, kBlockM);
+    for (int i = g.rank(); i < kBlockM; i += g.count) {
+      t.fill(c, w, i);
+      // Linear2 reads the tile's rows of h (the entries still give the rows' homes and tokens).
+      if (task.phase == Phase::kLinear2 && i < w.rows)
+        t.a[i] = c.h + (static_cast<int64_t>(c.plan.pair_off[w.expert]) + w.row0 + i) * I;
+    }
+    g.sync();  // the table is complete before it is read and posted
+#pragma unroll
+    for (int i = 0; i < Gemm::kProducerRows; ++i) a_rows[i] = t.a[Gemm::producer_row(g.rank(), i)];
+  }
+
+  // Issues every operand load of a prepared GEMM tile into the ring. False (group-uniform, recorded)
+  // when a wait for a free stage ran out.
+  template <class Transport>
+  __device__ __forceinline__ static bool load(const FusedContext<Transport>& c, const ThreadGroup& g, const Task& task,
+                                              const __nv_bfloat16* const (&a_rows)[Gemm::kProducerRows], int H, int I,
+                                              typename Gemm::RingPos& ring, void* smem) {
+    const FusedParams& prm = *c.prm;
+    const bool l1 = task.phase == Phase::kLinear1;
+    // Rows of prm.w13_map ([L * 2I, H]: gate rows, then up rows I further) or prm.w2_map ([L * H, I]).
+    const int row0 = l1 ? task.tile.expert * 2 * I + task.tile.nblock * (kBlockN / 2)
+                        : task.tile.expert * H + task.tile.nblock * kBlockN;
+    const typename Gemm::BOperand b{l1 ? static_cast<const void*>(&prm.w13_map) : static_cast<const void*>(&prm.w2_map),
+                                    row0, row0 + (l1 ? I : kBlockN / 2)};
+    const bool loaded = Gemm::load_tile(ring, a_rows, b, l1 ? H : I, smem, c.limit(prm.timeout_ns));
+    if (!loaded) pipeline_failed(c, task.phase, task.tile);
+    return !g.sync_or(!loaded);
+  }
+
+  // ---- math warpgroups ----
+  // The tile's k-loop; false (group-uniform, recorded) when its pipeline ran out of time.
+  template <class Transport>
+  __device__ static bool mainloop(const FusedContext<Transport>& c, const GemmTile& tile, Phase phase, int K,
+                                  typename Gemm::RingPos& ring, void* smem, typename Gemm::Accum& acc,
+                                  const ThreadGroup& g) {
+    const bool ok = Gemm::mainloop(ring, K, smem, acc, c.limit(c.prm->timeout_ns));
+    if (!ok) pipeline_failed(c, phase, tile);
+    return !g.sync_or(!ok);
+  }
+
+  // The Linear1 tile posted in slot s.
+  template <class Transport>
+  __device__ static void linear1(const FusedContext<Transport>& c, const Posted& posted, Shared& sh, int s,
+                                 typename Gemm::RingPos& ring, void* smem, const ThreadGroup& g) {
+    const int H = c.prm->dims.hidden, I = c.prm->dims.intermediate;
+    const GemmTile& tile = posted.task.tile;
+    typename Gemm::Accum acc;
+    if (!mainloop(c, tile, Phase::kLinear1, H, ring, smem, acc, g)) return sh.queue.release(s, g);
+    Epilogue::linear1(c, acc, tile, posted.h_row, I, posted.rows, sh.queue.table[s], sh.stage, g);
+    sh.queue.release(s, g);
+    if (g.leader()) l1_tile_done(c, tile);
+  }
+
+  // The Linear2 tile posted in slot s.
+  template <class Transport>
+  __device__ static void linear2(const FusedContext<Transport>& c, const Posted& posted, Shared& sh, int s,
+                                 typename Gemm::RingPos& ring, void* smem, const ThreadGroup& g) {
+    const GemmTile& tile = posted.task.tile;
+    typename Gemm::Accum acc;
+    if (!mainloop(c, tile, Phase::kLinear2, c.prm->dims.intermediate, ring, smem, acc, g)) return sh.queue.release(s, g);
+    const int rows = posted.rows;
+    const RowTable& t = sh.queue.table[s];
+    // Thread r signals row r once the tile's stores are out; read its home and token before the slot goes.
+    const int own = g.rank();
+    const int home = own < rows ? t.home[own] : 0, token = own < rows ? t.token[own] : 0;
+    Epilogue::linear2(c, acc, tile, rows, t, sh.stage, g);
+    sh.queue.release(s, g);
+    if (own < rows) signal_home(c, home, token, signal_units(kBlockN));
   }
 };
 
