@@ -1,5 +1,6 @@
-// The fused kernel's large tile GEMM on Hopper: C[128, 256] = A * B^T over K with wgmma.mma_async
-// m64n256k16 (bf16 in, fp32 accumulate), operands in 128-byte-swizzled shared memory, warp-specialised:
+// The fused kernel's large tile GEMM on Hopper, a WarpSpecialisedTile (tile_gemm.cuh): C[128, 256] =
+// A * B^T over K with wgmma.mma_async m64n256k16 (bf16 in, fp32 accumulate), operands in
+// 128-byte-swizzled shared memory, warp-specialised:
 // a producer warpgroup fills a kStages ring of operand stages and two math warpgroups consume it
 // (warpgroup g owns rows [64 g, 64 g + 64) and all 256 columns: 128 fp32 accumulators per thread).
 //   full[s]:  the stage's weight tile arrived (two TMA boxes of 64 x 128, bytes counted on the barrier)
@@ -60,7 +61,6 @@ struct TileGemmTma {
   // Stages from the first 1024-byte boundary (one atom of slack), then full[kStages], empty[kStages].
   static constexpr int kBarrierOffset = kStages * (kStageBytesA + kStageBytesB) + kSw128AtomBytes;
   static constexpr int kSmemBytes = kBarrierOffset + 2 * kStages * 8;
-  static constexpr bool kWarpSpecialised = true;
 
   static_assert(kStages >= 3, "one stage computing, one finishing, at least one loading");
   static_assert(kBlockN == 2 * kBoxRows, "B is two TMA boxes");

@@ -33,6 +33,7 @@
 #include "device/layout.cuh"
 #include "device/profile.cuh"
 #include "device/scheduler.cuh"
+#include "device/tile_gemm.cuh"
 
 namespace epfuse::fused {
 namespace {
@@ -128,7 +129,8 @@ __global__ void __launch_bounds__(Gemm::kThreads, 1) fused_moe_kernel(const __gr
   // A workspace that failed in an earlier call runs nothing; y gets NaN rather than stale values (a
   // graph replay has no host check in between).
   if (device::workspace_broken(prm)) return device::fill_y_with_nan(prm);
-  constexpr bool kRoles = requires { Gemm::kWarpSpecialised; };
+  static_assert(device::TileGemmKind<Gemm>, "a tile GEMM of one kind (tile_gemm.cuh)");
+  constexpr bool kRoles = device::WarpSpecialisedTile<Gemm>;
   using Tiles = device::ExpertTiles<Gemm>;
   using RoleTiles = device::WarpSpecialisedTiles<Gemm>;
   if constexpr (kRoles) RoleTiles::init(smem);
@@ -189,6 +191,8 @@ struct GemmOf {
                          device::TileGemm<S.block_m, S.block_n, S.block_k, S.stages, S.warps_m, S.warps_n>>>;
   static_assert(type::kThreads == S.threads() && type::kBlockM == S.block_m && type::kBlockN == S.block_n,
                 "the shape table and the tile GEMM agree");
+  static_assert(device::TileGemmKind<type> && device::WarpSpecialisedTile<type> == (S.mma == GemmMma::kWgmmaTma),
+                "every mainloop satisfies the tile contract (tile_gemm.cuh) of its kind");
 };
 template <size_t I>
 using GemmAt = typename GemmOf<I>::type;
@@ -211,7 +215,7 @@ KernelShape fused_kernel_shape(const GemmTileShape& tile, const device::FusedDim
     using Gemm = decltype(gemm);
     ks.threads = Gemm::kThreads;
     constexpr int kTileSmem = [] {
-      if constexpr (requires { Gemm::kWarpSpecialised; }) return device::WarpSpecialisedTiles<Gemm>::kSmemBytes;
+      if constexpr (device::WarpSpecialisedTile<Gemm>) return device::WarpSpecialisedTiles<Gemm>::kSmemBytes;
       else return device::ExpertTiles<Gemm>::kSmemBytes;
     }();
     ks.smem_bytes = std::max(static_cast<size_t>(kTileSmem), scratch_bytes(dims));
