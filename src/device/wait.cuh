@@ -66,10 +66,11 @@ __device__ bool bounded_wait(const FusedParams& prm, FusedControl* ctl, const Wa
 template <class Load, class Done>
 __device__ bool group_wait(const ThreadGroup& g, const FusedParams& prm, FusedControl* ctl, const WaitSite& site,
                            uint32_t expected, Load load, Done done, bool abortable = true) {
-  __shared__ int ok;  // one group at a time: the CTA before the GEMM region, its producer warps in it
+  // One group at a time: the CTA before the GEMM phase, a warp-specialised CTA's producer warps after it.
+  __shared__ int ok;
   g.sync();  // `ok` may still be read from a previous wait
   if (g.leader()) {
-    // Only a whole CTA's wait stalls its task; the GEMM region's producer waits ahead of the math warps.
+    // Only a whole CTA's wait stalls its task; a warp-specialised CTA's producer waits ahead of its math warps.
     const bool profiled = prm.profile != nullptr && g.barrier == 0;
     const uint64_t start = profiled ? globaltimer_ns() : 0;
     ok = bounded_wait(prm, ctl, site, expected, load, done, abortable) ? 1 : 0;
