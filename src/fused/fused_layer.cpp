@@ -1,6 +1,7 @@
 #include "fused/fused_layer.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -8,6 +9,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
+#include <unistd.h>
 #include <utility>
 
 #include <cuda_runtime.h>
@@ -20,6 +23,7 @@
 #include "device/kernel_params.h"
 #include "epfuse/error.h"
 #include "fused/describe_error.h"
+#include "fused/fault.h"
 #include "fused/fused_kernel.h"
 #include "fused/heuristics.h"
 #include "fused/plan.h"
@@ -108,6 +112,7 @@ class FusedWorkspace final : public Workspace {
   Communicator& comm() const override { return comm_; }
   MemoryFootprint memory() const override { return {plan_.symmetric_bytes(), plan_.private_bytes()}; }
   bool failed() const override { return failed_; }
+  uint64_t timeout_ms() const { return timeout_ns_ / 1000000ull; }
 
   std::string check_fits(const LayerConfig& cfg) const override {
     auto over = [](const char* field, long long v, long long cap) {
@@ -216,6 +221,13 @@ class FusedLayer final : public MoeLayer {
     const int64_t L = dims_.local_experts(), H = cfg.hidden, I = cfg.intermediate;
     w13_map_ = weight_tensor_map(weights.w13, L * 2 * I, H, device::kWeightBoxRows);
     w2_map_ = weight_tensor_map(weights.w2, L * H, I, device::kWeightBoxRows);
+    // Fault injection (fault.h): only the rank it names keeps it. bad_ids needs a private copy of the
+    // ids, allocated here where a device-synchronising allocation cannot wait for a peer's forward.
+    if (std::optional<Fault> f = fault_from_env(); f && f->rank == comm.rank()) {
+      fault_ = f;
+      if (f->kind == FaultKind::kBadIds)
+        fault_ids_ = detail::DeviceArray<int32_t>(static_cast<size_t>(cfg.max_tokens_per_rank) * cfg.topk);
+    }
     // One-GPU mode: cudaFuncSetAttribute above (prepare_fused_kernel) waits for running launches of
     // the kernel, and a peer that already left creation may have launched a forward that waits for
     // this rank: no rank leaves creation before every rank is past those calls.
@@ -223,9 +235,10 @@ class FusedLayer final : public MoeLayer {
   }
 
   ~FusedLayer() override {
-    if (profile_.get() != nullptr) {
+    if (profile_.get() != nullptr || fault_ids_.get() != nullptr) {
       detail::DeviceGuard guard(ws_.comm().device());
       profile_ = detail::DeviceArray<device::FusedProfile>();  // freed on the communicator's device
+      fault_ids_ = detail::DeviceArray<int32_t>();
     }
   }
 
@@ -257,6 +270,8 @@ class FusedLayer final : public MoeLayer {
   void forward(const TokenBatch& in, bf16* y, cudaStream_t stream) override {
     Communicator& comm = ws_.comm();
     const std::string who = "rank " + std::to_string(comm.rank()) + ": ";
+    const int64_t call = calls_++;
+    const bool fault = fault_ && fault_->fires(comm.rank(), call);
     EPFUSE_REQUIRE(!ws_.failed(), ErrorCode::kInternal,
                    who + "the fused layer's workspace is unusable after an earlier device error or bad input; "
                          "re-create it");
@@ -304,6 +319,7 @@ class FusedLayer final : public MoeLayer {
     }
     profiled_ = timing_;
     summed_ = false;
+    if (fault && inject_fault(call, prm, in, stream)) return;
     ws_.before_launch(stream);
     launch_fused_kernel(comm.transport(), tile, prm, grid_, stream);
     ws_.after_launch(stream);
@@ -324,6 +340,36 @@ class FusedLayer final : public MoeLayer {
 
   Impl impl() const override { return Impl::kFused; }
   const LayerConfig& config() const override { return cfg_; }
+
+  // EPFUSE_FAULT's misbehaviour in this call (fault.h), just before the launch; true: do not launch.
+  bool inject_fault(int64_t call, device::FusedParams& prm, const TokenBatch& in, cudaStream_t stream) {
+    const std::string what = "rank " + std::to_string(ws_.comm().rank()) + ": EPFUSE_FAULT: " +
+                             std::string(to_string(fault_->kind)) + " in forward call " + std::to_string(call);
+    std::fprintf(stderr, "epfuse: %s\n", what.c_str());
+    std::fflush(stderr);
+    switch (fault_->kind) {
+      case FaultKind::kSkip: return true;
+      case FaultKind::kStall: {
+        const int64_t ms = fault_->stall_ms >= 0 ? fault_->stall_ms : 2 * static_cast<int64_t>(ws_.timeout_ms());
+        std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+        return false;
+      }
+      case FaultKind::kThrow: throw Error(ErrorCode::kInternal, what + " (thrown before the launch)");
+      case FaultKind::kExit:
+        std::fflush(stdout);
+        ::_exit(1);
+      case FaultKind::kBadIds:
+        if (prm.num_tokens > 0) {
+          const size_t n = static_cast<size_t>(prm.num_tokens) * cfg_.topk;
+          EPFUSE_CUDA_CHECK(cudaMemcpyAsync(fault_ids_.get(), in.topk_idx, n * sizeof(int32_t),
+                                            cudaMemcpyDeviceToDevice, stream));
+          EPFUSE_CUDA_CHECK(cudaMemsetAsync(fault_ids_.get(), 0x7f, sizeof(int32_t), stream));
+          prm.topk_idx = fault_ids_.get();
+        }
+        return false;
+    }
+    return false;
+  }
   // A layer made with its own workspace reports it; on a shared one the layer adds no device memory.
   MemoryFootprint memory() const override { return owned_ ? ws_.memory() : MemoryFootprint{}; }
 
@@ -344,6 +390,10 @@ class FusedLayer final : public MoeLayer {
   detail::DeviceArray<device::FusedProfile> profile_;
   cudaStream_t profiled_stream_ = nullptr;
   ProfileSummary profile_sum_;
+  // Fault injection (fault.h): set only on the rank EPFUSE_FAULT names.
+  int64_t calls_ = 0;  // forwards so far
+  std::optional<Fault> fault_;
+  detail::DeviceArray<int32_t> fault_ids_;  // bad_ids: the corrupted copy of topk_idx
 };
 
 }  // namespace
