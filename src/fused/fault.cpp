@@ -17,6 +17,7 @@ std::string_view to_string(FaultKind kind) {
     case FaultKind::kThrow: return "throw";
     case FaultKind::kExit: return "exit";
     case FaultKind::kBadIds: return "bad_ids";
+    case FaultKind::kFailCreate: return "fail_create";
   }
   return "unknown";
 }
@@ -25,7 +26,7 @@ std::optional<Fault> parse_fault(std::string_view text) {
   if (text.empty()) return std::nullopt;
   const auto fail = [&](const std::string& why) -> Error {
     return Error(ErrorCode::kInvalidArgument, "EPFUSE_FAULT = '" + std::string(text) + "': " + why +
-                                                  " (expected rank=R,kind=skip|stall|throw|exit|bad_ids[,call=N][,ms=M])");
+                                                  " (expected rank=R,kind=skip|stall|throw|exit|bad_ids|fail_create[,call=N][,ms=M])");
   };
   const auto number = [&](std::string_view key, std::string_view v) {
     int64_t n = -1;
@@ -55,7 +56,8 @@ std::optional<Fault> parse_fault(std::string_view text) {
       f.stall_ms = number(key, value);
     } else if (key == "kind") {
       bool known = false;
-      for (FaultKind k : {FaultKind::kSkip, FaultKind::kStall, FaultKind::kThrow, FaultKind::kExit, FaultKind::kBadIds})
+      for (FaultKind k : {FaultKind::kSkip, FaultKind::kStall, FaultKind::kThrow, FaultKind::kExit, FaultKind::kBadIds,
+                          FaultKind::kFailCreate})
         if (value == to_string(k)) f.kind = k, known = true;
       if (!known) throw fail("unknown kind '" + std::string(value) + "'");
     } else {

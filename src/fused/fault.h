@@ -19,6 +19,9 @@
 //   bad_ids  the kernel reads a copy of topk_idx (layer-private memory; the caller's stays untouched)
 //            whose first id is 0x7f7f7f7f, out of range: the device's bad-expert path on every rank
 //            (nothing to corrupt with num_tokens = 0: then the call is normal)
+//   fail_create  creating a fused workspace fails on that rank before its collective allocation, as
+//            an allocation failure would (Error(kCuda)); `call` does not apply. Every other rank's
+//            creation must fail too (Error(kAborted) naming the rank), not wait for it
 // The variable is read when a fused layer is created; a malformed one is Error(kInvalidArgument)
 // naming it (on every rank alike: every rank reads the same text).
 #pragma once
@@ -29,7 +32,7 @@
 
 namespace epfuse::fused {
 
-enum class FaultKind { kSkip, kStall, kThrow, kExit, kBadIds };
+enum class FaultKind { kSkip, kStall, kThrow, kExit, kBadIds, kFailCreate };
 std::string_view to_string(FaultKind kind);
 
 struct Fault {
@@ -39,7 +42,9 @@ struct Fault {
   int64_t stall_ms = -1;  // -1: twice the workspace's timeout
 
   // Whether this rank misbehaves in its layer's forward number `call` (from 0).
-  bool fires(int my_rank, int64_t this_call) const { return my_rank == rank && this_call == call; }
+  bool fires(int my_rank, int64_t this_call) const {
+    return my_rank == rank && this_call == call && kind != FaultKind::kFailCreate;
+  }
 };
 
 // Parses EPFUSE_FAULT's text; nullopt for empty text. Throws Error(kInvalidArgument) "EPFUSE_FAULT

@@ -3,6 +3,7 @@
 
 #include <string>
 
+#include "comm/agree.h"
 #include "epfuse/communicator.h"
 #include "epfuse/error.h"
 #include "epfuse/workspace.h"
@@ -47,7 +48,14 @@ std::unique_ptr<MoeLayer> MoeLayer::create(Impl impl, const LayerConfig& cfg, Co
     throw Error(ErrorCode::kInvalidArgument, "rank " + std::to_string(comm.rank()) +
                                                  ": MoeLayer::create: expert weights w13/w2 must not be null");
   switch (impl) {
-    case Impl::kUnfused: return unfused::make_unfused_layer(cfg, comm, weights);
+    case Impl::kUnfused: {
+      // Its creation has no collective of its own: agree that every rank's succeeded, so that no rank
+      // enters the first forward's NCCL all-to-all while a peer's creation failed.
+      std::unique_ptr<MoeLayer> layer;
+      detail::agree_on_step(comm, "MoeLayer::create (unfused)",
+                            [&] { layer = unfused::make_unfused_layer(cfg, comm, weights); });
+      return layer;
+    }
     case Impl::kFused: return fused::make_fused_layer(cfg, comm, weights);
   }
   throw Error(ErrorCode::kInvalidArgument, "MoeLayer::create: unknown impl " + std::to_string(static_cast<int>(impl)));

@@ -98,7 +98,9 @@ Outcome run_calls(const RunPlan& plan, RankJob& job, int rank) {
 int run_on(const RunPlan& plan, Communicator& comm, const std::string& command) {
   RunResult result;
   std::optional<int> failed_call;
-  {
+  // Any error gives up on the world first (Communicator::abort): then destroying the job (the layer's
+  // collective windows) is local and cannot wait for a peer that failed or died.
+  try {
     RankJob job(comm, plan.cfg, *plan.impl, plan.seed);
     result.memory = job.layer().memory();
     // Device memory in use before the first call and after the last (every rank's allocations done:
@@ -125,6 +127,9 @@ int run_on(const RunPlan& plan, Communicator& comm, const std::string& command) 
     EPFUSE_CUDA_CHECK(cudaGetDeviceCount(&result.gpus));
     // The job (layer, buffers) goes before the report; in the one-GPU mode its cudaFree calls wait for
     // every rank's kernels, which are all done: each rank's last forward was checked above.
+  } catch (const std::exception& e) {
+    comm.abort(e.what());
+    throw;
   }
   result.first_call_tokens = plan.token_counts(0);
   if (comm.rank() != 0) return failed_call ? 1 : 0;
@@ -147,8 +152,8 @@ int run_rank(const RunPlan& plan, const BootstrapOptions& boot, const std::strin
   try {
     return run_on(plan, *comm, command);
   } catch (const std::exception& e) {
-    // Peers may be blocked in a collective this rank will never join: tearing down the NCCL
-    // communicator could wait for them forever. Report and leave now; the launcher stops the rest.
+    // Peers may be blocked in a collective this rank will never join. run_on aborted the communicator
+    // (its job was destroyed locally); report and leave now, the launcher stops the rest.
     fmt::print(stderr, "epfuse: rank {}: {}\n", comm->rank(), e.what());
     std::fflush(stdout);
     std::fflush(stderr);

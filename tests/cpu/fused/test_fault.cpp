@@ -18,7 +18,8 @@ TEST(Fault, ParsesEveryKindWithDefaults) {
   };
   for (const Case& c : {Case{"rank=1,kind=skip", FaultKind::kSkip}, Case{"rank=1,kind=stall", FaultKind::kStall},
                         Case{"rank=1,kind=throw", FaultKind::kThrow}, Case{"rank=1,kind=exit", FaultKind::kExit},
-                        Case{"kind=bad_ids,rank=1", FaultKind::kBadIds}}) {
+                        Case{"kind=bad_ids,rank=1", FaultKind::kBadIds},
+                        Case{"rank=1,kind=fail_create", FaultKind::kFailCreate}}) {
     const std::optional<Fault> f = parse_fault(c.text);
     ASSERT_TRUE(f.has_value()) << c.text;
     EXPECT_EQ(f->kind, c.kind) << c.text;
@@ -38,6 +39,7 @@ TEST(Fault, ParsesCallAndStall) {
   EXPECT_FALSE(f->fires(3, 16));
   EXPECT_FALSE(f->fires(3, 18));
   EXPECT_FALSE(f->fires(2, 17));
+  EXPECT_FALSE(parse_fault("rank=0,kind=fail_create")->fires(0, 0));  // creation, not a call
 }
 
 TEST(Fault, RejectsMalformedTextNamingIt) {

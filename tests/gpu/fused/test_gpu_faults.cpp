@@ -9,9 +9,12 @@
 // are unchanged (nothing outside the layer's buffers written), and after re-creating the layer (its
 // workspace) the next call matches the reference. `exit` (a process that dies mid-call) is the CLI's
 // test (run_fused_fault_* in tests/gpu/run/run_matrix.cmake): it ends the whole test process.
+// Creation: fail_create on one rank, and (one process per GPU) a bad EPFUSE_TIMEOUT_MS on one rank,
+// fail every rank's creation alike (agree_on_step) instead of leaving the others in a collective.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -148,6 +151,69 @@ TEST(Faults, OffWhenUnsetOrAnotherRank) {
     for (int call = 0; call < 3; ++call)
       r.expect_matches_reference(r.tokens(33, Routing::kDropped, 1500 + call), "call " + std::to_string(call));
   });
+}
+
+// Failure-safe creation (src/comm/agree.h): one rank's workspace creation fails (as an allocation
+// failure would); every rank's creation fails within the bound, the others naming that rank and its
+// message, and a later creation on every rank works.
+TEST(Faults, CreationFailureOnOneRankFailsEveryRank) {
+  {
+    ScopedEnv fault("EPFUSE_FAULT", "rank=" + std::to_string(testing::world() - 1) + ",kind=fail_create");
+    testing::on_every_rank([] {
+      const int faulty = testing::world() - 1;
+      const std::string me = "rank " + std::to_string(testing::comm().rank()) + ": ";
+      const std::string injected = "rank " + std::to_string(faulty) +
+                                   ": EPFUSE_FAULT: fail_create: the workspace's allocation failed (injected)";
+      const auto t0 = Clock::now();
+      try {
+        testing::LayerRank r(Impl::kFused, testing::small_layer_config(256, 0.0f));
+        ADD_FAILURE() << me << "created a layer although rank " << faulty << "'s creation failed";
+      } catch (const Error& e) {
+        if (testing::comm().rank() == faulty) {
+          EXPECT_EQ(e.code(), ErrorCode::kCuda) << e.what();
+          EXPECT_EQ(std::string(e.what()), injected);
+        } else {
+          EXPECT_EQ(e.code(), ErrorCode::kAborted) << e.what();
+          EXPECT_EQ(std::string(e.what()), me + "Workspace::create: rank " + std::to_string(faulty) + " failed: " + injected);
+        }
+      }
+      EXPECT_LT(seconds_since(t0), 30.0);
+      testing::comm().barrier();  // every rank is still in step
+    });
+  }
+  testing::on_every_rank([] {
+    testing::LayerRank r(Impl::kFused, testing::small_layer_config(256, 0.0f));
+    r.expect_matches_reference(r.tokens(20, Routing::kUniform, 1600), "created after a failed creation");
+  });
+}
+
+// A bad EPFUSE_TIMEOUT_MS on one rank only (one process per GPU: each has its own environment): every
+// rank's creation fails, the others naming the rank and the variable, and nobody waits in NCCL.
+TEST(Faults, BadTimeoutOnOneRankFailsEveryRank) {
+  if (testing::one_gpu()) GTEST_SKIP() << "the ranks of the one-GPU mode share one environment";
+  const int faulty = testing::world() - 1;
+  const int rank = testing::comm().rank();
+  const std::string me = "rank " + std::to_string(rank) + ": ";
+  const std::string bad = "rank " + std::to_string(faulty) +
+                          ": EPFUSE_TIMEOUT_MS = 'soon' is not a whole number of milliseconds in [1, 86400000]";
+  {
+    std::optional<ScopedEnv> env;
+    if (rank == faulty) env.emplace("EPFUSE_TIMEOUT_MS", "soon");
+    try {
+      testing::LayerRank r(Impl::kFused, testing::small_layer_config(256, 0.0f));
+      ADD_FAILURE() << me << "created a layer although rank " << faulty << " has a bad EPFUSE_TIMEOUT_MS";
+    } catch (const Error& e) {
+      if (rank == faulty) {
+        EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+        EXPECT_EQ(std::string(e.what()), bad);
+      } else {
+        EXPECT_EQ(e.code(), ErrorCode::kAborted) << e.what();
+        EXPECT_EQ(std::string(e.what()), me + "Workspace::create: rank " + std::to_string(faulty) + " failed: " + bad);
+      }
+    }
+  }
+  testing::LayerRank r(Impl::kFused, testing::small_layer_config(256, 0.0f));
+  r.expect_matches_reference(r.tokens(20, Routing::kUniform, 1601), "created with a good timeout");
 }
 
 }  // namespace
