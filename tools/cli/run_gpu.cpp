@@ -98,16 +98,18 @@ Outcome run_calls(const RunPlan& plan, RankJob& job, int rank) {
 int run_on(const RunPlan& plan, Communicator& comm, const std::string& command) {
   RunResult result;
   std::optional<int> failed_call;
-  // Any error gives up on the world first (Communicator::abort): then destroying the job (the layer's
-  // collective windows) is local and cannot wait for a peer that failed or died.
+  // Any error gives up on the world first (Communicator::abort), while the job still exists: then
+  // destroying it (the layer's collective windows) is local and cannot wait for a peer that failed or
+  // died.
+  std::unique_ptr<RankJob> job;
   try {
-    RankJob job(comm, plan.cfg, *plan.impl, plan.seed);
-    result.memory = job.layer().memory();
+    job = std::make_unique<RankJob>(comm, plan.cfg, *plan.impl, plan.seed);
+    result.memory = job->layer().memory();
     // Device memory in use before the first call and after the last (every rank's allocations done:
     // the barriers), to show that calls do not accumulate any.
     comm.barrier();
     result.device_used_start = device_bytes_used();
-    Outcome o = run_calls(plan, job, comm.rank());
+    Outcome o = run_calls(plan, *job, comm.rank());
     comm.barrier();
     result.device_used_end = device_bytes_used();
     result.call_times = call_time_stats(o.call_ms);
@@ -125,12 +127,13 @@ int run_on(const RunPlan& plan, Communicator& comm, const std::string& command) 
     EPFUSE_CUDA_CHECK(cudaGetDeviceProperties(&prop, comm.device()));
     result.device = prop.name;
     EPFUSE_CUDA_CHECK(cudaGetDeviceCount(&result.gpus));
-    // The job (layer, buffers) goes before the report; in the one-GPU mode its cudaFree calls wait for
-    // every rank's kernels, which are all done: each rank's last forward was checked above.
   } catch (const std::exception& e) {
     comm.abort(e.what());
-    throw;
+    throw;  // the job goes after the abort
   }
+  // The job (layer, buffers) goes before the report; in the one-GPU mode its cudaFree calls wait for
+  // every rank's kernels, which are all done: each rank's last forward was checked above.
+  job.reset();
   result.first_call_tokens = plan.token_counts(0);
   if (comm.rank() != 0) return failed_call ? 1 : 0;
   std::fputs(summary(plan, result, /*reference_only=*/false).c_str(), stdout);
