@@ -178,6 +178,11 @@ class Communicator {
   // timed out after N ms: a rank never joined (dead, stalled or in another collective); the
   // communicator is aborted".
   std::chrono::milliseconds collective_timeout() const { return collective_timeout_; }
+  // NCCL: waits on the host for `stream`, whose work includes NCCL operations of this communicator,
+  // at most collective_timeout(); on the timeout or an asynchronous NCCL error it aborts the
+  // communicator and throws (Error(kTimeout) / kNccl, "rank R: <what> ..."). Spins for the first
+  // 2 ms (as cudaStreamSynchronize would), then polls. Loopback: cudaStreamSynchronize.
+  void wait_bounded(CUstream_st* stream, const char* what);
 
   // Host collectives (every rank calls, in the same order, with the same count); they use the
   // communicator's own stream and scratch, never the caller's stream, and return on the host.
@@ -193,9 +198,6 @@ class Communicator {
   Communicator() = default;
   void init_barrier();  // the stream and word barrier() uses, on device_
   void check_not_aborted(const char* what) const;  // Error(kAborted) after abort()
-  // NCCL: waits for barrier_stream_ within collective_timeout_, watching the communicator's async
-  // error; aborts the communicator and throws on either.
-  void wait_collective(const char* what);
 
   Transport transport_ = Transport::kNccl;
   ncclComm_t comm_ = nullptr;

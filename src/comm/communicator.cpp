@@ -474,14 +474,22 @@ void Communicator::check_not_aborted(const char* what) const {
               rank_prefix(rank_) + what + ": the communicator was aborted (" + abort_reason_ + ")");
 }
 
-void Communicator::wait_collective(const char* what) {
+void Communicator::wait_bounded(cudaStream_t stream, const char* what) {
+  if (transport_ == Transport::kLoopback) {
+    EPFUSE_RANK_CUDA_CHECK(rank_, cudaStreamSynchronize(stream));
+    return;
+  }
   using Clock = std::chrono::steady_clock;
-  const Clock::time_point deadline = Clock::now() + collective_timeout_;
-  auto pause = std::chrono::microseconds(2);
+  const Clock::time_point start = Clock::now();
+  const Clock::time_point spin_until = start + std::chrono::milliseconds(2);
+  const Clock::time_point deadline = start + collective_timeout_;
+  auto pause = std::chrono::microseconds(5);
   for (;;) {
-    const cudaError_t done = cudaStreamQuery(barrier_stream_);
+    const cudaError_t done = cudaStreamQuery(stream);
     if (done == cudaSuccess) return;
-    if (done != cudaErrorNotReady) check_cuda(done, "cudaStreamQuery(collective stream)", rank_);
+    if (done != cudaErrorNotReady) check_cuda(done, (std::string(what) + ": cudaStreamQuery").c_str(), rank_);
+    const Clock::time_point now = Clock::now();
+    if (now < spin_until) continue;
     ncclResult_t async = ncclSuccess;
     EPFUSE_RANK_NCCL_CHECK(rank_, ncclCommGetAsyncError(comm_, &async));
     if (async != ncclSuccess && async != ncclInProgress) {
@@ -489,14 +497,14 @@ void Communicator::wait_collective(const char* what) {
       abort(why);
       throw Error(ErrorCode::kNccl, rank_prefix(rank_) + why + "; the communicator is aborted");
     }
-    if (Clock::now() >= deadline) {
+    if (now >= deadline) {
       const std::string why = std::string(what) + " timed out after " + std::to_string(collective_timeout_.count()) +
                               " ms: a rank never joined (dead, stalled or in another collective)";
       abort(why);
       throw Error(ErrorCode::kTimeout, rank_prefix(rank_) + why + "; the communicator is aborted");
     }
     std::this_thread::sleep_for(pause);
-    pause = std::min<std::chrono::microseconds>(pause * 2, std::chrono::microseconds(500));
+    pause = std::min<std::chrono::microseconds>(pause * 2, std::chrono::microseconds(200));
   }
 }
 
@@ -571,7 +579,7 @@ void Communicator::barrier() {
   DeviceGuard guard(device_, rank_);
   EPFUSE_RANK_NCCL_CHECK(rank_, ncclAllReduce(barrier_word_, barrier_word_, 1, ncclInt32, ncclMax, comm_,
                                               barrier_stream_));
-  wait_collective("barrier");
+  wait_bounded(barrier_stream_, "barrier");
 }
 
 std::vector<double> Communicator::all_gather(std::span<const double> local) {
@@ -594,7 +602,7 @@ std::vector<double> Communicator::all_gather(std::span<const double> local) {
       [&](const void* send, void* recv) {
         EPFUSE_RANK_NCCL_CHECK(rank_, ncclAllGather(send, recv, n, ncclFloat64, comm_, barrier_stream_));
       },
-      [&] { wait_collective("all_gather"); });
+      [&] { wait_bounded(barrier_stream_, "all_gather"); });
   return all;
 }
 
@@ -618,7 +626,7 @@ double Communicator::all_reduce_max(double local) {
                       EPFUSE_RANK_NCCL_CHECK(rank_, ncclAllReduce(s, r, 2, ncclFloat64, ncclMax, comm_,
                                                                   barrier_stream_));
                     },
-                    [&] { wait_collective("all_reduce_max"); });
+                    [&] { wait_bounded(barrier_stream_, "all_reduce_max"); });
   return recv[1] > 0.0 ? kNaN : recv[0];
 }
 
@@ -635,7 +643,7 @@ int64_t Communicator::all_reduce_sum(int64_t local) {
                       EPFUSE_RANK_NCCL_CHECK(rank_, ncclAllReduce(s, r, 1, ncclInt64, ncclSum, comm_,
                                                                   barrier_stream_));
                     },
-                    [&] { wait_collective("all_reduce_sum"); });
+                    [&] { wait_bounded(barrier_stream_, "all_reduce_sum"); });
   return sum;
 }
 
