@@ -40,8 +40,15 @@ struct Outcome {
   std::vector<double> call_ms;  // this rank's forward time per call (cudaEvents)
 };
 
-// Device memory in use on this rank's GPU (every process's, every rank's in the one-GPU mode).
+// Device memory in use on this rank's GPU (every process's, every rank's in the one-GPU mode). The
+// stream-ordered pool keeps freed blocks until a synchronisation: trim it first, so that what it
+// happens to hold at the moment does not read as memory the calls took.
 int64_t device_bytes_used() {
+  int device = 0;
+  EPFUSE_CUDA_CHECK(cudaGetDevice(&device));
+  cudaMemPool_t pool = nullptr;
+  EPFUSE_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
+  EPFUSE_CUDA_CHECK(cudaMemPoolTrimTo(pool, 0));
   size_t free = 0, total = 0;
   EPFUSE_CUDA_CHECK(cudaMemGetInfo(&free, &total));
   return static_cast<int64_t>(total - free);
