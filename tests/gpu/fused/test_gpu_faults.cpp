@@ -1,5 +1,6 @@
 // Fault injection (EPFUSE_FAULT, src/fused/fault.h) on the fused layer, one process per GPU (worlds 1,
-// 2, 4) or every rank on one GPU (--one-gpu, worlds 2 and 4). In each test the last rank misbehaves in
+// 2, 4) or every rank on one GPU (--one-gpu, worlds 2 and 4): linked into test_gpu_fused (its main) and
+// registered as test_gpu_faults_* with --gtest_filter=Faults.* (tests/gpu/fused/CMakeLists.txt). In each test the last rank misbehaves in
 // its second forward (call 1; call 0 is checked against the reference first):
 //   skip, stall, throw: every other rank's call fails with kTimeout within the bound (300 ms waits,
 //                       checked under 5 s), naming itself, "timed out in" and the faulty rank's count
@@ -218,5 +219,3 @@ TEST(Faults, BadTimeoutOnOneRankFailsEveryRank) {
 
 }  // namespace
 }  // namespace epfuse
-
-int main(int argc, char** argv) { return epfuse::testing::run_multiprocess(argc, argv, 2); }
