@@ -98,7 +98,7 @@ function(epfuse_add_fault_run_test impl name ranks fault regex)
     --ranks ${ranks} --tokens 64 --iters 4)
   set_tests_properties(${test} PROPERTIES
     SKIP_RETURN_CODE 77 RUN_SERIAL TRUE TIMEOUT 90 LABELS "gpu;run;fault"
-    ENVIRONMENT "EPFUSE_SKIP_IF_FEWER_GPUS=1;NCCL_NVLS_ENABLE=0;EPFUSE_TIMEOUT_MS=500;EPFUSE_FAULT=${fault}")
+    ENVIRONMENT "EPFUSE_SKIP_IF_FEWER_GPUS=1;NCCL_NVLS_ENABLE=0;EPFUSE_TIMEOUT_MS=1000;EPFUSE_FAULT=${fault}")
 endfunction()
 
 function(epfuse_add_fault_run_tests impl)
