@@ -38,15 +38,20 @@ void refuse_fp8_until_implemented(const Communicator& comm, const LayerConfig& c
                                            " layer");
 }
 
+void require_weights(const Communicator& comm, const ExpertWeights& weights) {
+  if (weights.w13 == nullptr || weights.w2 == nullptr)
+    throw Error(ErrorCode::kInvalidArgument, "rank " + std::to_string(comm.rank()) +
+                                                 ": MoeLayer::create: expert weights w13/w2 must not be null");
+}
+
 }  // namespace
 
 std::unique_ptr<MoeLayer> MoeLayer::create(Impl impl, const LayerConfig& cfg, Communicator& comm,
                                            const ExpertWeights& weights) {
   check_same_config_on_every_rank(comm, cfg, impl, "MoeLayer::create");
   refuse_fp8_until_implemented(comm, cfg, impl);
-  if (weights.w13 == nullptr || weights.w2 == nullptr)
-    throw Error(ErrorCode::kInvalidArgument, "rank " + std::to_string(comm.rank()) +
-                                                 ": MoeLayer::create: expert weights w13/w2 must not be null");
+  // One rank's null weights fail every rank (its peers would otherwise wait in the next collective).
+  detail::agree_on_step(comm, "MoeLayer::create", [&] { require_weights(comm, weights); });
   switch (impl) {
     case Impl::kUnfused: {
       // Its creation has no collective of its own: agree that every rank's succeeded, so that no rank
@@ -65,9 +70,7 @@ std::unique_ptr<MoeLayer> MoeLayer::create(const LayerConfig& cfg, Workspace& wo
   Communicator& comm = workspace.comm();
   check_same_config_on_every_rank(comm, cfg, Impl::kFused, "MoeLayer::create");
   refuse_fp8_until_implemented(comm, cfg, Impl::kFused);
-  if (weights.w13 == nullptr || weights.w2 == nullptr)
-    throw Error(ErrorCode::kInvalidArgument, "rank " + std::to_string(comm.rank()) +
-                                                 ": MoeLayer::create: expert weights w13/w2 must not be null");
+  detail::agree_on_step(comm, "MoeLayer::create", [&] { require_weights(comm, weights); });
   return fused::make_fused_layer(cfg, workspace, weights);
 }
 

@@ -21,6 +21,7 @@
 #include <gtest/gtest.h>
 
 #include "common/check.h"
+#include "common/device_buffer.h"
 #include "epfuse/epfuse.h"
 #include "layer_rank.h"
 #include "multiprocess.h"
@@ -217,6 +218,34 @@ TEST(Faults, BadTimeoutOnOneRankFailsEveryRank) {
   }
   testing::LayerRank r(Impl::kFused, testing::small_layer_config(256, 0.0f));
   r.expect_matches_reference(r.tokens(20, Routing::kUniform, 1601), "created with a good timeout");
+}
+
+// Null weights on one rank only: that rank's creation fails with its own error, and every other rank's
+// with Error(kAborted) naming it, before any allocation (they used to wait in the workspace's collectives).
+EPFUSE_RANK_TEST(Faults, NullWeightsOnOneRankFailEveryRank) {
+  const int faulty = testing::world() - 1;
+  const int rank = testing::comm().rank();
+  const std::string me = "rank " + std::to_string(rank) + ": ";
+  const std::string own = "rank " + std::to_string(faulty) + ": MoeLayer::create: expert weights w13/w2 must not be null";
+  detail::DeviceBuffer w(16);
+  const ExpertWeights weights = rank == faulty ? ExpertWeights{nullptr, nullptr} : ExpertWeights{w.as<bf16>(), w.as<bf16>()};
+  testing::comm().barrier();  // every rank's cudaMalloc is done (one-GPU mode)
+  for (Impl impl : {Impl::kFused, Impl::kUnfused}) {
+    if (impl == Impl::kUnfused && testing::one_gpu()) continue;  // NCCL only
+    try {
+      MoeLayer::create(impl, testing::small_layer_config(256, 0.0f), testing::comm(), weights);
+      ADD_FAILURE() << me << "created a layer although rank " << faulty << " passed null weights";
+    } catch (const Error& e) {
+      if (rank == faulty) {
+        EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+        EXPECT_EQ(std::string(e.what()), own);
+      } else {
+        EXPECT_EQ(e.code(), ErrorCode::kAborted) << e.what();
+        EXPECT_EQ(std::string(e.what()), me + "MoeLayer::create: rank " + std::to_string(faulty) + " failed: " + own);
+      }
+    }
+  }
+  testing::comm().barrier();
 }
 
 }  // namespace
