@@ -114,6 +114,17 @@ class FusedWorkspace final : public Workspace {
   }
 
   ~FusedWorkspace() override {
+    // Destruction is collective under NCCL (the window's deregistration): meet the peers first in a
+    // bounded barrier, so that a dead peer costs the collective timeout and an abort (after which the
+    // window is freed locally) instead of a hang. The loopback world frees its slices without a
+    // collective.
+    if (comm_.transport() == Transport::kNccl && !comm_.aborted()) {
+      try {
+        comm_.barrier();
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "epfuse: destroying the fused workspace: %s\n", e.what());
+      }
+    }
     detail::DeviceGuard guard(comm_.device());
     if (last_forward_ != nullptr) cudaEventDestroy(last_forward_);  // destructor: nothing to report an error to
     private_ = detail::DeviceBuffer();  // freed on the communicator's device
