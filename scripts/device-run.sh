@@ -6,6 +6,7 @@
 # sanitize (compute-sanitizer memcheck, racecheck and synccheck on a small world-4 one-GPU run), smoke,
 # vary1000, soak (10,000 calls at world 1 and at world 4 one-GPU, $OUT/soak-w*.json), faults (the
 # fault-injection tests on one GPU: test_gpu_faults one-GPU and the CLI's run_fused_fault_onegpu_*),
+# ctest (the entries matching $EPFUSE_CTEST_REGEX),
 # bench-<impls> (impls joined by '_', e.g. bench-unfused_fused), bench-w1 (the fused layer on the
 # per-GPU shapes at world 1; with EPFUSE_BASE_BIN set, that binary's rows too, interleaved, for an A/B),
 # sass (the GEMM loop of the LSA kernel against EPFUSE_BASE_BIN's).
@@ -68,6 +69,8 @@ for step in "$@"; do
       done 2>&1 | tee "$OUT/soak.log" ;;
     faults)  # fault injection on one GPU: the gtest file (worlds 2, 4) and the CLI (world 4)
       ctest -R '^(test_gpu_faults_onegpu_|run_fused_fault_onegpu_)' --timeout 180 --output-on-failure 2>&1 | tee "$OUT/faults.log" | grep -E "Test +#|tests passed|tests failed|FAILED|Failed|Timeout" | tail -40 ;;
+    ctest)  # the ctest entries matching $EPFUSE_CTEST_REGEX (e.g. a few regression checks)
+      ctest -R "${EPFUSE_CTEST_REGEX:?set EPFUSE_CTEST_REGEX}" --timeout 300 --output-on-failure 2>&1 | tee "$OUT/ctest.log" | grep -E "Test +#|tests passed|tests failed|FAILED|Failed|Timeout" | tail -40 ;;
     vary1000)  # 1,000 consecutive calls, fresh routing and token counts each, checked every 100th
       for impl in fused unfused; do for w in 1 2 4; do
         timeout 300 tools/epfuse run --impl $impl --ranks $w --hidden 512 --intermediate 256 --experts 32 --topk 8 \
