@@ -67,8 +67,8 @@ for step in "$@"; do
           --json "$OUT/soak-w$w.json" 2>&1 | tail -6
         echo "exit ${PIPESTATUS[0]}"
       done 2>&1 | tee "$OUT/soak.log" ;;
-    faults)  # fault injection on one GPU: the gtest file (worlds 2, 4) and the CLI (world 4)
-      ctest -R '^(test_gpu_faults_onegpu_|run_fused_fault_onegpu_)' --timeout 180 --output-on-failure 2>&1 | tee "$OUT/faults.log" | grep -E "Test +#|tests passed|tests failed|FAILED|Failed|Timeout" | tail -40 ;;
+    faults)  # fault injection on one GPU: the Faults tests (world 1, one-GPU worlds 2, 4) and the CLI (one-GPU world 4)
+      ctest -R '^(test_gpu_faults_w1|test_gpu_faults_onegpu_|run_fused_fault_onegpu_)' --timeout 180 --output-on-failure 2>&1 | tee "$OUT/faults.log" | grep -E "Test +#|tests passed|tests failed|FAILED|Failed|Timeout" | tail -40 ;;
     ctest)  # the ctest entries matching $EPFUSE_CTEST_REGEX (e.g. a few regression checks)
       ctest -R "${EPFUSE_CTEST_REGEX:?set EPFUSE_CTEST_REGEX}" --timeout 300 --output-on-failure 2>&1 | tee "$OUT/ctest.log" | grep -E "Test +#|tests passed|tests failed|FAILED|Failed|Timeout" | tail -40 ;;
     vary1000)  # 1,000 consecutive calls, fresh routing and token counts each, checked every 100th
