@@ -151,6 +151,8 @@ class Communicator {
   // naming `why`, and destroying what was made from it (layers, workspaces, SymmetricBuffer,
   // DeviceComm) and the communicator itself is local and cannot hang: the process can then exit
   // cleanly or bootstrap a new communicator. Idempotent (the first reason is kept); never throws.
+  // Call it from the thread that makes this communicator's calls (as after an error they threw), not
+  // while another thread is inside one of them: ncclCommAbort frees what such a call still uses.
   void abort(const std::string& why) noexcept;
   bool aborted() const;
 
@@ -210,7 +212,7 @@ class Communicator {
   std::shared_ptr<detail::LoopbackHub> hub_;  // loopback: shared with the world's other ranks
   std::chrono::milliseconds collective_timeout_{300000};
   std::shared_ptr<std::atomic<bool>> aborted_ = std::make_shared<std::atomic<bool>>(false);
-  mutable std::mutex abort_mutex_;  // abort() may come from another thread (a watchdog)
+  mutable std::mutex abort_mutex_;  // guards abort_reason_
   std::string abort_reason_;        // the first abort's, under abort_mutex_
 };
 

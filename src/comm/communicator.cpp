@@ -490,6 +490,7 @@ void Communicator::wait_bounded(cudaStream_t stream, const char* what) {
     if (done != cudaErrorNotReady) check_cuda(done, (std::string(what) + ": cudaStreamQuery").c_str(), rank_);
     const Clock::time_point now = Clock::now();
     if (now < spin_until) continue;
+    check_not_aborted(what);  // the comm may be gone: never query it after abort()
     ncclResult_t async = ncclSuccess;
     EPFUSE_RANK_NCCL_CHECK(rank_, ncclCommGetAsyncError(comm_, &async));
     if (async != ncclSuccess && async != ncclInProgress) {
