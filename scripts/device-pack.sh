@@ -5,5 +5,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 rm -rf .carry/build && mkdir -p .carry
 (cd build && ctest -N >/dev/null)  # gtest lists are generated at ctest time: make them exist before copying
-rsync -a --exclude '*.o' --exclude '*.a' --exclude 'CMakeFiles/' --exclude 'tests/cpu/install/work/' build/ .carry/build/
+# The CPU tests' executables stay here (the device runs the GPU ones); their ctest files travel.
+rsync -a --include 'tests/cpu/**/' --include 'tests/cpu/**.cmake' --exclude 'tests/cpu/**' --exclude '*.o' --exclude '*.a' --exclude 'CMakeFiles/' --exclude 'tests/cpu/install/work/' build/ .carry/build/
 du -sh .carry/build

@@ -140,6 +140,9 @@ EPFUSE_RANK_TEST(Faults, GuardBandsSeeAWriteOutsideTheBuffer) {
   EXPECT_EQ(buf.guard_damage("y", stream), "");
   EPFUSE_CUDA_CHECK(cudaMemsetAsync(buf.as<char>() + 256, 0, 1, stream));
   EXPECT_EQ(buf.guard_damage("y", stream), "y: byte 0 after the buffer is 0x00 (guard 0xa5)");
+  // Mend that byte, so that the next damage is the only one.
+  EPFUSE_CUDA_CHECK(cudaMemsetAsync(buf.as<char>() + 256, 0xa5, 1, stream));
+  EXPECT_EQ(buf.guard_damage("y", stream), "");
   EPFUSE_CUDA_CHECK(cudaMemsetAsync(buf.as<char>() - 3, 7, 1, stream));
   EXPECT_EQ(buf.guard_damage("y", stream), "y: byte 3 before the buffer is 0x07 (guard 0xa5)");
   EPFUSE_CUDA_CHECK(cudaStreamDestroy(stream));
