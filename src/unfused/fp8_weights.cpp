@@ -31,7 +31,13 @@ std::string check_fp8_weight_pointers(const LayerConfig& cfg, int experts_per_ra
     return "w13_scales and w2_scales must be 4-byte aligned (float scales)";
   const int64_t want13 = w13_scale_count(cfg, experts_per_rank), want2 = w2_scale_count(cfg, experts_per_rank);
   const auto shape = [](int64_t e, int64_t r, int64_t c) {
-    return "[" + std::to_string(e) + ", " + std::to_string(r) + ", " + std::to_string(c) + "]";
+    std::string text(1, '[');  // appended, not "[" + ...: GCC 12 warns (-Wrestrict) on the latter
+    text += std::to_string(e);
+    text += ", ";
+    text += std::to_string(r);
+    text += ", ";
+    text += std::to_string(c);
+    return text + "]";
   };
   if (w.w13_scales_count != want13)
     return "w13_scales_count = " + std::to_string(w.w13_scales_count) + ", expected " + std::to_string(want13) +
