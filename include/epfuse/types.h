@@ -48,7 +48,8 @@ struct TokenBatch {
 //    w13_scales_count / w2_scales_count are the number of scale elements the caller holds there; they
 //    must equal those shapes (a checkpoint of another layout is an Error(kInvalidArgument) at creation,
 //    not a silent misread). Every scale must be finite and > 0 (kFp32), or an exponent byte in
-//    [1, 254] (kUe8m0): the layer reads them once at creation and names the first bad one.
+//    [1, 254] (kUe8m0): the layer reads them once at creation (a synchronous copy: they must be
+//    written before MoeLayer::create) and names the first bad one.
 //    The bf16 fields are ignored. The layer keeps its own copy of the scales (in the layout its GEMMs
 //    want) and borrows the codes.
 //  Only the unfused layer runs FP8 weights so far; the fused layer refuses them (kUnsupported).
