@@ -1,5 +1,5 @@
 // The FP8 expert GEMM of the unfused chain: one cuBLASLt block-scaled FP8 GEMM per non-empty expert
-// (e4m3 in, fp32 accumulation with cuBLASLt's per-128-K scale promotion, bf16 out). For every expert g
+// (e4m3 in, fp32 accumulation with cuBLASLt's per-128-K scale promotion, bf16 or fp32 out). For every expert g
 // with rows[g] > 0, with row-major matrices:
 //   C_g[rows[g], n] = (A_g * sa_g)[rows[g], k] * (W_g * sw_g)[n, k]^T
 //   A_g = a + first_g * lda (codes),  sa_g = a_scales + a_scale_start[g] (VEC128, fp8_layout.h),
@@ -11,7 +11,7 @@
 // only FP8 layout Hopper runs. Requirements (cuBLAS docs, FP8 block scaling on sm_90): k and n
 // multiples of 16, pointers and leading dimensions 16-byte aligned, compute 32F, no fast accumulation.
 // The algorithm comes from cublasLtMatmulAlgoGetHeuristic, cached per (n, k, rows, lda, ldc); a shape
-// with no algorithm is an Error(kUnsupported) naming the shape.
+// with no algorithm is an Error(kUnsupported) naming the shape (has_algorithm asks without throwing).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -37,8 +37,9 @@ struct Fp8GemmArgs {
   int64_t w_expert_stride = 0;  // bytes from one expert's W to the next
   const float* w_scales = nullptr;
   int64_t w_scale_expert_stride = 0;  // floats from one expert's W scales to the next
-  bf16* c = nullptr;
+  void* c = nullptr;  // c_type elements
   int64_t ldc = 0;
+  cudaDataType_t c_type = CUDA_R_16BF;  // or CUDA_R_32F
 };
 
 class Fp8Gemm {
@@ -52,11 +53,20 @@ class Fp8Gemm {
   void run(cublasLtHandle_t handle, const Fp8GemmArgs& args, void* workspace, size_t workspace_bytes,
            cudaStream_t stream);
 
+  // Whether cuBLASLt has an algorithm for one expert's GEMM of `rows` rows with these arguments (the
+  // pointers only need to be valid device addresses; nothing runs).
+  bool has_algorithm(cublasLtHandle_t handle, const Fp8GemmArgs& args, int rows, size_t workspace_bytes);
+
  private:
+  const cublasLtMatmulAlgo_t* find_algorithm(cublasLtHandle_t handle, const Fp8GemmArgs& args, int rows,
+                                             cublasLtMatrixLayout_t w_layout, cublasLtMatrixLayout_t a_layout,
+                                             cublasLtMatrixLayout_t c_layout, cublasStatus_t* status);
+  void set_workspace(size_t workspace_bytes);
+
   cublasLtMatmulDesc_t desc_ = nullptr;
   cublasLtMatmulPreference_t pref_ = nullptr;
   size_t pref_workspace_ = 0;
-  std::map<std::tuple<int, int, int, int64_t, int64_t>, cublasLtMatmulAlgo_t> algos_;
+  std::map<std::tuple<int, int, int, int64_t, int64_t, int>, cublasLtMatmulAlgo_t> algos_;
 };
 
 }  // namespace epfuse::unfused

@@ -88,8 +88,24 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// 4 consecutive elements as float.
+__device__ void load4(const bf16* p, float (&v)[kPerLane]) {
+  const uint2 raw = *reinterpret_cast<const uint2*>(p);
+  const bf16* b = reinterpret_cast<const bf16*>(&raw);
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) v[j] = __bfloat162float(b[j]);
+}
+__device__ void load4(const float* p, float (&v)[kPerLane]) {
+  const float4 raw = *reinterpret_cast<const float4*>(p);
+  v[0] = raw.x;
+  v[1] = raw.y;
+  v[2] = raw.z;
+  v[3] = raw.w;
+}
+
+template <typename T>
 __global__ void __launch_bounds__(kThreads)
-    swiglu_quantize_kernel(const bf16* __restrict__ inter, const float* __restrict__ row_weight, int64_t num_rows,
+    swiglu_quantize_kernel(const T* __restrict__ inter, const float* __restrict__ row_weight, int64_t num_rows,
                            int intermediate, float clamp, ScaleFormat format, Fp8RowMap map,
                            uint8_t* __restrict__ codes, float* __restrict__ scales) {
   const int lane = threadIdx.x % kWarp;
@@ -103,15 +119,14 @@ __global__ void __launch_bounds__(kThreads)
     const bool active = col < intermediate;
     float v[kPerLane] = {0.0f, 0.0f, 0.0f, 0.0f};
     if (active) {
-      const bf16* gate_up = inter + row * 2 * intermediate;
-      const uint2 graw = *reinterpret_cast<const uint2*>(gate_up + col);
-      const uint2 uraw = *reinterpret_cast<const uint2*>(gate_up + intermediate + col);
-      const bf16* gb = reinterpret_cast<const bf16*>(&graw);
-      const bf16* ub = reinterpret_cast<const bf16*>(&uraw);
+      const T* gate_up = inter + row * 2 * intermediate;
+      float gate[kPerLane], up[kPerLane];
+      load4(gate_up + col, gate);
+      load4(gate_up + intermediate + col, up);
       const float weight = row_weight[row];
 #pragma unroll
       for (int j = 0; j < kPerLane; ++j) {
-        float gv = __bfloat162float(gb[j]), uv = __bfloat162float(ub[j]);
+        float gv = gate[j], uv = up[j];
         if (clamp > 0.0f) {  // LayerConfig::swiglu_clamp, as launch_swiglu
           gv = fminf(gv, clamp);
           uv = fminf(fmaxf(uv, -clamp), clamp);
@@ -139,12 +154,19 @@ void launch_quantize_rows(const bf16* rows, int64_t num_rows, int hidden, ScaleF
   EPFUSE_CUDA_CHECK_LAUNCH();
 }
 
-void launch_swiglu_quantize(const bf16* inter, const float* row_weight, int64_t num_rows, int intermediate,
-                            float clamp, ScaleFormat format, Fp8RowMap map, uint8_t* codes, float* scales,
-                            int sm_count, cudaStream_t stream) {
+void launch_swiglu_quantize(const void* inter, bool inter_fp32, const float* row_weight, int64_t num_rows,
+                            int intermediate, float clamp, ScaleFormat format, Fp8RowMap map, uint8_t* codes,
+                            float* scales, int sm_count, cudaStream_t stream) {
   if (num_rows == 0) return;
-  swiglu_quantize_kernel<<<grid_for(num_rows * fp8::num_blocks(intermediate), sm_count), kThreads, 0, stream>>>(
-      inter, row_weight, num_rows, intermediate, clamp, format, map, codes, scales);
+  const int grid = grid_for(num_rows * fp8::num_blocks(intermediate), sm_count);
+  if (inter_fp32)
+    swiglu_quantize_kernel<float><<<grid, kThreads, 0, stream>>>(static_cast<const float*>(inter), row_weight,
+                                                                 num_rows, intermediate, clamp, format, map, codes,
+                                                                 scales);
+  else
+    swiglu_quantize_kernel<bf16><<<grid, kThreads, 0, stream>>>(static_cast<const bf16*>(inter), row_weight,
+                                                                num_rows, intermediate, clamp, format, map, codes,
+                                                                scales);
   EPFUSE_CUDA_CHECK_LAUNCH();
 }
 

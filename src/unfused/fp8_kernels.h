@@ -24,10 +24,11 @@ struct Fp8RowMap {
 void launch_quantize_rows(const bf16* rows, int64_t num_rows, int hidden, ScaleFormat format, Fp8RowMap map,
                           uint8_t* codes, float* scales, int sm_count, cudaStream_t stream);
 
-// Linear1's output inter [num_rows, 2I] bf16 -> h = weight * silu(gate) * up in fp32 (clamped when
-// clamp > 0, as the bf16 chain's launch_swiglu), quantised: codes [num_rows, I] and 1x128 scales (K = I).
-void launch_swiglu_quantize(const bf16* inter, const float* row_weight, int64_t num_rows, int intermediate,
-                            float clamp, ScaleFormat format, Fp8RowMap map, uint8_t* codes, float* scales,
-                            int sm_count, cudaStream_t stream);
+// Linear1's output inter [num_rows, 2I] (fp32, or bf16 when inter_fp32 is false) -> h = weight *
+// silu(gate) * up in fp32 (clamped when clamp > 0, as the bf16 chain's launch_swiglu), quantised: codes
+// [num_rows, I] and 1x128 scales (K = I).
+void launch_swiglu_quantize(const void* inter, bool inter_fp32, const float* row_weight, int64_t num_rows,
+                            int intermediate, float clamp, ScaleFormat format, Fp8RowMap map, uint8_t* codes,
+                            float* scales, int sm_count, cudaStream_t stream);
 
 }  // namespace epfuse::unfused

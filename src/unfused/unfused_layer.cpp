@@ -81,6 +81,7 @@ class UnfusedLayer final : public MoeLayer {
   // instead would halve the dispatch bytes, which the fused kernel's FP8 dispatch is for, while this
   // chain is the baseline of the FP8 expert GEMMs with the record protocol unchanged.
   bool fp8_ = false;
+  bool inter_fp32_ = false;  // Linear1 writes fp32 into inter_ (re-allocated twice as large), else bf16
   cublasLtHandle_t lt_ = nullptr;
   Fp8Gemm gemm_fp8_;
   detail::DeviceBuffer w13_scales_, w2_scales_;  // the layer's copies, in cuBLASLt's block layout
@@ -205,6 +206,25 @@ void UnfusedLayer::init_fp8(const ExpertWeights& weights) {
   scale_start_i_.resize(local);
   EPFUSE_CUBLAS_CHECK(cublasLtCreate(&lt_));
   EPFUSE_CUDA_CHECK(cudaEventCreateWithFlags(&row_map_uploaded_, cudaEventDisableTiming));
+
+  // Linear1 writes fp32 where cuBLASLt can: gate and up then reach SwiGLU and h's 1x128 quantisation
+  // as fp32 sums (as the float64 reference's and the fused kernel's accumulators), not rounded to bf16
+  // first, which would move about 2% of h's codes by one e4m3 step and cost ~1e-2 of relative error.
+  inter_ = detail::DeviceBuffer();  // the plan's bf16 buffer: freed before the fp32 one is made
+  inter_ = detail::DeviceBuffer(2 * plan_.inter_bytes);
+  const Fp8GemmArgs probe{.rows = {}, .n = I % fp8::kBlock == 0 ? 2 * I : I, .k = H, .a = x_codes_.as<uint8_t>(),
+                          .lda = H, .a_scales = x_scales_.as<float>(), .a_scale_start = {},
+                          .w = weights.w13_fp8, .w_expert_stride = 0, .w_scales = w13_scales_.as<float>(),
+                          .w_scale_expert_stride = 0, .c = inter_.as(), .ldc = 2 * int64_t{I},
+                          .c_type = CUDA_R_32F};
+  inter_fp32_ = gemm_fp8_.has_algorithm(lt_, probe, 128, cublas_workspace_.bytes());
+  if (!inter_fp32_) {
+    std::fprintf(stderr, "epfuse: rank %d: cuBLASLt has no block-scaled FP8 GEMM with fp32 output here: the FP8 "
+                         "unfused chain writes Linear1 in bf16 (h's codes then differ more from the reference's)\n",
+                 rank_);
+    inter_ = detail::DeviceBuffer();
+    inter_ = detail::DeviceBuffer(plan_.inter_bytes);
+  }
 }
 
 // Linear1, SwiGLU and Linear2 on FP8: rows_ (bf16, permuted) -> rows_ (bf16, Linear2's output).
@@ -246,7 +266,8 @@ void UnfusedLayer::run_fp8_experts(cudaStream_t stream) {
   Fp8GemmArgs up{.rows = rows, .n = 2 * I, .k = H, .a = x_codes_.as<uint8_t>(), .lda = H,
                  .a_scales = x_scales_.as<float>(), .a_scale_start = scale_start_h_, .w = weights_.w13_fp8,
                  .w_expert_stride = int64_t{2} * I * H, .w_scales = w13_scales_.as<float>(),
-                 .w_scale_expert_stride = w13_scale_stride, .c = inter_.as<bf16>(), .ldc = 2 * int64_t{I}};
+                 .w_scale_expert_stride = w13_scale_stride, .c = inter_.as(), .ldc = 2 * int64_t{I},
+                 .c_type = inter_fp32_ ? CUDA_R_32F : CUDA_R_16BF};
   if (I % fp8::kBlock == 0) {
     gemm_fp8_.run(lt_, up, cublas_workspace_.as(), cublas_workspace_.bytes(), stream);
   } else {
@@ -254,11 +275,12 @@ void UnfusedLayer::run_fp8_experts(cudaStream_t stream) {
     gemm_fp8_.run(lt_, up, cublas_workspace_.as(), cublas_workspace_.bytes(), stream);
     up.w += int64_t{I} * H;  // up: its rows, its block rows, its columns
     up.w_scales += int64_t{i_blocks} * fp8_layout::padded_k_blocks(H);
-    up.c += I;
+    up.c = static_cast<uint8_t*>(up.c) + int64_t{I} * (inter_fp32_ ? sizeof(float) : sizeof(bf16));
     gemm_fp8_.run(lt_, up, cublas_workspace_.as(), cublas_workspace_.bytes(), stream);
   }
-  launch_swiglu_quantize(inter_.as<bf16>(), row_weight_.as<float>(), total, I, cfg_.swiglu_clamp, cfg_.scale_format,
-                         map, h_codes_.as<uint8_t>(), h_scales_.as<float>(), shape_.sm_count, stream);
+  launch_swiglu_quantize(inter_.as(), inter_fp32_, row_weight_.as<float>(), total, I, cfg_.swiglu_clamp,
+                         cfg_.scale_format, map, h_codes_.as<uint8_t>(), h_scales_.as<float>(), shape_.sm_count,
+                         stream);
   gemm_fp8_.run(lt_,
                 {.rows = rows, .n = H, .k = I, .a = h_codes_.as<uint8_t>(), .lda = I,
                  .a_scales = h_scales_.as<float>(), .a_scale_start = scale_start_i_, .w = weights_.w2_fp8,
@@ -269,7 +291,8 @@ void UnfusedLayer::run_fp8_experts(cudaStream_t stream) {
 
 MemoryFootprint UnfusedLayer::memory() const {
   return {.symmetric_bytes = 0,
-          .private_bytes = plan_.total_bytes + kCublasWorkspaceBytes + gemm_up_.device_bytes() +
+          .private_bytes = plan_.total_bytes - plan_.inter_bytes + inter_.bytes() + kCublasWorkspaceBytes +
+                           gemm_up_.device_bytes() +
                            gemm_down_.device_bytes() + w13_scales_.bytes() + w2_scales_.bytes() + x_codes_.bytes() +
                            x_scales_.bytes() + h_codes_.bytes() + h_scales_.bytes() + row_map_.bytes()};
 }
