@@ -13,11 +13,6 @@ constexpr int kThreads = 256;  // 8 warps, one 1x128 group each at a time
 constexpr int kWarp = 32;
 constexpr int kPerLane = fp8::kBlock / kWarp;  // 4 elements per lane
 
-struct Group {
-  int64_t row;
-  int kb;
-};
-
 // The expert of `row`: the last e with expert_first[e] <= row (binary search; experts with no rows
 // share their first row with the next one, which the search skips).
 __device__ int expert_of(const int32_t* expert_first, int experts, int64_t row) {
