@@ -61,7 +61,7 @@ for step in "$@"; do
       peers=${EPFUSE_PEERS:-}
       for shape in "dsv3 7168 2048 64 8 128,4096" "qwen3 2048 768 32 8 128,4096,16384" "mixtral 4096 14336 2 2 4096"; do
         set -- $shape
-        timeout 300 tools/epfuse bench --impl unfused,fused --dtype bf16,fp8 --ranks 1 --torch off \
+        timeout $([ -n "$peers" ] && echo 560 || echo 300) tools/epfuse bench --impl unfused,fused --dtype bf16,fp8 --ranks 1 --torch off \
           --ceilings gemm=790,hbm=4250,nvlink=350 --hidden $2 --intermediate $3 --experts $4 --topk $5 --tokens $6 \
           ${peers:+--peers $peers} --json "$OUT/bench-fp8-$1.json" 2>&1 | tail -40
         peers=
