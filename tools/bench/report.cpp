@@ -219,7 +219,9 @@ std::string render_floor_table(const std::vector<BenchCase>& cases, int world, c
       continue;
     }
     const Floor f = layer_floor(bc.layer, expected_uniform_load(bc.layer, world, bc.tokens_per_rank), c);
-    table.add_row({bc.config, std::to_string(bc.tokens_per_rank), fixed(f.compute_ms, 3), fixed(f.weights_ms, 3),
+    const std::string config =
+        bc.layer.weight_format == WeightFormat::kBf16 ? bc.config : bc.config + " " + dtype_name(bc.layer.weight_format);
+    table.add_row({config, std::to_string(bc.tokens_per_rank), fixed(f.compute_ms, 3), fixed(f.weights_ms, 3),
                    fixed(f.comm_ms, 3), fixed(f.floor_ms(), 3), std::string(f.bound())});
   }
   return table.render();
