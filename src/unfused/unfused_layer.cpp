@@ -190,8 +190,8 @@ void UnfusedLayer::init_fp8(const ExpertWeights& weights) {
     EPFUSE_CUDA_CHECK(cudaMemcpy(out.as(), blocked.data(), out.bytes(), cudaMemcpyHostToDevice));
     return out;
   };
-  // w13 as 2 * local matrices of ceil(I/128) block rows: [gate blocks][up blocks] per expert.
-  w13_scales_ = convert(weights.w13_scales, weights.w13_scales_count, 2 * local, fp8::num_blocks(I), H, "w13_scales");
+  // w13: per expert 2 * ceil(I/128) block rows, the gate's then the up's (named so in messages).
+  w13_scales_ = convert(weights.w13_scales, weights.w13_scales_count, local, fp8::w13_scale_rows(I), H, "w13_scales");
   w2_scales_ = convert(weights.w2_scales, weights.w2_scales_count, local, fp8::num_blocks(H), I, "w2_scales");
   const int64_t rows = plan_.max_expert_rows;
   x_codes_ = detail::DeviceBuffer(static_cast<size_t>(rows) * H);
