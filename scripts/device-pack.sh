@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Copies the executables and ctest files of build/ into .carry/build (ignored by git) so that a device
-# call can carry them under the 64 MiB limit: object files, static libraries and CMake internals stay here.
+# call can carry them under the 64 MiB limit: object files, static libraries, CMake internals and the CPU
+# tests' executables stay here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rm -rf .carry/build && mkdir -p .carry
 (cd build && ctest -N >/dev/null)  # gtest lists are generated at ctest time: make them exist before copying
-rsync -a --exclude '*.o' --exclude '*.a' --exclude 'CMakeFiles/' --exclude 'tests/cpu/install/work/' build/ .carry/build/
+# The CPU tests' executables stay too (the device runs the GPU labels only); their ctest lists travel.
+rsync -a --include '*.cmake' --exclude 'tests/cpu/*/test_*' \
+  --exclude '*.o' --exclude '*.a' --exclude 'CMakeFiles/' --exclude 'tests/cpu/install/work/' build/ .carry/build/
 du -sh .carry/build
