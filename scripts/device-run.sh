@@ -3,7 +3,10 @@
 # (see scripts/device-pack.sh). Usage: bash scripts/device-run.sh STEP... ; logs go to $OUT (or /tmp/out).
 # Steps: unit (GPU unit tests, one process per GPU), run-unfused / run-fused (CLI correctness matrix,
 # one process per GPU), onegpu-unit / run-onegpu (the same with every rank on GPU 0: --one-gpu),
-# sanitize (compute-sanitizer memcheck and racecheck on a small world-4 one-GPU run), smoke, vary1000,
+# sanitize (compute-sanitizer memcheck, racecheck and synccheck on a small world-4 one-GPU run), smoke,
+# vary1000, soak (10,000 calls at world 1 and at world 4 one-GPU, $OUT/soak-w*.json), faults (the
+# fault-injection tests on one GPU: test_gpu_faults one-GPU and the CLI's run_fused_fault_onegpu_*),
+# ctest (the entries matching $EPFUSE_CTEST_REGEX),
 # bench-<impls> (impls joined by '_', e.g. bench-unfused_fused), bench-w1 (the fused layer on the
 # per-GPU shapes at world 1; with EPFUSE_BASE_BIN set, that binary's rows too, interleaved, for an A/B),
 # sass (the GEMM loop of the LSA kernel against EPFUSE_BASE_BIN's), fp8 (the unfused FP8 chain's GPU tests
@@ -73,6 +76,18 @@ for step in "$@"; do
       for impl in unfused fused; do
         EPFUSE_TIMEOUT_MS=5000 timeout 120 tools/epfuse run --impl $impl --ranks 4 --hidden 256 --intermediate 256 --experts 16 --topk 4 --tokens 128,0,7,1 2>&1 | tail -12
       done ;;
+    soak)  # 10,000 calls, routing and T fresh every call, checked every 500th and the last; memory and time drift
+      # EAGER: every kernel loaded before the first call, so that memory in use measures the calls alone.
+      for w in 1 4; do flags=""; [ $w -gt 1 ] && flags="--one-gpu"
+        CUDA_MODULE_LOADING=EAGER timeout 280 tools/epfuse run --impl fused $flags --ranks $w --hidden 256 --intermediate 256 \
+          --experts 16 --topk 4 --tokens 128 --routing skewed --iters 10000 --vary --verify-every 500 \
+          --json "$OUT/soak-w$w.json" 2>&1 | tail -6
+        echo "exit ${PIPESTATUS[0]}"
+      done 2>&1 | tee "$OUT/soak.log" ;;
+    faults)  # fault injection on one GPU: the Faults tests (world 1, one-GPU worlds 2, 4) and the CLI (one-GPU world 4)
+      ctest -R '^(test_gpu_faults_w1|test_gpu_faults_onegpu_|run_fused_fault_onegpu_)' --timeout 180 --output-on-failure 2>&1 | tee "$OUT/faults.log" | grep -E "Test +#|tests passed|tests failed|FAILED|Failed|Timeout" | tail -40 ;;
+    ctest)  # the ctest entries matching $EPFUSE_CTEST_REGEX (e.g. a few regression checks)
+      ctest -R "${EPFUSE_CTEST_REGEX:?set EPFUSE_CTEST_REGEX}" --timeout 300 --output-on-failure 2>&1 | tee "$OUT/ctest.log" | grep -E "Test +#|tests passed|tests failed|FAILED|Failed|Timeout" | tail -40 ;;
     vary1000)  # 1,000 consecutive calls, fresh routing and token counts each, checked every 100th
       for impl in fused unfused; do for w in 1 2 4; do
         timeout 300 tools/epfuse run --impl $impl --ranks $w --hidden 512 --intermediate 256 --experts 32 --topk 8 \

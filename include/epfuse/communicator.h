@@ -10,11 +10,13 @@
 // Every call selects the communicator's device for its duration and restores the caller's.
 // Errors are Error(kNccl / kCuda / kBootstrap / kInvalidArgument) whose message starts "rank R: ".
 #pragma once
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <vector>
@@ -43,6 +45,10 @@ struct BootstrapOptions {
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
   std::chrono::milliseconds timeout{120000};  // for fetching the NCCL id from rank 0
+  // Bounds every host collective of the communicator (barrier, all_gather, all_reduce_*, the
+  // agreement inside alloc_symmetric): past it the communicator is aborted and the call throws
+  // Error(kTimeout), instead of waiting forever for a rank that died or never calls.
+  std::chrono::milliseconds collective_timeout{300000};
   // Which job the ranks belong to: rank 0 serves the NCCL id only to ranks with the same job id and
   // world_size, and a rank that reaches another job's rank 0 (two jobs on one MASTER_PORT) fails at
   // once with Error(kBootstrap) naming both jobs instead of joining it. Empty: world_size alone tells
@@ -50,7 +56,8 @@ struct BootstrapOptions {
   std::string job_id;
 
   // Reads RANK and WORLD_SIZE (required), LOCAL_RANK (default RANK), MASTER_ADDR (default
-  // 127.0.0.1), MASTER_PORT (default 29500), EPFUSE_BOOTSTRAP_TIMEOUT_MS (default 120000) and the
+  // 127.0.0.1), MASTER_PORT (default 29500), EPFUSE_BOOTSTRAP_TIMEOUT_MS (default 120000),
+  // EPFUSE_COLLECTIVE_TIMEOUT_MS (default 300000) and the
   // job id from EPFUSE_JOB_ID, else TORCHELASTIC_RUN_ID (torchrun's), else empty;
   // throws Error(kBootstrap) naming a missing or malformed variable and its value.
   static BootstrapOptions from_env();
@@ -90,6 +97,7 @@ class SymmetricBuffer {
   void* ptr_ = nullptr;
   ncclWindow_t window_ = nullptr;
   size_t bytes_ = 0;
+  std::shared_ptr<const std::atomic<bool>> aborted_;  // NCCL: the communicator's; after abort, free only
   std::shared_ptr<void> slices_;  // loopback: the allocation of every rank's slice
   void* slices_base_ = nullptr;
   size_t stride_ = 0;
@@ -118,6 +126,7 @@ class DeviceComm {
   int device_ = 0;
   ncclDevComm* dev_ = nullptr;
   int lsa_barrier_count_ = 0;
+  std::shared_ptr<const std::atomic<bool>> aborted_;  // the communicator's; after abort, nothing to destroy
 };
 
 class Communicator {
@@ -130,9 +139,22 @@ class Communicator {
 
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
-  // Owned: ncclCommFinalize + ncclCommDestroy (collective). Borrowed: the comm is left alone.
-  // Every SymmetricBuffer and DeviceComm made from it must already be gone. Never throws.
+  // Owned: ncclCommFinalize + ncclCommDestroy (collective), or nothing left to do after abort().
+  // Borrowed: the comm is left alone. Every SymmetricBuffer and DeviceComm made from it must already
+  // be gone. Never throws.
   ~Communicator();
+
+  // Gives up on the world, for when a peer failed or may be dead (an Error(kTimeout) or kAborted from
+  // a layer or a collective): NCCL (owned): ncclCommAbort, which ends this rank's in-flight NCCL
+  // work without waiting for peers; borrowed: the comm is left to its owner (who aborts it). Loopback:
+  // LoopbackWorld::abort. Afterwards every collective of this communicator throws Error(kAborted)
+  // naming `why`, and destroying what was made from it (layers, workspaces, SymmetricBuffer,
+  // DeviceComm) and the communicator itself is local and cannot hang: the process can then exit
+  // cleanly or bootstrap a new communicator. Idempotent (the first reason is kept); never throws.
+  // Call it from the thread that makes this communicator's calls (as after an error they threw), not
+  // while another thread is inside one of them: ncclCommAbort frees what such a call still uses.
+  void abort(const std::string& why) noexcept;
+  bool aborted() const;
 
   int rank() const { return rank_; }
   int world_size() const { return world_size_; }
@@ -150,9 +172,19 @@ class Communicator {
   // Collective: an ncclDevComm with this many LSA barriers (one per CTA that synchronises; >= 0).
   // Never requests NVLink multicast. NCCL only: Error(kUnsupported) in loopback.
   DeviceComm create_device_comm(int lsa_barrier_count);
-  // Collective: returns when every rank has called it (NCCL: an all-reduce, then a stream sync;
-  // loopback: a host barrier).
+  // Collective: returns when every rank has called it (NCCL: an all-reduce, then a bounded wait for
+  // it; loopback: a host barrier).
   void barrier();
+  // The bound on this communicator's host collectives (NCCL; loopback: the world's timeout). Past it
+  // an NCCL collective aborts the communicator (abort()) and throws Error(kTimeout) "rank R: <what>
+  // timed out after N ms: a rank never joined (dead, stalled or in another collective); the
+  // communicator is aborted".
+  std::chrono::milliseconds collective_timeout() const { return collective_timeout_; }
+  // NCCL: waits on the host for `stream`, whose work includes NCCL operations of this communicator,
+  // at most collective_timeout(); on the timeout or an asynchronous NCCL error it aborts the
+  // communicator and throws (Error(kTimeout) / kNccl, "rank R: <what> ..."). Spins for the first
+  // 2 ms (as cudaStreamSynchronize would), then polls. Loopback: cudaStreamSynchronize.
+  void wait_bounded(CUstream_st* stream, const char* what);
 
   // Host collectives (every rank calls, in the same order, with the same count); they use the
   // communicator's own stream and scratch, never the caller's stream, and return on the host.
@@ -167,6 +199,7 @@ class Communicator {
   friend class LoopbackWorld;
   Communicator() = default;
   void init_barrier();  // the stream and word barrier() uses, on device_
+  void check_not_aborted(const char* what) const;  // Error(kAborted) after abort()
 
   Transport transport_ = Transport::kNccl;
   ncclComm_t comm_ = nullptr;
@@ -177,6 +210,10 @@ class Communicator {
   CUstream_st* barrier_stream_ = nullptr;
   int* barrier_word_ = nullptr;  // device memory: the all-reduce operand
   std::shared_ptr<detail::LoopbackHub> hub_;  // loopback: shared with the world's other ranks
+  std::chrono::milliseconds collective_timeout_{300000};
+  std::shared_ptr<std::atomic<bool>> aborted_ = std::make_shared<std::atomic<bool>>(false);
+  mutable std::mutex abort_mutex_;  // guards abort_reason_
+  std::string abort_reason_;        // the first abort's, under abort_mutex_
 };
 
 // Every rank of a world of world_size ranks inside this process, on one GPU (Transport::kLoopback):

@@ -39,6 +39,12 @@ class MoeLayer {
  public:
   // Collective: every rank creates its layer with the same config. The weights are borrowed and
   // must outlive the layer. Throws Error(kInvalidConfig / kUnsupported) for configs it cannot run.
+  // Failure-safe: every rank agrees that every step succeeded before the next collective, so when
+  // one rank's creation fails (an allocation, a bad EPFUSE_TIMEOUT_MS) that rank throws its error
+  // and every other rank throws Error(kAborted) naming it and its message; none waits for it.
+  // Recovery after an error from a forward: kTimeout / kInvalidArgument / kAborted mean the layer (its
+  // workspace) is unusable; re-create it (collective) if every rank is alive, or when a peer may be
+  // dead call Communicator::abort first, after which destroying layers and the communicator is local.
   static std::unique_ptr<MoeLayer> create(Impl impl, const LayerConfig& cfg, Communicator& comm,
                                           const ExpertWeights& weights);
   // Collective: the fused layer on a shared workspace (epfuse/workspace.h), which must outlive it.

@@ -582,3 +582,20 @@ def _moe_forward_fake(
 ) -> torch.Tensor:
     torch._check(x.dim() == 2, lambda: f"x must be 2-D [tokens, hidden], got {x.dim()}-D")
     return x.new_empty(x.shape)
+
+
+def _moe_forward_setup_context(ctx: Any, inputs: Any, output: Any) -> None:
+    pass
+
+
+def _moe_forward_backward(ctx: Any, grad_y: torch.Tensor) -> Any:
+    # epfuse serves inference: no gradient exists for the experts' weights or x. Raising here, rather
+    # than torch's generic "no autograd formula", tells the caller what to do (also at torch.compile
+    # time, which traces the backward when an input requires grad).
+    raise Unsupported(
+        "epfuse::moe_forward has no backward (epfuse is an inference layer): run the model under "
+        "torch.no_grad() or torch.inference_mode(), or pass inputs that do not require grad"
+    )
+
+
+moe_forward.register_autograd(_moe_forward_backward, setup_context=_moe_forward_setup_context)

@@ -16,8 +16,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <thread>
 #include <utility>
 
+#include "comm/agree.h"
 #include "comm/loopback_hub.h"
 #include "comm/tcp_store.h"
 #include "common/check.h"
@@ -181,10 +183,11 @@ std::shared_ptr<void> share_slices(detail::LoopbackHub& hub, int rank, int devic
 }
 
 // NCCL: a host collective through device scratch on `stream`: `send` goes up, `enqueue(send_dev,
-// recv_dev)` enqueues the collective, `recv` comes back; returns when the stream has drained.
-template <typename Enqueue>
+// recv_dev)` enqueues the collective, `recv` comes back; returns when `wait()` (bounded) has seen the
+// stream drain.
+template <typename Enqueue, typename Wait>
 void staged_collective(int rank, int device, cudaStream_t stream, std::span<const std::byte> send,
-                       std::span<std::byte> recv, Enqueue&& enqueue) {
+                       std::span<std::byte> recv, Enqueue&& enqueue, Wait&& wait) {
   DeviceGuard guard(device, rank);
   void* scratch = nullptr;
   EPFUSE_RANK_CUDA_CHECK(rank, cudaMallocAsync(&scratch, send.size() + recv.size(), stream));
@@ -202,7 +205,7 @@ void staged_collective(int rank, int device, cudaStream_t stream, std::span<cons
   EPFUSE_RANK_CUDA_CHECK(rank, cudaMemcpyAsync(send_dev, send.data(), send.size(), cudaMemcpyHostToDevice, stream));
   enqueue(static_cast<const void*>(send_dev), static_cast<void*>(recv_dev));
   EPFUSE_RANK_CUDA_CHECK(rank, cudaMemcpyAsync(recv.data(), recv_dev, recv.size(), cudaMemcpyDeviceToHost, stream));
-  EPFUSE_RANK_CUDA_CHECK(rank, cudaStreamSynchronize(stream));
+  wait();
 }
 
 }  // namespace
@@ -223,6 +226,8 @@ BootstrapOptions BootstrapOptions::from_env() {
   opts.master_port = static_cast<int>(int_env("MASTER_PORT", false, opts.master_port, 1, 65535));
   opts.timeout = std::chrono::milliseconds(
       int_env("EPFUSE_BOOTSTRAP_TIMEOUT_MS", false, opts.timeout.count(), 1, 24LL * 3600 * 1000));
+  opts.collective_timeout = std::chrono::milliseconds(
+      int_env("EPFUSE_COLLECTIVE_TIMEOUT_MS", false, opts.collective_timeout.count(), 1, 24LL * 3600 * 1000));
   opts.validate();
   return opts;
 }
@@ -244,6 +249,9 @@ void BootstrapOptions::validate() const {
   if (timeout.count() < 1) {
     fail("EPFUSE_BOOTSTRAP_TIMEOUT_MS=" + std::to_string(timeout.count()) + " must be at least 1");
   }
+  if (collective_timeout.count() < 1) {
+    fail("EPFUSE_COLLECTIVE_TIMEOUT_MS=" + std::to_string(collective_timeout.count()) + " must be at least 1");
+  }
   if (job_id.size() > kMaxJobIdBytes) {
     fail("the job id (EPFUSE_JOB_ID or TORCHELASTIC_RUN_ID) has " + std::to_string(job_id.size()) +
          " bytes, more than " + std::to_string(kMaxJobIdBytes));
@@ -258,6 +266,7 @@ SymmetricBuffer::SymmetricBuffer(SymmetricBuffer&& other) noexcept
       ptr_(std::exchange(other.ptr_, nullptr)),
       window_(std::exchange(other.window_, nullptr)),
       bytes_(std::exchange(other.bytes_, 0)),
+      aborted_(std::move(other.aborted_)),
       slices_(std::move(other.slices_)),
       slices_base_(std::exchange(other.slices_base_, nullptr)),
       stride_(std::exchange(other.stride_, 0)) {}
@@ -270,6 +279,7 @@ SymmetricBuffer& SymmetricBuffer::operator=(SymmetricBuffer&& other) noexcept {
     ptr_ = std::exchange(other.ptr_, nullptr);
     window_ = std::exchange(other.window_, nullptr);
     bytes_ = std::exchange(other.bytes_, 0);
+    aborted_ = std::move(other.aborted_);
     slices_ = std::move(other.slices_);
     slices_base_ = std::exchange(other.slices_base_, nullptr);
     stride_ = std::exchange(other.stride_, 0);
@@ -294,9 +304,14 @@ void SymmetricBuffer::reset() {
   void* ptr = std::exchange(ptr_, nullptr);
   ncclWindow_t window = std::exchange(window_, nullptr);
   bytes_ = 0;
-  const int rank = user_rank(comm);
+  // After Communicator::abort the comm is gone (ncclCommAbort freed it, windows included): only the
+  // memory is left to free, which involves no peer.
+  const bool aborted = aborted_ != nullptr && aborted_->load();
+  aborted_.reset();
+  const int rank = aborted ? -1 : user_rank(comm);
   DeviceGuard guard(device_, rank);
-  const ncclResult_t deregistered = window != nullptr ? ncclCommWindowDeregister(comm, window) : ncclSuccess;
+  const ncclResult_t deregistered =
+      window != nullptr && !aborted ? ncclCommWindowDeregister(comm, window) : ncclSuccess;
   const ncclResult_t freed = ncclMemFree(ptr);
   check_nccl(deregistered, "ncclCommWindowDeregister(comm, window)", rank);
   check_nccl(freed, "ncclMemFree(ptr)", rank);
@@ -308,7 +323,8 @@ DeviceComm::DeviceComm(DeviceComm&& other) noexcept
     : comm_(std::exchange(other.comm_, nullptr)),
       device_(other.device_),
       dev_(std::exchange(other.dev_, nullptr)),
-      lsa_barrier_count_(std::exchange(other.lsa_barrier_count_, 0)) {}
+      lsa_barrier_count_(std::exchange(other.lsa_barrier_count_, 0)),
+      aborted_(std::move(other.aborted_)) {}
 
 DeviceComm& DeviceComm::operator=(DeviceComm&& other) noexcept {
   if (this != &other) {
@@ -317,6 +333,7 @@ DeviceComm& DeviceComm::operator=(DeviceComm&& other) noexcept {
     device_ = other.device_;
     dev_ = std::exchange(other.dev_, nullptr);
     lsa_barrier_count_ = std::exchange(other.lsa_barrier_count_, 0);
+    aborted_ = std::move(other.aborted_);
   }
   return *this;
 }
@@ -328,6 +345,9 @@ void DeviceComm::reset() {
   std::unique_ptr<ncclDevComm> dev(std::exchange(dev_, nullptr));
   ncclComm_t comm = std::exchange(comm_, nullptr);
   lsa_barrier_count_ = 0;
+  const bool aborted = aborted_ != nullptr && aborted_->load();
+  aborted_.reset();
+  if (aborted) return;  // ncclCommAbort released it with the communicator
   const int rank = user_rank(comm);
   DeviceGuard guard(device_, rank);
   EPFUSE_RANK_NCCL_CHECK(rank, ncclDevCommDestroy(comm, dev.get()));
@@ -374,6 +394,7 @@ std::unique_ptr<Communicator> Communicator::bootstrap(const BootstrapOptions& op
   comm->rank_ = rank;
   comm->world_size_ = opts.world_size;
   comm->device_ = opts.local_rank;
+  comm->collective_timeout_ = opts.collective_timeout;
   EPFUSE_RANK_NCCL_CHECK(rank, ncclCommInitRank(&comm->comm_, opts.world_size, id, rank));
   comm->owned_ = true;
   // ncclCommInitRank is collective: when it returns on rank 0, every rank has read the id.
@@ -390,6 +411,8 @@ std::unique_ptr<Communicator> Communicator::borrow(ncclComm_t nccl) {
   EPFUSE_RANK_NCCL_CHECK(-1, ncclCommUserRank(nccl, &comm->rank_));
   EPFUSE_RANK_NCCL_CHECK(comm->rank_, ncclCommCount(nccl, &comm->world_size_));
   EPFUSE_RANK_NCCL_CHECK(comm->rank_, ncclCommCuDevice(nccl, &comm->device_));
+  comm->collective_timeout_ = std::chrono::milliseconds(int_env(
+      "EPFUSE_COLLECTIVE_TIMEOUT_MS", false, comm->collective_timeout_.count(), 1, 24LL * 3600 * 1000));
   comm->init_barrier();
   return comm;
 }
@@ -410,9 +433,11 @@ Communicator::~Communicator() {
     // Every step runs even when an earlier one failed; the first failure is reported.
     const cudaError_t freed = barrier_word_ != nullptr ? cudaFree(barrier_word_) : cudaSuccess;
     const cudaError_t destroyed = barrier_stream_ != nullptr ? cudaStreamDestroy(barrier_stream_) : cudaSuccess;
-    // Finalize flushes outstanding work so that Destroy cannot free resources peers still use.
-    const ncclResult_t finalized = owned_ ? ncclCommFinalize(comm_) : ncclSuccess;
-    const ncclResult_t nccl_destroyed = owned_ ? ncclCommDestroy(comm_) : ncclSuccess;
+    // Finalize flushes outstanding work so that Destroy cannot free resources peers still use. After
+    // abort() there is nothing left: ncclCommAbort freed the communicator.
+    const bool live = owned_ && !aborted_->load();
+    const ncclResult_t finalized = live ? ncclCommFinalize(comm_) : ncclSuccess;
+    const ncclResult_t nccl_destroyed = live ? ncclCommDestroy(comm_) : ncclSuccess;
     check_cuda(freed, "cudaFree(barrier word)", rank_);
     check_cuda(destroyed, "cudaStreamDestroy(barrier stream)", rank_);
     check_nccl(finalized, "ncclCommFinalize(comm)", rank_);
@@ -420,7 +445,72 @@ Communicator::~Communicator() {
   });
 }
 
+void Communicator::abort(const std::string& why) noexcept {
+  if (transport_ == Transport::kLoopback) {
+    log_errors("Communicator::abort", [&] { hub_->abort(rank_, why); });
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(abort_mutex_);
+    if (aborted_->load()) return;
+    abort_reason_ = why;
+    aborted_->store(true);
+  }
+  if (!owned_) return;  // a borrowed comm is its owner's to abort
+  log_errors("Communicator::abort", [&] {
+    DeviceGuard guard(device_, rank_);
+    EPFUSE_RANK_NCCL_CHECK(rank_, ncclCommAbort(comm_));
+  });
+}
+
+bool Communicator::aborted() const {
+  return transport_ == Transport::kLoopback ? hub_->aborted() : aborted_->load();
+}
+
+void Communicator::check_not_aborted(const char* what) const {
+  if (transport_ == Transport::kLoopback || !aborted_->load()) return;  // the hub reports its own aborts
+  std::lock_guard<std::mutex> lock(abort_mutex_);
+  throw Error(ErrorCode::kAborted,
+              rank_prefix(rank_) + what + ": the communicator was aborted (" + abort_reason_ + ")");
+}
+
+void Communicator::wait_bounded(cudaStream_t stream, const char* what) {
+  if (transport_ == Transport::kLoopback) {
+    EPFUSE_RANK_CUDA_CHECK(rank_, cudaStreamSynchronize(stream));
+    return;
+  }
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point start = Clock::now();
+  const Clock::time_point spin_until = start + std::chrono::milliseconds(2);
+  const Clock::time_point deadline = start + collective_timeout_;
+  auto pause = std::chrono::microseconds(5);
+  for (;;) {
+    const cudaError_t done = cudaStreamQuery(stream);
+    if (done == cudaSuccess) return;
+    if (done != cudaErrorNotReady) check_cuda(done, (std::string(what) + ": cudaStreamQuery").c_str(), rank_);
+    const Clock::time_point now = Clock::now();
+    if (now < spin_until) continue;
+    check_not_aborted(what);  // the comm may be gone: never query it after abort()
+    ncclResult_t async = ncclSuccess;
+    EPFUSE_RANK_NCCL_CHECK(rank_, ncclCommGetAsyncError(comm_, &async));
+    if (async != ncclSuccess && async != ncclInProgress) {
+      const std::string why = std::string(what) + " failed in NCCL: " + ncclGetErrorString(async);
+      abort(why);
+      throw Error(ErrorCode::kNccl, rank_prefix(rank_) + why + "; the communicator is aborted");
+    }
+    if (now >= deadline) {
+      const std::string why = std::string(what) + " timed out after " + std::to_string(collective_timeout_.count()) +
+                              " ms: a rank never joined (dead, stalled or in another collective)";
+      abort(why);
+      throw Error(ErrorCode::kTimeout, rank_prefix(rank_) + why + "; the communicator is aborted");
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min<std::chrono::microseconds>(pause * 2, std::chrono::microseconds(200));
+  }
+}
+
 SymmetricBuffer Communicator::alloc_symmetric(size_t bytes) {
+  check_not_aborted("alloc_symmetric");
   const bool loopback = transport_ == Transport::kLoopback;
   if (loopback) {  // agree on the size first: a mismatch fails every rank before any CUDA call
     const std::vector<uint64_t> sizes = loopback_gather_one<uint64_t>(*hub_, rank_, "alloc_symmetric", bytes);
@@ -445,8 +535,13 @@ SymmetricBuffer Communicator::alloc_symmetric(size_t bytes) {
   }
   DeviceGuard guard(device_, rank_);
   buffer.comm_ = comm_;
-  EPFUSE_RANK_NCCL_CHECK(rank_, ncclMemAlloc(&buffer.ptr_, bytes));
-  buffer.bytes_ = bytes;
+  buffer.aborted_ = aborted_;
+  // The window registration is collective and unbounded: enter it only once every rank has its
+  // memory (a rank whose allocation failed would leave the others registering forever).
+  detail::agree_on_step(*this, "alloc_symmetric(" + std::to_string(bytes) + " bytes)", [&] {
+    EPFUSE_RANK_NCCL_CHECK(rank_, ncclMemAlloc(&buffer.ptr_, bytes));
+    buffer.bytes_ = bytes;
+  });
   // On failure `buffer` frees the memory (its window_ is still null).
   EPFUSE_RANK_NCCL_CHECK(rank_,
                          ncclCommWindowRegister(comm_, buffer.ptr_, bytes, &buffer.window_, NCCL_WIN_COLL_SYMMETRIC));
@@ -460,6 +555,7 @@ DeviceComm Communicator::create_device_comm(int lsa_barrier_count) {
   EPFUSE_REQUIRE(lsa_barrier_count >= 0, ErrorCode::kInvalidArgument,
                  rank_prefix(rank_) + "create_device_comm: lsa_barrier_count=" + std::to_string(lsa_barrier_count) +
                      " is negative");
+  check_not_aborted("create_device_comm");
   DeviceGuard guard(device_, rank_);
   ncclDevCommRequirements reqs{};  // zero: no GIN, no extra resources, no multimem
   reqs.lsaBarrierCount = lsa_barrier_count;
@@ -471,6 +567,7 @@ DeviceComm Communicator::create_device_comm(int lsa_barrier_count) {
   out.device_ = device_;
   out.dev_ = dev.release();
   out.lsa_barrier_count_ = lsa_barrier_count;
+  out.aborted_ = aborted_;
   return out;
 }
 
@@ -479,10 +576,11 @@ void Communicator::barrier() {
     hub_->exchange(rank_, "barrier", std::span<const std::byte>());
     return;
   }
+  check_not_aborted("barrier");
   DeviceGuard guard(device_, rank_);
   EPFUSE_RANK_NCCL_CHECK(rank_, ncclAllReduce(barrier_word_, barrier_word_, 1, ncclInt32, ncclMax, comm_,
                                               barrier_stream_));
-  EPFUSE_RANK_CUDA_CHECK(rank_, cudaStreamSynchronize(barrier_stream_));
+  wait_bounded(barrier_stream_, "barrier");
 }
 
 std::vector<double> Communicator::all_gather(std::span<const double> local) {
@@ -497,13 +595,15 @@ std::vector<double> Communicator::all_gather(std::span<const double> local) {
     for (const std::vector<double>& values : each) all.insert(all.end(), values.begin(), values.end());
     return all;
   }
+  check_not_aborted("all_gather");
   std::vector<double> all(n * static_cast<size_t>(world_size_));
   if (n == 0) return all;  // every rank passes the same count: none of them calls NCCL
-  staged_collective(rank_, device_, barrier_stream_, std::as_bytes(local), std::as_writable_bytes(std::span(all)),
-                    [&](const void* send, void* recv) {
-                      EPFUSE_RANK_NCCL_CHECK(rank_,
-                                             ncclAllGather(send, recv, n, ncclFloat64, comm_, barrier_stream_));
-                    });
+  staged_collective(
+      rank_, device_, barrier_stream_, std::as_bytes(local), std::as_writable_bytes(std::span(all)),
+      [&](const void* send, void* recv) {
+        EPFUSE_RANK_NCCL_CHECK(rank_, ncclAllGather(send, recv, n, ncclFloat64, comm_, barrier_stream_));
+      },
+      [&] { wait_bounded(barrier_stream_, "all_gather"); });
   return all;
 }
 
@@ -517,6 +617,7 @@ double Communicator::all_reduce_max(double local) {
     }
     return max;
   }
+  check_not_aborted("all_reduce_max");
   // NCCL's max does not propagate NaN: a NaN travels as a flag beside the value, both maxed at once.
   const bool nan = std::isnan(local);
   const double send[2] = {nan ? -std::numeric_limits<double>::infinity() : local, nan ? 1.0 : 0.0};
@@ -525,7 +626,8 @@ double Communicator::all_reduce_max(double local) {
                     std::as_writable_bytes(std::span(recv)), [&](const void* s, void* r) {
                       EPFUSE_RANK_NCCL_CHECK(rank_, ncclAllReduce(s, r, 2, ncclFloat64, ncclMax, comm_,
                                                                   barrier_stream_));
-                    });
+                    },
+                    [&] { wait_bounded(barrier_stream_, "all_reduce_max"); });
   return recv[1] > 0.0 ? kNaN : recv[0];
 }
 
@@ -535,12 +637,14 @@ int64_t Communicator::all_reduce_sum(int64_t local) {
     for (int64_t v : loopback_gather_one(*hub_, rank_, "all_reduce_sum", local)) sum += v;
     return sum;
   }
+  check_not_aborted("all_reduce_sum");
   int64_t sum = 0;
   staged_collective(rank_, device_, barrier_stream_, std::as_bytes(std::span(&local, 1)),
                     std::as_writable_bytes(std::span(&sum, 1)), [&](const void* s, void* r) {
                       EPFUSE_RANK_NCCL_CHECK(rank_, ncclAllReduce(s, r, 1, ncclInt64, ncclSum, comm_,
                                                                   barrier_stream_));
-                    });
+                    },
+                    [&] { wait_bounded(barrier_stream_, "all_reduce_sum"); });
   return sum;
 }
 

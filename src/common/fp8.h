@@ -94,7 +94,7 @@ EPFUSE_HD float group_scale(float amax, ScaleFormat format) {
   return s > 0.0f ? s : 1.0f;  // amax = 0 (or so small that amax / 448 underflows): zeros stay zeros
 }
 
-// --- blocks and their scale layouts
+// --- blocks and where their scales sit (scale indices)
 
 EPFUSE_HD int num_blocks(int n) { return (n + kBlock - 1) / kBlock; }
 // Elements of block b of a dimension of n: 128, or what is left for the last one.
@@ -142,7 +142,7 @@ EPFUSE_HD long blocked_scale_index(int matrix, int row, int col, int rows, int c
 // scales [E_local, 2 * ceil(I/128), ceil(H/128)].
 EPFUSE_HD int w13_scale_rows(int intermediate) { return 2 * num_blocks(intermediate); }
 EPFUSE_HD long w13_scale_index(int expert, int row, int col, int intermediate, int hidden) {
-  const bool up = row >= intermediate;  // each half is one [I, H] matrix of the blocked layout
+  const bool up = row >= intermediate;  // each half is one [I, H] matrix of blocked scales
   return blocked_scale_index(2 * expert + (up ? 1 : 0), up ? row - intermediate : row, col, intermediate, hidden,
                              kBlock);
 }
@@ -155,7 +155,7 @@ EPFUSE_HD long w2_scale_index(int expert, int row, int col, int hidden, int inte
 // Activations x [T, n] (n = H at dispatch, I for h): scales [T, ceil(n/128)], token-major, as this
 // reference and the dispatch write them. A TMA-fed SM90 GEMM will likely want them transposed (K-major
 // scale blocks, token index fastest: [ceil(n/128), T rounded up to 4 floats = 16 bytes]) so one TMA
-// box brings a tile's scales for one K block; that is a kernel-side copy of this layout, not this one.
+// box brings a tile's scales for one K block; that is a kernel-side copy in that order, not this one.
 EPFUSE_HD long act_scale_index(int token, int col, int n) {
   return static_cast<long>(token) * num_blocks(n) + col / kBlock;
 }

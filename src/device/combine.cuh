@@ -7,8 +7,8 @@
 #include <cuda_bf16.h>
 
 #include "device/context.cuh"
-#include "device/errors.cuh"
 #include "device/routing.h"
+#include "device/wait.cuh"
 
 namespace epfuse::device {
 

@@ -1,5 +1,5 @@
 // The per-launch view every task works through: the kernel argument, the private workspace carved by
-// PrivLayout, this call's parity, and (through the Transport, transport.cuh) pointers into this
+// PrivRegions, this call's parity, and (through the Transport, transport.cuh) pointers into this
 // rank's or a peer's symmetric window.
 #pragma once
 #include <cstdint>
@@ -11,6 +11,7 @@
 #include "device/kernel_params.h"
 #include "device/task_map.h"
 #include "device/transport.cuh"
+#include "device/wait.cuh"
 
 namespace epfuse::device {
 
@@ -34,7 +35,7 @@ struct FusedContext {
   __device__ static FusedContext make(const FusedParams& prm) {
     FusedContext c;
     char* ws = prm.workspace;
-    const PrivLayout& pl = prm.priv;
+    const PrivRegions& pl = prm.priv;
     c.prm = &prm;
     c.ctl = reinterpret_cast<FusedControl*>(ws + pl.control);
     // Every CTA reads the last call's epoch before the last CTA of this call stores the new one (it
@@ -48,7 +49,7 @@ struct FusedContext {
     c.row_tickets = reinterpret_cast<uint32_t*>(ws + pl.row_tickets);
     c.pair_tickets = reinterpret_cast<uint32_t*>(ws + pl.pair_tickets);
     c.plan = plan_view(reinterpret_cast<int*>(ws + pl.plan), prm.dims.world, c.local_experts);
-    // Strides of the workspace's capacity, as the counters they mirror (buffer_layout.h).
+    // Strides of the workspace's capacity, as the counters they mirror (regions.h).
     c.arrival_base = reinterpret_cast<uint32_t*>(ws + pl.arrival_base) + c.parity * prm.capacity.local_experts();
     c.token_base = reinterpret_cast<uint32_t*>(ws + pl.token_base) + c.parity * prm.capacity.max_tokens;
     c.l1_done = reinterpret_cast<uint32_t*>(ws + pl.l1_done);
@@ -56,6 +57,8 @@ struct FusedContext {
   }
 
   __device__ WaitSite site(Phase phase, WaitKind what, int a = 0, int b = 0) const { return {phase, what, a, b}; }
+  // A wait's limit: timeout_ns from now, or this call's abort.
+  __device__ WaitLimit limit(uint64_t timeout_ns) const { return {globaltimer_ns() + timeout_ns, &ctl->abort}; }
 };
 
 // Byte `offset` of rank's copy of the symmetric window (a peer's, or this rank's own).

@@ -6,10 +6,10 @@
 #include <cstdint>
 
 #include "device/context.cuh"
-#include "device/errors.cuh"
 #include "device/layout.cuh"
 #include "device/ptx.cuh"
 #include "device/routing.h"
+#include "device/wait.cuh"
 
 namespace epfuse::device {
 

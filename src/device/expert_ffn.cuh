@@ -1,11 +1,13 @@
-// Expert FFN tiles on tensor cores, with TileGemm (gemm_mainloop.cuh) and the SwiGLU
-// epilogue (epilogue.cuh) for the math; this file decides which rows a tile reads, what it waits for
-// and where its output goes:
+// The expert FFN tiles (the GEMM tasks), with a tile GEMM (gemm_mainloop*.cuh) for the math and the
+// epilogues of epilogue.cuh for the output; this file decides which rows a tile reads and what it waits
+// for:
 //   Linear1 tile (m-block, n-block of 2I): waits for its expert's arrivals, gathers the received rows,
 //     SwiGLU with the pair's top-k weight -> h (local, bf16), counts itself done for the m-block.
 //   Linear2 tile (m-block, n-block of H): waits for the m-block's Linear1 tiles, stages the bf16 output
 //     in smem and writes each row into its home rank's combine slot (token, top-k slot) with 16-byte
 //     stores over NVLink, then one release add per row on the token's counter at home.
+// ExpertTiles runs a tile on all threads (TileGemm, TileGemmWgmma); WarpSpecialisedTiles splits it
+// between the producer and math roles of a TileGemmTma CTA (fused_kernel.cu).
 #pragma once
 #include <cstdint>
 
@@ -13,9 +15,11 @@
 
 #include "device/context.cuh"
 #include "device/epilogue.cuh"
-#include "device/errors.cuh"
 #include "device/gemm_mainloop.cuh"
 #include "device/ptx.cuh"
+#include "device/scheduler.cuh"
+#include "device/thread_group.cuh"
+#include "device/wait.cuh"
 
 namespace epfuse::device {
 
@@ -96,9 +100,7 @@ __device__ __forceinline__ bool wait_tile_inputs(const FusedContext<Transport>& 
 // every other wait.
 template <class Transport>
 __device__ __forceinline__ void pipeline_failed(const FusedContext<Transport>& c, Phase phase, const GemmTile& tile) {
-  record_error(c.ctl, ErrorRecord{static_cast<int32_t>(ErrorKind::kTimeout), c.prm->rank, static_cast<int32_t>(phase),
-                                  static_cast<int32_t>(WaitKind::kPipeline), tile.mblock, tile.nblock, 0, 0});
-  raise_abort(c.ctl);
+  report_timeout(c.ctl, c.prm->rank, c.site(phase, WaitKind::kPipeline, tile.mblock, tile.nblock), 0, 0);
 }
 
 template <class Gemm>
@@ -110,11 +112,7 @@ struct ExpertTiles {
 
   using RowTable = RowTableOf<kBlockM>;  // after the GEMM's smem
   static constexpr int kSmemBytes = Gemm::kSmemBytes + static_cast<int>(sizeof(RowTable));
-
-  // Row stride (elements) of a bf16 output tile staged in smem: 8 elements (16 bytes) of padding put
-  // the 8 rows one accumulator store instruction touches on distinct banks.
-  static constexpr int stage_stride(int cols) { return cols + 8; }
-  static_assert(kBlockM * (kBlockN + 8) * 2 <= Gemm::kSmemBytes, "the staged output tile fits in the GEMM's smem");
+  using Epilogue = TileEpilogue<Gemm>;
 
   using Where = TileRows;
   template <class Transport>
@@ -138,23 +136,7 @@ struct ExpertTiles {
     typename Gemm::Accum acc;
     Gemm::mainloop([&](int i) { return t.a[i]; },
                    swiglu_b_row(prm.w13 + static_cast<int64_t>(w.expert) * 2 * I * H, H, I, n_out0), H, smem, acc);
-    // mainloop left smem free: stage the bf16 outputs so h is written in whole 16-byte chunks.
-    constexpr int kOutCols = kBlockN / 2;
-    auto* stage = static_cast<__nv_bfloat16*>(smem);
-    visit_swiglu<Gemm>(acc, prm.swiglu_clamp, [&](int row, int col, float h0, float h1) {
-      const float weight = row < w.rows ? t.weight[row] : 0.0f;
-      *reinterpret_cast<uint32_t*>(stage + row * stage_stride(kOutCols) + col) = ptx::pack_bf16x2(h0 * weight, h1 * weight);
-    });
-    __syncthreads();
-    __nv_bfloat16* h = c.h + (static_cast<int64_t>(c.plan.pair_off[w.expert]) + w.row0) * I + n_out0;
-    constexpr int kChunks = kOutCols / 8;
-    for (int q = threadIdx.x; q < w.rows * kChunks; q += blockDim.x) {
-      const int row = q / kChunks, chunk = q % kChunks;
-      *reinterpret_cast<int4*>(h + static_cast<int64_t>(row) * I + chunk * 8) =
-          *reinterpret_cast<const int4*>(stage + row * stage_stride(kOutCols) + chunk * 8);
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) red_add_release_gpu(c.l1_done + tile.mblock, 1u);
+    Epilogue::linear1(c, acc, tile, w, t, n_out0, I, smem);
   }
 
   template <class Transport>
@@ -173,24 +155,132 @@ struct ExpertTiles {
     typename Gemm::Accum acc;
     Gemm::mainloop([&](int i) { return t.a[i]; }, dense_b_row(prm.w2 + static_cast<int64_t>(w.expert) * H * I, I, n0),
                    I, smem, acc);
-    // mainloop left smem free: stage the bf16 tile so the remote writes are whole 16-byte chunks.
-    auto* stage = static_cast<__nv_bfloat16*>(smem);
-    Gemm::visit(acc, [&](int row, int col, float v0, float v1) {
-      *reinterpret_cast<uint32_t*>(stage + row * stage_stride(kBlockN) + col) = ptx::pack_bf16x2(v0, v1);
-    });
-    __syncthreads();
-    constexpr int kChunks = kBlockN / 8;
-    for (int q = threadIdx.x; q < w.rows * kChunks; q += blockDim.x) {
-      const int row = q / kChunks, chunk = q % kChunks;
-      int4* dst = peer_ptr<int4>(c, t.home[row], combine_row_offset(prm.sym, prm.capacity, c.parity, t.token[row], t.slot[row]) +
-                                                static_cast<size_t>(n0 + chunk * 8) * 2);
-      *dst = *reinterpret_cast<const int4*>(stage + row * stage_stride(kBlockN) + chunk * 8);
+    Epilogue::linear2(c, acc, w, t, n0, smem);
+  }
+};
+
+// The tiles of a warp-specialised tile GEMM (TileGemmTma, gemm_mainloop_tma.cuh), by role
+// (fused_kernel.cu runs the roles' loops; scheduler.cuh TaskQueue hands each task from one to the other):
+//   producer warpgroup (warps 0-3): prepare (waits for a tile's inputs, fills its row table) and load
+//     (issues all its operand loads into the ring);
+//   math warpgroups (warps 4-11): linear1 / linear2 (the wgmma k-loop, then the epilogue: epilogue.cuh
+//     StagedPasses), freeing the task's slot once the epilogue no longer reads the row table.
+template <class Gemm_>
+struct WarpSpecialisedTiles {
+  using Gemm = Gemm_;
+  static constexpr int kBlockM = Gemm::kBlockM;
+  static constexpr int kBlockN = Gemm::kBlockN;
+  using Epilogue = StagedPasses<Gemm>;
+  static_assert(kBlockN % kSignalCols == 0, "a Linear2 tile signals whole column groups");
+  static_assert(kBlockM >= kMinBlockM, "l1_done is sized for m-blocks of at least kMinBlockM rows");
+  static_assert(kBlockM <= Gemm::kConsumerThreads, "one math thread signals each tile row");
+
+  // Filled by the producer; the math warps' epilogue reads all but `a`.
+  using RowTable = RowTableOf<kBlockM>;
+  // A task as handed on, with the tile's geometry, which the producer has read anyway: plan reads after
+  // the k-loop would put their latency between the math warps' k-loop and their stores.
+  struct Posted {
+    Task task;
+    int rows;       // the tile's real rows
+    int64_t h_row;  // its first row in h
+  };
+  using Queue = TaskQueue<Posted, RowTable>;
+  struct Shared {
+    __nv_bfloat16 stage[Epilogue::kStageElems];
+    Queue queue;
+  };
+  static constexpr int kSharedOffset = (Gemm::kSmemBytes + 15) / 16 * 16;
+  static constexpr int kSmemBytes = kSharedOffset + static_cast<int>(sizeof(Shared));
+  // 227 KiB per block, less a little for the kernel's static shared variables (profile, scheduler).
+  static_assert(kSmemBytes + 1024 <= 227 * 1024, "ring + staging + row tables fit one SM");
+
+  __device__ static Shared& shared(void* smem) { return *reinterpret_cast<Shared*>(static_cast<char*>(smem) + kSharedOffset); }
+  __device__ static ThreadGroup producers() { return {0, Gemm::kProducerThreads, 1}; }
+  __device__ static ThreadGroup consumers() { return {Gemm::kProducerThreads, Gemm::kConsumerThreads, 2}; }
+  __device__ static bool is_gemm(Phase p) { return p == Phase::kLinear1 || p == Phase::kLinear2; }
+
+  // Once per launch, by the whole CTA.
+  __device__ static void init(void* smem) {
+    if (threadIdx.x == 0) shared(smem).queue.init();
+    Gemm::init(smem);  // arms the ring, fences the barriers' init and synchronises the CTA
+  }
+
+  // ---- producer warpgroup ----
+  // A GEMM tile whose inputs are in (wait_tile_inputs): fills its row table t, and a_rows with this
+  // thread's A rows of it; w: the tile's rows.
+  template <class Transport>
+  __device__ __forceinline__ static void prepare(const FusedContext<Transport>& c, const ThreadGroup& g, const Task& task,
+                                                 int I, RowTable& t, const __nv_bfloat16* (&a_rows)[Gemm::kProducerRows],
+                                                 TileRows& w) {
+    w = tile_rows(c, task.tile, kBlockM);
+    for (int i = g.rank(); i < kBlockM; i += g.count) {
+      t.fill(c, w, i);
+      // Linear2 reads the tile's rows of h (the entries still give the rows' homes and tokens).
+      if (task.phase == Phase::kLinear2 && i < w.rows)
+        t.a[i] = c.h + (static_cast<int64_t>(c.plan.pair_off[w.expert]) + w.row0 + i) * I;
     }
-    __syncthreads();
-    for (int row = threadIdx.x; row < w.rows; row += blockDim.x)
-      red_add_release_sys(peer_ptr<uint32_t>(c, t.home[row], token_signal_offset(prm.sym, prm.capacity, c.parity, t.token[row])),
-                          signal_units(kBlockN));
-    __syncthreads();  // the row table and stage are reused by the next task
+    g.sync();  // the table is complete before it is read and posted
+#pragma unroll
+    for (int i = 0; i < Gemm::kProducerRows; ++i) a_rows[i] = t.a[Gemm::producer_row(g.rank(), i)];
+  }
+
+  // Issues every operand load of a prepared GEMM tile into the ring. False (group-uniform, recorded)
+  // when a wait for a free stage ran out.
+  template <class Transport>
+  __device__ __forceinline__ static bool load(const FusedContext<Transport>& c, const ThreadGroup& g, const Task& task,
+                                              const __nv_bfloat16* const (&a_rows)[Gemm::kProducerRows], int H, int I,
+                                              typename Gemm::RingPos& ring, void* smem) {
+    const FusedParams& prm = *c.prm;
+    const bool l1 = task.phase == Phase::kLinear1;
+    // Rows of prm.w13_map ([L * 2I, H]: gate rows, then up rows I further) or prm.w2_map ([L * H, I]).
+    const int row0 = l1 ? task.tile.expert * 2 * I + task.tile.nblock * (kBlockN / 2)
+                        : task.tile.expert * H + task.tile.nblock * kBlockN;
+    const typename Gemm::BOperand b{l1 ? static_cast<const void*>(&prm.w13_map) : static_cast<const void*>(&prm.w2_map),
+                                    row0, row0 + (l1 ? I : kBlockN / 2)};
+    const bool loaded = Gemm::load_tile(ring, a_rows, b, l1 ? H : I, smem, c.limit(prm.timeout_ns));
+    if (!loaded) pipeline_failed(c, task.phase, task.tile);
+    return !g.sync_or(!loaded);
+  }
+
+  // ---- math warpgroups ----
+  // The tile's k-loop; false (group-uniform, recorded) when its pipeline ran out of time.
+  template <class Transport>
+  __device__ static bool mainloop(const FusedContext<Transport>& c, const GemmTile& tile, Phase phase, int K,
+                                  typename Gemm::RingPos& ring, void* smem, typename Gemm::Accum& acc,
+                                  const ThreadGroup& g) {
+    const bool ok = Gemm::mainloop(ring, K, smem, acc, c.limit(c.prm->timeout_ns));
+    if (!ok) pipeline_failed(c, phase, tile);
+    return !g.sync_or(!ok);
+  }
+
+  // The Linear1 tile posted in slot s.
+  template <class Transport>
+  __device__ static void linear1(const FusedContext<Transport>& c, const Posted& posted, Shared& sh, int s,
+                                 typename Gemm::RingPos& ring, void* smem, const ThreadGroup& g) {
+    const int H = c.prm->dims.hidden, I = c.prm->dims.intermediate;
+    const GemmTile& tile = posted.task.tile;
+    typename Gemm::Accum acc;
+    if (!mainloop(c, tile, Phase::kLinear1, H, ring, smem, acc, g)) return sh.queue.release(s, g);
+    Epilogue::linear1(c, acc, tile, posted.h_row, I, posted.rows, sh.queue.table[s], sh.stage, g);
+    sh.queue.release(s, g);
+    if (g.leader()) l1_tile_done(c, tile);
+  }
+
+  // The Linear2 tile posted in slot s.
+  template <class Transport>
+  __device__ static void linear2(const FusedContext<Transport>& c, const Posted& posted, Shared& sh, int s,
+                                 typename Gemm::RingPos& ring, void* smem, const ThreadGroup& g) {
+    const GemmTile& tile = posted.task.tile;
+    typename Gemm::Accum acc;
+    if (!mainloop(c, tile, Phase::kLinear2, c.prm->dims.intermediate, ring, smem, acc, g)) return sh.queue.release(s, g);
+    const int rows = posted.rows;
+    const RowTable& t = sh.queue.table[s];
+    // Thread r signals row r once the tile's stores are out; read its home and token before the slot goes.
+    const int own = g.rank();
+    const int home = own < rows ? t.home[own] : 0, token = own < rows ? t.token[own] : 0;
+    Epilogue::linear2(c, acc, tile, rows, t, sh.stage, g);
+    sh.queue.release(s, g);
+    if (own < rows) signal_home(c, home, token, signal_units(kBlockN));
   }
 };
 

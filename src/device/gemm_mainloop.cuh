@@ -2,38 +2,8 @@
 // mma.sync m16n8k16 (bf16 in, fp32 accumulate), ldmatrix from XOR-swizzled shared memory and a
 // kStages-deep cp.async pipeline. Built to be called tile after tile from inside a persistent kernel.
 //
-// Interface (the contract with src/fused; a later Hopper wgmma/TMA mainloop provides the same):
-//
-//   template <int kBlockM, int kBlockN, int kBlockK, int kStages, int kWarpsM, int kWarpsN>
-//   struct TileGemm {
-//     static constexpr int kThreads;    // 32 * kWarpsM * kWarpsN: threads [0, kThreads) of the CTA are
-//                                       // the GEMM threads; others (if any) must not call mainloop/visit
-//     static constexpr int kBarrierId;  // named barrier (bar.sync id, kThreads) mainloop synchronises on
-//     static constexpr int kSmemBytes;  // dynamic shared memory mainloop needs (16-byte aligned)
-//     struct Accum;                     // this thread's fp32 accumulators
-//
-//     // acc = A * B^T over k in [0, K). Requirements: K % kBlockK == 0 (so K % 8 == 0), every row pointer
-//     // 16-byte aligned. a_row(i), i in [0, kBlockM): const bf16* to row i of A (K contiguous), or nullptr
-//     // for a padding row of a partial tile (treated as zeros, never read). Rows may be anywhere (gathered
-//     // token rows). b_row(j), j in [0, kBlockN): const bf16* to the K-contiguous row of B feeding tile
-//     // column j (a weight row). a_row/b_row are evaluated before the first load, by every thread that
-//     // copies part of that row (kBlockK / 8 calls per row per tile): keep them cheap and pure. smem:
-//     // kSmemBytes, 16-byte aligned.
-//     // All kThreads GEMM threads call it together. It synchronises them (named barrier kBarrierId, so
-//     // warps outside the GEMM group run on) on entry (the caller may have used smem just before) and on
-//     // exit (smem free for the caller), and leaves no cp.async groups pending.
-//     template <class ARow, class BRow>
-//     __device__ static void mainloop(ARow a_row, BRow b_row, int K, void* smem, Accum& acc);
-//
-//     // f(row, col, v0, v1) for every accumulator pair this thread owns: C[row][col], C[row][col + 1],
-//     // col even. No synchronisation.
-//     template <class F> __device__ static void visit(const Accum& acc, F f);
-//
-//     // f(row, col, lo0, lo1, hi0, hi1): C[row][col..col+1] and C[row][col+8..col+9], for col in the lower
-//     // 8 columns of each 16-column group. Used by the SwiGLU epilogue (epilogue.cuh), whose tile columns
-//     // interleave gate and up per 8 columns.
-//     template <class F> __device__ static void visit_col16(const Accum& acc, F f);
-//   };
+// An AllThreadTile (tile_gemm.cuh: the contract, checked by the compiler): all kThreads threads run
+// mainloop(a_row, b_row, K, smem, acc), then visit / visit_col16 over the accumulators.
 //
 // Index arithmetic (swizzle, ldmatrix rows, fragment ownership) lives in gemm_maps.h, tested on the CPU.
 #pragma once

@@ -1,5 +1,6 @@
-// The fused kernel's large tile GEMM on Hopper: C[128, 256] = A * B^T over K with wgmma.mma_async
-// m64n256k16 (bf16 in, fp32 accumulate), operands in 128-byte-swizzled shared memory, warp-specialised:
+// The fused kernel's large tile GEMM on Hopper, a WarpSpecialisedTile (tile_gemm.cuh): C[128, 256] =
+// A * B^T over K with wgmma.mma_async m64n256k16 (bf16 in, fp32 accumulate), operands in
+// 128-byte-swizzled shared memory, warp-specialised:
 // a producer warpgroup fills a kStages ring of operand stages and two math warpgroups consume it
 // (warpgroup g owns rows [64 g, 64 g + 64) and all 256 columns: 128 fp32 accumulators per thread).
 //   full[s]:  the stage's weight tile arrived (two TMA boxes of 64 x 128, bytes counted on the barrier)
@@ -24,7 +25,7 @@
 // Both sides keep their own position in the ring (a k-block counter in a register, carried from tile
 // to tile); init() arms the barriers once per launch. Padding rows (a null A row) are not loaded: row i
 // of C depends only on row i of A, and the callers never store rows past the tile's real rows. Every
-// mbarrier wait is bounded by the caller's deadline and ends early when the call was aborted.
+// mbarrier wait is mbar_wait (wait.cuh): bounded by the caller's deadline, ended early by an abort.
 #pragma once
 #include <cstdint>
 
@@ -33,8 +34,8 @@
 #include "device/gemm_maps.h"
 #include "device/gemm_maps_wgmma.h"
 #include "device/mbarrier.cuh"
-#include "device/profile.cuh"  // globaltimer_ns
 #include "device/ptx.cuh"
+#include "device/wait.cuh"
 #include "device/wgmma.cuh"
 
 namespace epfuse::device {
@@ -60,7 +61,6 @@ struct TileGemmTma {
   // Stages from the first 1024-byte boundary (one atom of slack), then full[kStages], empty[kStages].
   static constexpr int kBarrierOffset = kStages * (kStageBytesA + kStageBytesB) + kSw128AtomBytes;
   static constexpr int kSmemBytes = kBarrierOffset + 2 * kStages * 8;
-  static constexpr bool kWarpSpecialised = true;
 
   static_assert(kStages >= 3, "one stage computing, one finishing, at least one loading");
   static_assert(kBlockN == 2 * kBoxRows, "B is two TMA boxes");
@@ -78,11 +78,6 @@ struct TileGemmTma {
     const void* map;
     int row0;
     int row1;
-  };
-  // What ends a wait besides its barrier: the deadline, or the call's abort flag.
-  struct WaitLimit {
-    uint64_t deadline;
-    const uint32_t* abort;
   };
   // A side's position in the ring: k-blocks it has passed since init().
   struct RingPos {
@@ -204,12 +199,7 @@ struct TileGemmTma {
 
  private:
   __device__ static bool wait(uint32_t bar, uint32_t parity, const WaitLimit& limit) {
-    for (uint32_t spin = 0;; ++spin) {
-      if (ptx::mbar_try_wait(bar, parity)) return true;
-      if ((spin & 255u) == 255u &&
-          (*reinterpret_cast<const volatile uint32_t*>(limit.abort) != 0 || globaltimer_ns() > limit.deadline))
-        return false;
-    }
+    return mbar_wait(bar, parity, limit);
   }
 };
 

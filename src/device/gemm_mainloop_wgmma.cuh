@@ -1,9 +1,10 @@
 // The fused kernel's tile GEMM on Hopper tensor cores: one CTA computes C[kBlockM, kBlockN] = A * B^T
 // over K with wgmma.mma_async m64nNk16 (bf16 in, fp32 accumulate), both operands read by the tensor
 // cores straight from 128-byte-swizzled shared memory, fed by a kStages-deep cp.async pipeline.
-// A drop-in for TileGemm (gemm_mainloop.cuh): same interface, same contract (gathered A rows, nullptr
-// = zero row, named-barrier synchronisation of the GEMM threads only, nothing left pending, callable
-// tile after tile inside a persistent kernel), same visit / visit_col16, so epilogue.cuh works as is.
+// A drop-in for TileGemm (gemm_mainloop.cuh): an AllThreadTile as well (tile_gemm.cuh: gathered A rows,
+// nullptr = zero row, named-barrier synchronisation of the GEMM threads only, nothing left pending,
+// callable tile after tile inside a persistent kernel), same visit / visit_col16, so epilogue.cuh works
+// as is.
 //
 // Work split: warpgroup g (threads [128 g, 128 g + 128)) owns the 64 x kGroupTileN group tile
 // (g / kGroupsN, g % kGroupsN) and issues one m64n{kGroupTileN}k16 per 16 of K. Every GEMM thread also

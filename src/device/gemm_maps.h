@@ -1,8 +1,11 @@
 // Index maps of the tensor-core tile GEMM (gemm_mainloop.cuh) and the SwiGLU epilogue (epilogue.cuh):
-// shared-memory swizzle, ldmatrix source rows, mma.m16n8k16 fragment ownership and the gate/up
-// interleave of w13 rows. Plain arithmetic, identical on host and device, so the CPU tests
-// (tests/cpu/gemm) check exactly what the kernels compute.
+// shared-memory swizzle, ldmatrix source rows, mma.m16n8k16 fragment ownership, the gate/up
+// interleave of w13 rows and the all-thread tiles' B-row maps (which weight row feeds each tile
+// column). Plain arithmetic, identical on host and device, so the CPU tests (tests/cpu/gemm) check
+// exactly what the kernels compute.
 #pragma once
+#include <cstdint>
+
 #include "common/host_device.h"
 
 namespace epfuse::device {
@@ -68,5 +71,34 @@ EPFUSE_HD int swiglu_w13_row(int tile_col, int n_out0, int inter) {
 // Output column (relative to n_out0) computed from tile column tile_col (gate or up).
 EPFUSE_HD int swiglu_out_col(int tile_col) { return (tile_col / 16) * 8 + tile_col % 8; }
 EPFUSE_HD bool swiglu_is_up(int tile_col) { return (tile_col % 16) >= 8; }
+
+// ---- B-row maps: the b_row operand of TileGemm / TileGemmWgmma's mainloop (T: the weight element) ----
+// A plain Linear y = x W^T with W [N, K] row-major: tile column j reads row n0 + j.
+template <class T>
+struct DenseBRow {
+  const T* weight;
+  int K;
+  int n0;
+  EPFUSE_HD const T* operator()(int j) const { return weight + static_cast<int64_t>(n0 + j) * K; }
+};
+template <class T>
+EPFUSE_HD DenseBRow<T> dense_b_row(const T* weight, int K, int n0) {
+  return DenseBRow<T>{weight, K, n0};
+}
+
+// Linear1 + SwiGLU over one expert's w13 [2I, H] (rows [0, I) gate, [I, 2I) up): a tile of block_n
+// columns computes outputs [n_out0, n_out0 + block_n / 2); n_out0 % 8 == 0 (swiglu_w13_row).
+template <class T>
+struct SwigluBRow {
+  const T* w13;
+  int H;
+  int I;
+  int n_out0;
+  EPFUSE_HD const T* operator()(int j) const { return w13 + static_cast<int64_t>(swiglu_w13_row(j, n_out0, I)) * H; }
+};
+template <class T>
+EPFUSE_HD SwigluBRow<T> swiglu_b_row(const T* w13_expert, int H, int I, int n_out0) {
+  return SwigluBRow<T>{w13_expert, H, I, n_out0};
+}
 
 }  // namespace epfuse::device

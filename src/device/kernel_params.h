@@ -7,7 +7,7 @@
 #include <cuda_bf16.h>
 #include <nccl.h>
 
-#include "device/buffer_layout.h"
+#include "device/regions.h"
 #include "device/error_record.h"
 #include "device/profile_record.h"
 
@@ -33,9 +33,9 @@ struct FusedControl {
 
 struct FusedParams {
   FusedDims dims;      // this layer's shape (the math)
-  FusedDims capacity;  // the workspace's capacity: every region's strides (buffer_layout.h), shared by layers
-  SymLayout sym;       // made from `capacity`
-  PrivLayout priv;     // made from `capacity`
+  FusedDims capacity;  // the workspace's capacity: every region's strides (regions.h), shared by layers
+  SymRegions sym;       // made from `capacity`
+  PrivRegions priv;     // made from `capacity`
   int rank = 0;
   int num_tokens = 0;
   uint32_t host_status = 0;   // ErrorKind the host found in this call's arguments (then num_tokens = 0)
@@ -52,7 +52,7 @@ struct FusedParams {
   CUtensorMap w13_map{};
   CUtensorMap w2_map{};
   ncclWindow_t window = nullptr;       // the symmetric window under LsaTransport (transport.cuh)
-  char* workspace = nullptr;           // private workspace base (PrivLayout offsets)
+  char* workspace = nullptr;           // private workspace base (PrivRegions offsets)
   FusedProfile* profile = nullptr;     // optional in-kernel profile (profile_record.h); null = off
   // The symmetric window under LoopbackTransport: rank r's copy at slices + r * stride. Last, so that
   // the fields above keep their parameter offsets in the LSA kernel.

@@ -6,8 +6,8 @@
 #include <cstdint>
 
 #include "device/context.cuh"
-#include "device/errors.cuh"
 #include "device/routing.h"
+#include "device/wait.cuh"
 
 namespace epfuse::device {
 

@@ -44,7 +44,7 @@ class TaskProfiler {
 
   // After TaskScheduler::next() (the time since the previous task ended, its wait for the plan
   // included, goes to the scheduler bucket). Every thread calls it.
-  // g: the threads that run the tasks (the whole CTA, or the math warps of the GEMM region).
+  // g: the threads that run the tasks (the whole CTA, or the math warps of a warp-specialised CTA).
   __device__ void after_next(int scheduler_bucket, const ThreadGroup& g = ThreadGroup::cta()) {
     if (on() && g.leader()) close(scheduler_bucket, globaltimer_ns(), take_wait());
   }

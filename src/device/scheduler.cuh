@@ -1,14 +1,20 @@
-// Which CTA does what, apart from the math: CTAs take task ids from one atomic counter in
-// id order (task_map.h); ids past the static phases wait for this call's expert plan and GEMM schedule
-// to learn how many GEMM tiles exist and in which order. The last CTA to finish resets the per-call
-// counters for the next launch.
+// Which CTA does what, apart from the math:
+//   TaskScheduler: CTAs take task ids from one atomic counter in id order (task_map.h); ids past the
+//     static phases wait for this call's expert plan and GEMM schedule to learn how many GEMM tiles
+//     exist and in which order. The last CTA to finish resets the per-call counters for the next launch.
+//   TaskQueue: within a warp-specialised CTA, the hand-over of each task from the producer role, which
+//     takes the ids, to the math role (fused_kernel.cu), through slots in shared memory.
 #pragma once
 #include <cstdint>
 
 #include "device/context.cuh"
 #include "device/errors.cuh"
+#include "device/mbarrier.cuh"
+#include "device/ptx.cuh"
 #include "device/signals.cuh"
 #include "device/task_map.h"
+#include "device/thread_group.cuh"
+#include "device/wait.cuh"
 
 namespace epfuse::device {
 
@@ -17,8 +23,8 @@ class TaskScheduler {
  public:
   __device__ explicit TaskScheduler(const FusedContext<Transport>& c) : c_(c), space_(make_task_space(c.prm->num_tokens)) {}
 
-  // The next task for group g (kDone when there is none, or after an abort): the whole CTA, or in the
-  // GEMM region its producer warps, which hand each task on to the math warps (gemm_region.cuh).
+  // The next task for group g (kDone when there is none, or after an abort): the whole CTA, or in a
+  // warp-specialised CTA its producer warps, which hand each task on to the math warps (TaskQueue).
   __device__ Task next(const ThreadGroup& g = ThreadGroup::cta()) {
     __shared__ uint32_t id;
     g.sync();
@@ -78,6 +84,62 @@ class TaskScheduler {
   const FusedContext<Transport>& c_;
   TaskSpace space_;
   bool have_plan_ = false;
+};
+
+// The task hand-over between the roles of a warp-specialised CTA, in its shared memory: the producer
+// warpgroup prepares a task (waits for its inputs, fills its row table), posts it to a slot and issues
+// its operand loads; the math warpgroups take the slots in order and free each when done with it.
+//   full[s]:  the producer posted item[s] (table[s] is filled): 1 arrival.
+//   empty[s]: the math warps are done with item[s] and table[s]: 1 arrival.
+// With two slots the producer runs at most one task ahead: it claims task n + 1 only after issuing every
+// load of task n, so the math warps never wait for a producer stuck in a later task's wait, and taking
+// ids in order still cannot deadlock (a task waits only for smaller ids; docs/fused_design.md).
+template <class Item, class Table, int kSlots_ = 2>
+struct TaskQueue {
+  static constexpr int kSlots = kSlots_;
+  Table table[kSlots];
+  Item item[kSlots];
+  uint64_t full[kSlots];
+  uint64_t empty[kSlots];
+
+  // Once per launch, by one thread; the caller fences the barriers' init and synchronises the CTA.
+  __device__ void init() {
+    for (int s = 0; s < kSlots; ++s) {
+      ptx::mbar_init(ptx::smem_u32(&full[s]), 1);
+      ptx::mbar_init(ptx::smem_u32(&empty[s]), 1);
+    }
+  }
+
+  // The slot of the n-th task a role handles (both roles count from 0).
+  __device__ static int slot(uint32_t n) { return static_cast<int>(n % kSlots); }
+
+  // Producer: until the math warps are done with the slot's previous task (a fresh barrier passes
+  // parity 1). False when the wait was abandoned.
+  template <class Transport>
+  __device__ bool wait_free(const FusedContext<Transport>& c, uint32_t n) {
+    return wait(c, empty[slot(n)], ((n / kSlots) & 1u) ^ 1u, slot(n));
+  }
+  // Producer, one thread: the task is in item[s] and table[s] (release: they go with the arrival).
+  __device__ void post(int s) { ptx::mbar_arrive(ptx::smem_u32(&full[s])); }
+
+  // Math: until the n-th task is posted. False when the wait was abandoned.
+  template <class Transport>
+  __device__ bool wait_posted(const FusedContext<Transport>& c, uint32_t n) {
+    return wait(c, full[slot(n)], (n / kSlots) & 1u, slot(n));
+  }
+  // Math, the leader of g: done with slot s.
+  __device__ void release(int s, const ThreadGroup& g) {
+    if (g.leader()) ptx::mbar_arrive(ptx::smem_u32(&empty[s]));
+  }
+
+ private:
+  // A slot barrier's phase (bounded: the other side may sit in a wait of its own bounded by the
+  // timeout, so this one allows twice that before it reports the slot).
+  template <class Transport>
+  __device__ static bool wait(const FusedContext<Transport>& c, uint64_t& bar, uint32_t parity, int slot) {
+    return mbar_wait(ptx::smem_u32(&bar), parity, c.limit(2 * c.prm->timeout_ns),
+                     [&] { report_timeout(c.ctl, c.prm->rank, c.site(Phase::kDone, WaitKind::kTaskSlot, slot), 0, 0); });
+  }
 };
 
 }  // namespace epfuse::device

@@ -74,7 +74,7 @@ struct ExpertPlan {
   int* seg_code;        // [2L] expert * 2 + kind (kSegLinear1, kSegLinear2)
 };
 
-// Carves the plan out of plan_ints(dims) ints (buffer_layout.h; keep the two in step).
+// Carves the plan out of plan_ints(dims) ints (regions.h; keep the two in step).
 EPFUSE_HD ExpertPlan plan_view(int* ints, int world, int local_experts) {
   ExpertPlan p;
   p.rows = ints;

@@ -1,5 +1,5 @@
 // The threads a task runs on. Most CTAs run every task on all their threads (ThreadGroup::cta(), whose
-// barrier is __syncthreads). The warp-specialised GEMM region (gemm_region.cuh) splits the CTA into a
+// barrier is __syncthreads). A warp-specialised CTA (fused_kernel.cu) splits from its GEMM phase on into a
 // producer warpgroup and the math warpgroups, each synchronising on its own named barrier, so the
 // shared task code (scheduler, waits, combine, profile) takes the group it runs on.
 #pragma once

@@ -1,9 +1,18 @@
-// The fused MoE kernel: one persistent launch per forward, composing the device pieces by role
-// (layout, dispatch, expert tiles, combine) under the task scheduler. One instantiation per shape of
-// heuristics.h's kFusedTileShapes (TileGemmTma, TileGemmWgmma or TileGemm); the host picks one per call
-// from the expected rows per expert. With the warp-specialised TileGemmTma a CTA hands its GEMM and
-// combine tasks to the GEMM region (gemm_region.cuh: producer and math warpgroups); with the others
-// every thread runs every task.
+// The fused MoE kernel: one persistent launch per forward; this file is the whole CTA program. A CTA
+// takes tasks from the scheduler (scheduler.cuh) in id order and runs each (task_map.h):
+//   layout / publish / collect (layout.cuh), dispatch (dispatch.cuh), the expert GEMM tiles (Linear1,
+//   Linear2: expert_ffn.cuh, over a tile GEMM's mainloop and epilogue.cuh), combine (combine.cuh).
+// With an all-thread tile GEMM (TileGemm, TileGemmWgmma) every thread runs every task (cta_program).
+// With the warp-specialised TileGemmTma a CTA runs its tasks before the GEMM phase on all threads and
+// then splits for good into two roles (warp_specialised_roles), each with its own loop:
+//   producer warpgroup (warps 0-3, kProducerRegs registers): takes task ids from the scheduler, waits
+//     for a tile's inputs, reads its row table, posts the task to the math warps (scheduler.cuh
+//     TaskQueue: two slots in shared memory) and issues all its operand loads into the ring; then takes
+//     the next id while they compute;
+//   math warpgroups (warps 4-11, kConsumerRegs registers): take each posted task: a GEMM tile's wgmma
+//     k-loop and epilogue, or a combine task (one warp per token); then free its slot.
+// One instantiation per shape of heuristics.h's kFusedTileShapes; the host picks one per call from the
+// expected rows per expert.
 #include "fused/fused_kernel.h"
 
 #include <algorithm>
@@ -21,35 +30,120 @@
 #include "device/gemm_mainloop.cuh"
 #include "device/gemm_mainloop_wgmma.cuh"
 #include "device/gemm_mainloop_tma.cuh"
-#include "device/gemm_region.cuh"
 #include "device/layout.cuh"
 #include "device/profile.cuh"
 #include "device/scheduler.cuh"
+#include "device/tile_gemm.cuh"
 
 namespace epfuse::fused {
 namespace {
 
 using device::Phase;
+using device::Task;
+using device::TaskProfiler;
+using device::TaskScheduler;
+using device::ThreadGroup;
 
+// ---- the roles of a warp-specialised CTA, from its first task of the GEMM phase on ----
+
+// The producer warpgroup: takes task ids from the scheduler and hands each on through the queue.
+template <class Tiles, class Transport>
+__device__ void producer_role(const device::FusedContext<Transport>& c, TaskScheduler<Transport>& scheduler, Task task,
+                              void* smem) {
+  using Gemm = typename Tiles::Gemm;
+  const ThreadGroup g = Tiles::producers();
+  const device::FusedParams& prm = *c.prm;
+  const int H = prm.dims.hidden, I = prm.dims.intermediate;
+  auto& queue = Tiles::shared(smem).queue;
+  typename Gemm::RingPos ring;
+  for (uint32_t n = 0;; ++n) {
+    const int s = queue.slot(n);
+    if (g.sync_or(!queue.wait_free(c, n))) break;
+    const bool gemm = Tiles::is_gemm(task.phase);
+    bool ok = true;
+    const __nv_bfloat16* a_rows[Gemm::kProducerRows] = {};  // this thread's A rows of the tile
+    device::TileRows w{};
+    if (gemm && (ok = device::wait_tile_inputs(c, g, task.phase, task.tile, 2 * I / Gemm::kBlockN)))
+      Tiles::prepare(c, g, task, I, queue.table[s], a_rows, w);
+    if (g.leader()) {
+      queue.item[s] = {ok ? task : Task{Phase::kDone, 0, {}}, w.rows,
+                       gemm ? static_cast<int64_t>(c.plan.pair_off[w.expert]) + w.row0 : 0};
+      queue.post(s);
+    }
+    if (!ok || task.phase == Phase::kDone) break;
+    if (gemm && !Tiles::load(c, g, task, a_rows, H, I, ring, smem)) break;
+    task = scheduler.next(g);
+  }
+  device::ptx::cp_async_wait_all();  // leave no copy in flight behind an exited thread
+}
+
+// The math warpgroups: take each task the producer posted, run it, free its slot.
+template <class Tiles, class Transport>
+__device__ void math_role(const device::FusedContext<Transport>& c, TaskScheduler<Transport>& scheduler,
+                          TaskProfiler& profiler, void* smem) {
+  using Gemm = typename Tiles::Gemm;
+  const ThreadGroup g = Tiles::consumers();
+  auto& sh = Tiles::shared(smem);
+  typename Gemm::RingPos ring;
+  for (uint32_t n = 0;; ++n) {
+    const int s = sh.queue.slot(n);
+    const bool failed = g.sync_or(!sh.queue.wait_posted(c, n));
+    const typename Tiles::Posted posted = sh.queue.item[s];
+    const Task& task = posted.task;
+    profiler.after_next(static_cast<int>(Phase::kDone), g);
+    if (failed || task.phase == Phase::kDone) break;
+    // A GEMM tile frees its slot once its epilogue no longer reads the row table, before its release
+    // adds (a gpu / sys scope release waits ~1 us for the CTA's stores; only the adding threads wait).
+    switch (task.phase) {
+      case Phase::kLinear1: Tiles::linear1(c, posted, sh, s, ring, smem, g); break;
+      case Phase::kLinear2: Tiles::linear2(c, posted, sh, s, ring, smem, g); break;
+      default:
+        sh.queue.release(s, g);
+        if (task.phase == Phase::kCombine) device::combine_task(c, task.index, g);
+        break;
+    }
+    profiler.after_task(static_cast<int>(task.phase), g);
+  }
+  profiler.flush(g);
+  scheduler.finish(g);
+}
+
+// Every thread of the CTA, with its first task from the GEMM phase on; the CTA ends in here.
+template <class Tiles, class Transport>
+__device__ void warp_specialised_roles(const device::FusedContext<Transport>& c, TaskScheduler<Transport>& scheduler,
+                                       TaskProfiler& profiler, Task first, void* smem) {
+  using Gemm = typename Tiles::Gemm;
+  if (threadIdx.x < Gemm::kProducerThreads) {
+    device::ptx::setmaxnreg_dec<Gemm::kProducerRegs>();
+    producer_role<Tiles>(c, scheduler, first, smem);
+  } else {
+    device::ptx::setmaxnreg_inc<Gemm::kConsumerRegs>();
+    math_role<Tiles>(c, scheduler, profiler, smem);
+  }
+}
+
+// ---- the CTA program ----
 template <class Gemm, class Transport>
 __global__ void __launch_bounds__(Gemm::kThreads, 1) fused_moe_kernel(const __grid_constant__ device::FusedParams prm) {
   extern __shared__ __align__(1024) char smem[];
   // A workspace that failed in an earlier call runs nothing; y gets NaN rather than stale values (a
   // graph replay has no host check in between).
   if (device::workspace_broken(prm)) return device::fill_y_with_nan(prm);
-  constexpr bool kRegion = requires { Gemm::kWarpSpecialised; };
+  static_assert(device::TileGemmKind<Gemm>, "a tile GEMM of one kind (tile_gemm.cuh)");
+  constexpr bool kRoles = device::WarpSpecialisedTile<Gemm>;
   using Tiles = device::ExpertTiles<Gemm>;
-  if constexpr (kRegion) device::GemmRegion<Gemm>::init(smem);
+  using RoleTiles = device::WarpSpecialisedTiles<Gemm>;
+  if constexpr (kRoles) RoleTiles::init(smem);
   const auto c = device::FusedContext<Transport>::make(prm);
   const int nblocks1 = 2 * prm.dims.intermediate / Gemm::kBlockN;
   const int nblocks2 = prm.dims.hidden / Gemm::kBlockN;
-  device::TaskScheduler scheduler(c);
-  device::TaskProfiler profiler(prm.profile);
+  TaskScheduler scheduler(c);
+  TaskProfiler profiler(prm.profile);
   for (;;) {
-    const device::Task task = scheduler.next();
+    const Task task = scheduler.next();
     profiler.after_next(static_cast<int>(Phase::kDone));
-    if constexpr (kRegion) {
-      if (task.phase >= Phase::kLinear1) return device::GemmRegion<Gemm>::run(c, scheduler, profiler, task, smem);
+    if constexpr (kRoles) {
+      if (task.phase >= Phase::kLinear1) return warp_specialised_roles<RoleTiles>(c, scheduler, profiler, task, smem);
     }
     if (task.phase == Phase::kDone) break;
     switch (task.phase) {
@@ -58,10 +152,10 @@ __global__ void __launch_bounds__(Gemm::kThreads, 1) fused_moe_kernel(const __gr
       case Phase::kDispatch: device::dispatch_task(c, task.index, scheduler.space().layout, smem); break;
       case Phase::kCollect: device::collect_task(c, Gemm::kBlockM, nblocks1, nblocks2); break;
       case Phase::kLinear1:
-        if constexpr (!kRegion) Tiles::linear1(c, task.tile, smem);
+        if constexpr (!kRoles) Tiles::linear1(c, task.tile, smem);
         break;
       case Phase::kLinear2:
-        if constexpr (!kRegion) Tiles::linear2(c, task.tile, smem);
+        if constexpr (!kRoles) Tiles::linear2(c, task.tile, smem);
         break;
       case Phase::kCombine: device::combine_task(c, task.index); break;
       case Phase::kDone: break;
@@ -97,6 +191,8 @@ struct GemmOf {
                          device::TileGemm<S.block_m, S.block_n, S.block_k, S.stages, S.warps_m, S.warps_n>>>;
   static_assert(type::kThreads == S.threads() && type::kBlockM == S.block_m && type::kBlockN == S.block_n,
                 "the shape table and the tile GEMM agree");
+  static_assert(device::TileGemmKind<type> && device::WarpSpecialisedTile<type> == (S.mma == GemmMma::kWgmmaTma),
+                "every mainloop satisfies the tile contract (tile_gemm.cuh) of its kind");
 };
 template <size_t I>
 using GemmAt = typename GemmOf<I>::type;
@@ -119,7 +215,7 @@ KernelShape fused_kernel_shape(const GemmTileShape& tile, const device::FusedDim
     using Gemm = decltype(gemm);
     ks.threads = Gemm::kThreads;
     constexpr int kTileSmem = [] {
-      if constexpr (requires { Gemm::kWarpSpecialised; }) return device::GemmRegion<Gemm>::kSmemBytes;
+      if constexpr (device::WarpSpecialisedTile<Gemm>) return device::WarpSpecialisedTiles<Gemm>::kSmemBytes;
       else return device::ExpertTiles<Gemm>::kSmemBytes;
     }();
     ks.smem_bytes = std::max(static_cast<size_t>(kTileSmem), scratch_bytes(dims));

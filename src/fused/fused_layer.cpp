@@ -1,6 +1,7 @@
 #include "fused/fused_layer.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -8,10 +9,13 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
+#include <unistd.h>
 #include <utility>
 
 #include <cuda_runtime.h>
 
+#include "comm/agree.h"
 #include "common/check.h"
 #include "common/device_buffer.h"
 #include "common/device_guard.h"
@@ -20,6 +24,7 @@
 #include "device/kernel_params.h"
 #include "epfuse/error.h"
 #include "fused/describe_error.h"
+#include "fused/fault.h"
 #include "fused/fused_kernel.h"
 #include "fused/heuristics.h"
 #include "fused/plan.h"
@@ -38,13 +43,14 @@ bool profile_print_from_env() {
   return s != nullptr && std::string(s) == "1";
 }
 
-uint64_t timeout_ms_from_env() {
+uint64_t timeout_ms_from_env(int rank) {
   const char* s = std::getenv("EPFUSE_TIMEOUT_MS");
   if (s == nullptr || *s == '\0') return kDefaultTimeoutMs;
   char* end = nullptr;
   const unsigned long long v = std::strtoull(s, &end, 10);
-  if (*end != '\0' || v == 0)
-    throw Error(ErrorCode::kInvalidArgument, std::string("EPFUSE_TIMEOUT_MS = '") + s + "' is not a positive integer");
+  if (*end != '\0' || v == 0 || *s == '-' || v > 24ull * 3600 * 1000)
+    throw Error(ErrorCode::kInvalidArgument, "rank " + std::to_string(rank) + ": EPFUSE_TIMEOUT_MS = '" + s +
+                                                 "' is not a whole number of milliseconds in [1, 86400000]");
   return v;
 }
 
@@ -66,41 +72,61 @@ class FusedWorkspace final : public Workspace {
  public:
   FusedWorkspace(Communicator& comm, const LayerConfig& capacity)
       : comm_(comm), capacity_(capacity), plan_(plan_fused(capacity, comm.world_size())) {
-    validate_config(capacity, comm.world_size());
     const std::string who = "rank " + std::to_string(comm.rank()) + ": ";
-    // Under NCCL every peer is reached through LSA pointers: all ranks must share one NVLink domain
-    // (the inter-node GIN path is not implemented).
-    if (comm.transport() == Transport::kNccl) {
-      const int lsa_ranks = lsa_team_size(comm.nccl());
-      EPFUSE_REQUIRE(lsa_ranks == comm.world_size(), ErrorCode::kUnsupported,
-                     who + "fused layer needs all " + std::to_string(comm.world_size()) +
-                         " ranks in one NVLink (LSA) team; this rank's team has " + std::to_string(lsa_ranks));
-    } else {
-      const int queues = device_connections_from_env();
-      EPFUSE_REQUIRE(queues >= comm.world_size(), ErrorCode::kUnsupported,
-                     who + "one-GPU mode with " + std::to_string(comm.world_size()) +
-                         " ranks needs CUDA_DEVICE_MAX_CONNECTIONS >= " + std::to_string(comm.world_size()) +
-                         " (found " + std::to_string(queues) +
-                         "), set before the process's first CUDA call: ranks sharing a hardware queue "
-                         "wait for each other's forwards forever");
-    }
-    timeout_ns_ = timeout_ms_from_env() * 1000000ull;
+    // Creation is collective: each step's local work (checks, allocations) ends with every rank
+    // agreeing that all of them succeeded (agree_on_step), so that one rank's failure (a bad
+    // EPFUSE_TIMEOUT_MS, an allocation) fails every rank instead of leaving them in the next
+    // collective.
+    detail::agree_on_step(comm, "Workspace::create", [&] {
+      validate_config(capacity, comm.world_size());
+      // Under NCCL every peer is reached through LSA pointers: all ranks must share one NVLink domain
+      // (the inter-node GIN path is not implemented).
+      if (comm.transport() == Transport::kNccl) {
+        const int lsa_ranks = lsa_team_size(comm.nccl());
+        EPFUSE_REQUIRE(lsa_ranks == comm.world_size(), ErrorCode::kUnsupported,
+                       who + "fused layer needs all " + std::to_string(comm.world_size()) +
+                           " ranks in one NVLink (LSA) team; this rank's team has " + std::to_string(lsa_ranks));
+      } else {
+        const int queues = device_connections_from_env();
+        EPFUSE_REQUIRE(queues >= comm.world_size(), ErrorCode::kUnsupported,
+                       who + "one-GPU mode with " + std::to_string(comm.world_size()) +
+                           " ranks needs CUDA_DEVICE_MAX_CONNECTIONS >= " + std::to_string(comm.world_size()) +
+                           " (found " + std::to_string(queues) +
+                           "), set before the process's first CUDA call: ranks sharing a hardware queue "
+                           "wait for each other's forwards forever");
+      }
+      timeout_ns_ = timeout_ms_from_env(comm.rank()) * 1000000ull;
+      if (std::optional<Fault> f = fault_from_env(); f && f->kind == FaultKind::kFailCreate && f->rank == comm.rank())
+        throw Error(ErrorCode::kCuda, who + "EPFUSE_FAULT: fail_create: the workspace's allocation failed (injected)");
+    });
     detail::DeviceGuard guard(comm.device());
     // Zeroed once: flags and counters then only move forward (epochs, monotonic counters), and the
     // control block's epoch starts at 0 (the first call is epoch 1). Peers may write into this window
-    // as soon as their first forward starts, so every rank zeroes before the barrier.
-    window_ = comm.alloc_symmetric(plan_.symmetric_bytes());  // collective
-    EPFUSE_CUDA_CHECK(cudaMemset(window_.local(), 0, plan_.symmetric_bytes()));
-    private_ = detail::DeviceBuffer(plan_.private_bytes());
-    EPFUSE_CUDA_CHECK(cudaMemset(private_.as(), 0, plan_.private_bytes()));
-    EPFUSE_CUDA_CHECK(cudaEventCreateWithFlags(&last_forward_, cudaEventDisableTiming));
-    EPFUSE_CUDA_CHECK(cudaDeviceSynchronize());
-    comm.barrier();
+    // as soon as their first forward starts, so every rank zeroes before the final agreement.
+    window_ = comm.alloc_symmetric(plan_.symmetric_bytes());  // collective, agreed inside
+    detail::agree_on_step(comm, "Workspace::create (buffers)", [&] {
+      EPFUSE_CUDA_CHECK(cudaMemset(window_.local(), 0, plan_.symmetric_bytes()));
+      private_ = detail::DeviceBuffer(plan_.private_bytes());
+      EPFUSE_CUDA_CHECK(cudaMemset(private_.as(), 0, plan_.private_bytes()));
+      EPFUSE_CUDA_CHECK(cudaEventCreateWithFlags(&last_forward_, cudaEventDisableTiming));
+      EPFUSE_CUDA_CHECK(cudaDeviceSynchronize());
+    });
   }
 
   ~FusedWorkspace() override {
+    // Destruction is collective under NCCL (the window's deregistration): meet the peers first in a
+    // bounded barrier, so that a dead peer costs the collective timeout and an abort (after which the
+    // window is freed locally) instead of a hang. The loopback world frees its slices without a
+    // collective.
+    if (comm_.transport() == Transport::kNccl && !comm_.aborted()) {
+      try {
+        comm_.barrier();
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "epfuse: destroying the fused workspace: %s\n", e.what());
+      }
+    }
     detail::DeviceGuard guard(comm_.device());
-    cudaEventDestroy(last_forward_);  // destructor: nothing to report an error to
+    if (last_forward_ != nullptr) cudaEventDestroy(last_forward_);  // destructor: nothing to report an error to
     private_ = detail::DeviceBuffer();  // freed on the communicator's device
   }
 
@@ -108,6 +134,7 @@ class FusedWorkspace final : public Workspace {
   Communicator& comm() const override { return comm_; }
   MemoryFootprint memory() const override { return {plan_.symmetric_bytes(), plan_.private_bytes()}; }
   bool failed() const override { return failed_; }
+  uint64_t timeout_ms() const { return timeout_ns_ / 1000000ull; }
 
   std::string check_fits(const LayerConfig& cfg) const override {
     auto over = [](const char* field, long long v, long long cap) {
@@ -183,49 +210,60 @@ class FusedLayer final : public MoeLayer {
       : cfg_(cfg), owned_(std::move(owned)), ws_(ws), weights_(weights), dims_(plan_fused(cfg, ws.comm().world_size()).dims) {
     Communicator& comm = ws.comm();
     const std::string who = "rank " + std::to_string(comm.rank()) + ": ";
-    validate_config(cfg, comm.world_size());
-    EPFUSE_REQUIRE(weights.w13 != nullptr && weights.w2 != nullptr, ErrorCode::kInvalidArgument,
-                   who + "fused layer: expert weights are null");
-    const std::string fits = ws.check_fits(cfg);
-    EPFUSE_REQUIRE(fits.empty(), ErrorCode::kInvalidConfig, who + "the layer does not fit its workspace: " + fits);
-    detail::DeviceGuard guard(comm.device());
-    int sms = 0;
-    EPFUSE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, comm.device()));
-    // The CTAs of a launch wait for each other and for the peers' launches, so every CTA of every
-    // kernel sharing this GPU (one per rank in the one-GPU mode) must be resident at once: a CTA
-    // waiting for an SM would never be scheduled while the resident ones spin. Checked here for every
-    // tile shape a call may pick.
-    const int sharing = comm.ranks_per_device();
-    grid_ = cfg.num_sms > 0 ? cfg.num_sms : sms / sharing;
-    EPFUSE_REQUIRE(grid_ >= 1, ErrorCode::kUnsupported,
-                   who + "fused layer: " + std::to_string(sharing) + " ranks cannot share the " + std::to_string(sms) +
-                       " SMs of this GPU (at least one SM per rank)");
-    for (const GemmTileShape& s : supported_fused_tiles(cfg)) {
-      const int per_sm = prepare_fused_kernel(comm.transport(), s, dims_);
-      const std::string kernel = "fused kernel (block_m " + std::to_string(s.block_m) + ", " +
-                                 std::to_string(fused_kernel_shape(s, dims_).smem_bytes) + " B smem)";
-      EPFUSE_REQUIRE(per_sm >= 1, ErrorCode::kUnsupported, who + kernel + " cannot be resident on this GPU");
-      EPFUSE_REQUIRE(static_cast<int64_t>(grid_) * sharing <= static_cast<int64_t>(sms) * per_sm,
-                     ErrorCode::kUnsupported,
-                     who + "SM budget num_sms = " + std::to_string(grid_) + " cannot be resident: " +
-                         std::to_string(sharing) + " rank(s) x " + std::to_string(grid_) + " CTAs of the " + kernel +
-                         " need more than this GPU's " + std::to_string(sms) + " SMs x " + std::to_string(per_sm) +
-                         " CTA(s) per SM (every CTA must be resident at once)");
-    }
-    // TMA views of the weights (TileGemmTma), encoded once: the weights stay put for the layer's life.
-    const int64_t L = dims_.local_experts(), H = cfg.hidden, I = cfg.intermediate;
-    w13_map_ = weight_tensor_map(weights.w13, L * 2 * I, H, device::kWeightBoxRows);
-    w2_map_ = weight_tensor_map(weights.w2, L * H, I, device::kWeightBoxRows);
-    // One-GPU mode: cudaFuncSetAttribute above (prepare_fused_kernel) waits for running launches of
-    // the kernel, and a peer that already left creation may have launched a forward that waits for
-    // this rank: no rank leaves creation before every rank is past those calls.
-    if (comm.transport() == Transport::kLoopback) comm.barrier();
+    // Collective like the workspace's: every rank's local steps, then an agreement that all succeeded
+    // (agree_on_step), so that no rank goes on to forward while a peer's creation failed. The
+    // agreement also keeps every rank in creation until all are past cudaFuncSetAttribute
+    // (prepare_fused_kernel), which waits for running launches of the kernel: in the one-GPU mode a
+    // peer's forward may wait for this rank.
+    detail::agree_on_step(comm, "MoeLayer::create (fused)", [&] {
+      validate_config(cfg, comm.world_size());
+      EPFUSE_REQUIRE(weights.w13 != nullptr && weights.w2 != nullptr, ErrorCode::kInvalidArgument,
+                     who + "fused layer: expert weights are null");
+      const std::string fits = ws.check_fits(cfg);
+      EPFUSE_REQUIRE(fits.empty(), ErrorCode::kInvalidConfig, who + "the layer does not fit its workspace: " + fits);
+      detail::DeviceGuard guard(comm.device());
+      int sms = 0;
+      EPFUSE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, comm.device()));
+      // The CTAs of a launch wait for each other and for the peers' launches, so every CTA of every
+      // kernel sharing this GPU (one per rank in the one-GPU mode) must be resident at once: a CTA
+      // waiting for an SM would never be scheduled while the resident ones spin. Checked here for every
+      // tile shape a call may pick.
+      const int sharing = comm.ranks_per_device();
+      grid_ = cfg.num_sms > 0 ? cfg.num_sms : sms / sharing;
+      EPFUSE_REQUIRE(grid_ >= 1, ErrorCode::kUnsupported,
+                     who + "fused layer: " + std::to_string(sharing) + " ranks cannot share the " + std::to_string(sms) +
+                         " SMs of this GPU (at least one SM per rank)");
+      for (const GemmTileShape& s : supported_fused_tiles(cfg)) {
+        const int per_sm = prepare_fused_kernel(comm.transport(), s, dims_);
+        const std::string kernel = "fused kernel (block_m " + std::to_string(s.block_m) + ", " +
+                                   std::to_string(fused_kernel_shape(s, dims_).smem_bytes) + " B smem)";
+        EPFUSE_REQUIRE(per_sm >= 1, ErrorCode::kUnsupported, who + kernel + " cannot be resident on this GPU");
+        EPFUSE_REQUIRE(static_cast<int64_t>(grid_) * sharing <= static_cast<int64_t>(sms) * per_sm,
+                       ErrorCode::kUnsupported,
+                       who + "SM budget num_sms = " + std::to_string(grid_) + " cannot be resident: " +
+                           std::to_string(sharing) + " rank(s) x " + std::to_string(grid_) + " CTAs of the " + kernel +
+                           " need more than this GPU's " + std::to_string(sms) + " SMs x " + std::to_string(per_sm) +
+                           " CTA(s) per SM (every CTA must be resident at once)");
+      }
+      // TMA views of the weights (TileGemmTma), encoded once: the weights stay put for the layer's life.
+      const int64_t L = dims_.local_experts(), H = cfg.hidden, I = cfg.intermediate;
+      w13_map_ = weight_tensor_map(weights.w13, L * 2 * I, H, device::kWeightBoxRows);
+      w2_map_ = weight_tensor_map(weights.w2, L * H, I, device::kWeightBoxRows);
+      // Fault injection (fault.h): only the rank it names keeps it. bad_ids needs a private copy of the
+      // ids, allocated here where a device-synchronising allocation cannot wait for a peer's forward.
+      if (std::optional<Fault> f = fault_from_env(); f && f->rank == comm.rank()) {
+        fault_ = f;
+        if (f->kind == FaultKind::kBadIds)
+          fault_ids_ = detail::DeviceArray<int32_t>(static_cast<size_t>(cfg.max_tokens_per_rank) * cfg.topk);
+      }
+    });
   }
 
   ~FusedLayer() override {
-    if (profile_.get() != nullptr) {
+    if (profile_.get() != nullptr || fault_ids_.get() != nullptr) {
       detail::DeviceGuard guard(ws_.comm().device());
       profile_ = detail::DeviceArray<device::FusedProfile>();  // freed on the communicator's device
+      fault_ids_ = detail::DeviceArray<int32_t>();
     }
   }
 
@@ -257,6 +295,8 @@ class FusedLayer final : public MoeLayer {
   void forward(const TokenBatch& in, bf16* y, cudaStream_t stream) override {
     Communicator& comm = ws_.comm();
     const std::string who = "rank " + std::to_string(comm.rank()) + ": ";
+    const int64_t call = calls_++;
+    const bool fault = fault_ && fault_->fires(comm.rank(), call);
     EPFUSE_REQUIRE(!ws_.failed(), ErrorCode::kInternal,
                    who + "the fused layer's workspace is unusable after an earlier device error or bad input; "
                          "re-create it");
@@ -304,6 +344,7 @@ class FusedLayer final : public MoeLayer {
     }
     profiled_ = timing_;
     summed_ = false;
+    if (fault && inject_fault(call, prm, in, stream)) return;
     ws_.before_launch(stream);
     launch_fused_kernel(comm.transport(), tile, prm, grid_, stream);
     ws_.after_launch(stream);
@@ -324,6 +365,37 @@ class FusedLayer final : public MoeLayer {
 
   Impl impl() const override { return Impl::kFused; }
   const LayerConfig& config() const override { return cfg_; }
+
+  // EPFUSE_FAULT's misbehaviour in this call (fault.h), just before the launch; true: do not launch.
+  bool inject_fault(int64_t call, device::FusedParams& prm, const TokenBatch& in, cudaStream_t stream) {
+    const std::string what = "rank " + std::to_string(ws_.comm().rank()) + ": EPFUSE_FAULT: " +
+                             std::string(to_string(fault_->kind)) + " in forward call " + std::to_string(call);
+    std::fprintf(stderr, "epfuse: %s\n", what.c_str());
+    std::fflush(stderr);
+    switch (fault_->kind) {
+      case FaultKind::kSkip: return true;
+      case FaultKind::kStall: {
+        const int64_t ms = fault_->stall_ms >= 0 ? fault_->stall_ms : 2 * static_cast<int64_t>(ws_.timeout_ms());
+        std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+        return false;
+      }
+      case FaultKind::kThrow: throw Error(ErrorCode::kInternal, what + " (thrown before the launch)");
+      case FaultKind::kExit:
+        std::fflush(stdout);
+        ::_exit(1);
+      case FaultKind::kBadIds:
+        if (prm.num_tokens > 0) {
+          const size_t n = static_cast<size_t>(prm.num_tokens) * cfg_.topk;
+          EPFUSE_CUDA_CHECK(cudaMemcpyAsync(fault_ids_.get(), in.topk_idx, n * sizeof(int32_t),
+                                            cudaMemcpyDeviceToDevice, stream));
+          EPFUSE_CUDA_CHECK(cudaMemsetAsync(fault_ids_.get(), 0x7f, sizeof(int32_t), stream));
+          prm.topk_idx = fault_ids_.get();
+        }
+        return false;
+      case FaultKind::kFailCreate: return false;  // acted on at the workspace's creation
+    }
+    return false;
+  }
   // A layer made with its own workspace reports it; on a shared one the layer adds no device memory.
   MemoryFootprint memory() const override { return owned_ ? ws_.memory() : MemoryFootprint{}; }
 
@@ -344,6 +416,10 @@ class FusedLayer final : public MoeLayer {
   detail::DeviceArray<device::FusedProfile> profile_;
   cudaStream_t profiled_stream_ = nullptr;
   ProfileSummary profile_sum_;
+  // Fault injection (fault.h): set only on the rank EPFUSE_FAULT names.
+  int64_t calls_ = 0;  // forwards so far
+  std::optional<Fault> fault_;
+  detail::DeviceArray<int32_t> fault_ids_;  // bad_ids: the corrupted copy of topk_idx
 };
 
 }  // namespace

@@ -28,7 +28,7 @@ struct GemmTileShape {
   constexpr int threads() const { return 32 * warps_m * warps_n + (mma == GemmMma::kWgmmaTma ? 128 : 0); }
   // The wgmma stages start on a 1024-byte boundary (128-byte swizzle atoms): one atom of slack; the
   // mbarrier ring adds two barriers per stage. (The fused kernel adds its row tables and staging:
-  // ExpertTiles / GemmRegion::kSmemBytes.)
+  // ExpertTiles / WarpSpecialisedTiles::kSmemBytes, expert_ffn.cuh.)
   constexpr int smem_bytes() const {
     return stages * (block_m + block_n) * block_k * 2 + (mma == GemmMma::kMmaSync ? 0 : 1024) +
            (mma == GemmMma::kWgmmaTma ? 2 * stages * 8 : 0);

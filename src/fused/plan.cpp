@@ -63,8 +63,8 @@ FusedPlan plan_fused(const LayerConfig& cfg, int world) {
   if (!why.empty()) throw Error(ErrorCode::kInvalidConfig, why);
   FusedPlan p;
   p.dims = device::FusedDims{world, cfg.hidden, cfg.intermediate, cfg.num_experts, cfg.topk, cfg.max_tokens_per_rank};
-  p.sym = device::make_sym_layout(p.dims);
-  p.priv = device::make_priv_layout(p.dims, sizeof(device::FusedControl));
+  p.sym = device::make_sym_regions(p.dims);
+  p.priv = device::make_priv_regions(p.dims, sizeof(device::FusedControl));
   const auto& s = p.sym;
   const auto& v = p.priv;
   p.buffers = {

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "device/buffer_layout.h"
+#include "device/regions.h"
 #include "epfuse/config.h"
 #include "fused/heuristics.h"
 
@@ -20,9 +20,9 @@ struct BufferBytes {
 
 struct FusedPlan {
   device::FusedDims dims;
-  device::SymLayout sym;
-  device::PrivLayout priv;
-  std::vector<BufferBytes> buffers;  // each region, in layout order
+  device::SymRegions sym;
+  device::PrivRegions priv;
+  std::vector<BufferBytes> buffers;  // each region, in address order
   size_t symmetric_bytes() const { return sym.total; }
   size_t private_bytes() const { return priv.total; }
 };

@@ -3,6 +3,7 @@
 
 #include <string>
 
+#include "comm/agree.h"
 #include "epfuse/communicator.h"
 #include "epfuse/error.h"
 #include "epfuse/workspace.h"
@@ -38,18 +39,30 @@ void refuse_fp8_until_implemented(const Communicator& comm, const LayerConfig& c
                                            " layer");
 }
 
+// FP8 weights are checked by the layer that runs them (unfused/fp8_weights.h), which reads their scales.
+void require_weights(const Communicator& comm, const LayerConfig& cfg, const ExpertWeights& weights) {
+  if (cfg.weight_format == WeightFormat::kBf16 && (weights.w13 == nullptr || weights.w2 == nullptr))
+    throw Error(ErrorCode::kInvalidArgument, "rank " + std::to_string(comm.rank()) +
+                                                 ": MoeLayer::create: expert weights w13/w2 must not be null");
+}
+
 }  // namespace
 
 std::unique_ptr<MoeLayer> MoeLayer::create(Impl impl, const LayerConfig& cfg, Communicator& comm,
                                            const ExpertWeights& weights) {
   check_same_config_on_every_rank(comm, cfg, impl, "MoeLayer::create");
   refuse_fp8_until_implemented(comm, cfg, impl);
-  // FP8 weights are checked by the layer (unfused/fp8_weights.h), which reads their scales.
-  if (cfg.weight_format == WeightFormat::kBf16 && (weights.w13 == nullptr || weights.w2 == nullptr))
-    throw Error(ErrorCode::kInvalidArgument, "rank " + std::to_string(comm.rank()) +
-                                                 ": MoeLayer::create: expert weights w13/w2 must not be null");
+  // One rank's null weights fail every rank (its peers would otherwise wait in the next collective).
+  detail::agree_on_step(comm, "MoeLayer::create", [&] { require_weights(comm, cfg, weights); });
   switch (impl) {
-    case Impl::kUnfused: return unfused::make_unfused_layer(cfg, comm, weights);
+    case Impl::kUnfused: {
+      // Its creation has no collective of its own: agree that every rank's succeeded, so that no rank
+      // enters the first forward's NCCL all-to-all while a peer's creation failed.
+      std::unique_ptr<MoeLayer> layer;
+      detail::agree_on_step(comm, "MoeLayer::create (unfused)",
+                            [&] { layer = unfused::make_unfused_layer(cfg, comm, weights); });
+      return layer;
+    }
     case Impl::kFused: return fused::make_fused_layer(cfg, comm, weights);
   }
   throw Error(ErrorCode::kInvalidArgument, "MoeLayer::create: unknown impl " + std::to_string(static_cast<int>(impl)));
@@ -59,9 +72,7 @@ std::unique_ptr<MoeLayer> MoeLayer::create(const LayerConfig& cfg, Workspace& wo
   Communicator& comm = workspace.comm();
   check_same_config_on_every_rank(comm, cfg, Impl::kFused, "MoeLayer::create");
   refuse_fp8_until_implemented(comm, cfg, Impl::kFused);
-  if (weights.w13 == nullptr || weights.w2 == nullptr)
-    throw Error(ErrorCode::kInvalidArgument, "rank " + std::to_string(comm.rank()) +
-                                                 ": MoeLayer::create: expert weights w13/w2 must not be null");
+  detail::agree_on_step(comm, "MoeLayer::create", [&] { require_weights(comm, cfg, weights); });
   return fused::make_fused_layer(cfg, workspace, weights);
 }
 

@@ -37,7 +37,8 @@ class UnfusedLayer final : public MoeLayer {
   ~UnfusedLayer() override;
 
   void forward(const TokenBatch& in, bf16* y, cudaStream_t stream) override;
-  void check_errors(cudaStream_t stream) override { EPFUSE_CUDA_CHECK(cudaStreamSynchronize(stream)); }
+  // Bounded (Communicator::wait_bounded): past the communicator's collective timeout it aborts it.
+  void check_errors(cudaStream_t stream) override { comm_obj_.wait_bounded(stream, "unfused check_errors"); }
   void set_phase_timing(bool enabled) override { timing_ = enabled; }
   std::optional<PhaseTimes> last_phase_times() override;
 
@@ -61,6 +62,7 @@ class UnfusedLayer final : public MoeLayer {
   }
 
   LayerConfig cfg_;
+  Communicator& comm_obj_;
   ncclComm_t comm_;
   int rank_;
   ExpertWeights weights_;
@@ -102,6 +104,7 @@ class UnfusedLayer final : public MoeLayer {
 
 UnfusedLayer::UnfusedLayer(const LayerConfig& cfg, Communicator& comm, const ExpertWeights& weights)
     : cfg_(cfg),
+      comm_obj_(comm),
       comm_(comm.nccl()),
       rank_(comm.rank()),
       weights_(weights),
@@ -313,14 +316,22 @@ HostInputError UnfusedLayer::check_inputs(const TokenBatch& in, const bf16* y) c
   return {};
 }
 
-// Waits, none bounded by the layer (NCCL collectives have no timeout: a peer that never calls
-// forward, or died, holds them until the job is killed or the NCCL communicator is aborted):
-//  - host, here: ncclGroupEnd of an all-to-all may block for the first exchange with a peer (NCCL sets
-//    up connections lazily, together with the peer); cudaStreamSynchronize after the counts exchange
-//    waits for every peer's counts all-to-all (and for this stream's earlier work);
-//  - device: the record and combine all-to-alls wait in NCCL kernels for every peer; a wait that never
-//    ends surfaces on the host in check_errors, last_phase_times, the next forward's counts
-//    synchronisation and the destructor (cudaEventSynchronize of finished_);
+// Waits (issue 14: each bounded or documented). NCCL collectives have no timeout of their own: a
+// peer that never calls forward, or died, holds them until the NCCL communicator is aborted.
+//  - host, the counts synchronisation below: bounded by the communicator's collective timeout
+//    (EPFUSE_COLLECTIVE_TIMEOUT_MS, default 300 s; Communicator::wait_bounded): past it the
+//    communicator is aborted (which ends this rank's NCCL kernels) and the forward throws
+//    Error(kTimeout) "rank R: unfused forward: the counts all-to-all timed out ...". It also covers
+//    this stream's earlier work, hence the generous bound;
+//  - host, check_errors: bounded the same way;
+//  - host, ncclGroupEnd of an all-to-all: may block for the first exchange with a peer (NCCL sets up
+//    connections lazily, together with the peer); NOT bounded by epfuse (NCCL's own connection
+//    timeouts apply). After the first forward the connections exist and it only enqueues;
+//  - device: the record and combine all-to-alls wait in NCCL kernels for every peer; such a wait
+//    surfaces on the host in the bounded waits above (this forward's check_errors, the next
+//    forward's counts synchronisation) and otherwise in last_phase_times and the destructor
+//    (cudaEventSynchronize of finished_), which are NOT bounded: after an error from a peer call
+//    Communicator::abort first (as `epfuse run` does), then destroy the layer;
 //  - GroupedGemm::run_grouped waits for its previous pointer upload, which is ordered before this
 //    forward's counts synchronisation, so it never waits beyond that.
 // Input errors (host checks, bad expert ids) travel in the counts, so every rank throws and none waits.
@@ -343,7 +354,8 @@ void UnfusedLayer::forward(const TokenBatch& in, bf16* y, cudaStream_t stream) {
              stream);
   EPFUSE_CUDA_CHECK(cudaMemcpyAsync(host_counts_.as(), counts_.as(), host_counts_.bytes(), cudaMemcpyDeviceToHost,
                                     stream));
-  EPFUSE_CUDA_CHECK(cudaStreamSynchronize(stream));  // the forward's one host synchronisation
+  // The forward's one host synchronisation, bounded (see the waits above).
+  comm_obj_.wait_bounded(stream, "unfused forward: the counts all-to-all");
 
   const int32_t* host_send = host_counts_.as<int32_t>();
   const int32_t* host_recv = host_send + world * words;

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <memory>
 #include <optional>
 #include <thread>
 
@@ -36,25 +37,41 @@ struct Outcome {
   WorstRow worst_row;         // agreed by all ranks
   int64_t unwritten = 0;      // agreed by all ranks
   std::optional<int> failed_call;
+  std::vector<double> call_ms;  // this rank's forward time per call (cudaEvents)
 };
+
+// Device memory in use on this rank's GPU (every process's, every rank's in the one-GPU mode). The
+// stream-ordered pool keeps freed blocks until a synchronisation: trim it first, so that what it
+// happens to hold at the moment does not read as memory the calls took.
+int64_t device_bytes_used() {
+  int device = 0;
+  EPFUSE_CUDA_CHECK(cudaGetDevice(&device));
+  cudaMemPool_t pool = nullptr;
+  EPFUSE_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
+  EPFUSE_CUDA_CHECK(cudaMemPoolTrimTo(pool, 0));
+  size_t free = 0, total = 0;
+  EPFUSE_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+  return static_cast<int64_t>(total - free);
+}
 
 Outcome run_calls(const RunPlan& plan, RankJob& job, int rank) {
   Outcome o;
   const int threads = reference_threads(plan.ranks);
   std::optional<Progress> progress;
   if (rank == 0 && plan.iters > 1) progress.emplace("calls", plan.iters);
-  std::optional<InputSet> inputs;  // without --vary every call repeats call 0's inputs
+  std::unique_ptr<InputSet> inputs;  // without --vary every call repeats call 0's inputs
   for (int call = 0; call < plan.iters; ++call) {
     if (!inputs || plan.vary) {
       int tokens = plan.token_counts(call)[static_cast<size_t>(rank)];
       inputs.reset();  // free the previous set first
-      inputs.emplace(job.make_inputs(tokens, plan.routing, plan.input_seed(call)));
+      inputs = std::make_unique<InputSet>(job.make_inputs(tokens, plan.routing, plan.input_seed(call)));
     }
     count_slots(inputs->host(), o.stats);
     if (plan.verifies_call(call)) {
       std::vector<int> rows = sample_rows(inputs->num_tokens(), plan.verify_rows);
       Verdict v = job.verified_forward(*inputs, rows, plan.tolerance, threads);
       o.stats.seconds += v.forward_ms * 1e-3;
+      o.call_ms.push_back(v.forward_ms);
       o.stats.rows_checked += v.rows_checked;
       o.stats.unwritten += v.unwritten;
       o.stats.rel_err = std::max(o.stats.rel_err, std::isnan(v.rel_err) ? INFINITY : v.rel_err);
@@ -70,13 +87,16 @@ Outcome run_calls(const RunPlan& plan, RankJob& job, int rank) {
         break;
       }
     } else {
-      o.stats.seconds += time_iterations(job.stream(), 1, [&](int) { job.forward(*inputs); })[0] * 1e-3;
+      const double ms = time_iterations(job.stream(), 1, [&](int) { job.forward(*inputs); })[0];
+      o.stats.seconds += ms * 1e-3;
+      o.call_ms.push_back(ms);
       job.layer().check_errors(job.stream());
       ++o.calls;
     }
     if (progress) progress->update(call + 1);
   }
   if (progress) progress->finish();
+  inputs.reset();  // the end's memory reading counts the layer, not the last call's inputs
   return o;
 }
 
@@ -85,10 +105,21 @@ Outcome run_calls(const RunPlan& plan, RankJob& job, int rank) {
 int run_on(const RunPlan& plan, Communicator& comm, const std::string& command) {
   RunResult result;
   std::optional<int> failed_call;
-  {
-    RankJob job(comm, plan.cfg, *plan.impl, plan.seed);
-    result.memory = job.layer().memory();
-    Outcome o = run_calls(plan, job, comm.rank());
+  // Any error gives up on the world first (Communicator::abort), while the job still exists: then
+  // destroying it (the layer's collective windows) is local and cannot wait for a peer that failed or
+  // died.
+  std::unique_ptr<RankJob> job;
+  try {
+    job = std::make_unique<RankJob>(comm, plan.cfg, *plan.impl, plan.seed);
+    result.memory = job->layer().memory();
+    // Device memory in use before the first call and after the last (every rank's allocations done:
+    // the barriers), to show that calls do not accumulate any.
+    comm.barrier();
+    result.device_used_start = device_bytes_used();
+    Outcome o = run_calls(plan, *job, comm.rank());
+    comm.barrier();
+    result.device_used_end = device_bytes_used();
+    result.call_times = call_time_stats(o.call_ms);
     std::vector<double> all = comm.all_gather(o.stats.pack());
     for (int r = 0; r < comm.world_size(); ++r)
       result.ranks.push_back(RankStats::unpack(all.data() + r * RankStats::kFields));
@@ -103,9 +134,13 @@ int run_on(const RunPlan& plan, Communicator& comm, const std::string& command) 
     EPFUSE_CUDA_CHECK(cudaGetDeviceProperties(&prop, comm.device()));
     result.device = prop.name;
     EPFUSE_CUDA_CHECK(cudaGetDeviceCount(&result.gpus));
-    // The job (layer, buffers) goes before the report; in the one-GPU mode its cudaFree calls wait for
-    // every rank's kernels, which are all done: each rank's last forward was checked above.
+  } catch (const std::exception& e) {
+    comm.abort(e.what());
+    throw;  // the job goes after the abort
   }
+  // The job (layer, buffers) goes before the report; in the one-GPU mode its cudaFree calls wait for
+  // every rank's kernels, which are all done: each rank's last forward was checked above.
+  job.reset();
   result.first_call_tokens = plan.token_counts(0);
   if (comm.rank() != 0) return failed_call ? 1 : 0;
   std::fputs(summary(plan, result, /*reference_only=*/false).c_str(), stdout);
@@ -127,8 +162,8 @@ int run_rank(const RunPlan& plan, const BootstrapOptions& boot, const std::strin
   try {
     return run_on(plan, *comm, command);
   } catch (const std::exception& e) {
-    // Peers may be blocked in a collective this rank will never join: tearing down the NCCL
-    // communicator could wait for them forever. Report and leave now; the launcher stops the rest.
+    // Peers may be blocked in a collective this rank will never join. run_on aborted the communicator
+    // (its job was destroyed locally); report and leave now, the launcher stops the rest.
     fmt::print(stderr, "epfuse: rank {}: {}\n", comm->rank(), e.what());
     std::fflush(stdout);
     std::fflush(stderr);

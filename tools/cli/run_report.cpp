@@ -83,6 +83,16 @@ std::string summary(const RunPlan& plan, const RunResult& r, bool reference_only
   out += fmt::format("layer memory per GPU (weights not included): {:.1f} MiB symmetric (NCCL window), {:.1f} MiB "
                      "private\n",
                      r.memory.symmetric_bytes / 1048576.0, r.memory.private_bytes / 1048576.0);
+  if (r.device_used_start >= 0)
+    out += fmt::format("device memory in use (rank 0's GPU): {:.1f} MiB before the first call, {:.1f} MiB after the "
+                       "last ({:+.1f} MiB)\n",
+                       r.device_used_start / 1048576.0, r.device_used_end / 1048576.0,
+                       (r.device_used_end - r.device_used_start) / 1048576.0);
+  if (r.call_times.calls > 1)
+    out += fmt::format("time per call (rank 0): median {:.3f} ms over the first {} calls, {:.3f} ms over the last {} "
+                       "(all {}: median {:.3f}, min {:.3f}, max {:.3f})\n",
+                       r.call_times.first_median, r.call_times.window, r.call_times.last_median, r.call_times.window,
+                       r.call_times.calls, r.call_times.median, r.call_times.min, r.call_times.max);
   return out;
 }
 
@@ -136,7 +146,20 @@ std::string result_json(const RunPlan& plan, const RunResult& r, const std::stri
                     {"memory",
                      {{"symmetric_bytes", r.memory.symmetric_bytes}, {"private_bytes", r.memory.private_bytes}}},
                     {"rank_stats", per_rank}};
-  return dump_json(doc);
+  Json full = doc;
+  if (r.device_used_start >= 0)
+    full["device_memory_used_bytes"] = {{"start", r.device_used_start},
+                                        {"end", r.device_used_end},
+                                        {"change", r.device_used_end - r.device_used_start}};
+  if (r.call_times.calls > 0)
+    full["call_ms_rank0"] = {{"calls", r.call_times.calls},
+                             {"window", r.call_times.window},
+                             {"first_window_median", r.call_times.first_median},
+                             {"last_window_median", r.call_times.last_median},
+                             {"median", r.call_times.median},
+                             {"min", r.call_times.min},
+                             {"max", r.call_times.max}};
+  return dump_json(full);
 }
 
 }  // namespace epfuse::tools

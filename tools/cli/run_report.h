@@ -43,6 +43,11 @@ struct RunResult {
   int64_t unwritten = 0;
   bool verified = false;         // every verified call passed (false for the CPU reference alone)
   MemoryFootprint memory;        // the layer's device buffers on rank 0 (weights not included)
+  // GPU runs: rank 0's GPU's memory in use (cudaMemGetInfo) before the first call and after the last,
+  // and rank 0's time per call (-1 / empty for the CPU reference).
+  int64_t device_used_start = -1;
+  int64_t device_used_end = -1;
+  CallTimes call_times;
 };
 
 // The summary table with a header line naming the config; for the CPU reference the error

@@ -87,6 +87,29 @@ WorstRow worse(const WorstRow& a, const WorstRow& b) {
   return a.row < 0 || b.err > a.err ? b : a;
 }
 
+namespace {
+double median_of(std::span<const double> v) {
+  std::vector<double> s(v.begin(), v.end());
+  std::sort(s.begin(), s.end());
+  const size_t n = s.size();
+  return n % 2 == 1 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
+}
+}  // namespace
+
+CallTimes call_time_stats(std::span<const double> ms) {
+  CallTimes t;
+  t.calls = ms.size();
+  if (ms.empty()) return t;
+  t.window = std::max<size_t>(1, std::min(kDriftWindow, ms.size() / 2));
+  t.first_median = median_of(ms.first(t.window));
+  t.last_median = median_of(ms.last(t.window));
+  t.median = median_of(ms);
+  const auto [lo, hi] = std::minmax_element(ms.begin(), ms.end());
+  t.min = *lo;
+  t.max = *hi;
+  return t;
+}
+
 WorstRow worst_of_ranks(std::span<const double> gathered) {
   EPFUSE_REQUIRE(gathered.size() % 2 == 0, ErrorCode::kInvalidArgument,
                  "worst_of_ranks: " + std::to_string(gathered.size()) + " values are not (err, row) pairs");

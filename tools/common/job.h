@@ -80,6 +80,17 @@ WorstRow worse(const WorstRow& a, const WorstRow& b);
 // Every rank's worst from Communicator::all_gather of (err, row) per rank, rank-major.
 WorstRow worst_of_ranks(std::span<const double> gathered);
 
+// Drift of the time per call over a long run: medians of the first and the last `window` calls, where
+// window = min(kDriftWindow, calls / 2) (at least 1), and the whole run's median, min and max.
+inline constexpr size_t kDriftWindow = 1000;
+struct CallTimes {
+  size_t calls = 0;
+  size_t window = 0;
+  double first_median = 0, last_median = 0, median = 0, min = 0, max = 0;  // ms
+};
+// All zero for no calls.
+CallTimes call_time_stats(std::span<const double> ms);
+
 // ---- device resources ----
 
 // A device array of T (uninitialised), freed on destruction: the library's owner of device memory.

@@ -320,7 +320,7 @@ class EnvTest : public ::testing::Test {
  protected:
   static constexpr const char* kNames[] = {"RANK",        "WORLD_SIZE",  "LOCAL_RANK",
                                            "MASTER_ADDR", "MASTER_PORT", "EPFUSE_BOOTSTRAP_TIMEOUT_MS",
-                                           "EPFUSE_JOB_ID", "TORCHELASTIC_RUN_ID"};
+                                           "EPFUSE_JOB_ID", "TORCHELASTIC_RUN_ID", "EPFUSE_COLLECTIVE_TIMEOUT_MS"};
   void SetUp() override {
     for (const char* name : kNames) {
       if (const char* v = std::getenv(name)) saved_[name] = v;
@@ -354,7 +354,19 @@ TEST_F(EnvTest, DefaultsFillTheOptionalVariables) {
   EXPECT_EQ(opts.master_addr, "127.0.0.1");
   EXPECT_EQ(opts.master_port, 29500);
   EXPECT_EQ(opts.timeout, milliseconds(120000));
+  EXPECT_EQ(opts.collective_timeout, milliseconds(300000));
   EXPECT_EQ(opts.job_id, "");
+}
+
+TEST_F(EnvTest, CollectiveTimeoutIsReadAndChecked) {
+  set("RANK", "0");
+  set("WORLD_SIZE", "2");
+  set("EPFUSE_COLLECTIVE_TIMEOUT_MS", "1500");
+  EXPECT_EQ(epfuse::BootstrapOptions::from_env().collective_timeout, milliseconds(1500));
+  set("EPFUSE_COLLECTIVE_TIMEOUT_MS", "0");
+  expect_env_error({"EPFUSE_COLLECTIVE_TIMEOUT_MS=0"});
+  set("EPFUSE_COLLECTIVE_TIMEOUT_MS", "soon");
+  expect_env_error({"EPFUSE_COLLECTIVE_TIMEOUT_MS='soon' is not an integer"});
 }
 
 TEST_F(EnvTest, EveryVariableIsRead) {

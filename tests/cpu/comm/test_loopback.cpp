@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "comm/agree.h"
 #include "comm/loopback_hub.h"
 #include "common/hash.h"
 #include "epfuse/communicator.h"
@@ -508,6 +509,89 @@ TEST(Loopback, DeviceCommIsUnsupported) {
 
 // The hub hands a shared handle to every rank and keeps no reference once all have their copy, and
 // drops a deposited handle when the round fails, so an allocation's lifetime is the ranks' alone.
+// agree_on_step (src/comm/agree.h): a setup step's local failure on one rank fails every rank, with
+// the failed rank's own message, instead of leaving the others in the next collective.
+TEST(Agree, EveryRankSucceedsAndGoesOn) {
+  LoopbackWorld world(3, 0, kLong);
+  std::atomic<int> ran{0};
+  const std::vector<std::string> errors = world.run([&](Communicator& comm) {
+    epfuse::detail::agree_on_step(comm, "step", [&] { ran.fetch_add(1); });
+    comm.barrier();  // everyone is still in step: no abort happened
+  });
+  for (const std::string& e : errors) EXPECT_EQ(e, "");
+  EXPECT_EQ(ran.load(), 3);
+  EXPECT_FALSE(world.aborted());
+}
+
+TEST(Agree, OneRanksFailureFailsEveryRankNamingItAndItsMessage) {
+  LoopbackWorld world(4, 0, kLong);
+  const auto start = Clock::now();
+  std::vector<Caught> caught(4);
+  const std::vector<std::string> errors = world.run([&](Communicator& comm) {
+    caught[static_cast<size_t>(comm.rank())] = catch_error([&] {
+      epfuse::detail::agree_on_step(comm, "Workspace::create", [&] {
+        if (comm.rank() == 2)
+          throw Error(ErrorCode::kInvalidArgument, "rank 2: EPFUSE_TIMEOUT_MS = 'x' is not a whole number");
+      });
+    });
+    // Every rank threw alike, so the world is still in step for the next collective.
+    comm.barrier();
+  });
+  EXPECT_LT(ms_since(start), 2000.0);
+  for (const std::string& e : errors) EXPECT_EQ(e, "");
+  for (int r = 0; r < 4; ++r) {
+    const Caught& c = caught[static_cast<size_t>(r)];
+    ASSERT_TRUE(c.thrown) << "rank " << r << " went on past a failed step";
+    if (r == 2) {
+      EXPECT_EQ(c.code, ErrorCode::kInvalidArgument);
+      EXPECT_EQ(c.what, "rank 2: EPFUSE_TIMEOUT_MS = 'x' is not a whole number");
+    } else {
+      EXPECT_EQ(c.code, ErrorCode::kAborted);
+      EXPECT_EQ(c.what, "rank " + std::to_string(r) +
+                            ": Workspace::create: rank 2 failed: rank 2: EPFUSE_TIMEOUT_MS = 'x' is not a whole number");
+    }
+  }
+}
+
+TEST(Agree, TheLowestFailedRankIsNamedAndLongMessagesAreCut) {
+  LoopbackWorld world(3, 0, kLong);
+  const std::string long_text(2000, 'z');
+  std::vector<Caught> caught(3);
+  world.run([&](Communicator& comm) {
+    caught[static_cast<size_t>(comm.rank())] = catch_error([&] {
+      epfuse::detail::agree_on_step(comm, "s", [&] {
+        if (comm.rank() >= 1) throw Error(ErrorCode::kCuda, comm.rank() == 1 ? long_text : "other");
+      });
+    });
+  });
+  EXPECT_EQ(caught[0].code, ErrorCode::kAborted);
+  EXPECT_EQ(caught[0].what, "rank 0: s: rank 1 failed: " + std::string(epfuse::detail::kAgreedMessageBytes, 'z'));
+  EXPECT_EQ(caught[1].what, long_text);  // its own exception, whole
+  EXPECT_EQ(caught[2].what, "other");
+}
+
+// Communicator::abort on a loopback rank: every peer's current and later collective fails naming it.
+TEST(Loopback, CommunicatorAbortFailsThePeers) {
+  LoopbackWorld world(3, 0, kLong);
+  const auto start = Clock::now();
+  std::vector<Caught> caught(3);
+  world.run([&](Communicator& comm) {
+    if (comm.rank() == 1) {
+      EXPECT_FALSE(comm.aborted());
+      comm.abort("a peer timed out");
+      EXPECT_TRUE(comm.aborted());
+      comm.abort("second reason is ignored");
+    }
+    caught[static_cast<size_t>(comm.rank())] = catch_error([&] { comm.barrier(); });
+  });
+  EXPECT_LT(ms_since(start), 2000.0);
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(caught[static_cast<size_t>(r)].code, ErrorCode::kAborted) << r;
+    EXPECT_EQ(caught[static_cast<size_t>(r)].what, rank_head(r) + "barrier: rank 1 failed: a peer timed out");
+  }
+  EXPECT_TRUE(world.aborted());
+}
+
 TEST(LoopbackHub, HandlesLiveOnlyInTheRanks) {
   constexpr int kWorld = 4;
   epfuse::detail::LoopbackHub hub(kWorld, 0, kLong);

@@ -16,7 +16,7 @@
 #include <utility>
 #include <vector>
 
-#include "device/buffer_layout.h"
+#include "device/regions.h"
 #include "device/epoch.h"
 #include "device/routing.h"
 #include "device/task_map.h"
@@ -291,11 +291,11 @@ TEST(FusedPlan, MblockBoundHolds) {
   }
 }
 
-// ---- buffer layout ----
-TEST(FusedLayout, RegionsAreDisjointAlignedAndInBounds) {
+// ---- regions of the symmetric window and the private workspace ----
+TEST(FusedRegions, RegionsAreDisjointAlignedAndInBounds) {
   for (int world : {1, 2, 4, 8}) {
     const FusedDims d{world, 256, 384, 16 * world, 8, 129};
-    const SymLayout s = make_sym_layout(d);
+    const SymRegions s = make_sym_regions(d);
     const std::vector<size_t> starts = {s.recv_rows, s.recv_entries, s.count_msgs, s.count_status, s.count_flags,
                                         s.arrivals, s.combine_rows, s.token_signals, s.total};
     for (size_t i = 0; i + 1 < starts.size(); ++i) {
@@ -335,9 +335,9 @@ TEST(FusedLayout, RegionsAreDisjointAlignedAndInBounds) {
     EXPECT_EQ(combine_row_offset(s, d, 1, 5, 3) % 16, 0u);
     EXPECT_EQ(recv_entry_offset(s, d, 1, 0, 7) % 16, 0u);
 
-    // Private regions, in order: each holds what buffer_layout.h's table says, aligned, before the next.
+    // Private regions, in order: each holds what regions.h's table says, aligned, before the next.
     const size_t control_bytes = 64;
-    const PrivLayout p = make_priv_layout(d, control_bytes);
+    const PrivRegions p = make_priv_regions(d, control_bytes);
     const size_t tk = static_cast<size_t>(T) * d.topk;
     const std::vector<std::pair<size_t, size_t>> regions = {  // start, bytes it must hold
         {p.h, static_cast<size_t>(world) * tk * d.intermediate * 2},

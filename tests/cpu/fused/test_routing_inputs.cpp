@@ -1,4 +1,4 @@
-// The fused protocol's routing helpers (src/device/routing.h) and buffer layout (buffer_layout.h) on
+// The fused protocol's routing helpers (src/device/routing.h) and buffer layout (regions.h) on
 // the duplicate expert ids that epfuse/types.h allows: a token naming one expert in several slots
 // travels ONCE to that expert's rank (first_slot_for_rank: one row per token and receiver), but every
 // slot is its own pair there (layout_task gives each routed slot a pair index), its own combine row
@@ -10,7 +10,7 @@
 #include <set>
 #include <vector>
 
-#include "device/buffer_layout.h"
+#include "device/regions.h"
 #include "device/routing.h"
 
 namespace epfuse::device {
@@ -39,7 +39,7 @@ TEST(FusedRoutingInputs, EverySlotHasItsOwnCombineRow) {
   // A token whose slots all name one expert: each slot's output lands in a row of its own, so the
   // home's slot-order sum adds the expert's output once per slot.
   const FusedDims d{4, 256, 128, 16, 4, 8};
-  const SymLayout s = make_sym_layout(d);
+  const SymRegions s = make_sym_regions(d);
   const int t = d.max_tokens - 1;
   std::set<size_t> starts;
   for (uint32_t parity : {0u, 1u}) {
@@ -66,7 +66,7 @@ TEST(FusedRoutingInputs, AllSlotsOnOneExpertFitTheBuffers) {
   const int pairs_per_token = routed_slots(idx.data(), k, E);
   EXPECT_EQ(pairs_per_token, k);
 
-  const SymLayout s = make_sym_layout(d);
+  const SymRegions s = make_sym_regions(d);
   // The last sender's last entry of the last parity ends inside recv_entries.
   const int64_t last_entry = int64_t{d.max_tokens} * pairs_per_token - 1;
   EXPECT_LE(recv_entry_offset(s, d, 1, d.world - 1, last_entry) + sizeof(RowEntry), s.count_msgs);

@@ -15,7 +15,7 @@
 namespace epfuse::device {
 namespace {
 
-TEST(GemmLayout, SwizzleIsAPermutationOfEachRow) {
+TEST(GemmMaps, SwizzleIsAPermutationOfEachRow) {
   for (int block_k : {64, 128, 256}) {
     const int chunks = block_k / kChunkElems;
     for (int row = 0; row < 64; ++row) {
@@ -33,7 +33,7 @@ TEST(GemmLayout, SwizzleIsAPermutationOfEachRow) {
 
 // One ldmatrix phase reads one 16-byte chunk from each of 8 rows (the rows of one 8x8 matrix). Bank of a
 // 4-byte word = (byte offset / 4) % 32; the 8 chunks must cover all 32 banks exactly once.
-TEST(GemmLayout, LdmatrixPhasesAreBankConflictFree) {
+TEST(GemmMaps, LdmatrixPhasesAreBankConflictFree) {
   for (int block_k : {64, 128}) {
     for (int base_row = 0; base_row < 128; base_row += 8) {
       for (int chunk = 0; chunk < block_k / kChunkElems; ++chunk) {
@@ -48,7 +48,7 @@ TEST(GemmLayout, LdmatrixPhasesAreBankConflictFree) {
   }
 }
 
-TEST(GemmLayout, FragmentOwnershipCoversTileOnce) {
+TEST(GemmMaps, FragmentOwnershipCoversTileOnce) {
   for (const fused::GemmTileShape& s : fused::kGemmTileShapes) {
     const int wtm = s.block_m / s.warps_m, wtn = s.block_n / s.warps_n;
     std::vector<int> hits(s.block_m * s.block_n, 0);
@@ -67,7 +67,7 @@ TEST(GemmLayout, FragmentOwnershipCoversTileOnce) {
   }
 }
 
-TEST(GemmLayout, LoadsCoverTileOnce) {
+TEST(GemmMaps, LoadsCoverTileOnce) {
   for (const fused::GemmTileShape& s : fused::kGemmTileShapes) {
     for (int rows : {s.block_m, s.block_n}) {
       const int chunks = rows * s.block_k / kChunkElems;
@@ -85,7 +85,7 @@ TEST(GemmLayout, LoadsCoverTileOnce) {
 // Emulates one warp computing a 16x16 (two n8) x k16 product through swizzled shared memory exactly as
 // gemm_mainloop.cuh does: ldmatrix.x4 with the lane addresses of ldsm_a_row/chunk and ldsm_b_row/chunk,
 // then mma.m16n8k16 with the PTX fragment definitions, then accumulators read back via mma_c_coord.
-TEST(GemmLayout, EmulatedWarpMmaMatchesProduct) {
+TEST(GemmMaps, EmulatedWarpMmaMatchesProduct) {
   constexpr int kBlockK = 64, kRows = 32;
   std::mt19937 rng(12345);
   std::uniform_int_distribution<int> dist(-8, 8);
@@ -139,7 +139,7 @@ TEST(GemmLayout, EmulatedWarpMmaMatchesProduct) {
       }
 }
 
-TEST(GemmLayout, SwigluInterleavePairsGateAndUpInOneThread) {
+TEST(GemmMaps, SwigluInterleavePairsGateAndUpInOneThread) {
   constexpr int kInter = 768;
   for (const fused::GemmTileShape& s : fused::kGemmTileShapes) {
     const int wtm = s.block_m / s.warps_m, wtn = s.block_n / s.warps_n;

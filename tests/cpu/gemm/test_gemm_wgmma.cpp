@@ -37,7 +37,7 @@ DescBits decode(uint64_t desc) {
   return b;
 }
 
-TEST(GemmWgmmaLayout, DescriptorFields) {
+TEST(GemmWgmmaMaps, DescriptorFields) {
   for (uint32_t addr : {0u, 0x400u, 0x4000u, 0x10400u, 0x30000u, 227u * 1024u - 1024u}) {
     const uint64_t desc = make_sw128_kmajor_desc(addr);
     const DescBits b = decode(desc);
@@ -60,7 +60,7 @@ TEST(GemmWgmmaLayout, DescriptorFields) {
   EXPECT_EQ(make_sw128_kmajor_desc(0x400), 0x4000004000010040ull);
 }
 
-TEST(GemmWgmmaLayout, DescriptorAdvanceMovesOnlyTheStart) {
+TEST(GemmWgmmaMaps, DescriptorAdvanceMovesOnlyTheStart) {
   // Every (stage, k step) start of a 228 KiB shared memory: the start field never carries.
   for (uint32_t base : {0x400u, 0x8000u, 0x1fc00u})
     for (uint32_t bytes : {0u, 32u, 64u, 96u, 1024u, 8192u, 16384u, 3u * 32768u, 3u * 49152u})
@@ -70,7 +70,7 @@ TEST(GemmWgmmaLayout, DescriptorAdvanceMovesOnlyTheStart) {
       }
 }
 
-TEST(GemmWgmmaLayout, AlignIsTheNextAtomBoundary) {
+TEST(GemmWgmmaMaps, AlignIsTheNextAtomBoundary) {
   EXPECT_EQ(sw128_align(0), 0u);
   EXPECT_EQ(sw128_align(16), 1024u);
   EXPECT_EQ(sw128_align(1024), 1024u);
@@ -84,7 +84,7 @@ TEST(GemmWgmmaLayout, AlignIsTheNextAtomBoundary) {
 
 // The cp.async side (gemm_maps.h's XOR swizzle with block_k = 64) and the hardware's 128-byte swizzle
 // put every 16-byte chunk of a tile at the same byte, for tiles starting on any atom boundary.
-TEST(GemmWgmmaLayout, Sw128MatchesXorSwizzleOfBlockK64) {
+TEST(GemmWgmmaMaps, Sw128MatchesXorSwizzleOfBlockK64) {
   for (uint32_t base : {0u, 1024u, 0x1c000u})
     for (int row = 0; row < 256; ++row)
       for (int chunk = 0; chunk < 8; ++chunk) {
@@ -100,7 +100,7 @@ TEST(GemmWgmmaLayout, Sw128MatchesXorSwizzleOfBlockK64) {
 }
 
 // CUTLASS's CLayout_64xN: (thread (4, 8, 4) : (128, 1, 16), value (2, 2, N/8) : (64, 8, 512)) -> m + 64 n.
-TEST(GemmWgmmaLayout, AccumulatorFragmentMatchesClayout64xN) {
+TEST(GemmWgmmaMaps, AccumulatorFragmentMatchesClayout64xN) {
   for (int n : {128, 256})
     for (int t = 0; t < 128; ++t)
       for (int reg = 0; reg < n / 2; ++reg) {
@@ -113,7 +113,7 @@ TEST(GemmWgmmaLayout, AccumulatorFragmentMatchesClayout64xN) {
       }
 }
 
-TEST(GemmWgmmaLayout, AccumulatorsCoverTileOnce) {
+TEST(GemmWgmmaMaps, AccumulatorsCoverTileOnce) {
   for (const fused::GemmTileShape& s : fused::kWgmmaTileShapes) {
     const int groups_n = s.warps_n, group_tile_n = s.block_n / groups_n;
     std::vector<int> hits(s.block_m * s.block_n, 0);
@@ -235,7 +235,7 @@ void emulate_tile(const fused::GemmTileShape& s, int K, int valid_rows, uint32_t
       }
 }
 
-TEST(GemmWgmmaLayout, EmulatedTileMatchesProduct) {
+TEST(GemmWgmmaMaps, EmulatedTileMatchesProduct) {
   for (const fused::GemmTileShape& s : fused::kWgmmaTileShapes) {
     // K over more k-blocks than stages (stage reuse); a full tile and a ragged one (zero padding rows);
     // a caller buffer that is not atom-aligned.
@@ -246,7 +246,7 @@ TEST(GemmWgmmaLayout, EmulatedTileMatchesProduct) {
 
 // The warp-specialised tile's producer copies: every (row, chunk) of a 128-row A stage exactly once, and
 // each warp instruction (fixed i) covers whole rows (4 rows of 8 chunks: whole 128-byte lines).
-TEST(GemmTmaLayout, ProducerCopiesCoverStageOnceInWholeRows) {
+TEST(GemmTmaMaps, ProducerCopiesCoverStageOnceInWholeRows) {
   constexpr int kProducers = 128, kChunks = kWgmmaBlockK / kChunkElems, kRows = 128;
   constexpr int kPerThread = kRows * kChunks / kProducers;
   std::vector<int> hits(kRows * kChunks, 0);
@@ -275,7 +275,7 @@ TEST(GemmTmaLayout, ProducerCopiesCoverStageOnceInWholeRows) {
 // The 128x256 tile's epilogue passes: gate pair j of a math thread (registers 2j, 2j + 1; up at + 64)
 // lies in output pass j / 16 (64 columns each), so a pass stages exactly registers of that pass, and
 // every gate column of the tile is owned once over the 256 math threads.
-TEST(GemmTmaLayout, GatePairsFallInTheirPass) {
+TEST(GemmTmaMaps, GatePairsFallInTheirPass) {
   constexpr int kMath = 256, kPairs = 32, kPassPairs = 16, kPassCols = 64, kN = 256;
   std::vector<int> hits(128 * 128, 0);
   for (int t = 0; t < kMath; ++t)

@@ -175,5 +175,31 @@ TEST(RowErrors, WorstRowOverRanks) {
   EXPECT_THROW(worst_row(std::vector<double>{1.0}, {}, 0), Error);
 }
 
+TEST(CallTimes, FirstAndLastWindowsShowDrift) {
+  EXPECT_EQ(call_time_stats({}).calls, 0u);
+  const CallTimes one = call_time_stats(std::vector<double>{2.0});
+  EXPECT_EQ(one.window, 1u);
+  EXPECT_EQ(one.first_median, 2.0);
+  EXPECT_EQ(one.last_median, 2.0);
+  // 3000 calls drifting from 1 ms to 4 ms: the windows are the first and last 1000.
+  std::vector<double> ms;
+  for (int i = 0; i < 3000; ++i) ms.push_back(1.0 + i * 1e-3);
+  const CallTimes t = call_time_stats(ms);
+  EXPECT_EQ(t.calls, 3000u);
+  EXPECT_EQ(t.window, 1000u);
+  EXPECT_NEAR(t.first_median, 1.0 + 499.5e-3, 1e-12);
+  EXPECT_NEAR(t.last_median, 1.0 + 2499.5e-3, 1e-12);
+  EXPECT_NEAR(t.median, 1.0 + 1499.5e-3, 1e-12);
+  EXPECT_EQ(t.min, 1.0);
+  EXPECT_NEAR(t.max, 3.999, 1e-12);
+  // A short run: halves; one slow outlier does not move a median.
+  std::vector<double> short_run(10, 1.0);
+  short_run[9] = 100.0;
+  const CallTimes s = call_time_stats(short_run);
+  EXPECT_EQ(s.window, 5u);
+  EXPECT_EQ(s.last_median, 1.0);
+  EXPECT_EQ(s.max, 100.0);
+}
+
 }  // namespace
 }  // namespace epfuse::tools

@@ -1,6 +1,9 @@
 #include "layer_rank.h"
 
 #include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <utility>
 
 #include <gtest/gtest.h>
 
@@ -9,6 +12,32 @@
 #include "multiprocess.h"
 
 namespace epfuse::testing {
+
+GuardedBuffer::GuardedBuffer(size_t bytes) : buffer_(bytes + 2 * kGuardBytes), bytes_(bytes) {
+  EPFUSE_CUDA_CHECK(cudaMemset(buffer_.as(), kGuardByte, buffer_.bytes()));
+}
+
+std::string GuardedBuffer::guard_damage(const char* name, cudaStream_t stream) const {
+  std::vector<unsigned char> before(kGuardBytes), after(kGuardBytes);
+  EPFUSE_CUDA_CHECK(cudaMemcpyAsync(before.data(), buffer_.as(), kGuardBytes, cudaMemcpyDeviceToHost, stream));
+  EPFUSE_CUDA_CHECK(cudaMemcpyAsync(after.data(), buffer_.as<char>() + kGuardBytes + bytes_, kGuardBytes,
+                                    cudaMemcpyDeviceToHost, stream));
+  EPFUSE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  char text[160];
+  for (size_t i = 0; i < kGuardBytes; ++i) {
+    if (before[kGuardBytes - 1 - i] != kGuardByte) {
+      std::snprintf(text, sizeof text, "%s: byte %zu before the buffer is 0x%02x (guard 0x%02x)", name, i + 1,
+                    before[kGuardBytes - 1 - i], kGuardByte);
+      return text;
+    }
+    if (after[i] != kGuardByte) {
+      std::snprintf(text, sizeof text, "%s: byte %zu after the buffer is 0x%02x (guard 0x%02x)", name, i, after[i],
+                    kGuardByte);
+      return text;
+    }
+  }
+  return "";
+}
 
 LayerRank::LayerRank(Impl impl, const LayerConfig& cfg, int extra_tokens, Workspace* workspace)
     : impl_(impl), cfg_(cfg), comm_(comm()), workspace_(workspace) {
@@ -31,10 +60,10 @@ LayerRank::LayerRank(Impl impl, const LayerConfig& cfg, int extra_tokens, Worksp
   }
   EPFUSE_CUDA_CHECK(cudaStreamSynchronize(stream_));
   const size_t tokens = size_t(cfg.max_tokens_per_rank) + extra_tokens;
-  x_ = detail::DeviceBuffer(tokens * cfg.hidden * sizeof(bf16));
-  idx_ = detail::DeviceBuffer(tokens * cfg.topk * sizeof(int32_t));
-  weights_ = detail::DeviceBuffer(tokens * cfg.topk * sizeof(float));
-  y_ = detail::DeviceBuffer(tokens * cfg.hidden * sizeof(bf16));
+  x_ = GuardedBuffer(tokens * cfg.hidden * sizeof(bf16));
+  idx_ = GuardedBuffer(tokens * cfg.topk * sizeof(int32_t));
+  weights_ = GuardedBuffer(tokens * cfg.topk * sizeof(float));
+  y_ = GuardedBuffer(tokens * cfg.hidden * sizeof(bf16));
   // Last: the layer's collective creation ends every rank's device-synchronising calls (cudaMalloc
   // above) before any rank can launch a forward that waits for the others (one-GPU mode).
   recreate();
@@ -99,6 +128,27 @@ std::vector<double> LayerRank::forward(const HostTokens& in) {
   layer_->forward(batch(in.num_tokens), y(), stream_);
   layer_->check_errors(stream_);
   return output(in.num_tokens);
+}
+
+std::string LayerRank::outside_writes(const HostTokens& in) {
+  for (auto [name, buf] : {std::pair<const char*, const GuardedBuffer*>{"x", &x_}, {"topk_idx", &idx_},
+                           {"topk_weights", &weights_}, {"y", &y_}}) {
+    const std::string damage = buf->guard_damage(name, stream_);
+    if (!damage.empty()) return damage;
+  }
+  // The inputs are read-only to the layer: what was uploaded is still there.
+  auto differs = [&](const char* name, const void* dev, const void* host, size_t bytes) -> std::string {
+    std::vector<unsigned char> got(bytes);
+    EPFUSE_CUDA_CHECK(cudaMemcpyAsync(got.data(), dev, bytes, cudaMemcpyDeviceToHost, stream_));
+    EPFUSE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return std::memcmp(got.data(), host, bytes) == 0 ? "" : std::string(name) + " was written by the layer";
+  };
+  for (const std::string& d :
+       {differs("x", x_.as(), in.x.data(), in.x.size() * sizeof(bf16)),
+        differs("topk_idx", idx_.as(), in.topk_idx.data(), in.topk_idx.size() * sizeof(int32_t)),
+        differs("topk_weights", weights_.as(), in.topk_weights.data(), in.topk_weights.size() * sizeof(float))})
+    if (!d.empty()) return d;
+  return "";
 }
 
 void LayerRank::poison_y() { EPFUSE_CUDA_CHECK(cudaMemsetAsync(y_.as(), 0xff, y_.bytes(), stream_)); }  // bf16 NaN

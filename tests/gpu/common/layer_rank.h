@@ -29,6 +29,26 @@ inline LayerConfig small_layer_config(int intermediate, float clamp) {
   return cfg;
 }
 
+// A device buffer between two guard bands of kGuardBytes filled with kGuardByte, to catch a layer
+// writing outside its caller's buffers (the fault-injection tests check them).
+class GuardedBuffer {
+ public:
+  static constexpr size_t kGuardBytes = 4096;  // keeps the interior 16-byte (page) aligned
+  static constexpr unsigned char kGuardByte = 0xA5;
+  GuardedBuffer() = default;
+  explicit GuardedBuffer(size_t bytes);  // device-synchronising (cudaMalloc, cudaMemset)
+  template <typename T = void>
+  T* as() const { return static_cast<T*>(static_cast<void*>(buffer_.as<char>() + kGuardBytes)); }
+  size_t bytes() const { return bytes_; }
+  // "" when both bands still hold kGuardByte; else "<name>: byte i before/after the buffer is 0x..".
+  // Stream-ordered on `stream`, then synchronises it.
+  std::string guard_damage(const char* name, cudaStream_t stream) const;
+
+ private:
+  detail::DeviceBuffer buffer_;
+  size_t bytes_ = 0;
+};
+
 class LayerRank {
  public:
   // Inputs are sized for max_tokens_per_rank + extra_tokens (room for a too-many-tokens call). With a
@@ -67,14 +87,18 @@ class LayerRank {
   // A forward checked against the float64 reference on every row (and no row left unwritten); an
   // Error from the layer is a test failure, not an exception.
   void expect_matches_reference(const HostTokens& in, const std::string& what);
+  // Fault tests: "" when no guard band around x, topk_idx, topk_weights or y was written and the
+  // device inputs still equal `in` (uploaded last); else what differs.
+  std::string outside_writes(const HostTokens& in);
 
  private:
   Impl impl_;
   LayerConfig cfg_;
   Communicator& comm_;
   Workspace* workspace_ = nullptr;
-  detail::DeviceBuffer w13_, w2_, x_, idx_, weights_, y_;
+  detail::DeviceBuffer w13_, w2_;
   detail::DeviceBuffer w13_fp8_, w2_fp8_, w13_scales_, w2_scales_;  // FP8 configs only
+  GuardedBuffer x_, idx_, weights_, y_;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<MoeLayer> layer_;
 };

@@ -226,6 +226,11 @@ EPFUSE_RANK_TEST(FusedLayer, GraphReplaysMatchTheReference) {
   r.layer().forward(r.batch(kTokens), r.y(), r.stream());
   EPFUSE_CUDA_CHECK(cudaStreamEndCapture(r.stream(), &graph));
   EPFUSE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  // Instantiating and uploading a graph may wait for the device's running kernels: in the one-GPU mode
+  // every rank finishes both before any rank replays (LoopbackWorld on device-synchronising calls).
+  EPFUSE_CUDA_CHECK(cudaGraphUpload(exec, r.stream()));
+  EPFUSE_CUDA_CHECK(cudaStreamSynchronize(r.stream()));
+  testing::comm().barrier();
   const Routing routings[] = {Routing::kUniform, Routing::kSkewed, Routing::kDropped, Routing::kOneRank};
   int checked = 0;
   for (int replay = 1; replay <= 1000; ++replay) {

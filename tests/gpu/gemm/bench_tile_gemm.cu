@@ -13,6 +13,7 @@
 
 #include "common/hash.h"
 #include "grouped_ffn.cuh"
+#include "standalone.h"
 
 namespace {
 
@@ -105,12 +106,7 @@ void bench_config(const BenchConfig& c, int num_sms, int iters) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess) devices = 0;
-  if (devices < 1) {
-    std::printf("SKIPPED: needs 1 GPU, found %d\n", devices);
-    return 77;
-  }
+  if (!epfuse::testing::have_gpu()) return epfuse::testing::kSkipped;
   const int iters = argc > 1 ? std::max(1, std::atoi(argv[1])) : 20;
   try {
     int num_sms = 0;

@@ -13,6 +13,7 @@
 
 #include "common/hash.h"
 #include "grouped_ffn.cuh"
+#include "standalone.h"
 
 namespace {
 
@@ -154,15 +155,8 @@ bool run_case(const Case& c, uint64_t seed, int num_sms) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess) devices = 0;
-  if (devices < 1) {
-    std::printf("SKIPPED: needs 1 GPU, found %d\n", devices);
-    return 77;
-  }
-  const uint64_t seed = argc > 1 ? std::strtoull(argv[1], nullptr, 0) : std::random_device{}();
-  std::printf("seed %llu (rerun: test_tile_gemm %llu)\n", static_cast<unsigned long long>(seed),
-              static_cast<unsigned long long>(seed));
+  if (!epfuse::testing::have_gpu()) return epfuse::testing::kSkipped;
+  const uint64_t seed = epfuse::testing::test_seed(argc, argv, "test_tile_gemm");
   try {
     int num_sms = 0;
     EPFUSE_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, 0));

@@ -110,3 +110,46 @@ function(epfuse_add_fp8_run_matrix impl)
   epfuse_add_run_test(${impl} fp8_w1_vary50 300
     ${small} --ranks 1 --tokens 128 --iters 50 --vary --verify-every 10 --verify-rows 16)
 endfunction()
+
+# epfuse_add_fault_run_tests(<impl>): `epfuse run` with EPFUSE_FAULT (src/fused/fault.h) making the last
+# rank misbehave in call 2 of 4, as ctest entries run_<impl>_fault_<where>_<kind>: each must exit
+# non-zero (not 77) within its limit and print the line that names the failure (expect_failure.sh).
+# One-GPU at world 4 and one process per GPU at world 2 (skipped with fewer GPUs).
+function(epfuse_add_fault_run_test impl name ranks fault regex)
+  set(test run_${impl}_fault_${name})
+  add_test(NAME ${test} COMMAND bash ${PROJECT_SOURCE_DIR}/tests/gpu/run/expect_failure.sh "${regex}" 60
+    $<TARGET_FILE:epfuse_cli> run --impl ${impl} ${ARGN} --hidden 256 --intermediate 256 --experts 16 --topk 4
+    --ranks ${ranks} --tokens 64 --iters 4)
+  set_tests_properties(${test} PROPERTIES
+    SKIP_RETURN_CODE 77 RUN_SERIAL TRUE TIMEOUT 90 LABELS "gpu;run;fault"
+    ENVIRONMENT "EPFUSE_SKIP_IF_FEWER_GPUS=1;NCCL_NVLS_ENABLE=0;EPFUSE_TIMEOUT_MS=1000;EPFUSE_FAULT=${fault}")
+endfunction()
+
+function(epfuse_add_fault_run_tests impl)
+  foreach(where onegpu_w4 w2)
+    if(where STREQUAL "onegpu_w4")
+      set(ranks 4)
+      set(flags --one-gpu)
+    else()
+      set(ranks 2)
+      set(flags)
+    endif()
+    math(EXPR last "${ranks} - 1")
+    set(timed_out "rank 0: timed out in [a-z0-9 ]+ waiting for the count message of rank ${last}")
+    epfuse_add_fault_run_test(${impl} ${where}_skip ${ranks} "rank=${last},kind=skip,call=2" "${timed_out}" ${flags})
+    epfuse_add_fault_run_test(${impl} ${where}_stall ${ranks} "rank=${last},kind=stall,call=2" "${timed_out}" ${flags})
+    if(where STREQUAL "onegpu_w4")
+      # Every rank's error is printed: the peers' name the rank that threw (their kernels time out).
+      set(threw "${timed_out}")
+      set(bad "rank 0: rank ${last} reported invalid input")
+    else()
+      # The launcher stops the other ranks as soon as the faulty one exits: its own line is certain.
+      set(threw "rank ${last}: EPFUSE_FAULT: throw in forward call 2")
+      set(bad "rank [0-9]+: (rank ${last} reported invalid input|topk_idx.* is not a valid expert id)")
+    endif()
+    epfuse_add_fault_run_test(${impl} ${where}_throw ${ranks} "rank=${last},kind=throw,call=2" "${threw}" ${flags})
+    epfuse_add_fault_run_test(${impl} ${where}_bad_ids ${ranks} "rank=${last},kind=bad_ids,call=2" "${bad}" ${flags})
+    epfuse_add_fault_run_test(${impl} ${where}_exit ${ranks} "rank=${last},kind=exit,call=2"
+      "rank ${last}: EPFUSE_FAULT: exit in forward call 2" ${flags})
+  endforeach()
+endfunction()

@@ -56,14 +56,14 @@ EPFUSE_HD size_t align_region(size_t bytes) { return (bytes + kRegionAlign - 1) 
 //   arrivals      [2][L] u32                        monotonic: pairs of local expert e arrived
 //   combine_rows  [2][T_max][k][H] bf16             expert outputs for (token, top-k slot)
 //   token_signals [2][T_max] u32                    monotonic: output tiles arrived for the token
-struct SymLayout {
+struct SymRegions {
   size_t recv_rows = 0, recv_entries = 0, count_msgs = 0, count_status = 0, count_flags = 0;
   size_t arrivals = 0, combine_rows = 0, token_signals = 0, total = 0;
 };
 
-EPFUSE_HD SymLayout make_sym_layout(const FusedDims& d) {
+EPFUSE_HD SymRegions make_sym_regions(const FusedDims& d) {
   const size_t w = d.world, t = d.max_tokens, h = d.hidden, k = d.topk, l = d.local_experts();
-  SymLayout s;
+  SymRegions s;
   size_t at = 0;
   s.recv_rows = at;     at += align_region(2 * (w - 1) * t * h * 2);
   s.recv_entries = at;  at += align_region(2 * w * t * k * sizeof(RowEntry));
@@ -82,31 +82,31 @@ EPFUSE_HD SymLayout make_sym_layout(const FusedDims& d) {
 EPFUSE_HD int remote_sender_index(int src, int receiver) { return src < receiver ? src : src - 1; }
 
 // Offsets inside the symmetric regions (bytes from the window start).
-EPFUSE_HD size_t recv_row_offset(const SymLayout& s, const FusedDims& d, uint32_t parity, int receiver, int src,
+EPFUSE_HD size_t recv_row_offset(const SymRegions& s, const FusedDims& d, uint32_t parity, int receiver, int src,
                                  int row) {
   const size_t region = static_cast<size_t>(parity) * (d.world - 1) + remote_sender_index(src, receiver);
   return s.recv_rows + (region * d.max_tokens + row) * d.hidden * 2;
 }
-EPFUSE_HD size_t recv_entry_offset(const SymLayout& s, const FusedDims& d, uint32_t parity, int src, int64_t entry) {
+EPFUSE_HD size_t recv_entry_offset(const SymRegions& s, const FusedDims& d, uint32_t parity, int src, int64_t entry) {
   return s.recv_entries +
          ((static_cast<size_t>(parity) * d.world + src) * d.max_tokens * d.topk + entry) * sizeof(RowEntry);
 }
-EPFUSE_HD size_t count_msg_offset(const SymLayout& s, const FusedDims& d, uint32_t parity, int src, int local_expert) {
+EPFUSE_HD size_t count_msg_offset(const SymRegions& s, const FusedDims& d, uint32_t parity, int src, int local_expert) {
   return s.count_msgs + ((static_cast<size_t>(parity) * d.world + src) * d.local_experts() + local_expert) * 4;
 }
-EPFUSE_HD size_t count_status_offset(const SymLayout& s, const FusedDims& d, uint32_t parity, int src) {
+EPFUSE_HD size_t count_status_offset(const SymRegions& s, const FusedDims& d, uint32_t parity, int src) {
   return s.count_status + (static_cast<size_t>(parity) * d.world + src) * 4;
 }
-EPFUSE_HD size_t count_flag_offset(const SymLayout& s, const FusedDims& d, uint32_t parity, int src) {
+EPFUSE_HD size_t count_flag_offset(const SymRegions& s, const FusedDims& d, uint32_t parity, int src) {
   return s.count_flags + (static_cast<size_t>(parity) * d.world + src) * 4;
 }
-EPFUSE_HD size_t arrival_offset(const SymLayout& s, const FusedDims& d, uint32_t parity, int local_expert) {
+EPFUSE_HD size_t arrival_offset(const SymRegions& s, const FusedDims& d, uint32_t parity, int local_expert) {
   return s.arrivals + (static_cast<size_t>(parity) * d.local_experts() + local_expert) * 4;
 }
-EPFUSE_HD size_t combine_row_offset(const SymLayout& s, const FusedDims& d, uint32_t parity, int token, int slot) {
+EPFUSE_HD size_t combine_row_offset(const SymRegions& s, const FusedDims& d, uint32_t parity, int token, int slot) {
   return s.combine_rows + ((static_cast<size_t>(parity) * d.max_tokens + token) * d.topk + slot) * d.hidden * 2;
 }
-EPFUSE_HD size_t token_signal_offset(const SymLayout& s, const FusedDims& d, uint32_t parity, int token) {
+EPFUSE_HD size_t token_signal_offset(const SymRegions& s, const FusedDims& d, uint32_t parity, int token) {
   return s.token_signals + (static_cast<size_t>(parity) * d.max_tokens + token) * 4;
 }
 
@@ -122,7 +122,7 @@ EPFUSE_HD size_t token_signal_offset(const SymLayout& s, const FusedDims& d, uin
 //   token_base    [2][T_max] u32           token_signals' value before the current call of each parity
 //   l1_done       [max m-blocks] u32       finished Linear1 tiles per m-block (zeroed at exit)
 //   control       FusedControl             task counter, flags, the error record
-struct PrivLayout {
+struct PrivRegions {
   size_t h = 0, pair_row = 0, pair_index = 0, row_tickets = 0, pair_tickets = 0, plan = 0;
   size_t arrival_base = 0, token_base = 0, l1_done = 0, control = 0, total = 0;
 };
@@ -136,9 +136,9 @@ EPFUSE_HD size_t plan_ints(const FusedDims& d) {
 }
 
 // control_bytes: sizeof(FusedControl) (kernel_params.h), passed in to keep this header free of it.
-EPFUSE_HD PrivLayout make_priv_layout(const FusedDims& d, size_t control_bytes) {
+EPFUSE_HD PrivRegions make_priv_regions(const FusedDims& d, size_t control_bytes) {
   const size_t t = d.max_tokens, k = d.topk, l = d.local_experts();
-  PrivLayout p;
+  PrivRegions p;
   size_t at = 0;
   p.h = at;            at += align_region(static_cast<size_t>(d.max_recv_pairs()) * d.intermediate * 2);
   p.pair_row = at;     at += align_region(t * k * 4);

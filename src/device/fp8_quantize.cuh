@@ -1,0 +1,74 @@
+// Quantisation of activations to e4m3 with 1x128 scales on the device (weight_format fp8-block128):
+// the same arithmetic as common/fp8.h's quantize_tile (amax, group_scale, one IEEE reciprocal, the
+// product rounded to nearest even and saturated to +-448), with the hardware's cvt instruction for
+// the encoding, so the kernels' codes and scales equal the reference's bit for bit (test_fp8_tile
+// checks it).
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+
+#include <cstdint>
+
+#include "common/fp8.h"
+#include "device/gemm_maps_wgmma.h"
+
+namespace epfuse::device {
+
+// A warp quantises one 1x128 group of a row: lane l takes elements 4l .. 4l + 3 of x (bf16) and writes
+// their codes to q; `valid` (128, or 64 for the last group of a size that is a multiple of 64 only,
+// fp8::block_extent) elements exist, the rest are neither read nor written. x and q 8- and 4-byte
+// aligned. Returns the group's scale (every lane).
+__device__ __forceinline__ float warp_quantize_group(const __nv_bfloat16* x, int valid, uint8_t* q,
+                                                     ScaleFormat format) {
+  const int lane = threadIdx.x % 32;
+  const bool mine = 4 * lane < valid;
+  float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  if (mine) {
+    const uint2 raw = *reinterpret_cast<const uint2*>(x + 4 * lane);
+    const __nv_bfloat162 lo = *reinterpret_cast<const __nv_bfloat162*>(&raw.x);
+    const __nv_bfloat162 hi = *reinterpret_cast<const __nv_bfloat162*>(&raw.y);
+    v[0] = __low2float(lo), v[1] = __high2float(lo), v[2] = __low2float(hi), v[3] = __high2float(hi);
+  }
+  float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
+  const float scale = fp8::group_scale(amax, format);
+  const float inv = __frcp_rn(scale);  // = 1.0f / scale of the reference, without depending on -prec-div
+  if (mine) {
+    const __nv_fp8x2_storage_t c01 =
+        __nv_cvt_float2_to_fp8x2(make_float2(v[0] * inv, v[1] * inv), __NV_SATFINITE, __NV_E4M3);
+    const __nv_fp8x2_storage_t c23 =
+        __nv_cvt_float2_to_fp8x2(make_float2(v[2] * inv, v[3] * inv), __NV_SATFINITE, __NV_E4M3);
+    *reinterpret_cast<uint32_t*>(q + 4 * lane) = static_cast<uint32_t>(c01) | (static_cast<uint32_t>(c23) << 16);
+  }
+  return scale;
+}
+
+// Linear1's h in the epilogue of a warpgroup's 64 x 128 outputs (one 1x128 group per row): value i of
+// h is the output at wgmma_c_coord(thread, i) (rows r and r + 8 alternate in pairs of registers, a row's
+// 128 columns spread over the 4 threads of a quad). Each row's amax is reduced over its quad, then its
+// 32 values per thread are encoded; code i belongs to the same element as h[i]. The whole warpgroup
+// calls it (shuffles); scale[j] is the scale of this thread's row j (r, r + 8).
+__device__ __forceinline__ void quantize_fragment_rows(const float (&h)[64], ScaleFormat format, uint8_t (&code)[64],
+                                                       float (&scale)[2]) {
+  float amax[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int i = 0; i < 64; ++i) amax[(i >> 1) & 1] = fmaxf(amax[(i >> 1) & 1], fabsf(h[i]));
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    amax[j] = fmaxf(amax[j], __shfl_xor_sync(0xffffffffu, amax[j], 1));
+    amax[j] = fmaxf(amax[j], __shfl_xor_sync(0xffffffffu, amax[j], 2));
+    scale[j] = fp8::group_scale(amax[j], format);
+  }
+  const float inv[2] = {__frcp_rn(scale[0]), __frcp_rn(scale[1])};
+#pragma unroll
+  for (int i = 0; i < 64; i += 2) {
+    const float s = inv[(i >> 1) & 1];
+    const __nv_fp8x2_storage_t c =
+        __nv_cvt_float2_to_fp8x2(make_float2(h[i] * s, h[i + 1] * s), __NV_SATFINITE, __NV_E4M3);
+    code[i] = static_cast<uint8_t>(c & 0xff);
+    code[i + 1] = static_cast<uint8_t>(c >> 8);
+  }
+}
+
+}  // namespace epfuse::device

@@ -1,0 +1,78 @@
+#include "fused/fault.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cstdlib>
+#include <set>
+#include <string>
+
+#include "epfuse/error.h"
+
+namespace epfuse::fused {
+
+std::string_view to_string(FaultKind kind) {
+  switch (kind) {
+    case FaultKind::kSkip: return "skip";
+    case FaultKind::kStall: return "stall";
+    case FaultKind::kThrow: return "throw";
+    case FaultKind::kExit: return "exit";
+    case FaultKind::kBadIds: return "bad_ids";
+    case FaultKind::kFailCreate: return "fail_create";
+  }
+  return "unknown";
+}
+
+std::optional<Fault> parse_fault(std::string_view text) {
+  if (text.empty()) return std::nullopt;
+  const auto fail = [&](const std::string& why) -> Error {
+    return Error(ErrorCode::kInvalidArgument, "EPFUSE_FAULT = '" + std::string(text) + "': " + why +
+                                                  " (expected rank=R,kind=skip|stall|throw|exit|bad_ids|fail_create[,call=N][,ms=M])");
+  };
+  const auto number = [&](std::string_view key, std::string_view v) {
+    int64_t n = -1;
+    const auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+    if (ec != std::errc() || ptr != v.data() + v.size() || n < 0 || v.empty())
+      throw fail(std::string(key) + "=" + std::string(v) + " is not a non-negative integer");
+    return n;
+  };
+  Fault f;
+  std::set<std::string, std::less<>> seen;
+  size_t at = 0;
+  while (at <= text.size()) {
+    const size_t comma = std::min(text.find(',', at), text.size());
+    const std::string_view item = text.substr(at, comma - at);
+    at = comma + 1;
+    const size_t eq = item.find('=');
+    if (eq == std::string_view::npos) throw fail("'" + std::string(item) + "' is not key=value");
+    const std::string_view key = item.substr(0, eq), value = item.substr(eq + 1);
+    if (!seen.insert(std::string(key)).second) throw fail(std::string(key) + " is given twice");
+    if (key == "rank") {
+      const int64_t r = number(key, value);
+      if (r > (1 << 16)) throw fail("rank=" + std::string(value) + " is out of range");
+      f.rank = static_cast<int>(r);
+    } else if (key == "call") {
+      f.call = number(key, value);
+    } else if (key == "ms") {
+      f.stall_ms = number(key, value);
+    } else if (key == "kind") {
+      bool known = false;
+      for (FaultKind k : {FaultKind::kSkip, FaultKind::kStall, FaultKind::kThrow, FaultKind::kExit, FaultKind::kBadIds,
+                          FaultKind::kFailCreate})
+        if (value == to_string(k)) f.kind = k, known = true;
+      if (!known) throw fail("unknown kind '" + std::string(value) + "'");
+    } else {
+      throw fail("unknown key '" + std::string(key) + "'");
+    }
+  }
+  if (!seen.contains("rank")) throw fail("rank is missing");
+  if (!seen.contains("kind")) throw fail("kind is missing");
+  if (seen.contains("ms") && f.kind != FaultKind::kStall) throw fail("ms applies to kind=stall only");
+  return f;
+}
+
+std::optional<Fault> fault_from_env() {
+  const char* s = std::getenv("EPFUSE_FAULT");
+  return s == nullptr ? std::nullopt : parse_fault(s);
+}
+
+}  // namespace epfuse::fused

@@ -1,0 +1,60 @@
+// EPFUSE_FAULT's parser (src/fused/fault.h): the fault-injection hook's one entry point.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "epfuse/error.h"
+#include "fused/fault.h"
+
+namespace epfuse::fused {
+namespace {
+
+TEST(Fault, EmptyMeansOff) { EXPECT_FALSE(parse_fault("").has_value()); }
+
+TEST(Fault, ParsesEveryKindWithDefaults) {
+  struct Case {
+    const char* text;
+    FaultKind kind;
+  };
+  for (const Case& c : {Case{"rank=1,kind=skip", FaultKind::kSkip}, Case{"rank=1,kind=stall", FaultKind::kStall},
+                        Case{"rank=1,kind=throw", FaultKind::kThrow}, Case{"rank=1,kind=exit", FaultKind::kExit},
+                        Case{"kind=bad_ids,rank=1", FaultKind::kBadIds},
+                        Case{"rank=1,kind=fail_create", FaultKind::kFailCreate}}) {
+    const std::optional<Fault> f = parse_fault(c.text);
+    ASSERT_TRUE(f.has_value()) << c.text;
+    EXPECT_EQ(f->kind, c.kind) << c.text;
+    EXPECT_EQ(f->rank, 1) << c.text;
+    EXPECT_EQ(f->call, 0) << c.text;
+    EXPECT_EQ(f->stall_ms, -1) << c.text;
+  }
+}
+
+TEST(Fault, ParsesCallAndStall) {
+  const std::optional<Fault> f = parse_fault("rank=3,kind=stall,call=17,ms=250");
+  ASSERT_TRUE(f.has_value());
+  EXPECT_EQ(f->rank, 3);
+  EXPECT_EQ(f->call, 17);
+  EXPECT_EQ(f->stall_ms, 250);
+  EXPECT_TRUE(f->fires(3, 17));
+  EXPECT_FALSE(f->fires(3, 16));
+  EXPECT_FALSE(f->fires(3, 18));
+  EXPECT_FALSE(f->fires(2, 17));
+  EXPECT_FALSE(parse_fault("rank=0,kind=fail_create")->fires(0, 0));  // creation, not a call
+}
+
+TEST(Fault, RejectsMalformedTextNamingIt) {
+  for (const char* bad : {"rank=1", "kind=skip", "rank=x,kind=skip", "rank=-1,kind=skip", "rank=1,kind=crash",
+                          "rank=1,kind=skip,call=", "rank=1,kind=skip,when=2", "rank=1,rank=2,kind=skip",
+                          "rank=1,kind=skip,ms=5", "rank=1,kind=skip,", "rank=1 kind=skip", "rank=99999999,kind=skip"}) {
+    try {
+      parse_fault(bad);
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << bad;
+      EXPECT_EQ(std::string(e.what()).rfind(std::string("EPFUSE_FAULT = '") + bad + "': ", 0), 0u) << e.what();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace epfuse::fused

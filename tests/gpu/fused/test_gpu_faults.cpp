@@ -1,0 +1,252 @@
+// Fault injection (EPFUSE_FAULT, src/fused/fault.h) on the fused layer, one process per GPU (worlds 1,
+// 2, 4) or every rank on one GPU (--one-gpu, worlds 2 and 4): linked into test_gpu_fused (its main) and
+// registered as test_gpu_faults_* with --gtest_filter=Faults.* (tests/gpu/fused/CMakeLists.txt). In each test the last rank misbehaves in
+// its second forward (call 1; call 0 is checked against the reference first):
+//   skip, stall, throw: every other rank's call fails with kTimeout within the bound (1 s waits,
+//                       checked under 5 s), naming itself, "timed out in" and the faulty rank's count
+//                       message; the faulty rank never hangs;
+//   bad_ids:            every rank fails fast with kInvalidArgument naming the faulty rank;
+// then on every rank: no guard band around x, topk_idx, topk_weights or y was written and the inputs
+// are unchanged (nothing outside the layer's buffers written), and after re-creating the layer (its
+// workspace) the next call matches the reference. `exit` (a process that dies mid-call) is the CLI's
+// test (run_fused_fault_* in tests/gpu/run/run_matrix.cmake): it ends the whole test process.
+// Creation: fail_create on one rank, and (one process per GPU) a bad EPFUSE_TIMEOUT_MS on one rank,
+// fail every rank's creation alike (agree_on_step) instead of leaving the others in a collective.
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <optional>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "common/check.h"
+#include "common/device_buffer.h"
+#include "epfuse/epfuse.h"
+#include "layer_rank.h"
+#include "multiprocess.h"
+
+namespace epfuse {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// Sets an environment variable for its scope. Set on the test's main thread before the ranks start
+// (EPFUSE_FAULT and EPFUSE_TIMEOUT_MS are read when a layer is created).
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const std::string& value) : name_(name) { setenv(name, value.c_str(), 1); }
+  ~ScopedEnv() { unsetenv(name_); }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+};
+
+// What the faulty rank's and its peers' call 1 must end with.
+enum class Expect {
+  kPeersTimeOut,   // skip, stall, throw
+  kEveryRankBadInput,  // bad_ids
+};
+
+struct Outcome {
+  bool threw = false;
+  Error error{ErrorCode::kInternal, "no error"};
+  double seconds = 0;
+};
+
+// One rank's run of a fault test: a checked call 0, the faulty call 1, the checks, a re-created layer.
+void run_fault(const std::string& kind, Expect expect) {
+  const LayerConfig cfg = testing::small_layer_config(256, 0.0f);
+  testing::LayerRank r(Impl::kFused, cfg);
+  const int faulty = r.world() - 1;
+  const bool me_faulty = r.rank() == faulty;
+  const std::string me = "rank " + std::to_string(r.rank()) + ": ";
+  r.expect_matches_reference(r.tokens(40, Routing::kUniform, 1400), "call 0, before the fault");
+
+  const HostTokens in = r.tokens(40, Routing::kUniform, 1401);
+  r.upload(in);
+  r.poison_y();
+  if (testing::comm().transport() == Transport::kLoopback) testing::comm().barrier();  // see LoopbackWorld
+  Outcome o;
+  const auto t0 = Clock::now();
+  try {
+    r.layer().forward(r.batch(in.num_tokens), r.y(), r.stream());
+    r.layer().check_errors(r.stream());
+  } catch (const Error& e) {
+    o.threw = true;
+    o.error = e;
+  }
+  EXPECT_EQ(cudaStreamSynchronize(r.stream()), cudaSuccess);  // a forward that threw may still have launched
+  o.seconds = seconds_since(t0);
+  const std::string what = o.error.what();
+  std::printf("%s%s fault, call 1: %s after %.2f s\n", me.c_str(), kind.c_str(), o.threw ? what.c_str() : "returned",
+              o.seconds);
+  // Bounded: 1 s device waits; a stall sleeps 1.5 s first, then its own kernel's waits expire.
+  EXPECT_LT(o.seconds, 5.0) << me << "the call took " << o.seconds << " s";
+  if (expect == Expect::kEveryRankBadInput) {
+    EXPECT_TRUE(o.threw);
+    EXPECT_EQ(o.error.code(), ErrorCode::kInvalidArgument) << what;
+    if (me_faulty) {
+      EXPECT_EQ(what, me + "topk_idx[0][0] = 2139062143 is not a valid expert id (-1 or [0, E))");
+    } else {
+      EXPECT_EQ(what, me + "rank " + std::to_string(faulty) + " reported invalid input (an expert id out of range)");
+    }
+  } else if (!me_faulty) {
+    EXPECT_TRUE(o.threw) << me << "a peer's " << kind << " went unnoticed";
+    EXPECT_EQ(o.error.code(), ErrorCode::kTimeout) << what;
+    EXPECT_EQ(what.rfind(me + "timed out in ", 0), 0u) << what;
+    EXPECT_NE(what.find("the count message of rank " + std::to_string(faulty)), std::string::npos) << what;
+  } else if (kind == "throw") {
+    EXPECT_TRUE(o.threw);
+    EXPECT_EQ(o.error.code(), ErrorCode::kInternal) << what;
+    EXPECT_EQ(what, me + "EPFUSE_FAULT: throw in forward call 1 (thrown before the launch)");
+  } else if (kind == "skip") {
+    EXPECT_FALSE(o.threw) << what;  // it never launched: nothing recorded on its device
+  }
+  // A stalled rank's late call may fail or not (its peers' epoch-1 messages are there): no expectation
+  // beyond the bound.
+
+  // Nothing outside the layer's buffers was written, on any rank (the faulty one's ids included).
+  EXPECT_EQ(r.outside_writes(in), "") << me << kind;
+  // Every rank re-creates its layer (and its workspace): the next call is correct.
+  r.recreate();
+  r.expect_matches_reference(r.tokens(57, Routing::kSkewed, 1402), "call 0 of the re-created layer");
+  EXPECT_EQ(r.outside_writes(r.tokens(57, Routing::kSkewed, 1402)), "");
+}
+
+void fault_test(const std::string& kind, Expect expect) {
+  if (expect == Expect::kPeersTimeOut && testing::world() < 2) GTEST_SKIP() << "needs a peer";
+  // 1 s device waits: call 0 (before the fault) must not time out on a slow launch; a stall sleeps 1.5 s.
+  ScopedEnv timeout("EPFUSE_TIMEOUT_MS", "1000");
+  ScopedEnv fault("EPFUSE_FAULT", "rank=" + std::to_string(testing::world() - 1) + ",kind=" + kind + ",call=1" +
+                                      (kind == "stall" ? ",ms=1500" : ""));
+  testing::on_every_rank([&] { run_fault(kind, expect); });
+}
+
+TEST(Faults, SkippedCallTimesOutEveryPeer) { fault_test("skip", Expect::kPeersTimeOut); }
+TEST(Faults, StalledCallTimesOutEveryPeer) { fault_test("stall", Expect::kPeersTimeOut); }
+TEST(Faults, ThrowMidCallTimesOutEveryPeer) { fault_test("throw", Expect::kPeersTimeOut); }
+TEST(Faults, BadIdsFailEveryRankFast) { fault_test("bad_ids", Expect::kEveryRankBadInput); }
+
+// The guard check itself can fail: a byte written just outside y is reported.
+EPFUSE_RANK_TEST(Faults, GuardBandsSeeAWriteOutsideTheBuffer) {
+  testing::GuardedBuffer buf(256);
+  cudaStream_t stream = nullptr;
+  EPFUSE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  EXPECT_EQ(buf.guard_damage("y", stream), "");
+  EPFUSE_CUDA_CHECK(cudaMemsetAsync(buf.as<char>() + 256, 0, 1, stream));
+  EXPECT_EQ(buf.guard_damage("y", stream), "y: byte 0 after the buffer is 0x00 (guard 0xa5)");
+  EPFUSE_CUDA_CHECK(cudaMemsetAsync(buf.as<char>() - 3, 7, 1, stream));
+  EXPECT_EQ(buf.guard_damage("y", stream), "y: byte 3 before the buffer is 0x07 (guard 0xa5)");
+  EPFUSE_CUDA_CHECK(cudaStreamDestroy(stream));
+  // Back-to-back device-synchronising frees on every rank's thread: nothing of a peer's is in flight.
+  testing::comm().barrier();
+}
+
+// No fault configured: a layer never misbehaves (EPFUSE_FAULT naming another rank is ignored, too).
+TEST(Faults, OffWhenUnsetOrAnotherRank) {
+  ScopedEnv fault("EPFUSE_FAULT", "rank=" + std::to_string(testing::world()) + ",kind=throw,call=0");
+  testing::on_every_rank([] {
+    testing::LayerRank r(Impl::kFused, testing::small_layer_config(256, 0.0f));
+    for (int call = 0; call < 3; ++call)
+      r.expect_matches_reference(r.tokens(33, Routing::kDropped, 1500 + call), "call " + std::to_string(call));
+  });
+}
+
+// Failure-safe creation (src/comm/agree.h): one rank's workspace creation fails (as an allocation
+// failure would); every rank's creation fails within the bound, the others naming that rank and its
+// message, and a later creation on every rank works.
+TEST(Faults, CreationFailureOnOneRankFailsEveryRank) {
+  {
+    ScopedEnv fault("EPFUSE_FAULT", "rank=" + std::to_string(testing::world() - 1) + ",kind=fail_create");
+    testing::on_every_rank([] {
+      const int faulty = testing::world() - 1;
+      const std::string me = "rank " + std::to_string(testing::comm().rank()) + ": ";
+      const std::string injected = "rank " + std::to_string(faulty) +
+                                   ": EPFUSE_FAULT: fail_create: the workspace's allocation failed (injected)";
+      const auto t0 = Clock::now();
+      try {
+        testing::LayerRank r(Impl::kFused, testing::small_layer_config(256, 0.0f));
+        ADD_FAILURE() << me << "created a layer although rank " << faulty << "'s creation failed";
+      } catch (const Error& e) {
+        if (testing::comm().rank() == faulty) {
+          EXPECT_EQ(e.code(), ErrorCode::kCuda) << e.what();
+          EXPECT_EQ(std::string(e.what()), injected);
+        } else {
+          EXPECT_EQ(e.code(), ErrorCode::kAborted) << e.what();
+          EXPECT_EQ(std::string(e.what()), me + "Workspace::create: rank " + std::to_string(faulty) + " failed: " + injected);
+        }
+      }
+      EXPECT_LT(seconds_since(t0), 30.0);
+      testing::comm().barrier();  // every rank is still in step
+    });
+  }
+  testing::on_every_rank([] {
+    testing::LayerRank r(Impl::kFused, testing::small_layer_config(256, 0.0f));
+    r.expect_matches_reference(r.tokens(20, Routing::kUniform, 1600), "created after a failed creation");
+  });
+}
+
+// A bad EPFUSE_TIMEOUT_MS on one rank only (one process per GPU: each has its own environment): every
+// rank's creation fails, the others naming the rank and the variable, and nobody waits in NCCL.
+TEST(Faults, BadTimeoutOnOneRankFailsEveryRank) {
+  if (testing::one_gpu()) GTEST_SKIP() << "the ranks of the one-GPU mode share one environment";
+  const int faulty = testing::world() - 1;
+  const int rank = testing::comm().rank();
+  const std::string me = "rank " + std::to_string(rank) + ": ";
+  const std::string bad = "rank " + std::to_string(faulty) +
+                          ": EPFUSE_TIMEOUT_MS = 'soon' is not a whole number of milliseconds in [1, 86400000]";
+  {
+    std::optional<ScopedEnv> env;
+    if (rank == faulty) env.emplace("EPFUSE_TIMEOUT_MS", "soon");
+    try {
+      testing::LayerRank r(Impl::kFused, testing::small_layer_config(256, 0.0f));
+      ADD_FAILURE() << me << "created a layer although rank " << faulty << " has a bad EPFUSE_TIMEOUT_MS";
+    } catch (const Error& e) {
+      if (rank == faulty) {
+        EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+        EXPECT_EQ(std::string(e.what()), bad);
+      } else {
+        EXPECT_EQ(e.code(), ErrorCode::kAborted) << e.what();
+        EXPECT_EQ(std::string(e.what()), me + "Workspace::create: rank " + std::to_string(faulty) + " failed: " + bad);
+      }
+    }
+  }
+  testing::LayerRank r(Impl::kFused, testing::small_layer_config(256, 0.0f));
+  r.expect_matches_reference(r.tokens(20, Routing::kUniform, 1601), "created with a good timeout");
+}
+
+// Null weights on one rank only: that rank's creation fails with its own error, and every other rank's
+// with Error(kAborted) naming it, before any allocation (they used to wait in the workspace's collectives).
+EPFUSE_RANK_TEST(Faults, NullWeightsOnOneRankFailEveryRank) {
+  const int faulty = testing::world() - 1;
+  const int rank = testing::comm().rank();
+  const std::string me = "rank " + std::to_string(rank) + ": ";
+  const std::string own = "rank " + std::to_string(faulty) + ": MoeLayer::create: expert weights w13/w2 must not be null";
+  detail::DeviceBuffer w(16);
+  const ExpertWeights weights = rank == faulty ? ExpertWeights{nullptr, nullptr} : ExpertWeights{w.as<bf16>(), w.as<bf16>()};
+  testing::comm().barrier();  // every rank's cudaMalloc is done (one-GPU mode)
+  for (Impl impl : {Impl::kFused, Impl::kUnfused}) {
+    if (impl == Impl::kUnfused && testing::one_gpu()) continue;  // NCCL only
+    try {
+      MoeLayer::create(impl, testing::small_layer_config(256, 0.0f), testing::comm(), weights);
+      ADD_FAILURE() << me << "created a layer although rank " << faulty << " passed null weights";
+    } catch (const Error& e) {
+      if (rank == faulty) {
+        EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+        EXPECT_EQ(std::string(e.what()), own);
+      } else {
+        EXPECT_EQ(e.code(), ErrorCode::kAborted) << e.what();
+        EXPECT_EQ(std::string(e.what()), me + "MoeLayer::create: rank " + std::to_string(faulty) + " failed: " + own);
+      }
+    }
+  }
+  testing::comm().barrier();
+}
+
+}  // namespace
+}  // namespace epfuse
