@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Copies the executables and ctest files of build/ into .carry/build (ignored by git) so that a device
-# call can carry them under the 64 MiB limit: object files, static libraries and CMake internals stay here.
+# call can carry them under the 64 MiB limit: object files, static libraries, CMake internals and the CPU
+# tests' executables stay here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rm -rf .carry/build && mkdir -p .carry

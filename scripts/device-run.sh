@@ -9,7 +9,8 @@
 # ctest (the entries matching $EPFUSE_CTEST_REGEX),
 # bench-<impls> (impls joined by '_', e.g. bench-unfused_fused), bench-w1 (the fused layer on the
 # per-GPU shapes at world 1; with EPFUSE_BASE_BIN set, that binary's rows too, interleaved, for an A/B),
-# sass (the GEMM loop of the LSA kernel against EPFUSE_BASE_BIN's).
+# sass (the GEMM loop of the LSA kernel against EPFUSE_BASE_BIN's), fp8 (the unfused FP8 chain's GPU tests
+# and world-1 run matrix), fp8-bench (bf16 and FP8 rows on the per-GPU shapes; EPFUSE_PEERS=DIR adds --peers).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -52,6 +53,22 @@ for step in "$@"; do
             | grep -E "fused|verified" | sed "s/^/$tag r$round $1: /"
         done
       done; done 2>&1 | tee "$OUT/bench-w1.log" ;;
+    fp8)  # issue 13, the unfused FP8 chain on one GPU: GEMM unit, layer tests, the world-1 run matrix, a run
+      (ctest -R '^(test_gpu_fp8_gemm|test_gpu_unfused_fp8_w1)$' --timeout 300 --output-on-failure
+       ctest -L run -R '^run_unfused_fp8_w1_' -E '_(dsv3|qwen3-30b|mixtral)$' --timeout 300 --output-on-failure
+       timeout 120 tools/epfuse run --impl unfused --dtype fp8 --ranks 1 --hidden 2048 --intermediate 768 \
+         --experts 32 --topk 8 --tokens 4096 --iters 20 --verify-rows 16 --json "$OUT/run-fp8-qwen3-w1.json" | tail -6
+      ) 2>&1 | tee "$OUT/fp8.log" | grep -E "fp8 gemm|fp8 unfused|Test +#|tests passed|tests failed|FAILED|Failed|rror|verified|cuBLASLt" | tail -80 ;;
+    fp8-bench)  # bf16 and FP8 unfused rows (and the fused bf16 ones) on the per-GPU shapes at world 1; the
+      # peers (EPFUSE_PEERS) run once, with the first shape: their other rows follow that table
+      peers=${EPFUSE_PEERS:-}
+      for shape in "dsv3 7168 2048 64 8 128,4096" "qwen3 2048 768 32 8 128,4096,16384" "mixtral 4096 14336 2 2 4096"; do
+        set -- $shape
+        timeout $([ -n "$peers" ] && echo 560 || echo 300) tools/epfuse bench --impl unfused,fused --dtype bf16,fp8 --ranks 1 --torch off \
+          --ceilings gemm=790,hbm=4250,nvlink=350 --hidden $2 --intermediate $3 --experts $4 --topk $5 --tokens $6 \
+          ${peers:+--peers $peers} --json "$OUT/bench-fp8-$1.json" 2>&1 | tail -40
+        peers=
+      done 2>&1 | tee "$OUT/fp8-bench.log" ;;
     sass)  # the LSA kernels' SASS against the base binary's (scripts/sass_compare.py)
       cuobjdump -sass tools/epfuse > "$OUT/sass-new.txt" && cuobjdump -sass "$EPFUSE_BASE_BIN" > "$OUT/sass-base.txt" &&
         python3 "$repo/scripts/sass_compare.py" "$OUT/sass-new.txt" "$OUT/sass-base.txt" 2>&1 | tee "$OUT/sass-compare.log" ;;

@@ -27,6 +27,14 @@ inline constexpr int kMaxTopk = 16;
 //     Activations (x at dispatch, h before Linear2) are quantised per token per 128 channels (1x128),
 //     with the same partial last group: scales [T, ceil(n/128)]. src/common/fp8.h has the arithmetic
 //     and the index functions.
+//     What the layers accept today: check_config still requires H and I to be multiples of 128
+//     (kDimAlign) for both formats, so H or I = 2880 is an Error(kInvalidConfig) "hidden=2880: must be
+//     a positive multiple of 128 ..." at creation, never a silent partial block. The format above is
+//     what a 64-wide last block will mean once the kernels take it; the FP8 unfused chain is written
+//     for it (its quantise kernels use the partial group, and with I % 128 != 0 it runs the gate and up
+//     halves of Linear1 as two GEMMs so no cuBLASLt block straddles them) but it is untested there.
+//     The unfused layer runs this format (cuBLASLt block-scaled FP8 GEMMs, src/unfused/fp8_gemm.h);
+//     the fused layer refuses it with Error(kUnsupported).
 enum class WeightFormat { kBf16, kFp8Block128 };
 // How an FP8 scale is represented: kFp32 (amax / 448) or kUe8m0 (amax / 448 rounded up to a power
 // of two, an 8-bit exponent, as newer checkpoints use). Only meaningful with FP8 weights.

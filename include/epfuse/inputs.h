@@ -60,4 +60,13 @@ bf16 weight_w2(const LayerConfig& cfg, uint64_t seed, int expert, int row, int c
 void generate_expert_weights(const LayerConfig& cfg, int world_size, int rank, uint64_t seed,
                              bf16* w13, bf16* w2, cudaStream_t stream);
 
+// The FP8 weights (weight_format = kFp8Block128) of `experts` experts from bf16 ones, on the GPU and
+// asynchronously on `stream`, as the float64 reference quantises them (reference.h; bit-identical
+// codes and scales): e4m3fn codes w13_fp8 [experts, 2I, H], w2_fp8 [experts, H, I] and one scale per
+// 128x128 block (the gate and up halves of w13 blocked apart) in cfg.scale_format (float, or the UE8M0
+// exponent byte): w13_scales [experts, 2 * ceil(I/128), ceil(H/128)], w2_scales [experts, ceil(H/128),
+// ceil(I/128)] (the layout of ExpertWeights, types.h).
+void quantize_expert_weights(const LayerConfig& cfg, int experts, const bf16* w13, const bf16* w2, uint8_t* w13_fp8,
+                             uint8_t* w2_fp8, void* w13_scales, void* w2_scales, cudaStream_t stream);
+
 }  // namespace epfuse

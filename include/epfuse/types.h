@@ -37,9 +37,32 @@ struct TokenBatch {
 };
 
 // This rank's experts (E/R of them), device pointers owned by the caller.
+//
+// LayerConfig::weight_format picks which fields are read:
+//  - kBf16: w13 and w2 (the FP8 fields are ignored).
+//  - kFp8Block128 (config.h has the format): w13_fp8, w2_fp8 (e4m3fn codes, 16-byte aligned) and their
+//    scales, one per 128x128 block (gate and up halves of w13 blocked apart), float for
+//    ScaleFormat::kFp32 or the UE8M0 exponent byte (scale = 2^(e - 127)) for kUe8m0, in DeepSeek-V3's
+//    weight_scale_inv order (the real weight is code * scale):
+//      w13_scales [E/R, 2 * ceil(I/128), ceil(H/128)],  w2_scales [E/R, ceil(H/128), ceil(I/128)].
+//    w13_scales_count / w2_scales_count are the number of scale elements the caller holds there; they
+//    must equal those shapes (a checkpoint of another layout is an Error(kInvalidArgument) at creation,
+//    not a silent misread). Every scale must be finite and > 0 (kFp32), or an exponent byte in
+//    [1, 254] (kUe8m0): the layer reads them once at creation (a synchronous copy: they must be
+//    written before MoeLayer::create) and names the first bad one.
+//    The bf16 fields are ignored. The layer keeps its own copy of the scales (in the layout its GEMMs
+//    want) and borrows the codes.
+//  Only the unfused layer runs FP8 weights so far; the fused layer refuses them (kUnsupported).
 struct ExpertWeights {
   const bf16* w13 = nullptr;  // [E/R, 2I, H]: rows [0, I) are the gate (W1), rows [I, 2I) the up (W3)
   const bf16* w2 = nullptr;   // [E/R, H, I]: the down projection
+
+  const uint8_t* w13_fp8 = nullptr;  // [E/R, 2I, H] e4m3fn codes, rows as w13
+  const uint8_t* w2_fp8 = nullptr;   // [E/R, H, I] e4m3fn codes
+  const void* w13_scales = nullptr;  // see above: float or uint8_t by LayerConfig::scale_format
+  const void* w2_scales = nullptr;
+  int64_t w13_scales_count = 0;
+  int64_t w2_scales_count = 0;
 };
 
 }  // namespace epfuse

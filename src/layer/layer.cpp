@@ -29,17 +29,19 @@ std::optional<Impl> parse_impl(std::string_view name) {
 
 namespace {
 
-// Called after the agreement, so every rank refuses together (the configs are equal by then).
+// Called after the agreement, so every rank refuses together (the configs are equal by then). The
+// unfused layer runs FP8 weights (cuBLASLt block-scaled GEMMs); the fused kernel does not yet.
 void refuse_fp8_until_implemented(const Communicator& comm, const LayerConfig& cfg, Impl impl) {
-  if (cfg.weight_format == WeightFormat::kBf16) return;
+  if (cfg.weight_format == WeightFormat::kBf16 || impl == Impl::kUnfused) return;
   throw Error(ErrorCode::kUnsupported, "rank " + std::to_string(comm.rank()) + ": FP8 weights (weight_format=" +
                                            std::string(to_string(cfg.weight_format)) +
                                            ") are not implemented yet in the " + std::string(to_string(impl)) +
                                            " layer");
 }
 
-void require_weights(const Communicator& comm, const ExpertWeights& weights) {
-  if (weights.w13 == nullptr || weights.w2 == nullptr)
+// FP8 weights are checked by the layer that runs them (unfused/fp8_weights.h), which reads their scales.
+void require_weights(const Communicator& comm, const LayerConfig& cfg, const ExpertWeights& weights) {
+  if (cfg.weight_format == WeightFormat::kBf16 && (weights.w13 == nullptr || weights.w2 == nullptr))
     throw Error(ErrorCode::kInvalidArgument, "rank " + std::to_string(comm.rank()) +
                                                  ": MoeLayer::create: expert weights w13/w2 must not be null");
 }
@@ -51,7 +53,7 @@ std::unique_ptr<MoeLayer> MoeLayer::create(Impl impl, const LayerConfig& cfg, Co
   check_same_config_on_every_rank(comm, cfg, impl, "MoeLayer::create");
   refuse_fp8_until_implemented(comm, cfg, impl);
   // One rank's null weights fail every rank (its peers would otherwise wait in the next collective).
-  detail::agree_on_step(comm, "MoeLayer::create", [&] { require_weights(comm, weights); });
+  detail::agree_on_step(comm, "MoeLayer::create", [&] { require_weights(comm, cfg, weights); });
   switch (impl) {
     case Impl::kUnfused: {
       // Its creation has no collective of its own: agree that every rank's succeeded, so that no rank
@@ -70,7 +72,7 @@ std::unique_ptr<MoeLayer> MoeLayer::create(const LayerConfig& cfg, Workspace& wo
   Communicator& comm = workspace.comm();
   check_same_config_on_every_rank(comm, cfg, Impl::kFused, "MoeLayer::create");
   refuse_fp8_until_implemented(comm, cfg, Impl::kFused);
-  detail::agree_on_step(comm, "MoeLayer::create", [&] { require_weights(comm, weights); });
+  detail::agree_on_step(comm, "MoeLayer::create", [&] { require_weights(comm, cfg, weights); });
   return fused::make_fused_layer(cfg, workspace, weights);
 }
 

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "common/check.h"
+#include "common/fp8.h"
 #include "epfuse/inputs.h"
 #include "ref/generator.h"
 
@@ -45,7 +46,65 @@ void launch_generate(uint64_t seed, detail::Stream stream, int first_expert, int
   EPFUSE_CUDA_CHECK_LAUNCH();
 }
 
+// One CTA per 128x128 block of matrices [matrices, rows, cols]: thread t walks column t of the block.
+// The arithmetic of fp8::quantize_tile (the reference's), so codes and scales are bit-identical.
+constexpr int kQuantThreads = fp8::kBlock;
+__global__ void __launch_bounds__(kQuantThreads)
+    quantize_blocks_kernel(const bf16* __restrict__ w, int rows, int cols, ScaleFormat format,
+                           uint8_t* __restrict__ codes, void* scales) {
+  const int cb = blockIdx.x, rb = blockIdx.y, m = blockIdx.z;
+  const int c = cb * fp8::kBlock + static_cast<int>(threadIdx.x);
+  const int row_end = min(rows, (rb + 1) * fp8::kBlock);
+  const bool active = c < cols;
+  const int64_t base = static_cast<int64_t>(m) * rows * cols;
+  float amax = 0.0f;
+  if (active)
+    for (int r = rb * fp8::kBlock; r < row_end; ++r)
+      amax = fmaxf(amax, fabsf(__bfloat162float(w[base + static_cast<int64_t>(r) * cols + c])));
+  __shared__ unsigned int block_amax;  // |x| as float bits: the order of non-negative floats
+  if (threadIdx.x == 0) block_amax = 0;
+  __syncthreads();
+  atomicMax(&block_amax, __float_as_uint(amax));
+  __syncthreads();
+  const float a = __uint_as_float(block_amax);
+  const float scale = fp8::group_scale(a, format);
+  const float inv = 1.0f / scale;
+  if (active)
+    for (int r = rb * fp8::kBlock; r < row_end; ++r) {
+      const int64_t at = base + static_cast<int64_t>(r) * cols + c;
+      codes[at] = fp8::float_to_e4m3(__bfloat162float(w[at]) * inv);
+    }
+  if (threadIdx.x == 0) {
+    const int64_t s = (static_cast<int64_t>(m) * gridDim.y + rb) * gridDim.x + cb;
+    if (format == ScaleFormat::kUe8m0)
+      static_cast<uint8_t*>(scales)[s] = fp8::ue8m0_scale(a);
+    else
+      static_cast<float*>(scales)[s] = scale;
+  }
+}
+
+void launch_quantize_blocks(const bf16* w, int matrices, int rows, int cols, ScaleFormat format, uint8_t* codes,
+                            void* scales, cudaStream_t stream) {
+  if (matrices == 0) return;
+  const dim3 grid(fp8::num_blocks(cols), fp8::num_blocks(rows), matrices);
+  quantize_blocks_kernel<<<grid, kQuantThreads, 0, stream>>>(w, rows, cols, format, codes, scales);
+  EPFUSE_CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace
+
+void quantize_expert_weights(const LayerConfig& cfg, int experts, const bf16* w13, const bf16* w2, uint8_t* w13_fp8,
+                             uint8_t* w2_fp8, void* w13_scales, void* w2_scales, cudaStream_t stream) {
+  EPFUSE_REQUIRE(experts >= 0 && experts <= 65535 / 2, ErrorCode::kInvalidArgument,
+                 "quantize_expert_weights: experts=" + std::to_string(experts) + " outside [0, 32767]");
+  EPFUSE_REQUIRE(w13 != nullptr && w2 != nullptr && w13_fp8 != nullptr && w2_fp8 != nullptr && w13_scales != nullptr &&
+                     w2_scales != nullptr,
+                 ErrorCode::kInvalidArgument, "quantize_expert_weights: null device pointer");
+  // The gate and up halves of w13 are blocked apart (config.h): 2 * experts matrices [I, H].
+  launch_quantize_blocks(w13, 2 * experts, cfg.intermediate, cfg.hidden, cfg.scale_format, w13_fp8, w13_scales,
+                         stream);
+  launch_quantize_blocks(w2, experts, cfg.hidden, cfg.intermediate, cfg.scale_format, w2_fp8, w2_scales, stream);
+}
 
 void generate_expert_weights(const LayerConfig& cfg, int world_size, int rank, uint64_t seed, bf16* w13, bf16* w2,
                              cudaStream_t stream) {

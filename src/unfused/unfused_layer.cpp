@@ -7,13 +7,19 @@
 #include <cstdio>
 #include <string>
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 
 #include "common/check.h"
 #include "common/device_buffer.h"
+#include "common/fp8.h"
 #include "epfuse/error.h"
 #include "unfused/all_to_all.h"
 #include "unfused/counts.h"
+#include "unfused/fp8_gemm.h"
+#include "unfused/fp8_kernels.h"
+#include "unfused/fp8_layout.h"
+#include "unfused/fp8_weights.h"
 #include "unfused/gemm_path.h"
 #include "unfused/grouped_gemm.h"
 #include "unfused/kernels.h"
@@ -42,6 +48,8 @@ class UnfusedLayer final : public MoeLayer {
 
  private:
   HostInputError check_inputs(const TokenBatch& in, const bf16* y) const;
+  void init_fp8(const ExpertWeights& weights);
+  void run_fp8_experts(cudaStream_t stream);
   void mark(Mark m, cudaStream_t stream) {
     if (timing_) EPFUSE_CUDA_CHECK(cudaEventRecord(events_[m], stream));
   }
@@ -68,6 +76,23 @@ class UnfusedLayer final : public MoeLayer {
   cublasHandle_t cublas_ = nullptr;
   GroupedGemm gemm_up_, gemm_down_;  // one each: their pointer staging must not be shared in a forward
   std::optional<GemmPath> forced_gemm_path_;  // EPFUSE_UNFUSED_GEMM, read once at creation
+
+  // FP8 weights (weight_format = kFp8Block128), set up by init_fp8. The chain dispatches the bf16
+  // tokens as the bf16 chain does and quantises the permuted expert rows (each a copy of its token, so
+  // the codes and scales are those of quantising x at home: the reference's); sending FP8 + scales
+  // instead would halve the dispatch bytes, which the fused kernel's FP8 dispatch is for, while this
+  // chain is the baseline of the FP8 expert GEMMs with the record protocol unchanged.
+  bool fp8_ = false;
+  bool inter_fp32_ = false;  // Linear1 writes fp32 into inter_ (re-allocated twice as large), else bf16
+  cublasLtHandle_t lt_ = nullptr;
+  Fp8Gemm gemm_fp8_;
+  detail::DeviceBuffer w13_scales_, w2_scales_;  // the layer's copies, in cuBLASLt's block layout
+  detail::DeviceBuffer x_codes_, x_scales_;      // expert rows quantised: Linear1's input
+  detail::DeviceBuffer h_codes_, h_scales_;      // h quantised: Linear2's input
+  detail::DeviceBuffer row_map_;                 // Fp8RowMap arrays, uploaded per forward
+  detail::PinnedBuffer row_map_host_;
+  cudaEvent_t row_map_uploaded_ = nullptr;
+  std::vector<int64_t> scale_start_h_, scale_start_i_;
 
   // Recorded at the end of every forward; the next one waits for it on its own stream, so calls on
   // different streams never overlap on the shared buffers.
@@ -115,7 +140,10 @@ UnfusedLayer::UnfusedLayer(const LayerConfig& cfg, Communicator& comm, const Exp
     EPFUSE_CUBLAS_CHECK(cublasSetWorkspace(cublas_, cublas_workspace_.as(), cublas_workspace_.bytes()));
     for (cudaEvent_t& event : events_) EPFUSE_CUDA_CHECK(cudaEventCreate(&event));
     EPFUSE_CUDA_CHECK(cudaEventCreateWithFlags(&finished_, cudaEventDisableTiming));
+    if (cfg.weight_format == WeightFormat::kFp8Block128) init_fp8(weights);
   } catch (...) {
+    if (row_map_uploaded_ != nullptr) cudaEventDestroy(row_map_uploaded_);
+    if (lt_ != nullptr) cublasLtDestroy(lt_);
     if (finished_ != nullptr) cudaEventDestroy(finished_);
     for (cudaEvent_t event : events_)
       if (event != nullptr) cudaEventDestroy(event);
@@ -134,12 +162,142 @@ UnfusedLayer::~UnfusedLayer() {
     if (event != nullptr) cudaEventDestroy(event);
   if (cublas_ != nullptr && cublasDestroy(cublas_) != CUBLAS_STATUS_SUCCESS)
     std::fprintf(stderr, "epfuse: cublasDestroy failed\n");
+  if (row_map_uploaded_ != nullptr) {
+    if (cudaEventSynchronize(row_map_uploaded_) != cudaSuccess)
+      std::fprintf(stderr, "epfuse: unfused FP8 row map upload failed\n");
+    cudaEventDestroy(row_map_uploaded_);
+  }
+  if (lt_ != nullptr && cublasLtDestroy(lt_) != CUBLAS_STATUS_SUCCESS)
+    std::fprintf(stderr, "epfuse: cublasLtDestroy failed\n");
+}
+
+// Checks the FP8 fields (types.h), reads the scales once (validating every one) and keeps them in the
+// layout cuBLASLt reads (fp8_layout.h); sizes the quantised activations for the plan's row bound.
+void UnfusedLayer::init_fp8(const ExpertWeights& weights) {
+  const std::string who = "rank " + std::to_string(rank_) + ": MoeLayer::create: ";
+  const int local = plan_.experts_per_rank, H = cfg_.hidden, I = cfg_.intermediate;
+  if (const std::string problem = check_fp8_weight_pointers(cfg_, local, weights); !problem.empty())
+    throw Error(ErrorCode::kInvalidArgument, who + problem);
+  fp8_ = true;
+  const size_t scale_bytes = cfg_.scale_format == ScaleFormat::kFp32 ? sizeof(float) : 1;
+  const auto convert = [&](const void* device, int64_t count, int matrices, int rows, int k, const char* name) {
+    std::vector<uint8_t> host(static_cast<size_t>(count) * scale_bytes);
+    EPFUSE_CUDA_CHECK(cudaMemcpy(host.data(), device, host.size(), cudaMemcpyDeviceToHost));
+    std::vector<float> blocked;
+    try {
+      blocked = to_cublaslt_block_scales(host.data(), cfg_.scale_format, matrices, rows, k, name);
+    } catch (const Error& e) {
+      throw Error(e.code(), who + e.what());
+    }
+    detail::DeviceBuffer out(blocked.size() * sizeof(float));
+    EPFUSE_CUDA_CHECK(cudaMemcpy(out.as(), blocked.data(), out.bytes(), cudaMemcpyHostToDevice));
+    return out;
+  };
+  // w13: per expert 2 * ceil(I/128) block rows, the gate's then the up's (named so in messages).
+  w13_scales_ = convert(weights.w13_scales, weights.w13_scales_count, local, fp8::w13_scale_rows(I), H, "w13_scales");
+  w2_scales_ = convert(weights.w2_scales, weights.w2_scales_count, local, fp8::num_blocks(H), I, "w2_scales");
+  const int64_t rows = plan_.max_expert_rows;
+  x_codes_ = detail::DeviceBuffer(static_cast<size_t>(rows) * H);
+  h_codes_ = detail::DeviceBuffer(static_cast<size_t>(rows) * I);
+  // Each expert's region is rounded up to 4 floats: at most 3 more per expert.
+  x_scales_ = detail::DeviceBuffer((static_cast<size_t>(rows) * fp8::num_blocks(H) + 4 * size_t(local)) * sizeof(float));
+  h_scales_ = detail::DeviceBuffer((static_cast<size_t>(rows) * fp8::num_blocks(I) + 4 * size_t(local)) * sizeof(float));
+  const size_t map_bytes = (static_cast<size_t>(local) + 1) * sizeof(int32_t) + 7 + 2 * size_t(local) * sizeof(int64_t);
+  row_map_ = detail::DeviceBuffer(map_bytes + 8);
+  row_map_host_ = detail::PinnedBuffer(map_bytes + 8);
+  scale_start_h_.resize(local);
+  scale_start_i_.resize(local);
+  EPFUSE_CUBLAS_CHECK(cublasLtCreate(&lt_));
+  EPFUSE_CUDA_CHECK(cudaEventCreateWithFlags(&row_map_uploaded_, cudaEventDisableTiming));
+
+  // Linear1 writes fp32 where cuBLASLt can: gate and up then reach SwiGLU and h's 1x128 quantisation
+  // as fp32 sums (as the float64 reference's and the fused kernel's accumulators), not rounded to bf16
+  // first, which would move about 2% of h's codes by one e4m3 step and cost ~1e-2 of relative error.
+  inter_ = detail::DeviceBuffer();  // the plan's bf16 buffer: freed before the fp32 one is made
+  inter_ = detail::DeviceBuffer(2 * plan_.inter_bytes);
+  const Fp8GemmArgs probe{.rows = {}, .n = I % fp8::kBlock == 0 ? 2 * I : I, .k = H, .a = x_codes_.as<uint8_t>(),
+                          .lda = H, .a_scales = x_scales_.as<float>(), .a_scale_start = {},
+                          .w = weights.w13_fp8, .w_expert_stride = 0, .w_scales = w13_scales_.as<float>(),
+                          .w_scale_expert_stride = 0, .c = inter_.as(), .ldc = 2 * int64_t{I},
+                          .c_type = CUDA_R_32F};
+  inter_fp32_ = gemm_fp8_.has_algorithm(lt_, probe, 128, cublas_workspace_.bytes());
+  if (!inter_fp32_) {
+    std::fprintf(stderr, "epfuse: rank %d: cuBLASLt has no block-scaled FP8 GEMM with fp32 output here: the FP8 "
+                         "unfused chain writes Linear1 in bf16 (h's codes then differ more from the reference's)\n",
+                 rank_);
+    inter_ = detail::DeviceBuffer();
+    inter_ = detail::DeviceBuffer(plan_.inter_bytes);
+  }
+}
+
+// Linear1, SwiGLU and Linear2 on FP8: rows_ (bf16, permuted) -> rows_ (bf16, Linear2's output).
+void UnfusedLayer::run_fp8_experts(cudaStream_t stream) {
+  const int local = plan_.experts_per_rank, H = cfg_.hidden, I = cfg_.intermediate;
+  const std::span<const int> rows(traffic_.expert_rows);
+  // Row map: int64 scale starts first (8-byte aligned), then the int32 expert starts.
+  EPFUSE_CUDA_CHECK(cudaEventSynchronize(row_map_uploaded_));  // the previous forward's upload left
+  auto* host_h = row_map_host_.as<int64_t>();
+  int64_t* host_i = host_h + local;
+  auto* host_first = reinterpret_cast<int32_t*>(host_i + local);
+  int64_t first = 0, at_h = 0, at_i = 0;
+  for (int e = 0; e < local; ++e) {
+    host_first[e] = static_cast<int32_t>(first);
+    host_h[e] = scale_start_h_[e] = at_h;
+    host_i[e] = scale_start_i_[e] = at_i;
+    first += rows[e];
+    at_h += fp8_layout::act_scale_region(rows[e], H);
+    at_i += fp8_layout::act_scale_region(rows[e], I);
+  }
+  host_first[local] = static_cast<int32_t>(first);
+  const size_t map_bytes = 2 * static_cast<size_t>(local) * sizeof(int64_t) + (static_cast<size_t>(local) + 1) * sizeof(int32_t);
+  EPFUSE_CUDA_CHECK(cudaMemcpyAsync(row_map_.as(), row_map_host_.as(), map_bytes, cudaMemcpyHostToDevice, stream));
+  EPFUSE_CUDA_CHECK(cudaEventRecord(row_map_uploaded_, stream));
+  const auto* dev_h = row_map_.as<int64_t>();
+  const Fp8RowMap map{.expert_first = reinterpret_cast<const int32_t*>(dev_h + 2 * local),
+                      .scale_start_h = dev_h,
+                      .scale_start_i = dev_h + local,
+                      .experts = local};
+  const int64_t total = traffic_.total_rows;
+
+  launch_quantize_rows(rows_.as<bf16>(), total, H, cfg_.scale_format, map, x_codes_.as<uint8_t>(),
+                       x_scales_.as<float>(), shape_.sm_count, stream);
+  // Linear1. Gate and up are blocked apart (config.h); when I % 128 == 0 their blocks tile 2I rows
+  // exactly, so one GEMM of n = 2I covers both; otherwise the up half starts inside a 128-row block
+  // and each half is a GEMM of its own, writing its columns of inter_.
+  const int i_blocks = fp8::num_blocks(I);
+  const int64_t w13_scale_stride = int64_t{2} * i_blocks * fp8_layout::padded_k_blocks(H);
+  Fp8GemmArgs up{.rows = rows, .n = 2 * I, .k = H, .a = x_codes_.as<uint8_t>(), .lda = H,
+                 .a_scales = x_scales_.as<float>(), .a_scale_start = scale_start_h_, .w = weights_.w13_fp8,
+                 .w_expert_stride = int64_t{2} * I * H, .w_scales = w13_scales_.as<float>(),
+                 .w_scale_expert_stride = w13_scale_stride, .c = inter_.as(), .ldc = 2 * int64_t{I},
+                 .c_type = inter_fp32_ ? CUDA_R_32F : CUDA_R_16BF};
+  if (I % fp8::kBlock == 0) {
+    gemm_fp8_.run(lt_, up, cublas_workspace_.as(), cublas_workspace_.bytes(), stream);
+  } else {
+    up.n = I;  // gate
+    gemm_fp8_.run(lt_, up, cublas_workspace_.as(), cublas_workspace_.bytes(), stream);
+    up.w += int64_t{I} * H;  // up: its rows, its block rows, its columns
+    up.w_scales += int64_t{i_blocks} * fp8_layout::padded_k_blocks(H);
+    up.c = static_cast<uint8_t*>(up.c) + int64_t{I} * (inter_fp32_ ? sizeof(float) : sizeof(bf16));
+    gemm_fp8_.run(lt_, up, cublas_workspace_.as(), cublas_workspace_.bytes(), stream);
+  }
+  launch_swiglu_quantize(inter_.as(), inter_fp32_, row_weight_.as<float>(), total, I, cfg_.swiglu_clamp,
+                         cfg_.scale_format, map, h_codes_.as<uint8_t>(), h_scales_.as<float>(), shape_.sm_count,
+                         stream);
+  gemm_fp8_.run(lt_,
+                {.rows = rows, .n = H, .k = I, .a = h_codes_.as<uint8_t>(), .lda = I,
+                 .a_scales = h_scales_.as<float>(), .a_scale_start = scale_start_i_, .w = weights_.w2_fp8,
+                 .w_expert_stride = int64_t{H} * I, .w_scales = w2_scales_.as<float>(),
+                 .w_scale_expert_stride = fp8_layout::weight_scale_floats(H, I), .c = rows_.as<bf16>(), .ldc = H},
+                cublas_workspace_.as(), cublas_workspace_.bytes(), stream);
 }
 
 MemoryFootprint UnfusedLayer::memory() const {
   return {.symmetric_bytes = 0,
-          .private_bytes = plan_.total_bytes + kCublasWorkspaceBytes + gemm_up_.device_bytes() +
-                           gemm_down_.device_bytes()};
+          .private_bytes = plan_.total_bytes - plan_.inter_bytes + inter_.bytes() + kCublasWorkspaceBytes +
+                           gemm_up_.device_bytes() +
+                           gemm_down_.device_bytes() + w13_scales_.bytes() + w2_scales_.bytes() + x_codes_.bytes() +
+                           x_scales_.bytes() + h_codes_.bytes() + h_scales_.bytes() + row_map_.bytes()};
 }
 
 HostInputError UnfusedLayer::check_inputs(const TokenBatch& in, const bf16* y) const {
@@ -219,17 +377,21 @@ void UnfusedLayer::forward(const TokenBatch& in, bf16* y, cudaStream_t stream) {
                  row_weight_.as<float>(), token_rows_.as<int32_t>(), stream);
   const int64_t inter_ld = 2 * int64_t{cfg_.intermediate};
   const GemmPath gemm_path = select_gemm_path(forced_gemm_path_, traffic_.expert_rows);
-  gemm_up_.run(cublas_,
-               {.rows = traffic_.expert_rows, .n = 2 * cfg_.intermediate, .k = cfg_.hidden, .a = rows_.as<bf16>(),
-                .lda = cfg_.hidden, .w = weights_.w13, .w_expert_stride = inter_ld * cfg_.hidden,
-                .c = inter_.as<bf16>(), .ldc = inter_ld},
-               gemm_path, stream);
-  launch_swiglu(shape_, inter_.as<bf16>(), row_weight_.as<float>(), traffic_.total_rows, cfg_.swiglu_clamp, stream);
-  gemm_down_.run(cublas_,
-                 {.rows = traffic_.expert_rows, .n = cfg_.hidden, .k = cfg_.intermediate, .a = inter_.as<bf16>(),
-                  .lda = inter_ld, .w = weights_.w2, .w_expert_stride = int64_t{cfg_.hidden} * cfg_.intermediate,
-                  .c = rows_.as<bf16>(), .ldc = cfg_.hidden},
+  if (fp8_) {
+    run_fp8_experts(stream);
+  } else {
+    gemm_up_.run(cublas_,
+                 {.rows = traffic_.expert_rows, .n = 2 * cfg_.intermediate, .k = cfg_.hidden, .a = rows_.as<bf16>(),
+                  .lda = cfg_.hidden, .w = weights_.w13, .w_expert_stride = inter_ld * cfg_.hidden,
+                  .c = inter_.as<bf16>(), .ldc = inter_ld},
                  gemm_path, stream);
+    launch_swiglu(shape_, inter_.as<bf16>(), row_weight_.as<float>(), traffic_.total_rows, cfg_.swiglu_clamp, stream);
+    gemm_down_.run(cublas_,
+                   {.rows = traffic_.expert_rows, .n = cfg_.hidden, .k = cfg_.intermediate, .a = inter_.as<bf16>(),
+                    .lda = inter_ld, .w = weights_.w2, .w_expert_stride = int64_t{cfg_.hidden} * cfg_.intermediate,
+                    .c = rows_.as<bf16>(), .ldc = cfg_.hidden},
+                   gemm_path, stream);
+  }
   mark(kComputed, stream);
 
   // ---- combine: the rows go back the way the records came, in the same buffers ----------------------

@@ -18,6 +18,7 @@
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
+#include "bench/peers.h"
 #include "bench/report.h"
 #include "bench/worker.h"
 #include "common/flags.h"
@@ -200,9 +201,64 @@ PeerResult run_peer(const BenchOptions& o, const std::vector<BenchCase>& cases, 
   return out;
 }
 
+struct DeepGemmPeers {
+  bool ran = false, ok = false;
+  std::string why;  // when !ok
+  PeerOutput out;
+};
+
+// `--peers DIR`: DIR/scripts/run_deepgemm_peers.sh DIR gemm megamoe (bench/peers.h), output parsed.
+DeepGemmPeers run_deepgemm_peers(const BenchOptions& o, int world) {
+  DeepGemmPeers p;
+  p.ran = true;
+  const std::string script = o.peers_dir + "/" + kPeersScript;
+  if (!std::filesystem::exists(script)) {
+    p.why = script + " not found (prepare DIR and copy ../shared/peers/*.sh *.py into DIR/scripts: "
+                     "../shared/peers/README.md)";
+    return p;
+  }
+  std::string env = "EXTRA=" + shell_quote(gemm_alone_extra_shapes(o.cases, world)) + " ";
+  if (world > 1) env += "MEGAMOE_RANKS=" + std::to_string(world) + " ";
+  const std::string cmd = env + "bash " + shell_quote(script) + " " + shell_quote(o.peers_dir) + " gemm megamoe 2>&1";
+  fmt::print("epfuse bench: the DeepGEMM/MegaMoE peers: {} (their builds take minutes)\n", cmd);
+  std::fflush(stdout);
+  FILE* pipe = ::popen(cmd.c_str(), "r");
+  if (!pipe) {
+    p.why = "cannot start bash";
+    return p;
+  }
+  std::string text;
+  std::deque<std::string> log;
+  char buf[4096];
+  while (std::fgets(buf, sizeof buf, pipe)) {
+    text += buf;
+    log.push_back(buf);
+    if (log.size() > kPeerLogLines) log.pop_front();
+  }
+  const int status = ::pclose(pipe);
+  p.out = parse_peer_output(text, world);
+  p.ok = status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0 && !p.out.rows.empty();
+  if (!p.ok) {
+    p.why = "run_deepgemm_peers.sh exited with status " +
+            std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : status) + " and " +
+            std::to_string(p.out.rows.size()) + " rows; its last lines:\n";
+    for (const std::string& l : log) p.why += "  " + l;
+  }
+  return p;
+}
+
+// A peer's row of the same per-GPU work as case c (its own config name may differ: the GEMM-alone
+// script names the FACTS model a world-1 case spells out as "custom").
+bool same_work(const BenchRow& r, const BenchCase& c, int world) {
+  return r.tokens_per_rank == c.tokens_per_rank && r.hidden == c.layer.hidden &&
+         r.intermediate == c.layer.intermediate && r.experts == c.layer.num_experts && r.topk == c.layer.topk &&
+         r.ranks == world && r.dtype == dtype_name(c.layer.weight_format);
+}
+
 bool same_case(const BenchRow& r, const BenchCase& c) {
   return r.config == c.config && r.tokens_per_rank == c.tokens_per_rank && r.hidden == c.layer.hidden &&
-         r.intermediate == c.layer.intermediate && r.experts == c.layer.num_experts && r.topk == c.layer.topk;
+         r.intermediate == c.layer.intermediate && r.experts == c.layer.num_experts && r.topk == c.layer.topk &&
+         r.dtype == dtype_name(c.layer.weight_format);
 }
 
 int run_floors_only(const BenchOptions& o, const std::string& command) {
@@ -267,8 +323,13 @@ int bench_command(int argc, char** argv) {
   if (!torch_note.empty()) torch = false;
   if (o.torch == TorchMode::kOn && !torch_note.empty()) return fail("--torch on: " + torch_note);
 
+  // The PyTorch peer is bf16: it runs the bf16 cases only.
+  std::vector<BenchCase> torch_cases;
+  for (const BenchCase& c : o.cases)
+    if (c.layer.weight_format == WeightFormat::kBf16) torch_cases.push_back(c);
+  if (torch_cases.empty()) torch = false;
   const int worker_units = static_cast<int>(o.cases.size() * o.impls.size()) + 1;
-  Progress progress("epfuse bench", worker_units + (torch ? static_cast<int>(o.cases.size()) : 0));
+  Progress progress("epfuse bench", worker_units + (torch ? static_cast<int>(torch_cases.size()) : 0));
   const WorkerResult ranks = run_ranks(o, world, progress);
   if (ranks.exit_code != 0 && ranks.records.rows.empty()) {
     progress.finish();
@@ -276,10 +337,16 @@ int bench_command(int argc, char** argv) {
   }
   PeerResult peer;
   if (torch && ranks.records.ceilings) {
-    peer = run_peer(o, o.cases, world, progress, worker_units);
+    peer = run_peer(o, torch_cases, world, progress, worker_units);
     if (!peer.ok) fmt::print(stderr, "\nepfuse bench: the PyTorch peer failed: {}", peer.why);
   }
   progress.finish();
+  DeepGemmPeers deepgemm;
+  if (!o.peers_dir.empty() && ranks.records.ceilings) {
+    deepgemm = run_deepgemm_peers(o, world);
+    if (!deepgemm.ok) fmt::print(stderr, "epfuse bench: the DeepGEMM/MegaMoE peers failed: {}\n", deepgemm.why);
+    for (const std::string& e : deepgemm.out.errors) fmt::print(stderr, "epfuse bench: peers: {}\n", e);
+  }
 
   RunInfo info;
   info.device = device_name();
@@ -300,7 +367,20 @@ int bench_command(int argc, char** argv) {
         fill_expected_load(r, info.ceilings);
         rows.push_back(std::move(r));
       }
+    for (BenchRow& r : deepgemm.out.rows)
+      if (!r.impl.empty() && same_work(r, c, world)) {
+        BenchRow row = r;
+        row.config = c.config;
+        r.impl.clear();  // taken
+        fill_expected_load(row, info.ceilings);
+        rows.push_back(std::move(row));
+      }
   }
+  for (BenchRow& r : deepgemm.out.rows)  // the peers' other shapes, after the cases
+    if (!r.impl.empty()) {
+      fill_expected_load(r, info.ceilings);
+      rows.push_back(std::move(r));
+    }
   for (BenchRow& r : rows) derive_row(r);
   fill_speedups(rows);
 
@@ -315,6 +395,7 @@ int bench_command(int argc, char** argv) {
 
   if (ranks.exit_code != 0) return fail("a rank process failed; the table holds the rows finished before it");
   if (o.torch == TorchMode::kOn && !peer.ok) return fail("--torch on and the PyTorch peer failed");
+  if (deepgemm.ran && !deepgemm.ok) return fail("--peers " + o.peers_dir + ": the DeepGEMM/MegaMoE peers failed");
   for (const BenchRow& r : rows)
     if (r.verified == "no")
       return fail(r.config + " T=" + std::to_string(r.tokens_per_rank) + " " + r.impl +

@@ -17,6 +17,10 @@ std::string_view Floor::bound() const {
 }
 
 double expert_weight_bytes(const LayerConfig& cfg) {
+  if (cfg.weight_format == WeightFormat::kFp8Block128) {
+    const double h_blocks = std::ceil(cfg.hidden / 128.0), i_blocks = std::ceil(cfg.intermediate / 128.0);
+    return 3.0 * cfg.hidden * cfg.intermediate + 3.0 * h_blocks * i_blocks * sizeof(float);
+  }
   return 3.0 * cfg.hidden * cfg.intermediate * sizeof(bf16);
 }
 
@@ -57,7 +61,10 @@ Floor layer_floor(const LayerConfig& cfg, const RankLoad& load, const Ceilings& 
                                                  std::to_string(ceilings.gemm_tflops) + " TFLOP/s, hbm " +
                                                  std::to_string(ceilings.hbm_gbps) + " GB/s)");
   Floor f;
-  f.compute_ms = expert_flops(cfg, load.routed_slots) / (ceilings.gemm_tflops * 1e12) * 1e3;
+  const double tflops =
+      cfg.weight_format == WeightFormat::kFp8Block128 && ceilings.fp8_gemm_tflops > 0 ? ceilings.fp8_gemm_tflops
+                                                                                      : ceilings.gemm_tflops;
+  f.compute_ms = expert_flops(cfg, load.routed_slots) / (tflops * 1e12) * 1e3;
   f.weights_ms = load.experts_hit * expert_weight_bytes(cfg) / (ceilings.hbm_gbps * 1e9) * 1e3;
   if (load.remote_rows > 0) {
     if (!(ceilings.nvlink_gbps > 0))

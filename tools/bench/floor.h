@@ -17,6 +17,10 @@ struct Ceilings {
   double gemm_tflops = 0;  // bf16 dense GEMM with fp32 accumulation, 1e12 FLOP/s
   double hbm_gbps = 0;     // device memory, (bytes read + bytes written) / s / 1e9
   double nvlink_gbps = 0;  // bytes stored into peers by SMs, per GPU, / s / 1e9
+  // FP8 e4m3 dense GEMM (the compute term of FP8 layers): not measured by the bench; FACTS.md's
+  // torch._scaled_mm 8192^3 on H200 unless given (--ceilings ...,fp8=TFLOP/s).
+  double fp8_gemm_tflops = kFp8GemmTflopsH200;
+  static constexpr double kFp8GemmTflopsH200 = 1447;
 };
 
 // What one GPU does in one forward, the quantities the floor is computed from.
@@ -34,7 +38,9 @@ struct Floor {
   std::string_view bound() const;  // "compute", "weights" or "comm": the largest term
 };
 
-// Bytes of one expert's three matrices (W1, W3, W2) in bf16, and of one token row in bf16.
+// Bytes of one expert's three matrices (W1, W3, W2): bf16, or FP8 codes plus their fp32 128x128 block
+// scales (cfg.weight_format); and of one token row in bf16 (the FP8 floor keeps bf16 rows for the
+// communication term: dispatch could send FP8, combine returns bf16).
 double expert_weight_bytes(const LayerConfig& cfg);
 double token_row_bytes(const LayerConfig& cfg);
 // FLOPs of `routed_slots` (token, expert) pairs: three GEMMs of H x I per pair, 2 FLOPs per MAC.
@@ -48,6 +54,7 @@ double expected_experts_hit(const LayerConfig& cfg, int world, int tokens_per_ra
 // Expected load of one GPU under uniform routing with no dropped slots.
 RankLoad expected_uniform_load(const LayerConfig& cfg, int world, int tokens_per_rank);
 
+// FP8 layers (cfg.weight_format): compute at ceilings.fp8_gemm_tflops, weights at FP8 bytes.
 Floor layer_floor(const LayerConfig& cfg, const RankLoad& load, const Ceilings& ceilings);
 
 // Routing as it happened, summed over all ranks (each rank counts its own tokens, then the counts

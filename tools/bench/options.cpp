@@ -1,5 +1,6 @@
 #include "bench/options.h"
 
+#include <algorithm>
 #include <map>
 
 #include "common/flags.h"
@@ -54,21 +55,24 @@ std::optional<Ceilings> parse_ceilings(std::string_view text) {
     const double v = eq == std::string::npos ? 0.0 : std::strtod(item.c_str() + eq + 1, &end);
     if (eq == std::string::npos || end == item.c_str() + eq + 1 || *end != '\0' || !(v > 0))
       throw UsageError("--ceilings: item '" + item + "' is not name=positive-number");
-    if (key != "gemm" && key != "hbm" && key != "nvlink")
-      throw UsageError("--ceilings: unknown ceiling '" + key + "' (gemm, hbm, nvlink)");
+    if (key != "gemm" && key != "hbm" && key != "nvlink" && key != "fp8")
+      throw UsageError("--ceilings: unknown ceiling '" + key + "' (gemm, hbm, nvlink, fp8)");
     rates[key] = v;
   }
   for (const char* key : {"gemm", "hbm", "nvlink"})
     if (!rates.count(key))
       throw UsageError(std::string("--ceilings: missing ") + key +
                        "= (give all of gemm=TFLOP/s,hbm=GB/s,nvlink=GB/s, or 'measure')");
-  return Ceilings{rates["gemm"], rates["hbm"], rates["nvlink"]};
+  Ceilings c{rates["gemm"], rates["hbm"], rates["nvlink"]};
+  if (rates.count("fp8")) c.fp8_gemm_tflops = rates["fp8"];
+  return c;
 }
 
 BenchOptions parse_bench_options(const std::vector<std::string>& args) {
   BenchOptions o;
   o.args = args;
-  std::vector<std::string> models, impls{"unfused", "fused"};
+  std::vector<std::string> models, impls{"unfused", "fused"}, dtypes{"bf16"};
+  std::string scales = "fp32";
   std::vector<int> tokens{128, 1024, 4096};
   std::string configs, routing = "uniform", torch = "auto", ceilings = "measure";
   LayerConfig custom;
@@ -83,6 +87,11 @@ BenchOptions parse_bench_options(const std::vector<std::string>& args) {
       .add("--clamp", custom.swiglu_clamp, "SwiGLU clamp (0: none), for every shape")
       .add("--tokens", tokens, "tokens per rank to sweep")
       .add("--impl", impls, "implementations (unfused, fused); unbuilt ones are skipped with a note")
+      .add("--dtype", dtypes, "expert weights per case: bf16, fp8 (e4m3, 128x128 block scales; unfused only)")
+      .add("--scales", scales, "FP8 block scales: fp32 or ue8m0")
+      .add("--peers", o.peers_dir,
+           "DeepGEMM/MegaMoE peers' folder (../shared/peers/README.md: prepared by\nprepare_deepgemm.sh, scripts "
+           "in DIR/scripts): runs its GEMM-alone and\nMegaMoE steps after the layers, their rows in the same table")
       .add("--ranks", o.ranks, "GPUs, one process each (0: all)")
       .add("--routing", routing, "uniform, skewed, one-expert, dropped or one-rank (torch runs uniform only)")
       .add("--warmup", o.warmup, "untimed forwards before timing")
@@ -140,9 +149,40 @@ BenchOptions parse_bench_options(const std::vector<std::string>& args) {
   }
   if (o.cases.empty()) o.cases = facts_cases();  // no shape asked: the FACTS.md sweep
   for (BenchCase& c : o.cases) c.layer.swiglu_clamp = custom.swiglu_clamp;
+
+  // --dtype: each case once per weight format, in the order given.
+  std::vector<WeightFormat> formats;
+  for (const std::string& d : dtypes) {
+    WeightFormat f;
+    if (d == "bf16") f = WeightFormat::kBf16;
+    else if (d == "fp8") f = WeightFormat::kFp8Block128;
+    else throw UsageError("--dtype: expected bf16 or fp8, got '" + d + "'");
+    if (std::find(formats.begin(), formats.end(), f) == formats.end()) formats.push_back(f);
+  }
+  if (formats.empty()) throw UsageError("--dtype: no dtype given");
+  const std::optional<ScaleFormat> scale_format = parse_scale_format(scales);
+  if (!scale_format) throw UsageError("--scales: expected fp32 or ue8m0, got '" + scales + "'");
+  std::vector<BenchCase> expanded;
+  for (const BenchCase& c : o.cases)
+    for (WeightFormat f : formats) {
+      BenchCase e = c;
+      e.layer.weight_format = f;
+      e.layer.scale_format = f == WeightFormat::kFp8Block128 ? *scale_format : ScaleFormat::kFp32;
+      expanded.push_back(e);
+    }
+  o.cases = std::move(expanded);
   return o;
 }
 
-std::string case_label(const BenchCase& c) { return c.config + " T=" + std::to_string(c.tokens_per_rank); }
+std::string dtype_name(WeightFormat format) { return format == WeightFormat::kFp8Block128 ? "fp8" : "bf16"; }
+
+std::string case_label(const BenchCase& c) {
+  std::string label = c.config + " T=" + std::to_string(c.tokens_per_rank);
+  if (c.layer.weight_format != WeightFormat::kBf16) {
+    label += ' ';
+    label += dtype_name(c.layer.weight_format);
+  }
+  return label;
+}
 
 }  // namespace epfuse::bench

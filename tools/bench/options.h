@@ -27,6 +27,7 @@ enum class TorchMode { kAuto, kOn, kOff };
 struct BenchOptions {
   std::vector<BenchCase> cases;
   std::vector<std::string> impls;  // as given ("unfused", "fused"); unknown names rejected
+  std::string peers_dir;           // --peers: the DeepGEMM / MegaMoE peers' folder (bench/peers.h)
   int ranks = 0;                   // 0: every GPU
   Routing routing = Routing::kUniform;
   int warmup = 5;
@@ -52,7 +53,10 @@ std::optional<Ceilings> parse_ceilings(std::string_view text);
 // The arguments after "bench". Throws tools::UsageError for bad flags, names or shapes.
 BenchOptions parse_bench_options(const std::vector<std::string>& args);
 
-// "dsv3 T=4096" etc. for progress and tables.
+// "bf16" / "fp8": the dtype of a row, the name --dtype takes.
+std::string dtype_name(WeightFormat format);
+
+// "dsv3 T=4096" etc. (" fp8" appended for FP8 cases) for progress and tables.
 std::string case_label(const BenchCase& c);
 
 }  // namespace epfuse::bench

@@ -16,13 +16,14 @@ LayerConfig row_layer(const BenchRow& row) {
   cfg.num_experts = row.experts;
   cfg.topk = row.topk;
   cfg.max_tokens_per_rank = row.tokens_per_rank;
+  if (row.dtype == "fp8") cfg.weight_format = WeightFormat::kFp8Block128;
   return cfg;
 }
 
 bool same_problem(const BenchRow& a, const BenchRow& b) {
   return a.config == b.config && a.hidden == b.hidden && a.intermediate == b.intermediate &&
          a.experts == b.experts && a.topk == b.topk && a.tokens_per_rank == b.tokens_per_rank &&
-         a.routing == b.routing && a.ranks == b.ranks;
+         a.routing == b.routing && a.ranks == b.ranks && a.dtype == b.dtype;
 }
 
 }  // namespace
@@ -32,6 +33,7 @@ BenchRow row_for_case(const BenchCase& c, std::string impl, int ranks, Routing r
   row.config = c.config;
   row.routing = std::string(to_string(routing));
   row.impl = std::move(impl);
+  row.dtype = dtype_name(c.layer.weight_format);
   row.hidden = c.layer.hidden;
   row.intermediate = c.layer.intermediate;
   row.experts = c.layer.num_experts;
@@ -73,7 +75,7 @@ Record row_record(const BenchRow& row) {
   Record r(kRowTag);
   r.set("config", row.config).set("hidden", row.hidden).set("intermediate", row.intermediate);
   r.set("experts", row.experts).set("topk", row.topk).set("tokens_per_rank", row.tokens_per_rank);
-  r.set("routing", row.routing).set("impl", row.impl).set("ranks", row.ranks);
+  r.set("routing", row.routing).set("impl", row.impl).set("dtype", row.dtype).set("ranks", row.ranks);
   if (!row.ran()) return r.set("note", row.note);
   r.set("iters", row.iters).set("sets", row.sets);
   r.set("median_ms", row.median_ms).set("p10_ms", row.p10_ms).set("p90_ms", row.p90_ms);
@@ -98,6 +100,7 @@ BenchRow row_from_record(const Record& rec) {
   row.tokens_per_rank = static_cast<int>(rec.integer("tokens_per_rank"));
   row.routing = rec.text("routing");
   row.impl = rec.text("impl");
+  row.dtype = rec.has("dtype") ? rec.text("dtype") : "bf16";  // the PyTorch peer's rows are bf16
   row.ranks = rec.has("ranks") ? static_cast<int>(rec.integer("ranks")) : 0;
   if (rec.has("note")) {
     row.note = rec.text("note");
@@ -130,11 +133,14 @@ BenchRow row_from_record(const Record& rec) {
 Record ceilings_record(const Ceilings& c, std::string_view source) {
   Record r(kCeilingsTag);
   r.set("gemm_tflops", c.gemm_tflops).set("hbm_gbps", c.hbm_gbps).set("nvlink_gbps", c.nvlink_gbps);
+  r.set("fp8_gemm_tflops", c.fp8_gemm_tflops);
   return r.set("source", source);
 }
 
 Ceilings ceilings_from_record(const Record& rec) {
-  return {rec.number("gemm_tflops"), rec.number("hbm_gbps"), rec.number("nvlink_gbps")};
+  Ceilings c{rec.number("gemm_tflops"), rec.number("hbm_gbps"), rec.number("nvlink_gbps")};
+  c.fp8_gemm_tflops = rec.number_or("fp8_gemm_tflops", Ceilings::kFp8GemmTflopsH200);
+  return c;
 }
 
 WorkerRecords read_worker_records(std::istream& in) {
@@ -174,7 +180,8 @@ std::string render_table(const std::vector<BenchRow>& rows) {
     headers.push_back(h);
   tools::Table table(headers);
   for (const BenchRow& r : rows) {
-    std::vector<std::string> cells{r.config, std::to_string(r.tokens_per_rank), r.impl};
+    std::vector<std::string> cells{r.config, std::to_string(r.tokens_per_rank),
+                                   r.dtype == "bf16" ? r.impl : r.impl + " " + r.dtype};
     if (!r.ran()) {
       cells.push_back("skipped: " + r.note);
       cells.resize(headers.size(), "");
@@ -212,7 +219,9 @@ std::string render_floor_table(const std::vector<BenchCase>& cases, int world, c
       continue;
     }
     const Floor f = layer_floor(bc.layer, expected_uniform_load(bc.layer, world, bc.tokens_per_rank), c);
-    table.add_row({bc.config, std::to_string(bc.tokens_per_rank), fixed(f.compute_ms, 3), fixed(f.weights_ms, 3),
+    const std::string config =
+        bc.layer.weight_format == WeightFormat::kBf16 ? bc.config : bc.config + " " + dtype_name(bc.layer.weight_format);
+    table.add_row({config, std::to_string(bc.tokens_per_rank), fixed(f.compute_ms, 3), fixed(f.weights_ms, 3),
                    fixed(f.comm_ms, 3), fixed(f.floor_ms(), 3), std::string(f.bound())});
   }
   return table.render();
@@ -230,6 +239,7 @@ tools::Json row_json(const BenchRow& r) {
             {"tokens_per_rank", r.tokens_per_rank},
             {"routing", r.routing},
             {"impl", r.impl},
+            {"dtype", r.dtype},
             {"ranks", r.ranks},
             {"median_ms", r.median_ms},
             {"p10_ms", r.p10_ms},
@@ -259,6 +269,7 @@ tools::Json row_json(const BenchRow& r) {
             {"iters", r.iters},
             {"sets", r.sets}};
   if (!r.ran()) j["skipped"] = r.note;
+  if (!r.remark.empty()) j["remark"] = r.remark;
   return j;
 }
 
@@ -272,6 +283,7 @@ tools::Json report_json(const RunInfo& info, const std::vector<BenchRow>& rows) 
           {"command", info.command},
           {"ceilings",
            {{"gemm_tflops", info.ceilings.gemm_tflops},
+            {"fp8_gemm_tflops", info.ceilings.fp8_gemm_tflops},
             {"hbm_gbps", info.ceilings.hbm_gbps},
             {"nvlink_gbps", info.ceilings.nvlink_gbps},
             {"source", info.ceilings_source}}},

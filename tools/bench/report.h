@@ -23,9 +23,11 @@ inline constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 struct BenchRow {
   // What ran.
   std::string config, routing, impl;
+  std::string dtype = "bf16";  // expert weights: "bf16" or "fp8" (dtype_name)
   int hidden = 0, intermediate = 0, experts = 0, topk = 0, tokens_per_rank = 0, ranks = 0;
   int iters = 0, sets = 0;
   std::string note;  // non-empty: the row did not run (e.g. implementation not built), and why
+  std::string remark;  // what a peer's row measures, when that is not the whole layer (bench/peers.h)
   // Measured: per iteration the slowest rank's ms; statistics over iterations.
   double median_ms = kNaN, p10_ms = kNaN, p90_ms = kNaN;
   double dispatch_ms = kNaN, experts_ms = kNaN, combine_ms = kNaN;  // phase medians, when reported

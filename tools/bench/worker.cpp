@@ -196,7 +196,9 @@ void run_worker(const BenchOptions& o) {
         sink.progress(++done, total, case_label(bc));
         continue;
       }
-      if (std::isnan(gemm_alone_ms)) {  // once per case, with the first layer's weights
+      // Once per case, with the first layer's weights. bf16 only: this times the bf16 chain's cuBLAS GEMMs
+      // (gemm_alone.h), not the FP8 chain's cuBLASLt ones, so an FP8 row leaves it empty.
+      if (std::isnan(gemm_alone_ms) && cfg.weight_format == WeightFormat::kBf16) {
         const GemmAloneTimes t =
             time_expert_gemms(cfg, job->weights().view(), load.local_rows, o.warmup, o.iters, stream);
         gemm_alone_ms = slowest_rank(*comm, t.layer_ms()).median;

@@ -33,6 +33,15 @@ std::vector<int> parse_token_list(const std::string& text) {
 
 }  // namespace
 
+std::optional<WeightFormat> parse_dtype(std::string_view name) {
+  if (name == "fp8") return WeightFormat::kFp8Block128;
+  return parse_weight_format(name);
+}
+
+std::string_view dtype_name(WeightFormat format) {
+  return format == WeightFormat::kFp8Block128 ? "fp8" : "bf16";
+}
+
 void add_run_flags(FlagParser& p, RunFlags& f) {
   p.add("--model", f.model, "model shape: " + model_names() + " (or give the four shape flags below)");
   p.add("--hidden", f.hidden, "H, model dimension (instead of --model)");
@@ -60,6 +69,10 @@ void add_run_flags(FlagParser& p, RunFlags& f) {
   p.add("--one-gpu", f.one_gpu,
         "run every rank in this process on GPU 0, one thread each (tests the\nmulti-rank protocol on one GPU; "
         "fused only; timings mean nothing)");
+  p.add("--dtype", f.dtype,
+        "expert weights: bf16, or fp8 (e4m3, one scale per 128x128 block; x and h\nquantised 1x128; unfused only "
+        "so far)");
+  p.add("--scales", f.scales, "FP8 block scales: fp32 or ue8m0 (powers of two); with --dtype fp8");
   p.add("--sms", f.sms, "SM budget of the fused kernel per rank (default: every SM,\nor SMs / ranks with --one-gpu)");
   // 0 means "not given" for these: their help says what happens then.
   for (const char* name : {"--hidden", "--intermediate", "--experts", "--topk", "--max-tokens", "--ranks",
@@ -152,6 +165,14 @@ RunPlan resolve_run_plan(const RunFlags& f, const FlagParser& parser, int ranks,
 
   plan.cfg = make_config(*shape, max_tokens, f.clamp);
   plan.cfg.num_sms = f.sms;
+  const std::optional<WeightFormat> weights = parse_dtype(f.dtype);
+  if (!weights) throw UsageError("--dtype " + f.dtype + ": expected bf16 or fp8");
+  plan.cfg.weight_format = *weights;
+  const std::optional<ScaleFormat> scales = parse_scale_format(f.scales);
+  if (!scales) throw UsageError("--scales " + f.scales + ": expected fp32 or ue8m0");
+  if (parser.seen("--scales") && *weights != WeightFormat::kFp8Block128)
+    throw UsageError("--scales " + f.scales + ": only with --dtype fp8 (bf16 weights have no scales)");
+  plan.cfg.scale_format = *scales;
   validate_config(plan.cfg, ranks);  // Error(kInvalidConfig) naming the field
   return plan;
 }

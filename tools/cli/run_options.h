@@ -33,7 +33,14 @@ struct RunFlags {
   std::string json;
   bool one_gpu = false;
   int sms = 0;
+  std::string dtype = "bf16";    // expert weights: bf16 or fp8 (LayerConfig::weight_format)
+  std::string scales = "fp32";   // FP8 block scales: fp32 or ue8m0 (LayerConfig::scale_format)
 };
+
+// --dtype's names: "bf16" or "fp8" (also the long names of to_string(WeightFormat)); and the short
+// name of a format, as bench rows and the run JSON carry it in "dtype".
+std::optional<WeightFormat> parse_dtype(std::string_view name);
+std::string_view dtype_name(WeightFormat format);
 
 // Registers every `epfuse run` flag on `parser`, writing into `flags`.
 void add_run_flags(FlagParser& parser, RunFlags& flags);

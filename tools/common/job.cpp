@@ -147,6 +147,29 @@ RankWeights::RankWeights(const LayerConfig& cfg, int world_size, int rank, uint6
                          cudaStream_t stream)
     : seed_(seed), w13_(expert_elems(cfg, world_size)), w2_(expert_elems(cfg, world_size) / 2) {
   generate_expert_weights(cfg, world_size, rank, seed, w13_.get(), w2_.get(), stream);
+  if (cfg.weight_format != WeightFormat::kFp8Block128) return;
+  fp8_ = true;
+  scale_bytes_ = cfg.scale_format == ScaleFormat::kFp32 ? sizeof(float) : 1;
+  const int local = cfg.experts_per_rank(world_size);
+  const auto blocks = [](int n) { return static_cast<size_t>(n + 127) / 128; };
+  w13_fp8_ = DeviceArray<uint8_t>(expert_elems(cfg, world_size));
+  w2_fp8_ = DeviceArray<uint8_t>(expert_elems(cfg, world_size) / 2);
+  w13_scales_ = DeviceArray<uint8_t>(size_t(local) * 2 * blocks(cfg.intermediate) * blocks(cfg.hidden) * scale_bytes_);
+  w2_scales_ = DeviceArray<uint8_t>(size_t(local) * blocks(cfg.hidden) * blocks(cfg.intermediate) * scale_bytes_);
+  quantize_expert_weights(cfg, local, w13_.get(), w2_.get(), w13_fp8_.get(), w2_fp8_.get(), w13_scales_.get(),
+                          w2_scales_.get(), stream);
+}
+
+ExpertWeights RankWeights::view() const {
+  ExpertWeights w{w13_.get(), w2_.get()};
+  if (!fp8_) return w;
+  w.w13_fp8 = w13_fp8_.get();
+  w.w2_fp8 = w2_fp8_.get();
+  w.w13_scales = w13_scales_.get();
+  w.w2_scales = w2_scales_.get();
+  w.w13_scales_count = static_cast<int64_t>(w13_scales_.bytes() / scale_bytes_);
+  w.w2_scales_count = static_cast<int64_t>(w2_scales_.bytes() / scale_bytes_);
+  return w;
 }
 
 InputSet::InputSet(const LayerConfig& cfg, int world_size, int rank, int num_tokens, Routing routing,

@@ -96,17 +96,26 @@ CallTimes call_time_stats(std::span<const double> ms);
 // A device array of T (uninitialised), freed on destruction: the library's owner of device memory.
 using detail::DeviceArray;
 
-// This rank's experts [rank*E/R, (rank+1)*E/R) on the current device, generated from `seed`.
+// This rank's experts [rank*E/R, (rank+1)*E/R) on the current device, generated from `seed`. With
+// cfg.weight_format = kFp8Block128 also their FP8 quantisation (quantize_expert_weights, the
+// reference's) in the FP8 fields of view(); the bf16 weights stay (the GEMM-alone timing reads them).
 class RankWeights {
  public:
   RankWeights(const LayerConfig& cfg, int world_size, int rank, uint64_t seed, cudaStream_t stream);
-  ExpertWeights view() const { return {w13_.get(), w2_.get()}; }
+  ExpertWeights view() const;
   uint64_t seed() const { return seed_; }
-  size_t bytes() const { return w13_.bytes() + w2_.bytes(); }
+  // Bytes the layer reads: bf16 weights, or FP8 codes and scales.
+  size_t bytes() const {
+    return fp8_ ? w13_fp8_.bytes() + w2_fp8_.bytes() + w13_scales_.bytes() + w2_scales_.bytes()
+                : w13_.bytes() + w2_.bytes();
+  }
 
  private:
   uint64_t seed_;
+  bool fp8_ = false;
+  size_t scale_bytes_ = sizeof(float);
   DeviceArray<bf16> w13_, w2_;
+  DeviceArray<uint8_t> w13_fp8_, w2_fp8_, w13_scales_, w2_scales_;
 };
 
 // One rank's inputs for one forward call: the host copy (for the reference) and a device copy.

@@ -141,5 +141,23 @@ TEST(Floor, FlopsAndBytes) {
   EXPECT_DOUBLE_EQ(expert_flops(cfg, 10), 2.0 * 10 * 3 * 7168 * 2048);
 }
 
+// FP8 layers: weights at one byte plus a float per 128x128 block, compute at the FP8 GEMM rate
+// (FACTS.md, one GPU: dsv3 per-GPU T=128 FP8 floor 0.66 ms, weights-bound).
+TEST(Floor, Fp8WeightsAndCompute) {
+  LayerConfig cfg = model("dsv3", 1);
+  cfg.weight_format = WeightFormat::kFp8Block128;
+  EXPECT_DOUBLE_EQ(expert_weight_bytes(cfg), 3.0 * 7168 * 2048 + 3.0 * 56 * 16 * 4);
+  Ceilings c{812, 4250, 350};
+  EXPECT_DOUBLE_EQ(c.fp8_gemm_tflops, 1447);
+  RankLoad load;
+  load.routed_slots = 1e6;
+  load.experts_hit = 64;
+  const Floor f = layer_floor(cfg, load, c);
+  EXPECT_NEAR(f.compute_ms, expert_flops(cfg, 1e6) / 1447e12 * 1e3, 1e-12);
+  EXPECT_NEAR(f.weights_ms, 64 * expert_weight_bytes(cfg) / 4250e9 * 1e3, 1e-12);
+  load.routed_slots = 128 * 8;
+  EXPECT_NEAR(layer_floor(cfg, load, c).floor_ms(), 0.66, 0.01);
+}
+
 }  // namespace
 }  // namespace epfuse::bench

@@ -25,6 +25,27 @@ TEST(Options, DefaultIsTheFactsSweep) {
   EXPECT_EQ(parse_bench_options({"--configs", "facts"}).cases.size(), 7u);
 }
 
+// --dtype: every case once per dtype, in the order given; --scales sets the FP8 cases' scale format.
+TEST(Options, DtypesMultiplyTheCases) {
+  const BenchOptions o = parse_bench_options({"--model", "qwen3-30b", "--tokens", "128,4096", "--dtype", "bf16,fp8",
+                                              "--scales", "ue8m0", "--peers", "/tmp/p"});
+  ASSERT_EQ(o.cases.size(), 4u);
+  EXPECT_EQ(case_label(o.cases[0]), "qwen3-30b T=128");
+  EXPECT_EQ(case_label(o.cases[1]), "qwen3-30b T=128 fp8");
+  EXPECT_EQ(o.cases[1].layer.weight_format, WeightFormat::kFp8Block128);
+  EXPECT_EQ(o.cases[1].layer.scale_format, ScaleFormat::kUe8m0);
+  EXPECT_EQ(o.cases[2].layer.weight_format, WeightFormat::kBf16);
+  EXPECT_EQ(o.cases[2].layer.scale_format, ScaleFormat::kFp32);
+  EXPECT_EQ(o.peers_dir, "/tmp/p");
+  EXPECT_EQ(parse_bench_options({}).cases[0].layer.weight_format, WeightFormat::kBf16);  // default bf16
+  EXPECT_THROW(parse_bench_options({"--dtype", "fp16"}), UsageError);
+  EXPECT_THROW(parse_bench_options({"--dtype", "fp8", "--scales", "e8"}), UsageError);
+  const auto c = parse_ceilings("gemm=812,hbm=4250,nvlink=350,fp8=1400");
+  ASSERT_TRUE(c);
+  EXPECT_DOUBLE_EQ(c->fp8_gemm_tflops, 1400);
+  EXPECT_DOUBLE_EQ(parse_ceilings("gemm=812,hbm=4250,nvlink=350")->fp8_gemm_tflops, 1447);
+}
+
 TEST(Options, ModelsTimesTokensAndAnExplicitShape) {
   const BenchOptions o = parse_bench_options({"--model", "dsv3,mixtral", "--tokens", "64,256", "--hidden", "256",
                                               "--intermediate", "128", "--experts", "16", "--topk", "4",

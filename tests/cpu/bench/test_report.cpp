@@ -74,6 +74,15 @@ TEST(Report, RowRecordRoundTrips) {
   EXPECT_EQ(back.verified, "yes");
   EXPECT_EQ(back.unwritten, 0);
 
+  EXPECT_EQ(back.dtype, "bf16");
+
+  BenchCase fp8_case = facts_cases()[0];
+  fp8_case.layer.weight_format = WeightFormat::kFp8Block128;
+  BenchRow fp8 = row_for_case(fp8_case, "unfused", 4, Routing::kUniform);
+  EXPECT_EQ(fp8.dtype, "fp8");
+  EXPECT_EQ(row_from_record(parse_record(row_record(fp8).format())).dtype, "fp8");
+  EXPECT_EQ(row_json(fp8)["dtype"], "fp8");
+
   BenchRow skipped = row_for_case(facts_cases()[0], "fused", 4, Routing::kUniform);
   skipped.note = "not built";
   const BenchRow skipped_back = row_from_record(parse_record(row_record(skipped).format()));

@@ -360,6 +360,35 @@ TEST(Cli, InvalidConfigNamesTheField) {
   EXPECT_TRUE(contains(max_tokens.err, "--max-tokens 4")) << max_tokens.err;
 }
 
+// --dtype fp8 runs the FP8 reference (the layer's quantisation) and says so in the table and the JSON;
+// bad names and --scales without fp8 are usage errors; 2880 (not a multiple of 128) is refused.
+TEST(Cli, RunFp8Dtype) {
+  const std::map<std::string, std::string> cpu = {{"EPFUSE_FORCE_CPU", "1"}};
+  std::string json = ::testing::TempDir() + "/epfuse_run_fp8_" + std::to_string(::getpid()) + ".json";
+  Result r = run_cli({"run", "--hidden", "256", "--intermediate", "384", "--experts", "4", "--topk", "2", "--tokens",
+                      "3", "--ranks", "1", "--dtype", "fp8", "--scales", "ue8m0", "--json", json},
+                     cpu);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "k=2 fp8 scales=ue8m0)")) << r.out;
+  std::ifstream f(json);
+  std::stringstream text;
+  text << f.rdbuf();
+  EXPECT_TRUE(contains(text.str(), "\"dtype\": \"fp8\"")) << text.str();
+  EXPECT_TRUE(contains(text.str(), "\"scale_format\": \"ue8m0\"")) << text.str();
+  std::remove(json.c_str());
+  Result bad = run_cli({"run", "--model", "qwen3-30b", "--dtype", "fp16"}, cpu);
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_TRUE(contains(bad.err, "--dtype fp16: expected bf16 or fp8")) << bad.err;
+  Result scales = run_cli({"run", "--model", "qwen3-30b", "--scales", "ue8m0"}, cpu);
+  EXPECT_EQ(scales.code, 2);
+  EXPECT_TRUE(contains(scales.err, "only with --dtype fp8")) << scales.err;
+  Result odd = run_cli({"run", "--hidden", "2880", "--intermediate", "2880", "--experts", "4", "--topk", "2",
+                        "--tokens", "1", "--dtype", "fp8"},
+                       cpu);
+  EXPECT_EQ(odd.code, 1);
+  EXPECT_TRUE(contains(odd.err, "hidden=2880: must be a positive multiple of 128")) << odd.err;
+}
+
 TEST(Cli, BenchIsDispatched) {
   Result r = run_cli({"bench", "--help"});
   // Built: its usage; not built: a one-line reason.

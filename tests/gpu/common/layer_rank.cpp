@@ -48,6 +48,16 @@ LayerRank::LayerRank(Impl impl, const LayerConfig& cfg, int extra_tokens, Worksp
   // order this rank's copies after the other ranks' kernels, which may wait for this rank.
   EPFUSE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   generate_expert_weights(cfg, comm_.world_size(), comm_.rank(), kWeightSeed, w13_.as<bf16>(), w2_.as<bf16>(), stream_);
+  if (cfg.weight_format == WeightFormat::kFp8Block128) {
+    const size_t scale_bytes = cfg.scale_format == ScaleFormat::kFp32 ? sizeof(float) : 1;
+    const auto blocks = [](int n) { return size_t(n + 127) / 128; };
+    w13_fp8_ = detail::DeviceBuffer(size_t(local) * 2 * cfg.intermediate * cfg.hidden);
+    w2_fp8_ = detail::DeviceBuffer(size_t(local) * cfg.hidden * cfg.intermediate);
+    w13_scales_ = detail::DeviceBuffer(size_t(local) * 2 * blocks(cfg.intermediate) * blocks(cfg.hidden) * scale_bytes);
+    w2_scales_ = detail::DeviceBuffer(size_t(local) * blocks(cfg.hidden) * blocks(cfg.intermediate) * scale_bytes);
+    quantize_expert_weights(cfg, local, w13_.as<bf16>(), w2_.as<bf16>(), w13_fp8_.as<uint8_t>(), w2_fp8_.as<uint8_t>(),
+                            w13_scales_.as(), w2_scales_.as(), stream_);
+  }
   EPFUSE_CUDA_CHECK(cudaStreamSynchronize(stream_));
   const size_t tokens = size_t(cfg.max_tokens_per_rank) + extra_tokens;
   x_ = GuardedBuffer(tokens * cfg.hidden * sizeof(bf16));
@@ -74,9 +84,23 @@ void LayerRank::recreate() {
   // (checked) once all are here.
   if (layer_ != nullptr && comm_.transport() == Transport::kLoopback) comm_.barrier();
   layer_.reset();
-  const ExpertWeights weights{w13_.as<bf16>(), w2_.as<bf16>()};
+  const ExpertWeights weights = this->weights();
   layer_ = workspace_ != nullptr ? MoeLayer::create(cfg_, *workspace_, weights)
                                  : MoeLayer::create(impl_, cfg_, comm_, weights);
+}
+
+ExpertWeights LayerRank::weights() const {
+  ExpertWeights w{w13_.as<bf16>(), w2_.as<bf16>()};
+  if (cfg_.weight_format == WeightFormat::kFp8Block128) {
+    const int64_t scale_bytes = cfg_.scale_format == ScaleFormat::kFp32 ? sizeof(float) : 1;
+    w.w13_fp8 = w13_fp8_.as<uint8_t>();
+    w.w2_fp8 = w2_fp8_.as<uint8_t>();
+    w.w13_scales = w13_scales_.as();
+    w.w2_scales = w2_scales_.as();
+    w.w13_scales_count = static_cast<int64_t>(w13_scales_.bytes()) / scale_bytes;
+    w.w2_scales_count = static_cast<int64_t>(w2_scales_.bytes()) / scale_bytes;
+  }
+  return w;
 }
 
 int LayerRank::rank() const { return comm_.rank(); }

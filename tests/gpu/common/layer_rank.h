@@ -68,7 +68,9 @@ class LayerRank {
   int rank() const;
   int world() const;
   bf16* y() const { return y_.as<bf16>(); }
-  ExpertWeights weights() const { return {w13_.as<bf16>(), w2_.as<bf16>()}; }
+  // The generated bf16 weights and, with cfg.weight_format = kFp8Block128, their FP8 quantisation
+  // (quantize_expert_weights: the reference's) in the FP8 fields.
+  ExpertWeights weights() const;
 
   HostTokens tokens(int count, Routing routing, uint64_t seed) const;
   void upload(const HostTokens& in);
@@ -95,6 +97,7 @@ class LayerRank {
   Communicator& comm_;
   Workspace* workspace_ = nullptr;
   detail::DeviceBuffer w13_, w2_;
+  detail::DeviceBuffer w13_fp8_, w2_fp8_, w13_scales_, w2_scales_;  // FP8 configs only
   GuardedBuffer x_, idx_, weights_, y_;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<MoeLayer> layer_;

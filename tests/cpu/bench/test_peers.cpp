@@ -1,0 +1,87 @@
+// `epfuse bench --peers DIR`: the rows read from run_deepgemm_peers.sh's output (the formats of
+// deepgemm_gemm_alone.py and of MegaMoE's fused-only sweep) and the EXTRA shapes passed to it.
+#include "bench/peers.h"
+
+#include <cmath>
+
+#include <gtest/gtest.h>
+
+namespace epfuse::bench {
+namespace {
+
+// As the two steps print them (the megamoe step greps its output for "tokens=|MegaMoE|Error|error").
+constexpr const char* kOutput =
+    "dsv3       H=7168 I=2048 E=256 k=8 T=   128 rows/expert=   16: torch 1.690 ms (333 TF/s) | deepgemm-bf16 "
+    "1.690 ms (333) | deepgemm-fp8 0.930 ms (606; rel err L1 3.7e-02 L2 3.7e-02)\n"
+    "mixtral    H=4096 I=14336 E=8 k=2 T=  4096 rows/expert= 4096: torch 3.700 ms (800 TF/s) | deepgemm-bf16 "
+    "3.600 ms (802) | deepgemm-fp8 nan ms (nan; rel err L1 nan L2 nan)\n"
+    "  fp8 failed for mixtral L1: something\n"
+    "SM90 MegaMoE fused-only sweep: ranks=1 hidden=7168 ih=2048 experts=64 topk=8 masked_ratio=0.0 fast_math=True\n"
+    " tokens= 128  recv= 1024  experts=  64    769.0 us   55.3 TFLOPS    2400 GB/s  (rank0)\n"
+    " tokens=4096  recv=32768  experts=  64   3382.4 us  400.1 TFLOPS    2000 GB/s  (rank0)\n"
+    "SM90 MegaMoE fused-only sweep: ranks=1 hidden=2048 ih=768 experts=32 topk=8 masked_ratio=0.0 fast_math=True\n"
+    " tokens=16384  recv=131072  experts=  32   2238.0 us  300.0 TFLOPS    1000 GB/s  (rank0)\n"
+    "RuntimeError: something broke\n";
+
+TEST(Peers, ParsesGemmAloneAndMegaMoeRows) {
+  const PeerOutput out = parse_peer_output(kOutput, 1);
+  ASSERT_EQ(out.rows.size(), 7u);
+  const BenchRow& bf16 = out.rows[0];
+  EXPECT_EQ(bf16.impl, "deepgemm-bf16-gemm");
+  EXPECT_EQ(bf16.dtype, "bf16");
+  EXPECT_EQ(bf16.config, "dsv3");
+  EXPECT_EQ(bf16.hidden, 7168);
+  EXPECT_EQ(bf16.intermediate, 2048);
+  EXPECT_EQ(bf16.experts, 64);  // one GPU's share of E = 256 at world 4, as a world-1 layer
+  EXPECT_EQ(bf16.topk, 8);
+  EXPECT_EQ(bf16.tokens_per_rank, 128);
+  EXPECT_EQ(bf16.ranks, 1);
+  EXPECT_DOUBLE_EQ(bf16.median_ms, 1.690);
+  EXPECT_TRUE(bf16.ran());
+  const BenchRow& fp8 = out.rows[1];
+  EXPECT_EQ(fp8.impl, "deepgemm-fp8-gemm");
+  EXPECT_EQ(fp8.dtype, "fp8");
+  EXPECT_DOUBLE_EQ(fp8.median_ms, 0.930);
+  // Mixtral: E = 8 at world 4 is 2 local experts; the FP8 GEMM printed nan: a row that did not run.
+  EXPECT_EQ(out.rows[2].experts, 2);
+  EXPECT_TRUE(out.rows[2].ran());
+  EXPECT_FALSE(out.rows[3].ran());
+  const BenchRow& mega = out.rows[4];
+  EXPECT_EQ(mega.impl, "megamoe-sm90-fp8");
+  EXPECT_EQ(mega.dtype, "fp8");
+  EXPECT_EQ(mega.config, "dsv3");
+  EXPECT_EQ(mega.experts, 64);
+  EXPECT_EQ(mega.ranks, 1);
+  EXPECT_EQ(mega.tokens_per_rank, 128);
+  EXPECT_DOUBLE_EQ(mega.median_ms, 0.769);
+  EXPECT_FALSE(mega.remark.empty());
+  EXPECT_DOUBLE_EQ(out.rows[5].median_ms, 3.3824);
+  EXPECT_EQ(out.rows[6].config, "qwen3-30b");
+  EXPECT_EQ(out.rows[6].tokens_per_rank, 16384);
+  EXPECT_EQ(out.rows[6].experts, 32);
+  ASSERT_EQ(out.errors.size(), 1u);
+  EXPECT_EQ(out.errors[0], "RuntimeError: something broke");
+}
+
+TEST(Peers, WorldFourKeepsTheGlobalShape) {
+  const PeerOutput out = parse_peer_output(kOutput, 4);
+  EXPECT_EQ(out.rows[0].experts, 256);
+  EXPECT_EQ(out.rows[0].ranks, 4);
+}
+
+TEST(Peers, ExtraShapesAreTheCasesTheScriptLacks) {
+  LayerConfig dsv3_gpu;  // one GPU's dsv3: the built-in shape at world 4
+  dsv3_gpu.hidden = 7168;
+  dsv3_gpu.intermediate = 2048;
+  dsv3_gpu.num_experts = 64;
+  dsv3_gpu.topk = 8;
+  LayerConfig small = dsv3_gpu;
+  small.hidden = 1024;
+  small.num_experts = 16;
+  const std::vector<BenchCase> cases = {{"custom", dsv3_gpu, 128}, {"custom", small, 64}, {"custom", small, 64}};
+  EXPECT_EQ(gemm_alone_extra_shapes(cases, 1), "custom,1024,2048,64,8,64");
+  EXPECT_EQ(gemm_alone_extra_shapes({}, 1), "");
+}
+
+}  // namespace
+}  // namespace epfuse::bench

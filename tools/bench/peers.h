@@ -1,0 +1,37 @@
+// The DeepGEMM and MegaMoE peers (../shared/peers/README.md): `epfuse bench --peers DIR` runs
+// DIR/scripts/run_deepgemm_peers.sh DIR gemm megamoe on this machine after the layers and turns its
+// output into rows of the same table and JSON:
+//   deepgemm-bf16-gemm, deepgemm-fp8-gemm  DeepGEMM's m-grouped contiguous GEMMs alone (Linear1 +
+//       Linear2, no SwiGLU, no communication; deepgemm_gemm_alone.py), bf16 and FP8 (1x128 activation,
+//       128x128 weight scales) on one GPU's share of a layer: its line's E / 4 local experts with
+//       T * 4 * k / E rows each. A row carries that work as the layer of `world` ranks doing the same
+//       per-GPU work: experts = E * world / 4, ranks = world (at world 1: E / 4 experts).
+//   megamoe-sm90-fp8  DeepGEMM PR 323's SM90 FP8 MegaMoE kernel alone (its input copies and x's FP8 cast
+//       outside), from its fused-only sweep (header: ranks, hidden, ih, experts, topk; a line per T).
+// Parsing is pure host code, unit-tested on the CPU.
+#pragma once
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "bench/options.h"
+#include "bench/report.h"
+
+namespace epfuse::bench {
+
+inline constexpr const char* kPeersScript = "scripts/run_deepgemm_peers.sh";
+
+struct PeerOutput {
+  std::vector<BenchRow> rows;
+  std::vector<std::string> errors;  // lines of the output that mention an error, as printed
+};
+
+// The rows in the output of run_deepgemm_peers.sh (any mix of its gemm and megamoe steps; other lines
+// are ignored, lines with "error"/"Error" collected). `world` as above.
+PeerOutput parse_peer_output(std::string_view text, int world);
+
+// EXTRA="name,H,I,E,k,T;..." for deepgemm_gemm_alone.py: the cases that its built-in FACTS list lacks,
+// as the world-4 shapes it expects (E * 4 / world global experts); cases it cannot express are left out.
+std::string gemm_alone_extra_shapes(const std::vector<BenchCase>& cases, int world);
+
+}  // namespace epfuse::bench
