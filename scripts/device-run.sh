@@ -69,6 +69,14 @@ for step in "$@"; do
           ${peers:+--peers $peers} --json "$OUT/bench-fp8-$1.json" 2>&1 | tail -40
         peers=
       done 2>&1 | tee "$OUT/fp8-bench.log" ;;
+    ab)  # A/B of the fused layer against EPFUSE_BASE_BIN on $EPFUSE_AB_SHAPE (default dsv3 at T = 1024, 4096),
+      # EPFUSE_AB_ROUNDS rounds (default 3), the base first in each: the spread between rounds is the noise
+      read -r h i e k t <<<"${EPFUSE_AB_SHAPE:-7168 2048 64 8 1024,4096}"
+      for round in $(seq 1 "${EPFUSE_AB_ROUNDS:-3}"); do for tag in base new; do
+        bin=$([ $tag = new ] && echo tools/epfuse || echo "$EPFUSE_BASE_BIN")
+        timeout 120 $bin bench --impl fused --ranks 1 --torch off --ceilings gemm=790,hbm=4250,nvlink=350 --hidden $h \
+          --intermediate $i --experts $e --topk $k --tokens $t --json "$OUT/ab-$tag-r$round.json" 2>&1 | grep -E " fused |rror" | sed "s/^/$tag r$round: /"
+      done; done 2>&1 | tee "$OUT/ab.log" ;;
     sass)  # the LSA kernels' SASS against the base binary's (scripts/sass_compare.py)
       cuobjdump -sass tools/epfuse > "$OUT/sass-new.txt" && cuobjdump -sass "$EPFUSE_BASE_BIN" > "$OUT/sass-base.txt" &&
         python3 "$repo/scripts/sass_compare.py" "$OUT/sass-new.txt" "$OUT/sass-base.txt" 2>&1 | tee "$OUT/sass-compare.log" ;;
