@@ -9,8 +9,9 @@
 # ctest (the entries matching $EPFUSE_CTEST_REGEX),
 # bench-<impls> (impls joined by '_', e.g. bench-unfused_fused), bench-w1 (the fused layer on the
 # per-GPU shapes at world 1; with EPFUSE_BASE_BIN set, that binary's rows too, interleaved, for an A/B),
-# sass (the GEMM loop of the LSA kernel against EPFUSE_BASE_BIN's), fp8 (the unfused FP8 chain's GPU tests
-# and world-1 run matrix), fp8-bench (bf16 and FP8 rows on the per-GPU shapes; EPFUSE_PEERS=DIR adds --peers).
+# sass (the fused kernels GEMM loops against EPFUSE_BASE_BIN), fp8 (the unfused FP8 chain's GPU tests
+# and world-1 run matrix), fp8-bench (bf16 and FP8 rows on the per-GPU shapes; EPFUSE_PEERS=DIR adds --peers),
+# ab (a focused A/B of the fused layer against EPFUSE_BASE_BIN; EPFUSE_AB_SHAPE, EPFUSE_AB_ROUNDS).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
