@@ -347,6 +347,7 @@ class FusedLayer final : public MoeLayer {
     if (fault && inject_fault(call, prm, in, stream)) return;
     ws_.before_launch(stream);
     launch_fused_kernel(comm.transport(), tile, prm, grid_, stream);
+    last_tile_ = tile;
     ws_.after_launch(stream);
     if (host_status != 0) {
       ws_.mark_failed();
@@ -398,6 +399,7 @@ class FusedLayer final : public MoeLayer {
   }
   // A layer made with its own workspace reports it; on a shared one the layer adds no device memory.
   MemoryFootprint memory() const override { return owned_ ? ws_.memory() : MemoryFootprint{}; }
+  const std::optional<GemmTileShape>& last_tile() const { return last_tile_; }
 
  private:
   LayerConfig cfg_;
@@ -420,9 +422,15 @@ class FusedLayer final : public MoeLayer {
   int64_t calls_ = 0;  // forwards so far
   std::optional<Fault> fault_;
   detail::DeviceArray<int32_t> fault_ids_;  // bad_ids: the corrupted copy of topk_idx
+  std::optional<GemmTileShape> last_tile_;  // the kernel instantiation the last forward launched
 };
 
 }  // namespace
+
+std::optional<GemmTileShape> last_launched_tile(const MoeLayer& layer) {
+  const auto* fused = dynamic_cast<const FusedLayer*>(&layer);
+  return fused != nullptr ? fused->last_tile() : std::nullopt;
+}
 
 std::unique_ptr<Workspace> make_fused_workspace(Communicator& comm, const LayerConfig& capacity) {
   return std::make_unique<FusedWorkspace>(comm, capacity);

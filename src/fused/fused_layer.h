@@ -1,12 +1,14 @@
 // The fused implementation of MoeLayer (--impl fused): one persistent kernel launch per forward.
 #pragma once
 #include <memory>
+#include <optional>
 
 #include "epfuse/communicator.h"
 #include "epfuse/config.h"
 #include "epfuse/layer.h"
 #include "epfuse/types.h"
 #include "epfuse/workspace.h"
+#include "fused/heuristics.h"
 
 namespace epfuse::fused {
 
@@ -20,5 +22,9 @@ std::unique_ptr<Workspace> make_fused_workspace(Communicator& comm, const LayerC
 // Collective: a layer on a shared workspace made by make_fused_workspace; Error(kInvalidConfig) when
 // it does not fit.
 std::unique_ptr<MoeLayer> make_fused_layer(const LayerConfig& cfg, Workspace& workspace, const ExpertWeights& weights);
+
+// The tile shape (kernel instantiation) the fused layer's last forward launched; nullopt before its
+// first launch or for a layer that is not fused. For tests: what ran, not what a formula predicts.
+std::optional<GemmTileShape> last_launched_tile(const MoeLayer& layer);
 
 }  // namespace epfuse::fused

@@ -20,6 +20,7 @@
 
 #include "common/check.h"
 #include "epfuse/epfuse.h"
+#include "fused/fused_layer.h"
 #include "fused/heuristics.h"
 #include "fused/plan.h"
 #include "layer_rank.h"
@@ -78,7 +79,8 @@ EPFUSE_RANK_TEST(FusedLayer, MatchesReferenceOverManyCalls) {
 
 // Every instantiation of the fused kernel (kFusedTileShapes: wgmma 128x256 and 128x128, mma.sync
 // 32x128) against the reference: few experts and up to 256 tokens, so the per-call row estimate
-// (tokens x k x world / E) crosses each shape's range.
+// (tokens x k x world / E) crosses each shape's range. The shapes counted are the ones the layer
+// launched (fused::last_launched_tile), not a prediction.
 EPFUSE_RANK_TEST(FusedLayer, EveryTileShapeMatchesReference) {
   LayerConfig cfg = test_config();
   cfg.num_experts = std::max(4, testing::world());  // at least one expert per rank
@@ -86,18 +88,20 @@ EPFUSE_RANK_TEST(FusedLayer, EveryTileShapeMatchesReference) {
   cfg.max_tokens_per_rank = 256;
   Rank r(cfg);
   std::vector<fused::GemmTileShape> seen;
+  std::string launched;
   uint64_t seed = 300;
   for (int count : {256, 100, 16, 256, 40}) {
-    const int rows = count * cfg.topk * r.world() / cfg.num_experts;
-    const fused::GemmTileShape tile = fused::choose_fused_tile(cfg, rows);
-    if (std::find(seen.begin(), seen.end(), tile) == seen.end()) seen.push_back(tile);
-    for (Routing routing : {Routing::kUniform, Routing::kOneExpert})
+    for (Routing routing : {Routing::kUniform, Routing::kOneExpert}) {
       r.expect_matches_reference(r.tokens(count, routing, seed++),
-                                 std::string(to_string(routing)) + " T=" + std::to_string(count) + " block " +
-                                     std::to_string(tile.block_m) + "x" + std::to_string(tile.block_n) +
-                                     (tile.mma == fused::GemmMma::kWgmma ? " wgmma" : " mma.sync"));
+                                 std::string(to_string(routing)) + " T=" + std::to_string(count));
+      const std::optional<fused::GemmTileShape> tile = fused::last_launched_tile(r.layer());
+      ASSERT_TRUE(tile.has_value()) << "the fused layer reported no launch";
+      launched += " " + std::to_string(tile->block_m) + "x" + std::to_string(tile->block_n) +
+                  (tile->mma == fused::GemmMma::kMmaSync ? " mma.sync" : " wgmma") + " (T=" + std::to_string(count) + ")";
+      if (std::find(seen.begin(), seen.end(), *tile) == seen.end()) seen.push_back(*tile);
+    }
   }
-  EXPECT_EQ(seen.size(), std::size(fused::kFusedTileShapes)) << "a fused tile shape went untested";
+  EXPECT_EQ(seen.size(), std::size(fused::kFusedTileShapes)) << "a fused tile shape went untested; launched:" << launched;
 }
 
 // Phase timing (the in-kernel profile): off by default, per-phase ms per SM when on, results unchanged.
@@ -124,13 +128,39 @@ EPFUSE_RANK_TEST(FusedLayer, ClampMatchesReference) {
   r.expect_matches_reference(r.tokens(64, Routing::kUniform, 11), "clamp 0.05");
 }
 
-EPFUSE_RANK_TEST(FusedLayer, MemoryIsThePlan) {
-  const LayerConfig cfg = test_config();
-  Rank r(cfg);
-  const fused::FusedPlan plan = fused::plan_fused(cfg, r.world());
-  EXPECT_EQ(r.layer().memory().symmetric_bytes, plan.symmetric_bytes());
-  EXPECT_EQ(r.layer().memory().private_bytes, plan.private_bytes());
-  if (r.rank() == 0) std::printf("fused memory plan, world %d:\n%s", r.world(), fused::format_plan(plan).c_str());
+// The device memory a workspace takes, measured (cudaMemGetInfo around its creation), against the
+// plan it reports: at least the plan (allocations round up, never down), at most the plan plus page
+// rounding and the NCCL window registration's own memory. In the one-GPU mode rank 0 measures the
+// whole world's workspaces between barriers.
+EPFUSE_RANK_TEST(FusedLayer, WorkspaceMemoryIsThePlan) {
+  LayerConfig cfg = testing::small_layer_config(768, 0.0f);
+  cfg.hidden = 2048;
+  cfg.max_tokens_per_rank = testing::one_gpu() ? 2048 : 4096;
+  cfg.num_experts = std::max(32, testing::world());
+  cfg.topk = 8;
+  const fused::FusedPlan plan = fused::plan_fused(cfg, testing::world());
+  const int measured_ranks = testing::one_gpu() ? testing::world() : 1;
+  const double expected = double(measured_ranks) * double(plan.symmetric_bytes() + plan.private_bytes());
+  size_t free0 = 0, free1 = 0, total = 0;
+  EPFUSE_CUDA_CHECK(cudaDeviceSynchronize());
+  testing::comm().barrier();
+  if (testing::comm().rank() == 0 || !testing::one_gpu()) EPFUSE_CUDA_CHECK(cudaMemGetInfo(&free0, &total));
+  testing::comm().barrier();
+  std::unique_ptr<Workspace> ws = Workspace::create(testing::comm(), cfg);
+  EPFUSE_CUDA_CHECK(cudaDeviceSynchronize());
+  testing::comm().barrier();
+  if (testing::comm().rank() == 0 || !testing::one_gpu()) {
+    EPFUSE_CUDA_CHECK(cudaMemGetInfo(&free1, &total));
+    const double used = double(free0) - double(free1);
+    const double slack = measured_ranks * 8.0 * (1 << 20) + 64.0 * (1 << 20);
+    std::printf("rank %d: workspace plan %.1f MiB x %d rank(s) = %.1f MiB; measured %.1f MiB\n%s", testing::comm().rank(),
+                double(plan.symmetric_bytes() + plan.private_bytes()) / (1 << 20), measured_ranks,
+                expected / (1 << 20), used / (1 << 20), fused::format_plan(plan).c_str());
+    EXPECT_GE(used, expected) << "the workspace took less device memory than its plan says";
+    EXPECT_LE(used, expected + slack) << "the workspace took more device memory than its plan says";
+    EXPECT_GT(expected, 4.0 * slack) << "the test's shape is too small for its bounds to mean anything";
+  }
+  testing::comm().barrier();
 }
 
 EPFUSE_RANK_TEST(FusedLayer, BadExpertIdFailsEveryRankFast) {
