@@ -6,6 +6,7 @@
 
 #include "common/check.h"
 #include "epfuse/error.h"
+#include "unfused/fp8_layout.h"
 
 namespace epfuse::unfused {
 namespace {
@@ -76,7 +77,9 @@ const cublasLtMatmulAlgo_t* Fp8Gemm::find_algorithm(cublasLtHandle_t handle, con
   return &algos_.emplace(key, result.algo).first->second;
 }
 
-bool Fp8Gemm::has_algorithm(cublasLtHandle_t handle, const Fp8GemmArgs& args, int rows, size_t workspace_bytes) {
+bool Fp8Gemm::has_algorithm(cublasLtHandle_t handle, const Fp8GemmArgs& args, int real_rows,
+                            size_t workspace_bytes) {
+  const int rows = fp8_layout::padded_rows(real_rows);
   set_workspace(workspace_bytes);
   set(desc_, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, static_cast<const void*>(args.w_scales));
   set(desc_, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, static_cast<const void*>(args.a_scales));
@@ -91,7 +94,6 @@ void Fp8Gemm::run(cublasLtHandle_t handle, const Fp8GemmArgs& args, void* worksp
                   cudaStream_t stream) {
   EPFUSE_REQUIRE(args.n > 0 && args.k > 0 && args.n % 16 == 0 && args.k % 16 == 0 && args.lda >= args.k &&
                      args.lda % 16 == 0 && args.ldc >= args.n && args.ldc % 8 == 0 &&
-                     args.a_scale_start.size() == args.rows.size() &&
                      (args.c_type == CUDA_R_16BF || args.c_type == CUDA_R_32F),
                  ErrorCode::kInternal,
                  "Fp8Gemm: bad shape n=" + std::to_string(args.n) + " k=" + std::to_string(args.k) +
@@ -101,12 +103,12 @@ void Fp8Gemm::run(cublasLtHandle_t handle, const Fp8GemmArgs& args, void* worksp
   const float alpha = 1.0f, beta = 0.0f;
   int64_t first = 0;
   for (size_t g = 0; g < args.rows.size(); ++g) {
-    const int rows = args.rows[g];
-    if (rows <= 0) continue;
+    if (args.rows[g] <= 0) continue;
+    const int rows = fp8_layout::padded_rows(args.rows[g]);  // the GEMM's n (fp8_layout.h)
     const uint8_t* w = args.w + static_cast<int64_t>(g) * args.w_expert_stride;
     const float* w_scales = args.w_scales + static_cast<int64_t>(g) * args.w_scale_expert_stride;
     const uint8_t* a = args.a + first * args.lda;
-    const float* a_scales = args.a_scales + args.a_scale_start[g];
+    const float* a_scales = args.a_scales + fp8_layout::act_scale_start(first, args.k);
     void* c = static_cast<uint8_t*>(args.c) + first * args.ldc * static_cast<int64_t>(c_bytes);
     set(desc_, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, static_cast<const void*>(w_scales));
     set(desc_, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, static_cast<const void*>(a_scales));
@@ -119,7 +121,9 @@ void Fp8Gemm::run(cublasLtHandle_t handle, const Fp8GemmArgs& args, void* worksp
       throw Error(ErrorCode::kUnsupported,
                   "cuBLASLt has no block-scaled FP8 GEMM (e4m3 TN, A BLK128x128_32F, B VEC128_32F, " +
                       std::string(args.c_type == CUDA_R_32F ? "fp32" : "bf16") + " out) for m=" +
-                      std::to_string(args.n) + " n=" + std::to_string(rows) + " k=" + std::to_string(args.k) +
+                      std::to_string(args.n) + " n=" + std::to_string(rows) +
+                      (rows != args.rows[g] ? " (" + std::to_string(args.rows[g]) + " rows padded)" : "") +
+                      " k=" + std::to_string(args.k) +
                       " (status " + std::to_string(static_cast<int>(status)) +
                       "; it needs CUDA >= 12.9 and an sm_90 GPU)");
     EPFUSE_CUBLAS_CHECK(cublasLtMatmul(handle, desc_, &alpha, w, w_layout, a, a_layout, &beta, c, c_layout, c,

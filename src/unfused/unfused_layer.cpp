@@ -5,6 +5,7 @@
 #include <array>
 #include <cstdint>
 #include <cstdio>
+#include <limits>
 #include <string>
 
 #include <cublasLt.h>
@@ -49,7 +50,7 @@ class UnfusedLayer final : public MoeLayer {
  private:
   HostInputError check_inputs(const TokenBatch& in, const bf16* y) const;
   void init_fp8(const ExpertWeights& weights);
-  void run_fp8_experts(cudaStream_t stream);
+  void run_fp8_experts(int records, cudaStream_t stream);
   void mark(Mark m, cudaStream_t stream) {
     if (timing_) EPFUSE_CUDA_CHECK(cudaEventRecord(events_[m], stream));
   }
@@ -87,12 +88,15 @@ class UnfusedLayer final : public MoeLayer {
   cublasLtHandle_t lt_ = nullptr;
   Fp8Gemm gemm_fp8_;
   detail::DeviceBuffer w13_scales_, w2_scales_;  // the layer's copies, in cuBLASLt's block layout
+  // The FP8 GEMMs run on each expert's rows padded to a multiple of 16 (fp8_layout.h): their inputs
+  // and outputs (x and h quantised, inter_, and Linear2's output in rows_) are in the padded layout,
+  // sized for fp8_row_capacity_ rows; the permute's rows_ and row_weight_ stay in the real layout.
+  int64_t fp8_row_capacity_ = 0;
   detail::DeviceBuffer x_codes_, x_scales_;      // expert rows quantised: Linear1's input
   detail::DeviceBuffer h_codes_, h_scales_;      // h quantised: Linear2's input
   detail::DeviceBuffer row_map_;                 // Fp8RowMap arrays, uploaded per forward
   detail::PinnedBuffer row_map_host_;
   cudaEvent_t row_map_uploaded_ = nullptr;
-  std::vector<int64_t> scale_start_h_, scale_start_i_;
 
   // Recorded at the end of every forward; the next one waits for it on its own stream, so calls on
   // different streams never overlap on the shared buffers.
@@ -196,28 +200,37 @@ void UnfusedLayer::init_fp8(const ExpertWeights& weights) {
   // w13: per expert 2 * ceil(I/128) block rows, the gate's then the up's (named so in messages).
   w13_scales_ = convert(weights.w13_scales, weights.w13_scales_count, local, fp8::w13_scale_rows(I), H, "w13_scales");
   w2_scales_ = convert(weights.w2_scales, weights.w2_scales_count, local, fp8::num_blocks(H), I, "w2_scales");
-  const int64_t rows = plan_.max_expert_rows;
+  // Padded rows (fp8_layout.h): each non-empty expert adds at most 15 rows. The row map is int32.
+  const int64_t rows = fp8_layout::padded_row_capacity(plan_.max_expert_rows, local);
+  if (rows > std::numeric_limits<int32_t>::max())
+    throw Error(ErrorCode::kUnsupported, who + "the FP8 unfused chain's padded expert rows (" + std::to_string(rows) +
+                                             ") exceed int32");
+  fp8_row_capacity_ = rows;
   x_codes_ = detail::DeviceBuffer(static_cast<size_t>(rows) * H);
   h_codes_ = detail::DeviceBuffer(static_cast<size_t>(rows) * I);
-  // Each expert's region is rounded up to 4 floats: at most 3 more per expert.
-  x_scales_ = detail::DeviceBuffer((static_cast<size_t>(rows) * fp8::num_blocks(H) + 4 * size_t(local)) * sizeof(float));
-  h_scales_ = detail::DeviceBuffer((static_cast<size_t>(rows) * fp8::num_blocks(I) + 4 * size_t(local)) * sizeof(float));
-  const size_t map_bytes = (static_cast<size_t>(local) + 1) * sizeof(int32_t) + 7 + 2 * size_t(local) * sizeof(int64_t);
-  row_map_ = detail::DeviceBuffer(map_bytes + 8);
-  row_map_host_ = detail::PinnedBuffer(map_bytes + 8);
-  scale_start_h_.resize(local);
-  scale_start_i_.resize(local);
+  // Scale regions [ceil(k/128), padded rows] packed: act_scale_start(rows, k) floats in all.
+  x_scales_ = detail::DeviceBuffer(static_cast<size_t>(fp8_layout::act_scale_start(rows, H)) * sizeof(float));
+  h_scales_ = detail::DeviceBuffer(static_cast<size_t>(fp8_layout::act_scale_start(rows, I)) * sizeof(float));
+  // rows_: the permute's real rows, then Linear2's output in the padded layout (pre-reduce reads it
+  // through padded token rows).
+  rows_ = detail::DeviceBuffer();
+  rows_ = detail::DeviceBuffer(static_cast<size_t>(rows) * H * sizeof(bf16));
+  const size_t map_bytes = 2 * (static_cast<size_t>(local) + 1) * sizeof(int32_t);
+  row_map_ = detail::DeviceBuffer(map_bytes);
+  row_map_host_ = detail::PinnedBuffer(map_bytes);
   EPFUSE_CUBLAS_CHECK(cublasLtCreate(&lt_));
   EPFUSE_CUDA_CHECK(cudaEventCreateWithFlags(&row_map_uploaded_, cudaEventDisableTiming));
 
   // Linear1 writes fp32 where cuBLASLt can: gate and up then reach SwiGLU and h's 1x128 quantisation
   // as fp32 sums (as the float64 reference's and the fused kernel's accumulators), not rounded to bf16
   // first, which would move about 2% of h's codes by one e4m3 step and cost ~1e-2 of relative error.
+  // inter_ in the padded layout: [rows, 2I].
+  const size_t inter_elements = static_cast<size_t>(rows) * 2 * I;
   inter_ = detail::DeviceBuffer();  // the plan's bf16 buffer: freed before the fp32 one is made
-  inter_ = detail::DeviceBuffer(2 * plan_.inter_bytes);
+  inter_ = detail::DeviceBuffer(inter_elements * sizeof(float));
   const Fp8GemmArgs probe{.rows = {}, .n = I % fp8::kBlock == 0 ? 2 * I : I, .k = H, .a = x_codes_.as<uint8_t>(),
-                          .lda = H, .a_scales = x_scales_.as<float>(), .a_scale_start = {},
-                          .w = weights.w13_fp8, .w_expert_stride = 0, .w_scales = w13_scales_.as<float>(),
+                          .lda = H, .a_scales = x_scales_.as<float>(), .w = weights.w13_fp8, .w_expert_stride = 0,
+                          .w_scales = w13_scales_.as<float>(),
                           .w_scale_expert_stride = 0, .c = inter_.as(), .ldc = 2 * int64_t{I},
                           .c_type = CUDA_R_32F};
   inter_fp32_ = gemm_fp8_.has_algorithm(lt_, probe, 128, cublas_workspace_.bytes());
@@ -226,38 +239,30 @@ void UnfusedLayer::init_fp8(const ExpertWeights& weights) {
                          "unfused chain writes Linear1 in bf16 (h's codes then differ more from the reference's)\n",
                  rank_);
     inter_ = detail::DeviceBuffer();
-    inter_ = detail::DeviceBuffer(plan_.inter_bytes);
+    inter_ = detail::DeviceBuffer(inter_elements * sizeof(bf16));
   }
 }
 
-// Linear1, SwiGLU and Linear2 on FP8: rows_ (bf16, permuted) -> rows_ (bf16, Linear2's output).
-void UnfusedLayer::run_fp8_experts(cudaStream_t stream) {
+// Linear1, SwiGLU and Linear2 on FP8: rows_ (bf16, permuted) -> rows_ (bf16, Linear2's output in the
+// padded layout), and token_rows_ -> the padded rows, for the combine's pre-reduce.
+void UnfusedLayer::run_fp8_experts(int records, cudaStream_t stream) {
   const int local = plan_.experts_per_rank, H = cfg_.hidden, I = cfg_.intermediate;
   const std::span<const int> rows(traffic_.expert_rows);
-  // Row map: int64 scale starts first (8-byte aligned), then the int32 expert starts.
+  // Row map: each expert's first real row, then its first padded row (fp8_layout.h).
   EPFUSE_CUDA_CHECK(cudaEventSynchronize(row_map_uploaded_));  // the previous forward's upload left
-  auto* host_h = row_map_host_.as<int64_t>();
-  int64_t* host_i = host_h + local;
-  auto* host_first = reinterpret_cast<int32_t*>(host_i + local);
-  int64_t first = 0, at_h = 0, at_i = 0;
-  for (int e = 0; e < local; ++e) {
-    host_first[e] = static_cast<int32_t>(first);
-    host_h[e] = scale_start_h_[e] = at_h;
-    host_i[e] = scale_start_i_[e] = at_i;
-    first += rows[e];
-    at_h += fp8_layout::act_scale_region(rows[e], H);
-    at_i += fp8_layout::act_scale_region(rows[e], I);
-  }
-  host_first[local] = static_cast<int32_t>(first);
-  const size_t map_bytes = 2 * static_cast<size_t>(local) * sizeof(int64_t) + (static_cast<size_t>(local) + 1) * sizeof(int32_t);
-  EPFUSE_CUDA_CHECK(cudaMemcpyAsync(row_map_.as(), row_map_host_.as(), map_bytes, cudaMemcpyHostToDevice, stream));
+  auto* host_first = row_map_host_.as<int32_t>();
+  int32_t* host_padded = host_first + local + 1;
+  fp8_layout::fill_row_map(rows.data(), local, host_first, host_padded);
+  const int64_t total = host_padded[local];  // padded rows: what the quantise kernels cover
+  EPFUSE_REQUIRE(host_first[local] == traffic_.total_rows && total <= fp8_row_capacity_, ErrorCode::kInternal,
+                 "rank " + std::to_string(rank_) + ": FP8 expert rows " + std::to_string(host_first[local]) +
+                     " (padded " + std::to_string(total) + ") exceed the buffers (" +
+                     std::to_string(fp8_row_capacity_) + " padded rows)");
+  EPFUSE_CUDA_CHECK(
+      cudaMemcpyAsync(row_map_.as(), row_map_host_.as(), row_map_.bytes(), cudaMemcpyHostToDevice, stream));
   EPFUSE_CUDA_CHECK(cudaEventRecord(row_map_uploaded_, stream));
-  const auto* dev_h = row_map_.as<int64_t>();
-  const Fp8RowMap map{.expert_first = reinterpret_cast<const int32_t*>(dev_h + 2 * local),
-                      .scale_start_h = dev_h,
-                      .scale_start_i = dev_h + local,
-                      .experts = local};
-  const int64_t total = traffic_.total_rows;
+  const auto* dev_first = row_map_.as<int32_t>();
+  const Fp8RowMap map{.expert_first = dev_first, .padded_first = dev_first + local + 1, .experts = local};
 
   launch_quantize_rows(rows_.as<bf16>(), total, H, cfg_.scale_format, map, x_codes_.as<uint8_t>(),
                        x_scales_.as<float>(), shape_.sm_count, stream);
@@ -267,7 +272,7 @@ void UnfusedLayer::run_fp8_experts(cudaStream_t stream) {
   const int i_blocks = fp8::num_blocks(I);
   const int64_t w13_scale_stride = int64_t{2} * i_blocks * fp8_layout::padded_k_blocks(H);
   Fp8GemmArgs up{.rows = rows, .n = 2 * I, .k = H, .a = x_codes_.as<uint8_t>(), .lda = H,
-                 .a_scales = x_scales_.as<float>(), .a_scale_start = scale_start_h_, .w = weights_.w13_fp8,
+                 .a_scales = x_scales_.as<float>(), .w = weights_.w13_fp8,
                  .w_expert_stride = int64_t{2} * I * H, .w_scales = w13_scales_.as<float>(),
                  .w_scale_expert_stride = w13_scale_stride, .c = inter_.as(), .ldc = 2 * int64_t{I},
                  .c_type = inter_fp32_ ? CUDA_R_32F : CUDA_R_16BF};
@@ -286,15 +291,18 @@ void UnfusedLayer::run_fp8_experts(cudaStream_t stream) {
                          stream);
   gemm_fp8_.run(lt_,
                 {.rows = rows, .n = H, .k = I, .a = h_codes_.as<uint8_t>(), .lda = I,
-                 .a_scales = h_scales_.as<float>(), .a_scale_start = scale_start_i_, .w = weights_.w2_fp8,
+                 .a_scales = h_scales_.as<float>(), .w = weights_.w2_fp8,
                  .w_expert_stride = int64_t{H} * I, .w_scales = w2_scales_.as<float>(),
                  .w_scale_expert_stride = fp8_layout::weight_scale_floats(H, I), .c = rows_.as<bf16>(), .ldc = H},
                 cublas_workspace_.as(), cublas_workspace_.bytes(), stream);
+  // The combine reads Linear2's real rows only: their padded places.
+  launch_pad_token_rows(token_rows_.as<int32_t>(), int64_t{records} * cfg_.topk, map, shape_.sm_count, stream);
 }
 
 MemoryFootprint UnfusedLayer::memory() const {
   return {.symmetric_bytes = 0,
-          .private_bytes = plan_.total_bytes - plan_.inter_bytes + inter_.bytes() + kCublasWorkspaceBytes +
+          .private_bytes = plan_.total_bytes - plan_.inter_bytes + inter_.bytes() - plan_.rows_bytes + rows_.bytes() +
+                           kCublasWorkspaceBytes +
                            gemm_up_.device_bytes() +
                            gemm_down_.device_bytes() + w13_scales_.bytes() + w2_scales_.bytes() + x_codes_.bytes() +
                            x_scales_.bytes() + h_codes_.bytes() + h_scales_.bytes() + row_map_.bytes()};
@@ -378,7 +386,7 @@ void UnfusedLayer::forward(const TokenBatch& in, bf16* y, cudaStream_t stream) {
   const int64_t inter_ld = 2 * int64_t{cfg_.intermediate};
   const GemmPath gemm_path = select_gemm_path(forced_gemm_path_, traffic_.expert_rows);
   if (fp8_) {
-    run_fp8_experts(stream);
+    run_fp8_experts(records, stream);
   } else {
     gemm_up_.run(cublas_,
                  {.rows = traffic_.expert_rows, .n = 2 * cfg_.intermediate, .k = cfg_.hidden, .a = rows_.as<bf16>(),
