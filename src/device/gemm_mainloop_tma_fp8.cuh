@@ -32,6 +32,7 @@
 #include <cstdint>
 
 #include "device/gemm_fp8.cuh"
+#include "device/gemm_mainloop_tma.cuh"
 #include "device/gemm_maps.h"
 #include "device/gemm_maps_wgmma.h"
 #include "device/mbarrier.cuh"
@@ -48,24 +49,30 @@ EPFUSE_HD int act_scale_stride(int K) { return ((K + 127) / 128 + kActScaleAlign
 
 template <int kStages_>
 struct TileGemmTmaFp8 {
-  static constexpr int kBlockM = 128;
-  static constexpr int kBlockN = 256;
-  static constexpr int kBlockK = kFp8BlockK;  // 128 e4m3: one 128-byte swizzle row, one scale block
+  // The bf16 tile of the same ring depth: its stage layout, A copy map, accumulators and visitors are these.
+  using Bf16 = TileGemmTma<kStages_>;
+  static constexpr int kBlockM = Bf16::kBlockM;  // 128
+  static constexpr int kBlockN = Bf16::kBlockN;  // 256
+  static constexpr int kBlockK = kFp8BlockK;     // 128 e4m3: one 128-byte swizzle row, one scale block
   static constexpr int kStages = kStages_;
-  static constexpr int kProducerThreads = 128;  // warpgroup 0
-  static constexpr int kConsumerThreads = 256;  // warpgroups 1 and 2
-  static constexpr int kThreads = kProducerThreads + kConsumerThreads;
-  // The bf16 tile's split: 128 * 64 + 256 * 216 = 63,488 of the SM's 65,536 registers. ptxas (sm_90a,
-  // CUDA 13.0, test_fp8_tma_tile's kernel: this mainloop plus visit_cols and the h quantisation): no
-  // spills at 64 / 216, 56 / 224 and 72 / 208; the producer spills at 48 / 224 and 40 / 232, the math
-  // warps at 80 / 200 (128 accumulators + 64 scratch).
-  static constexpr int kProducerRegs = 64;
-  static constexpr int kConsumerRegs = 216;
-  static constexpr int kBoxRows = kWeightBoxRows;  // TMA box rows of the weight maps (two per stage)
+  static constexpr int kProducerThreads = Bf16::kProducerThreads;  // warpgroup 0
+  static constexpr int kConsumerThreads = Bf16::kConsumerThreads;  // warpgroups 1 and 2
+  static constexpr int kThreads = Bf16::kThreads;
+  // The bf16 tile's split, 64 / 216. ptxas (sm_90a, CUDA 13.0, test_fp8_tma_tile's kernel: this
+  // mainloop plus visit_cols and the h quantisation): no spills at 64 / 216, 56 / 224 and 72 / 208; the
+  // producer spills at 48 / 224 and 40 / 232, the math warps at 80 / 200 (128 accumulators + 64 scratch).
+  static constexpr int kProducerRegs = Bf16::kProducerRegs;
+  static constexpr int kConsumerRegs = Bf16::kConsumerRegs;
+  static constexpr int kBoxRows = Bf16::kBoxRows;  // TMA box rows of the weight maps (two per stage)
   static constexpr int kChunkBytes = 16;
-  static constexpr int kChunksPerRow = kSw128RowBytes / kChunkBytes;
-  static constexpr int kStageBytesA = kBlockM * kSw128RowBytes;
-  static constexpr int kStageBytesB = kBlockN * kSw128RowBytes;
+  // The bf16 stages and A copy map: a row of 128 bytes, 8 chunks, 8 rows per producer thread.
+  static constexpr int kChunksPerRow = Bf16::kChunksPerRow;
+  static constexpr int kProducerRows = Bf16::kProducerRows;
+  static constexpr int kStageBytesA = Bf16::kStageBytesA;
+  static constexpr int kStageBytesB = Bf16::kStageBytesB;
+  static_assert(kStageBytesA == kBlockM * kSw128RowBytes && kStageBytesB == kBlockN * kSw128RowBytes &&
+                    kChunksPerRow * kChunkBytes == kBlockK,
+                "a stage row is one 128-K block of e4m3");
   static constexpr int kStageBytesScaleA = kBlockM * 16;  // a 16-byte group of 4 scales per row
   static constexpr int kStageBytesScaleB = 16;            // scale0, scale1 (8 bytes used)
   // From the first 1024-byte boundary: A stages, B stages, A scales, B scales; then one atom of slack,
@@ -75,19 +82,11 @@ struct TileGemmTmaFp8 {
   using Ring = MbarRing<kStages, kBarrierOffset, kProducerThreads + 1, kConsumerThreads / 32>;
   static constexpr int kSmemBytes = kBarrierOffset + Ring::kBarrierBytes;
 
-  static_assert(kStages >= 3, "one stage computing, one finishing, at least one loading");
-  static_assert(kBlockN == 2 * kBoxRows, "B is two TMA boxes, one weight block each");
   static_assert(kBoxRows == 128 && kBlockK == 128, "one B box is one 128 x 128 weight block");
-  static constexpr int kProducerRows = kBlockM * kChunksPerRow / kProducerThreads;  // A rows per producer thread
-  static_assert(kBlockM * kChunksPerRow % kProducerThreads == 0 && kProducerThreads % kChunksPerRow == 0,
-                "A chunks spread evenly, whole rows per warp");
   static_assert(kProducerRows == kChunksPerRow, "thread p copies the scales of its row number p % 8");
-  static_assert(kProducerThreads * kProducerRegs + kConsumerThreads * kConsumerRegs <= 65536, "register file");
 
-  // The bf16 tile's 128 accumulators: h[0] = columns [0, 128) (registers 0..63), h[1] = [128, 256).
-  struct Accum {
-    float h[2][kBlockN / 4];
-  };
+  // The bf16 tile's 128 accumulators: registers 0..63 hold columns [0, 128), 64..127 [128, 256) (half()).
+  using Accum = typename Bf16::Accum;
   // The weight operand: rows [row0, row0 + 128) and [row1, row1 + 128) of `map` (a 2-D uint8 tensor map
   // of e4m3 codes, K inner, box 128 x kBoxRows, 128-byte swizzle: weight_tensor_map_fp8) as tile
   // columns [0, 128) and [128, 256); scale0[kb] and scale1[kb] are their block scales for K block kb
@@ -105,10 +104,8 @@ struct TileGemmTmaFp8 {
   EPFUSE_HD static constexpr bool supports_k(int K) { return K > 0 && K % 64 == 0; }
   EPFUSE_HD static constexpr int num_k_blocks(int K) { return (K + kBlockK - 1) / kBlockK; }
 
-  __device__ static uint32_t stage_a(uint32_t smem, int s) { return sw128_align(smem) + static_cast<uint32_t>(s * kStageBytesA); }
-  __device__ static uint32_t stage_b(uint32_t smem, int s) {
-    return sw128_align(smem) + static_cast<uint32_t>(kStages * kStageBytesA + s * kStageBytesB);
-  }
+  __device__ static uint32_t stage_a(uint32_t smem, int s) { return Bf16::stage_a(smem, s); }
+  __device__ static uint32_t stage_b(uint32_t smem, int s) { return Bf16::stage_b(smem, s); }
   __device__ static uint32_t stage_scale_a(uint32_t smem, int s) {
     return sw128_align(smem) + static_cast<uint32_t>(kStages * (kStageBytesA + kStageBytesB) + s * kStageBytesScaleA);
   }
@@ -122,7 +119,7 @@ struct TileGemmTmaFp8 {
 
   // The tile rows producer thread p copies (chunk producer_chunk of each; gemm_maps_wgmma.h), and the
   // one whose scales it copies (every row exactly once over the 128 threads).
-  __device__ static int producer_row(int p, int i) { return device::producer_row(p, i, kProducerThreads, kChunksPerRow); }
+  __device__ static int producer_row(int p, int i) { return Bf16::producer_row(p, i); }
   __device__ static int producer_scale_row(int p) { return producer_row(p, producer_chunk(p, kChunksPerRow)); }
 
   // Producer thread p (0..127): issues every k-block of one tile, copying its chunk of A rows
@@ -171,7 +168,7 @@ struct TileGemmTmaFp8 {
     const int ct = static_cast<int>(threadIdx.x) - kProducerThreads;
     const uint32_t base = ptx::smem_u32(smem);
 #pragma unroll
-    for (int i = 0; i < kBlockN / 4; ++i) acc.h[0][i] = 0.0f, acc.h[1][i] = 0.0f;
+    for (int i = 0; i < kBlockN / 2; ++i) acc.v[i] = 0.0f;
     float scratch[kBlockN / 4];
     const int group_row0 = (ct / 128) * kWgmmaM;
     const uint64_t desc_a0 = make_sw128_kmajor_desc(stage_a(base, 0) + static_cast<uint32_t>(group_row0 * kSw128RowBytes));
@@ -192,8 +189,8 @@ struct TileGemmTmaFp8 {
       const float col_scale1 = ld_shared_f32(stage_scale_b(base, s) + 4u);
       const uint64_t desc_a = desc_advance(desc_a0, static_cast<uint32_t>(s * kStageBytesA));
       const uint64_t desc_b = desc_advance(desc_b0, static_cast<uint32_t>(s * kStageBytesB));
-      fp8_block_mma_promote(acc.h[0], scratch, desc_a, desc_b, row_scale, [&](int) { return col_scale0; });
-      fp8_block_mma_promote(acc.h[1], scratch, desc_a, desc_advance(desc_b, kBoxRows * kSw128RowBytes), row_scale,
+      fp8_block_mma_promote(half(acc, 0), scratch, desc_a, desc_b, row_scale, [&](int) { return col_scale0; });
+      fp8_block_mma_promote(half(acc, 1), scratch, desc_a, desc_advance(desc_b, kBoxRows * kSw128RowBytes), row_scale,
                             [&](int) { return col_scale1; });
       // Both halves' MMAs finished (the promotion waits for them) and every lane's scale reads are
       // done (__syncwarp orders them before lane 0's release of the stage).
@@ -203,31 +200,21 @@ struct TileGemmTmaFp8 {
     return ok;
   }
 
-  // f(row, col, c[row][col], c[row][col + 1]) for every pair this math thread owns in columns
-  // [kColBegin, kColEnd) (multiples of 8: registers 4 j .. 4 j + 3 hold n8 block j), as TileGemmTma.
+  // The epilogues' views of the accumulators, the bf16 tile's (same registers, same columns).
   template <int kColBegin, int kColEnd, class F>
   __device__ static void visit_cols(const Accum& acc, F f) {
-    const int ct = static_cast<int>(threadIdx.x) - kProducerThreads;
-#pragma unroll
-    for (int reg = kColBegin / 2; reg < kColEnd / 2; reg += 2) {
-      const FragCoord c = wgmma_accum_coord(ct, reg, 1, kBlockN);
-      f(c.row, c.col, acc.h[reg / 64][reg % 64], acc.h[reg / 64][reg % 64 + 1]);
-    }
+    Bf16::template visit_cols<kColBegin, kColEnd>(acc, f);
   }
-  // f(row, col, gate[col], gate[col + 1], up[col], up[col + 1]) for col in [kColBegin, kColEnd) within
-  // [0, 128): register reg of the up half holds column col + 128 of the same row, as TileGemmTma.
   template <int kColBegin, int kColEnd, class F>
   __device__ static void visit_gate_up(const Accum& acc, F f) {
-    static_assert(kColEnd <= kBlockN / 2, "gate columns");
-    const int ct = static_cast<int>(threadIdx.x) - kProducerThreads;
-#pragma unroll
-    for (int reg = kColBegin / 2; reg < kColEnd / 2; reg += 2) {
-      const FragCoord c = wgmma_accum_coord(ct, reg, 1, kBlockN);
-      f(c.row, c.col, acc.h[0][reg], acc.h[0][reg + 1], acc.h[1][reg], acc.h[1][reg + 1]);
-    }
+    Bf16::template visit_gate_up<kColBegin, kColEnd>(acc, f);
   }
 
  private:
+  // Columns [128 h, 128 h + 128) of the tile: 64 registers, an m64n128 accumulator.
+  __device__ static float (&half(Accum& acc, int h))[kBlockN / 4] {
+    return *reinterpret_cast<float(*)[kBlockN / 4]>(acc.v + h * (kBlockN / 4));
+  }
   __device__ static float ld_shared_f32(uint32_t addr) {
     float v;
     asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(v) : "r"(addr) : "memory");
