@@ -366,9 +366,9 @@ bool run_case(int K, uint64_t seed, int ctas, const std::vector<int>& expert_row
                   half == 0 ? "gate" : "up  ", half * kHalf, (half + 1) * kHalf, rel, worst_row[half], worst[half],
                   nan[half]);
       if (bad_rows[half] > 0)
-        std::printf("; %d rows over %.0e:%s%s; first bad element (row %d, col %d): got %.6g want %.6g", bad_rows[half],
-                    kRow, bad_list[half].c_str(), bad_rows[half] > 8 ? " ..." : "", first_bad_row[half],
-                    first_bad_col[half], first_got[half], first_want[half]);
+        std::printf("; %d rows over %.0e:%s%s; first bad element (row %d, col %d): got %.6g want %.6g (ratio %.4g)",
+                    bad_rows[half], kRow, bad_list[half].c_str(), bad_rows[half] > 8 ? " ..." : "", first_bad_row[half],
+                    first_bad_col[half], first_got[half], first_want[half], first_got[half] / first_want[half]);
       std::printf("\n");
     }
   }
