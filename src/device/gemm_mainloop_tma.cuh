@@ -34,6 +34,7 @@
 #include "device/gemm_maps.h"
 #include "device/gemm_maps_wgmma.h"
 #include "device/mbarrier.cuh"
+#include "device/mbarrier_ring.cuh"
 #include "device/ptx.cuh"
 #include "device/wait.cuh"
 #include "device/wgmma.cuh"
@@ -60,7 +61,8 @@ struct TileGemmTma {
   static constexpr int kStageBytesB = kBlockN * kBlockK * 2;
   // Stages from the first 1024-byte boundary (one atom of slack), then full[kStages], empty[kStages].
   static constexpr int kBarrierOffset = kStages * (kStageBytesA + kStageBytesB) + kSw128AtomBytes;
-  static constexpr int kSmemBytes = kBarrierOffset + 2 * kStages * 8;
+  using Ring = MbarRing<kStages, kBarrierOffset, kProducerThreads + 1, kConsumerThreads / 32>;
+  static constexpr int kSmemBytes = kBarrierOffset + Ring::kBarrierBytes;
 
   static_assert(kStages >= 3, "one stage computing, one finishing, at least one loading");
   static_assert(kBlockN == 2 * kBoxRows, "B is two TMA boxes");
@@ -79,30 +81,16 @@ struct TileGemmTma {
     int row0;
     int row1;
   };
-  // A side's position in the ring: k-blocks it has passed since init().
-  struct RingPos {
-    uint32_t kb = 0;
-  };
+  // A side's position in the ring: k-blocks it has passed since init() (mbarrier_ring.cuh).
+  using RingPos = device::RingPos;
 
-  __device__ static uint32_t full_bar(uint32_t smem, int s) { return smem + kBarrierOffset + 8u * s; }
-  __device__ static uint32_t empty_bar(uint32_t smem, int s) { return smem + kBarrierOffset + 8u * (kStages + s); }
   __device__ static uint32_t stage_a(uint32_t smem, int s) { return sw128_align(smem) + static_cast<uint32_t>(s * kStageBytesA); }
   __device__ static uint32_t stage_b(uint32_t smem, int s) {
     return sw128_align(smem) + static_cast<uint32_t>(kStages * kStageBytesA + s * kStageBytesB);
   }
 
   // Once per launch, by the whole CTA, before the first tile.
-  __device__ static void init(void* smem) {
-    if (threadIdx.x == 0) {
-      const uint32_t base = ptx::smem_u32(smem);
-      for (int s = 0; s < kStages; ++s) {
-        ptx::mbar_init(full_bar(base, s), kProducerThreads + 1);
-        ptx::mbar_init(empty_bar(base, s), kConsumerThreads / 32);
-      }
-      ptx::fence_mbar_init();
-    }
-    __syncthreads();
-  }
+  __device__ static void init(void* smem) { Ring::init(smem); }
 
   // The tile rows producer thread p copies (chunk producer_chunk of each; gemm_maps_wgmma.h).
   __device__ static int producer_row(int p, int i) { return device::producer_row(p, i, kProducerThreads, kChunksPerRow); }
@@ -116,15 +104,14 @@ struct TileGemmTma {
     const int chunk = producer_chunk(p, kChunksPerRow);
     const uint32_t base = ptx::smem_u32(smem);
     for (int kb = 0; kb < K / kBlockK; ++kb, ++pos.kb) {
-      const int s = static_cast<int>(pos.kb % kStages);
-      // Round r of a stage waits for the release of round r - 1 (a fresh barrier passes parity 1).
-      if (!wait(empty_bar(base, s), ((pos.kb / kStages) & 1u) ^ 1u, limit)) return false;
+      const int s = Ring::stage(pos);
+      if (!Ring::wait_free(base, pos, limit)) return false;
       const int k0 = kb * kBlockK;
       if (p == 0) {
         const uint32_t sb = stage_b(base, s);
-        ptx::mbar_arrive_expect_tx(full_bar(base, s), kStageBytesB);
-        ptx::tma_load_2d(sb, b.map, full_bar(base, s), k0, b.row0);
-        ptx::tma_load_2d(sb + kBoxRows * kSw128RowBytes, b.map, full_bar(base, s), k0, b.row1);
+        ptx::mbar_arrive_expect_tx(Ring::full_bar(base, s), kStageBytesB);
+        ptx::tma_load_2d(sb, b.map, Ring::full_bar(base, s), k0, b.row0);
+        ptx::tma_load_2d(sb + kBoxRows * kSw128RowBytes, b.map, Ring::full_bar(base, s), k0, b.row1);
       }
       const uint32_t sa = stage_a(base, s);
 #pragma unroll
@@ -132,7 +119,7 @@ struct TileGemmTma {
         if (a_rows[i] != nullptr)
           ptx::cp_async_16(sa + 2u * static_cast<uint32_t>(smem_chunk_offset(producer_row(p, i), chunk, kBlockK)),
                            a_rows[i] + k0 + chunk * kChunkElems);
-      ptx::cp_async_mbar_arrive_noinc(full_bar(base, s));
+      ptx::cp_async_mbar_arrive_noinc(Ring::full_bar(base, s));
     }
     return true;
   }
@@ -150,8 +137,8 @@ struct TileGemmTma {
     bool ok = true;
     int held = -1;  // the stage whose MMAs may still be running
     for (int kb = 0; kb < num_k_blocks; ++kb, ++pos.kb) {
-      const int s = static_cast<int>(pos.kb % kStages);
-      if (!(ok = wait(full_bar(base, s), (pos.kb / kStages) & 1u, limit))) break;
+      const int s = Ring::stage(pos);
+      if (!(ok = Ring::wait_full(base, pos, limit))) break;
       // The A rows came through cp.async (generic proxy); wgmma reads through the async proxy.
       ptx::fence_proxy_async_shared();
       ptx::fence_accumulators(acc.v);
@@ -164,12 +151,12 @@ struct TileGemmTma {
       ptx::wgmma_commit_group();
       ptx::wgmma_wait_group<1>();  // this warpgroup's previous k-block is done: release its stage
       ptx::fence_accumulators(acc.v);
-      if (held >= 0 && ct % 32 == 0) ptx::mbar_arrive(empty_bar(base, held));
+      if (held >= 0 && ct % 32 == 0) ptx::mbar_arrive(Ring::empty_bar(base, held));
       held = s;
     }
     ptx::wgmma_wait_group<0>();
     ptx::fence_accumulators(acc.v);
-    if (held >= 0 && ct % 32 == 0) ptx::mbar_arrive(empty_bar(base, held));
+    if (held >= 0 && ct % 32 == 0) ptx::mbar_arrive(Ring::empty_bar(base, held));
     return ok;
   }
 
@@ -195,11 +182,6 @@ struct TileGemmTma {
       const FragCoord c = wgmma_accum_coord(ct, reg, 1, kBlockN);
       f(c.row, c.col, acc.v[reg], acc.v[reg + 1], acc.v[reg + kBlockN / 4], acc.v[reg + kBlockN / 4 + 1]);
     }
-  }
-
- private:
-  __device__ static bool wait(uint32_t bar, uint32_t parity, const WaitLimit& limit) {
-    return mbar_wait(bar, parity, limit);
   }
 };
 

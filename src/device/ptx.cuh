@@ -26,6 +26,18 @@ __device__ __forceinline__ void cp_async_16(uint32_t smem_dst, const void* gmem_
                "l"(gmem_src), "l"(l2_policy)
                : "memory");
 }
+// Same, reading only src_bytes (0 or 16) of the source and zero-filling the rest: a chunk past the end
+// of a row (the partial last K block of the FP8 tile) lands as zeros without touching memory.
+__device__ __forceinline__ void cp_async_16_zfill(uint32_t smem_dst, const void* gmem_src, uint32_t src_bytes) {
+  asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(smem_dst), "l"(gmem_src),
+               "r"(src_bytes)
+               : "memory");
+}
+// 4 bytes global -> shared through L1 (.ca; .cg copies only 16): for data the kernel never writes
+// (weight scales), where an L1 line cannot be stale.
+__device__ __forceinline__ void cp_async_4(uint32_t smem_dst, const void* gmem_src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_dst), "l"(gmem_src) : "memory");
+}
 // Until every cp.async this thread issued has landed (committed or not).
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }

@@ -29,6 +29,9 @@
 //   visit_cols<c0, c1>(acc, f), visit_gate_up<c0, c1>(acc, f): the accumulators of columns [c0, c1),
 //     pairs as visit's, and gate column col with up column col + kBlockN / 2 (SwiGLU, epilogue.cuh).
 //   Each side keeps its own RingPos, carried from tile to tile.
+// WarpSpecialisedFp8Tile (TileGemmTmaFp8, gemm_mainloop_tma_fp8.cuh): the same roles over e4m3 codes with
+//   block scales; load_tile(pos, a_rows, a_scale_row, b, K, smem, limit) also copies the 1x128 scales
+//   of row producer_scale_row(p), b carries the two weight blocks' scales; K: supports_k (multiples of 64).
 #pragma once
 #include <concepts>
 #include <cstdint>
@@ -71,22 +74,45 @@ concept AllThreadTile =
       { G::visit_col16(cacc, quad) } -> std::same_as<void>;
     };
 
+// What both warp-specialised tiles (bf16 TileGemmTma, FP8 TileGemmTmaFp8) share: the roles, the ring,
+// the math side and the accumulator visitors; they differ in the producer's operands (load_tile).
 template <class G>
-concept WarpSpecialisedTile =
+concept WarpSpecialisedRoles =
     TileGemmShape<G> &&
-    requires(typename G::RingPos& pos, const __nv_bfloat16* const (&a_rows)[G::kProducerRows],
-             const typename G::BOperand& b, int K, void* smem, typename G::Accum& acc, const typename G::Accum& cacc,
+    requires(typename G::RingPos& pos, int K, void* smem, typename G::Accum& acc, const typename G::Accum& cacc,
              const WaitLimit& limit, tile_concept::PairVisitor pair, tile_concept::QuadVisitor quad) {
       { G::kProducerThreads } -> std::convertible_to<int>;
       { G::kConsumerThreads } -> std::convertible_to<int>;
       { G::kProducerRegs } -> std::convertible_to<int>;
       { G::kConsumerRegs } -> std::convertible_to<int>;
+      { G::kProducerRows } -> std::convertible_to<int>;
       { G::producer_row(0, 0) } -> std::same_as<int>;
       { G::init(smem) } -> std::same_as<void>;
-      { G::load_tile(pos, a_rows, b, K, smem, limit) } -> std::same_as<bool>;
       { G::mainloop(pos, K, smem, acc, limit) } -> std::same_as<bool>;
       { G::template visit_cols<0, 8>(cacc, pair) } -> std::same_as<void>;
       { G::template visit_gate_up<0, 8>(cacc, quad) } -> std::same_as<void>;
+    };
+
+template <class G>
+concept WarpSpecialisedTile =
+    WarpSpecialisedRoles<G> &&
+    requires(typename G::RingPos& pos, const __nv_bfloat16* const (&a_rows)[G::kProducerRows],
+             const typename G::BOperand& b, int K, void* smem, const WaitLimit& limit) {
+      { G::load_tile(pos, a_rows, b, K, smem, limit) } -> std::same_as<bool>;
+    };
+
+// The FP8 tile (gemm_mainloop_tma_fp8.cuh): A rows are e4m3 codes, and producer thread p also copies
+// the 1x128 scales of tile row producer_scale_row(p) (a_scale_row); BOperand carries the weight block
+// scales. Not yet a TileGemmKind: the fused kernel does not run it (its dispatch and epilogues are
+// bf16).
+template <class G>
+concept WarpSpecialisedFp8Tile =
+    WarpSpecialisedRoles<G> &&
+    requires(typename G::RingPos& pos, const uint8_t* const (&a_rows)[G::kProducerRows], const float* a_scale_row,
+             const typename G::BOperand& b, int K, void* smem, const WaitLimit& limit) {
+      { G::producer_scale_row(0) } -> std::same_as<int>;
+      { G::supports_k(K) } -> std::same_as<bool>;
+      { G::load_tile(pos, a_rows, a_scale_row, b, K, smem, limit) } -> std::same_as<bool>;
     };
 
 // A tile GEMM the fused kernel can run: exactly one of the two kinds.

@@ -1,0 +1,225 @@
+// The FP8 variant of the fused kernel's warp-specialised 128x256 tile (gemm_mainloop_tma.cuh's
+// TileGemmTma), weight_format fp8-block128 (common/fp8.h): C[128, 256] = A * B^T over K with e4m3
+// codes, 1x128 scales per A row and K block, 128x128 block scales of B, fp32 accumulators.
+// A WarpSpecialisedFp8Tile (tile_gemm.cuh): the bf16 tile's roles, ring and accumulator layout, with
+// the operands of a k-block (128 elements of K, one scale block) per stage:
+//   A: the tile's 128 gathered rows, 128 bytes of K each, in the bf16 tile's swizzled stage layout
+//      (a 128-byte row is one swizzle row: 64 bf16 there, 128 e4m3 here), copied by cp.async as there
+//      (producer thread p copies chunk p % 8 of rows p / 8 + 16 i), plus each row's scale of that K
+//      block: thread p copies the 16-byte aligned group of 4 scales holding it for its row
+//      producer_scale_row(p) (cp.async.cg: a scale row written earlier in the call by another CTA or a
+//      peer is never read from a stale L1 line), 16 bytes per row per stage.
+//   B: two TMA boxes of 128 bytes x 128 rows (weight_tensor_map_fp8), rows [row0, row0 + 128) as tile
+//      columns [0, 128) and [row1, row1 + 128) as [128, 256) (Linear1: gate and up), plus the two block
+//      scales of that K block (scale0[kb], scale1[kb]; thread 0, 4-byte cp.async through L1: weight
+//      scales are never written by the kernel).
+// Math: each math warpgroup owns 64 rows; per k-block it runs its 64 x 256 as two n128 halves, each
+// fp8_block_mma_promote (gemm_fp8.cuh: 4 x wgmma m64n128k32 into one 64-register scratch, then added
+// into that half's 64 accumulators times row scale x block scale). The accumulators are the bf16
+// tile's: register reg of the 128 holds the same (row, column), so the epilogues' visit_cols /
+// visit_gate_up work unchanged. The promotion waits for its MMAs, so a stage is free once both halves
+// are promoted: the math warps release it at once (the bf16 tile keeps one wgmma group in flight and
+// releases the previous stage).
+// K: any multiple of 64 (supports_k). A last K block of 64 (K = 2880) is loaded as a full one: the TMA
+// fills B's columns past K with zeros, the producer zero-fills A's chunks past K (cp.async src-size 0),
+// so those MMA steps add zeros; its scales are the partial block's (fp8.h block_extent). In the fused
+// kernel this tile's K is a multiple of 128 anyway (H % 256 == 0 and I % 128 == 0 for its N).
+// Scale rows of A: ceil(K / 128) floats, 16-byte aligned, readable up to the next multiple of 4 floats
+// (kActScaleAlign; the producer copies whole 16-byte groups).
+// Registers: 384 threads at one CTA per SM leave 168 per thread at entry; setmaxnreg gives the math
+// warps kConsumerRegs (128 accumulators + 64 scratch + addresses) and the producer kProducerRegs.
+#pragma once
+#include <cstdint>
+
+#include "device/gemm_fp8.cuh"
+#include "device/gemm_mainloop_tma.cuh"
+#include "device/gemm_maps.h"
+#include "device/gemm_maps_wgmma.h"
+#include "device/mbarrier.cuh"
+#include "device/mbarrier_ring.cuh"
+#include "device/ptx.cuh"
+#include "device/wait.cuh"
+#include "device/wgmma.cuh"
+
+namespace epfuse::device {
+
+// Floats a 1x128 activation scale row is padded to for the FP8 tile's 16-byte scale copies.
+inline constexpr int kActScaleAlign = 4;
+EPFUSE_HD int act_scale_stride(int K) { return ((K + 127) / 128 + kActScaleAlign - 1) / kActScaleAlign * kActScaleAlign; }
+
+template <int kStages_>
+struct TileGemmTmaFp8 {
+  // The bf16 tile of the same ring depth: its stage layout, A copy map, accumulators and visitors are these.
+  using Bf16 = TileGemmTma<kStages_>;
+  static constexpr int kBlockM = Bf16::kBlockM;  // 128
+  static constexpr int kBlockN = Bf16::kBlockN;  // 256
+  static constexpr int kBlockK = kFp8BlockK;     // 128 e4m3: one 128-byte swizzle row, one scale block
+  static constexpr int kStages = kStages_;
+  static constexpr int kProducerThreads = Bf16::kProducerThreads;  // warpgroup 0
+  static constexpr int kConsumerThreads = Bf16::kConsumerThreads;  // warpgroups 1 and 2
+  static constexpr int kThreads = Bf16::kThreads;
+  // The bf16 tile's split, 64 / 216. ptxas (sm_90a, CUDA 13.0, test_fp8_tma_tile's kernel: this
+  // mainloop plus visit_cols and the h quantisation): no spills at 64 / 216, 56 / 224 and 72 / 208; the
+  // producer spills at 48 / 224 and 40 / 232, the math warps at 80 / 200 (128 accumulators + 64 scratch).
+  static constexpr int kProducerRegs = Bf16::kProducerRegs;
+  static constexpr int kConsumerRegs = Bf16::kConsumerRegs;
+  static constexpr int kBoxRows = Bf16::kBoxRows;  // TMA box rows of the weight maps (two per stage)
+  static constexpr int kChunkBytes = 16;
+  // The bf16 stages and A copy map: a row of 128 bytes, 8 chunks, 8 rows per producer thread.
+  static constexpr int kChunksPerRow = Bf16::kChunksPerRow;
+  static constexpr int kProducerRows = Bf16::kProducerRows;
+  static constexpr int kStageBytesA = Bf16::kStageBytesA;
+  static constexpr int kStageBytesB = Bf16::kStageBytesB;
+  static_assert(kStageBytesA == kBlockM * kSw128RowBytes && kStageBytesB == kBlockN * kSw128RowBytes &&
+                    kChunksPerRow * kChunkBytes == kBlockK,
+                "a stage row is one 128-K block of e4m3");
+  static constexpr int kStageBytesScaleA = kBlockM * 16;  // a 16-byte group of 4 scales per row
+  static constexpr int kStageBytesScaleB = 16;            // scale0, scale1 (8 bytes used)
+  // From the first 1024-byte boundary: A stages, B stages, A scales, B scales; then one atom of slack,
+  // then the ring's barriers.
+  static constexpr int kRingBytes = kStages * (kStageBytesA + kStageBytesB + kStageBytesScaleA + kStageBytesScaleB);
+  static constexpr int kBarrierOffset = kRingBytes + kSw128AtomBytes;
+  using Ring = MbarRing<kStages, kBarrierOffset, kProducerThreads + 1, kConsumerThreads / 32>;
+  static constexpr int kSmemBytes = kBarrierOffset + Ring::kBarrierBytes;
+
+  static_assert(kBoxRows == 128 && kBlockK == 128, "one B box is one 128 x 128 weight block");
+  static_assert(kProducerRows == kChunksPerRow, "thread p copies the scales of its row number p % 8");
+
+  // The bf16 tile's 128 accumulators: registers 0..63 hold columns [0, 128), 64..127 [128, 256) (half()).
+  using Accum = typename Bf16::Accum;
+  // The weight operand: rows [row0, row0 + 128) and [row1, row1 + 128) of `map` (a 2-D uint8 tensor map
+  // of e4m3 codes, K inner, box 128 x kBoxRows, 128-byte swizzle: weight_tensor_map_fp8) as tile
+  // columns [0, 128) and [128, 256); scale0[kb] and scale1[kb] are their block scales for K block kb
+  // (each 128-row half is one weight block: row0 and row1 on 128-row block boundaries of the matrix).
+  struct BOperand {
+    const void* map;
+    int row0;
+    int row1;
+    const float* scale0;
+    const float* scale1;
+  };
+  using RingPos = device::RingPos;
+
+  // The K sizes this tile computes: multiples of 64 (a partial last block of 64).
+  EPFUSE_HD static constexpr bool supports_k(int K) { return K > 0 && K % 64 == 0; }
+  EPFUSE_HD static constexpr int num_k_blocks(int K) { return (K + kBlockK - 1) / kBlockK; }
+
+  __device__ static uint32_t stage_a(uint32_t smem, int s) { return Bf16::stage_a(smem, s); }
+  __device__ static uint32_t stage_b(uint32_t smem, int s) { return Bf16::stage_b(smem, s); }
+  __device__ static uint32_t stage_scale_a(uint32_t smem, int s) {
+    return sw128_align(smem) + static_cast<uint32_t>(kStages * (kStageBytesA + kStageBytesB) + s * kStageBytesScaleA);
+  }
+  __device__ static uint32_t stage_scale_b(uint32_t smem, int s) {
+    return sw128_align(smem) +
+           static_cast<uint32_t>(kStages * (kStageBytesA + kStageBytesB + kStageBytesScaleA) + s * kStageBytesScaleB);
+  }
+
+  // Once per launch, by the whole CTA, before the first tile.
+  __device__ static void init(void* smem) { Ring::init(smem); }
+
+  // The tile rows producer thread p copies (chunk producer_chunk of each; gemm_maps_wgmma.h), and the
+  // one whose scales it copies (every row exactly once over the 128 threads).
+  __device__ static int producer_row(int p, int i) { return Bf16::producer_row(p, i); }
+  __device__ static int producer_scale_row(int p) { return producer_row(p, producer_chunk(p, kChunksPerRow)); }
+
+  // Producer thread p (0..127): issues every k-block of one tile, copying its chunk of A rows
+  // producer_row(p, i) from a_rows[i] (nullptr: a padding row), the scales of row producer_scale_row(p)
+  // from a_scale_row (its ceil(K/128) scales, kActScaleAlign-padded; nullptr: a padding row) and,
+  // thread 0, the weight boxes and their scales. K: supports_k. False when a wait for a free stage ran out.
+  __device__ static bool load_tile(RingPos& pos, const uint8_t* const (&a_rows)[kProducerRows], const float* a_scale_row,
+                                   const BOperand& b, int K, void* smem, const WaitLimit& limit) {
+    const int p = static_cast<int>(threadIdx.x);
+    const int chunk = producer_chunk(p, kChunksPerRow);
+    const uint32_t base = ptx::smem_u32(smem);
+    const uint32_t scale_dst = static_cast<uint32_t>(producer_scale_row(p) * 16);
+    const int num_kb = num_k_blocks(K);
+    for (int kb = 0; kb < num_kb; ++kb, ++pos.kb) {
+      const int s = Ring::stage(pos);
+      if (!Ring::wait_free(base, pos, limit)) return false;
+      const int k0 = kb * kBlockK;
+      const uint32_t full = Ring::full_bar(base, s);
+      if (p == 0) {
+        const uint32_t sb = stage_b(base, s);
+        ptx::mbar_arrive_expect_tx(full, kStageBytesB);  // box bytes, zero-filled columns included
+        ptx::tma_load_2d(sb, b.map, full, k0, b.row0);
+        ptx::tma_load_2d(sb + kBoxRows * kSw128RowBytes, b.map, full, k0, b.row1);
+        ptx::cp_async_4(stage_scale_b(base, s), b.scale0 + kb);
+        ptx::cp_async_4(stage_scale_b(base, s) + 4u, b.scale1 + kb);
+      }
+      const uint32_t sa = stage_a(base, s);
+      const int k = k0 + chunk * kChunkBytes;
+      const uint32_t src_bytes = k < K ? kChunkBytes : 0u;  // the second half of a last block of 64: zeros
+#pragma unroll
+      for (int i = 0; i < kProducerRows; ++i) {
+        const int row = producer_row(p, i);
+        if (a_rows[i] != nullptr)
+          ptx::cp_async_16_zfill(sa + static_cast<uint32_t>(row * kSw128RowBytes + swizzled_chunk(row, chunk) * kChunkBytes),
+                                 a_rows[i] + k, src_bytes);
+      }
+      if (a_scale_row != nullptr) ptx::cp_async_16(stage_scale_a(base, s) + scale_dst, a_scale_row + (kb & ~3));
+      ptx::cp_async_mbar_arrive_noinc(full);
+    }
+    return true;
+  }
+
+  // Math thread (threads kProducerThreads..): acc = the tile's product over K (supports_k). False (in
+  // this thread) when a wait for a stage ran out; the caller makes that group-uniform.
+  __device__ static bool mainloop(RingPos& pos, int K, void* smem, Accum& acc, const WaitLimit& limit) {
+    const int ct = static_cast<int>(threadIdx.x) - kProducerThreads;
+    const uint32_t base = ptx::smem_u32(smem);
+#pragma unroll
+    for (int i = 0; i < kBlockN / 2; ++i) acc.v[i] = 0.0f;
+    float scratch[kBlockN / 4];
+    const int group_row0 = (ct / 128) * kWgmmaM;
+    const uint64_t desc_a0 = make_sw128_kmajor_desc(stage_a(base, 0) + static_cast<uint32_t>(group_row0 * kSw128RowBytes));
+    const uint64_t desc_b0 = make_sw128_kmajor_desc(stage_b(base, 0));
+    // This thread's accumulator rows (wgmma_c_coord: r and r + 8) within the tile: their scale groups.
+    const int row = group_row0 + wgmma_c_coord(ct % 128, 0).row;
+    const uint32_t scale_a0 = stage_scale_a(base, 0) + static_cast<uint32_t>(row * 16);
+    const int num_kb = num_k_blocks(K);
+    bool ok = true;
+    for (int kb = 0; kb < num_kb; ++kb, ++pos.kb) {
+      const int s = Ring::stage(pos);
+      if (!(ok = Ring::wait_full(base, pos, limit))) break;
+      // The A rows came through cp.async (generic proxy); wgmma reads through the async proxy.
+      ptx::fence_proxy_async_shared();
+      const uint32_t sa = scale_a0 + static_cast<uint32_t>(s * kStageBytesScaleA + (kb & 3) * 4);
+      const float row_scale[2] = {ld_shared_f32(sa), ld_shared_f32(sa + 8u * 16u)};
+      const float col_scale0 = ld_shared_f32(stage_scale_b(base, s));
+      const float col_scale1 = ld_shared_f32(stage_scale_b(base, s) + 4u);
+      const uint64_t desc_a = desc_advance(desc_a0, static_cast<uint32_t>(s * kStageBytesA));
+      const uint64_t desc_b = desc_advance(desc_b0, static_cast<uint32_t>(s * kStageBytesB));
+      fp8_block_mma_promote(half(acc, 0), scratch, desc_a, desc_b, row_scale, [&](int) { return col_scale0; });
+      fp8_block_mma_promote(half(acc, 1), scratch, desc_a, desc_advance(desc_b, kBoxRows * kSw128RowBytes), row_scale,
+                            [&](int) { return col_scale1; });
+      // Both halves' MMAs finished (the promotion waits for them) and every lane's scale reads are
+      // done (__syncwarp orders them before lane 0's release of the stage).
+      __syncwarp();
+      if (ct % 32 == 0) ptx::mbar_arrive(Ring::empty_bar(base, s));
+    }
+    return ok;
+  }
+
+  // The epilogues' views of the accumulators, the bf16 tile's (same registers, same columns).
+  template <int kColBegin, int kColEnd, class F>
+  __device__ static void visit_cols(const Accum& acc, F f) {
+    Bf16::template visit_cols<kColBegin, kColEnd>(acc, f);
+  }
+  template <int kColBegin, int kColEnd, class F>
+  __device__ static void visit_gate_up(const Accum& acc, F f) {
+    Bf16::template visit_gate_up<kColBegin, kColEnd>(acc, f);
+  }
+
+ private:
+  // Columns [128 h, 128 h + 128) of the tile: 64 registers, an m64n128 accumulator.
+  __device__ static float (&half(Accum& acc, int h))[kBlockN / 4] {
+    return *reinterpret_cast<float(*)[kBlockN / 4]>(acc.v + h * (kBlockN / 4));
+  }
+  __device__ static float ld_shared_f32(uint32_t addr) {
+    float v;
+    asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(v) : "r"(addr) : "memory");
+    return v;
+  }
+};
+
+}  // namespace epfuse::device

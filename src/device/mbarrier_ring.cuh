@@ -1,0 +1,56 @@
+// The operand ring of the warp-specialised tile GEMMs (gemm_mainloop_tma.cuh bf16, gemm_mainloop_tma_fp8.cuh
+// FP8): kStages stages in shared memory, each guarded by two mbarriers,
+//   full[s]:  the stage's operands arrived (kFullArrivals arrivals: the producer threads' cp.async
+//             arrivals and the TMA thread's expect_tx arrival, whose bytes the phase also waits for);
+//   empty[s]: the math warps finished reading it (kEmptyArrivals arrivals: one per math warp).
+// Both sides count the k-blocks they passed since init() (RingPos, carried from tile to tile in a
+// register): k-block kb uses stage kb % kStages in round kb / kStages. The barriers sit at byte
+// kBarrierOffset of the tile's dynamic shared memory, full[kStages] then empty[kStages].
+// Only index arithmetic and the waits: what a stage holds and who fills it is the tile's business.
+#pragma once
+#include <cstdint>
+
+#include "device/mbarrier.cuh"
+#include "device/ptx.cuh"
+#include "device/wait.cuh"
+
+namespace epfuse::device {
+
+// A side's position in the ring: k-blocks it has passed since init().
+struct RingPos {
+  uint32_t kb = 0;
+};
+
+template <int kStages, int kBarrierOffset, int kFullArrivals, int kEmptyArrivals>
+struct MbarRing {
+  static constexpr int kBarrierBytes = 2 * kStages * 8;
+
+  __device__ static uint32_t full_bar(uint32_t smem, int s) { return smem + kBarrierOffset + 8u * s; }
+  __device__ static uint32_t empty_bar(uint32_t smem, int s) { return smem + kBarrierOffset + 8u * (kStages + s); }
+  __device__ static int stage(const RingPos& pos) { return static_cast<int>(pos.kb % kStages); }
+
+  // Once per launch, by the whole CTA, before the first tile (synchronises the CTA).
+  __device__ static void init(void* smem) {
+    if (threadIdx.x == 0) {
+      const uint32_t base = ptx::smem_u32(smem);
+      for (int s = 0; s < kStages; ++s) {
+        ptx::mbar_init(full_bar(base, s), kFullArrivals);
+        ptx::mbar_init(empty_bar(base, s), kEmptyArrivals);
+      }
+      ptx::fence_mbar_init();
+    }
+    __syncthreads();
+  }
+
+  // Producer: until stage(pos) is free for k-block pos.kb. Round r of a stage waits for the release
+  // of round r - 1 (a fresh barrier passes parity 1). False when the wait ran out (wait.cuh).
+  __device__ static bool wait_free(uint32_t smem, const RingPos& pos, const WaitLimit& limit) {
+    return mbar_wait(empty_bar(smem, stage(pos)), ((pos.kb / kStages) & 1u) ^ 1u, limit);
+  }
+  // Math: until stage(pos) holds k-block pos.kb.
+  __device__ static bool wait_full(uint32_t smem, const RingPos& pos, const WaitLimit& limit) {
+    return mbar_wait(full_bar(smem, stage(pos)), (pos.kb / kStages) & 1u, limit);
+  }
+};
+
+}  // namespace epfuse::device

@@ -1,0 +1,408 @@
+// 1-GPU correctness test of the FP8 warp-specialised 128x256 tile (device/gemm_mainloop_tma_fp8.cuh,
+// TileGemmTmaFp8) under its real roles: 384 threads, a producer warpgroup (setmaxnreg down) issuing
+// load_tile into the mbarrier ring and two math warpgroups (setmaxnreg up) running mainloop, dynamic
+// shared memory as the fused kernel sizes it, the ring position carried from tile to tile (several
+// tiles per CTA: the ring wraps within and across tiles).
+// A grouped FP8 GEMM: e4m3 token rows gathered through a row list per tile (tail rows nullptr:
+// padding, never read, never stored), 1x128 row scales (rows padded to kActScaleAlign floats, the
+// padding NaN so a wrong scale index shows); weights [E * 2I, K] e4m3 by TMA (weight_tensor_map_fp8)
+// with 128x128 block scales, tile columns [0, 128) from gate rows and [128, 256) from up rows of the
+// same expert (two row ranges I apart, two block scales per K block); K in {256, 2048, 2880 (a partial
+// last block of 64: A rows are followed by NaN codes, so a chunk read past K shows), 7168}.
+// The math warps write their accumulators (visit_cols) into an fp32 output poisoned with NaN first;
+// compared per tile, per half (gate / up columns) and per row with a float64 sum over the decoded
+// codes times the same scales: 3e-4 relative overall and 5e-4 per row (test_fp8_tile's bounds: the
+// FP8 MMA's in-block sums measured ~1e-4 on an H200).
+// Also the Linear1 epilogue path: h = silu(gate) * up from visit_gate_up, quantised 1x128 in registers
+// (quantize_fragment_rows); its codes and scales bit for bit against common/fp8.h's quantize_tile of the
+// h the kernel wrote, and h against the reference's silu(gate) * up.
+// A timed-out ring wait (2 s) is reported with its side and tile. Exit 0 pass, 1 fail, 77 without a GPU.
+// Usage: test_fp8_tma_tile [seed]
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "common/check.h"
+#include "common/device_buffer.h"
+#include "common/fp8.h"
+#include "common/hash.h"
+#include "device/fp8_quantize.cuh"
+#include "device/gemm_mainloop_tma_fp8.cuh"
+#include "device/signals.cuh"
+#include "device/tile_gemm.cuh"
+#include "fused/tensor_map.h"
+#include "standalone.h"
+
+namespace {
+
+using epfuse::detail::hash_at;
+using epfuse::detail::Stream;
+using epfuse::detail::uniform_pm1;
+namespace dev = epfuse::device;
+namespace fp8 = epfuse::fp8;
+
+using Tile = dev::TileGemmTmaFp8<4>;
+static_assert(dev::WarpSpecialisedFp8Tile<Tile>, "the FP8 tile satisfies its contract (tile_gemm.cuh)");
+static_assert(!dev::TileGemmKind<Tile>, "not yet a kind the fused kernel runs");
+constexpr int kM = Tile::kBlockM, kN = Tile::kBlockN, kHalf = kN / 2;
+constexpr epfuse::ScaleFormat kHFormat = epfuse::ScaleFormat::kFp32;
+
+struct Params {
+  const uint8_t* x;         // [T, ldx] e4m3 codes, K used
+  const float* x_scales;    // [T, S]
+  const int* row_list;      // [tiles, 128]: token or -1 (padding)
+  const int* tile_rows;     // [tiles]: real rows (the rest padding)
+  const int2* tile_w;       // [tiles]: weight rows of tile columns 0 and 128
+  const float* w_scales;    // [W rows / 128, kblocks]
+  int64_t ldx;
+  int K, S, kblocks, tiles;
+  float* out;      // [tiles, 128, 256]
+  float* h;        // [tiles, 128, 128]
+  uint8_t* hq;     // [tiles, 128, 128]
+  float* hs;       // [tiles, 128]
+  uint32_t* abort;
+  uint32_t* error;  // {1 + side (0 producer, 1 math), tile, CTA}
+  uint64_t timeout_ns;
+};
+
+__device__ void record_failure(const Params& p, int side, int tile) {
+  if (atomicCAS(p.error, 0u, 1u + side) == 0) {
+    p.error[1] = tile;
+    p.error[2] = blockIdx.x;
+  }
+  atomicExch(p.abort, 1u);  // the other role's waits end too
+}
+
+__global__ void __launch_bounds__(Tile::kThreads, 1) fp8_tma_tile_kernel(const __grid_constant__ CUtensorMap wmap,
+                                                                      const Params p) {
+  extern __shared__ __align__(1024) char smem[];
+  Tile::init(smem);
+  const dev::WaitLimit limit{dev::globaltimer_ns() + p.timeout_ns, p.abort};
+  if (threadIdx.x < Tile::kProducerThreads) {
+    dev::ptx::setmaxnreg_dec<Tile::kProducerRegs>();
+    const int t_id = static_cast<int>(threadIdx.x);
+    Tile::RingPos pos;
+    for (int t = blockIdx.x; t < p.tiles; t += gridDim.x) {
+      const int* list = p.row_list + t * kM;
+      const uint8_t* a_rows[Tile::kProducerRows];
+#pragma unroll
+      for (int i = 0; i < Tile::kProducerRows; ++i) {
+        const int r = list[Tile::producer_row(t_id, i)];
+        a_rows[i] = r >= 0 ? p.x + r * p.ldx : nullptr;
+      }
+      const int rs = list[Tile::producer_scale_row(t_id)];
+      const float* a_scale = rs >= 0 ? p.x_scales + static_cast<int64_t>(rs) * p.S : nullptr;
+      const int2 w = p.tile_w[t];
+      const Tile::BOperand b{&wmap, w.x, w.y, p.w_scales + (w.x / 128) * p.kblocks, p.w_scales + (w.y / 128) * p.kblocks};
+      if (!Tile::load_tile(pos, a_rows, a_scale, b, p.K, smem, limit)) {
+        record_failure(p, 0, t);
+        break;
+      }
+    }
+    dev::ptx::cp_async_wait_all();
+  } else {
+    dev::ptx::setmaxnreg_inc<Tile::kConsumerRegs>();
+    Tile::RingPos pos;
+    for (int t = blockIdx.x; t < p.tiles; t += gridDim.x) {
+      Tile::Accum acc;
+      if (!Tile::mainloop(pos, p.K, smem, acc, limit)) {
+        record_failure(p, 1, t);
+        break;
+      }
+      const int rows = p.tile_rows[t];
+      float* o = p.out + static_cast<int64_t>(t) * kM * kN;
+      Tile::visit_cols<0, kN>(acc, [&](int r, int c, float v0, float v1) {
+        if (r < rows) o[r * kN + c] = v0, o[r * kN + c + 1] = v1;
+      });
+      // Linear1's epilogue arithmetic: h = silu(gate) * up, one 1x128 group per row, quantised in registers.
+      float hv[kHalf / 2];
+      int j = 0;
+      Tile::visit_gate_up<0, kHalf>(acc, [&](int, int, float g0, float g1, float u0, float u1) {
+        hv[j] = g0 / (1.0f + expf(-g0)) * u0;
+        hv[j + 1] = g1 / (1.0f + expf(-g1)) * u1;
+        j += 2;
+      });
+      uint8_t code[kHalf / 2];
+      float scale[2];
+      dev::quantize_fragment_rows(hv, kHFormat, code, scale);
+      const int ct = static_cast<int>(threadIdx.x) - Tile::kProducerThreads;
+#pragma unroll
+      for (int i = 0; i < kHalf / 2; ++i) {
+        const dev::FragCoord c = dev::wgmma_accum_coord(ct, i, 1, kN);
+        if (c.row < rows) {
+          const int64_t at = (static_cast<int64_t>(t) * kM + c.row) * kHalf + c.col;
+          p.h[at] = hv[i];
+          p.hq[at] = code[i];
+          if (c.col == 0) p.hs[t * kM + c.row] = scale[(i >> 1) & 1];
+        }
+      }
+    }
+  }
+}
+
+// e4m3 codes of uniform values in [-range, range] (never NaN).
+uint8_t random_code(uint64_t seed, Stream stream, uint64_t i, float range) {
+  return fp8::float_to_e4m3(range * uniform_pm1(hash_at(seed, stream, i)));
+}
+// Positive scales spanning 2^-3 .. 2^1, not powers of two.
+float random_scale(uint64_t seed, Stream stream, uint64_t i) {
+  const double u = uniform_pm1(hash_at(seed, stream, i));
+  return static_cast<float>(std::exp2(-1.0 + 2.0 * u) * (1.0 + 0.3 * u * u));
+}
+
+struct TileDesc {
+  int expert, mblock, nblock, rows;
+};
+
+// A grouped GEMM: experts of expert_rows rows (gathered from a pool of tokens), each with 2 * inter
+// weight rows (gate, up), on `ctas` CTAs. bench: no reference, timed instead (a throughput figure, not a
+// test; it still fails on a device error or a non-finite output).
+bool run_case(int K, uint64_t seed, int ctas, const std::vector<int>& expert_rows, int inter, bool bench = false) {
+  using DeviceBuffer = epfuse::detail::CudaBuffer<epfuse::detail::MemoryKind::kDevice>;
+  if (!Tile::supports_k(K)) {
+    std::printf("FAIL K=%d: the tile refuses it (supports_k)\n", K);
+    return false;
+  }
+  const int kblocks = fp8::num_blocks(K), S = dev::act_scale_stride(K);
+  constexpr int kTokens = 300;
+  const int kExperts = static_cast<int>(expert_rows.size()), kInter = inter;
+  const int64_t ldx = K + 64;                       // each row followed by 64 NaN codes
+  const int wrows = kExperts * 2 * kInter;
+
+  // Tokens: codes, then NaN codes to ldx; scales padded to S with NaN.
+  std::vector<uint8_t> x(static_cast<size_t>(kTokens) * ldx, fp8::kE4m3NaN);
+  std::vector<float> xs(static_cast<size_t>(kTokens) * S, std::nanf(""));
+  for (int r = 0; r < kTokens; ++r) {
+    for (int k = 0; k < K; ++k) x[r * ldx + k] = random_code(seed, Stream::kX, static_cast<uint64_t>(r) * K + k, 12.0f);
+    for (int b = 0; b < kblocks; ++b) xs[r * S + b] = random_scale(seed, Stream::kTopkWeight, r * kblocks + b);
+  }
+  std::vector<uint8_t> w(static_cast<size_t>(wrows) * K);
+  for (size_t i = 0; i < w.size(); ++i) w[i] = random_code(seed, Stream::kW13, i, 3.0f);
+  std::vector<float> ws(static_cast<size_t>(wrows / 128) * kblocks);
+  for (size_t i = 0; i < ws.size(); ++i) ws[i] = random_scale(seed, Stream::kW2, i);
+
+  // Tiles: expert-major, n-block major within an expert (as the fused schedule), rows gathered at random.
+  std::vector<TileDesc> tiles;
+  std::vector<int> row_list, tile_rows;
+  std::vector<int2> tile_w;
+  for (int e = 0; e < kExperts; ++e) {
+    std::vector<int> tokens(expert_rows[e]);
+    for (int i = 0; i < expert_rows[e]; ++i)
+      tokens[i] = static_cast<int>(hash_at(seed, Stream::kRouting, e, i) % kTokens);
+    for (int nb = 0; nb < kInter / kHalf; ++nb)
+      for (int m = 0; m * kM < expert_rows[e]; ++m) {
+        const int rows = std::min(kM, expert_rows[e] - m * kM);
+        tiles.push_back({e, m, nb, rows});
+        for (int i = 0; i < kM; ++i) row_list.push_back(i < rows ? tokens[m * kM + i] : -1);
+        tile_rows.push_back(rows);
+        tile_w.push_back(make_int2(e * 2 * kInter + nb * kHalf, e * 2 * kInter + kInter + nb * kHalf));
+      }
+  }
+  const int ntiles = static_cast<int>(tiles.size());
+
+  DeviceBuffer d_x(x.size()), d_xs(xs.size() * 4), d_w(w.size()), d_ws(ws.size() * 4), d_list(row_list.size() * 4),
+      d_rows(tile_rows.size() * 4), d_tw(tile_w.size() * sizeof(int2)),
+      d_out(static_cast<size_t>(ntiles) * kM * kN * 4), d_h(static_cast<size_t>(ntiles) * kM * kHalf * 4),
+      d_hq(static_cast<size_t>(ntiles) * kM * kHalf), d_hs(static_cast<size_t>(ntiles) * kM * 4), d_ctl(16);
+  auto up = [](DeviceBuffer& d, const void* src) {
+    EPFUSE_CUDA_CHECK(cudaMemcpy(d.as(), src, d.bytes(), cudaMemcpyHostToDevice));
+  };
+  up(d_x, x.data()), up(d_xs, xs.data()), up(d_w, w.data()), up(d_ws, ws.data()), up(d_list, row_list.data());
+  up(d_rows, tile_rows.data()), up(d_tw, tile_w.data());
+  EPFUSE_CUDA_CHECK(cudaMemset(d_out.as(), 0xff, d_out.bytes()));  // NaN: unwritten elements show
+  EPFUSE_CUDA_CHECK(cudaMemset(d_h.as(), 0xff, d_h.bytes()));
+  EPFUSE_CUDA_CHECK(cudaMemset(d_hq.as(), 0x7f, d_hq.bytes()));
+  EPFUSE_CUDA_CHECK(cudaMemset(d_hs.as(), 0xff, d_hs.bytes()));
+  EPFUSE_CUDA_CHECK(cudaMemset(d_ctl.as(), 0, d_ctl.bytes()));
+  const CUtensorMap wmap = epfuse::fused::weight_tensor_map_fp8(d_w.as<uint8_t>(), wrows, K, Tile::kBoxRows);
+
+  Params p{};
+  p.x = d_x.as<uint8_t>(), p.x_scales = d_xs.as<float>(), p.row_list = d_list.as<int>();
+  p.tile_rows = d_rows.as<int>(), p.tile_w = d_tw.as<int2>(), p.w_scales = d_ws.as<float>();
+  p.ldx = ldx, p.K = K, p.S = S, p.kblocks = kblocks, p.tiles = ntiles;
+  p.out = d_out.as<float>(), p.h = d_h.as<float>(), p.hq = d_hq.as<uint8_t>(), p.hs = d_hs.as<float>();
+  p.abort = d_ctl.as<uint32_t>(), p.error = d_ctl.as<uint32_t>() + 1, p.timeout_ns = 2'000'000'000ull;
+  EPFUSE_CUDA_CHECK(cudaFuncSetAttribute(fp8_tma_tile_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes));
+  std::printf("K=%d: %d tiles on %d CTAs, %d k-blocks per tile (ring of %d stages)\n", K, ntiles, ctas, kblocks,
+              Tile::kStages);
+  std::fflush(stdout);  // a crash in the kernel leaves this line as the last
+  fp8_tma_tile_kernel<<<ctas, Tile::kThreads, Tile::kSmemBytes>>>(wmap, p);
+  EPFUSE_CUDA_CHECK_LAUNCH();
+  EPFUSE_CUDA_CHECK(cudaDeviceSynchronize());
+  if (bench) {
+    cudaEvent_t start, stop;
+    EPFUSE_CUDA_CHECK(cudaEventCreate(&start));
+    EPFUSE_CUDA_CHECK(cudaEventCreate(&stop));
+    constexpr int kReps = 10;
+    EPFUSE_CUDA_CHECK(cudaEventRecord(start));
+    for (int i = 0; i < kReps; ++i) fp8_tma_tile_kernel<<<ctas, Tile::kThreads, Tile::kSmemBytes>>>(wmap, p);
+    EPFUSE_CUDA_CHECK(cudaEventRecord(stop));
+    EPFUSE_CUDA_CHECK_LAUNCH();
+    EPFUSE_CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0;
+    EPFUSE_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    ms /= kReps;
+    double flops = 0;
+    for (int r : tile_rows) flops += 2.0 * r * kN * K;
+    std::vector<float> out(static_cast<size_t>(ntiles) * kM * kN);
+    uint32_t ctl[4];
+    EPFUSE_CUDA_CHECK(cudaMemcpy(out.data(), d_out.as(), d_out.bytes(), cudaMemcpyDeviceToHost));
+    EPFUSE_CUDA_CHECK(cudaMemcpy(ctl, d_ctl.as(), sizeof(ctl), cudaMemcpyDeviceToHost));
+    long nonfinite = 0;
+    for (int t = 0; t < ntiles; ++t)
+      for (int r = 0; r < tile_rows[t]; ++r)
+        for (int c = 0; c < kN; ++c) nonfinite += !std::isfinite(out[(static_cast<size_t>(t) * kM + r) * kN + c]);
+    const bool ok = ctl[1] == 0 && nonfinite == 0;
+    std::printf("%s bench K=%d: %d tiles on %d CTAs: %.3f ms per launch, %.0f TFLOP/s (real rows; device error %u, "
+                "non-finite outputs %ld; not a test of the values)\n",
+                ok ? "ok  " : "FAIL", K, ntiles, ctas, ms, flops / (ms * 1e-3) / 1e12, ctl[1], nonfinite);
+    EPFUSE_CUDA_CHECK(cudaEventDestroy(start));
+    EPFUSE_CUDA_CHECK(cudaEventDestroy(stop));
+    return ok;
+  }
+
+  std::vector<float> out(static_cast<size_t>(ntiles) * kM * kN), h(static_cast<size_t>(ntiles) * kM * kHalf),
+      hs(static_cast<size_t>(ntiles) * kM);
+  std::vector<uint8_t> hq(h.size());
+  uint32_t ctl[4];
+  EPFUSE_CUDA_CHECK(cudaMemcpy(out.data(), d_out.as(), d_out.bytes(), cudaMemcpyDeviceToHost));
+  EPFUSE_CUDA_CHECK(cudaMemcpy(h.data(), d_h.as(), d_h.bytes(), cudaMemcpyDeviceToHost));
+  EPFUSE_CUDA_CHECK(cudaMemcpy(hq.data(), d_hq.as(), d_hq.bytes(), cudaMemcpyDeviceToHost));
+  EPFUSE_CUDA_CHECK(cudaMemcpy(hs.data(), d_hs.as(), d_hs.bytes(), cudaMemcpyDeviceToHost));
+  EPFUSE_CUDA_CHECK(cudaMemcpy(ctl, d_ctl.as(), sizeof(ctl), cudaMemcpyDeviceToHost));
+  bool ok = true;
+  if (ctl[1] != 0) {
+    std::printf("FAIL K=%d: a ring wait ran out (2 s) in the %s role of CTA %u at tile %u\n", K,
+                ctl[1] == 1 ? "producer" : "math", ctl[3], ctl[2]);
+    ok = false;
+  }
+
+  // Decoded operands, then the float64 reference of every real row.
+  std::vector<float> xd(x.size()), wd(w.size());
+  for (size_t i = 0; i < x.size(); ++i) xd[i] = fp8::e4m3_to_float(x[i]);
+  for (size_t i = 0; i < w.size(); ++i) wd[i] = fp8::e4m3_to_float(w[i]);
+  const double kOverall = 3e-4, kRow = 5e-4, kH = 1e-3;
+  double all_err2 = 0, all_ref2 = 0;
+  int nan_total = 0;
+  long hcode_diff = 0, hscale_diff = 0;
+  double h_worst = 0;
+  std::vector<double> ref(static_cast<size_t>(kN));
+  for (int t = 0; t < ntiles; ++t) {
+    const TileDesc& d = tiles[t];
+    double err2[2] = {0, 0}, ref2[2] = {0, 0}, worst[2] = {0, 0};
+    int worst_row[2] = {-1, -1}, nan[2] = {0, 0}, bad_rows[2] = {0, 0};
+    std::string bad_list[2];
+    int first_bad_row[2] = {-1, -1}, first_bad_col[2] = {-1, -1};
+    double first_got[2] = {0, 0}, first_want[2] = {0, 0};
+    for (int r = 0; r < d.rows; ++r) {
+      const int tok = row_list[t * kM + r];
+      for (int c = 0; c < kN; ++c) {
+        const int wr = c < kHalf ? tile_w[t].x + c : tile_w[t].y + c - kHalf;
+        double sum = 0;
+        for (int b = 0; b < kblocks; ++b) {
+          double block = 0;
+          const float* xa = &xd[tok * ldx + b * 128];
+          const float* wa = &wd[static_cast<size_t>(wr) * K + b * 128];
+          for (int k = 0; k < fp8::block_extent(K, b); ++k) block += double(xa[k]) * double(wa[k]);
+          sum += block * xs[tok * S + b] * ws[(wr / 128) * kblocks + b];
+        }
+        ref[c] = sum;
+      }
+      double row_err2[2] = {0, 0}, row_ref2[2] = {0, 0};
+      for (int c = 0; c < kN; ++c) {
+        const int half = c / kHalf;
+        const double got = out[(static_cast<size_t>(t) * kM + r) * kN + c];
+        if (!std::isfinite(got)) ++nan[half];
+        row_err2[half] += (got - ref[c]) * (got - ref[c]);
+        row_ref2[half] += ref[c] * ref[c];
+      }
+      for (int half = 0; half < 2; ++half) {
+        err2[half] += row_err2[half], ref2[half] += row_ref2[half];
+        const double rel = std::sqrt(row_err2[half] / std::max(row_ref2[half], 1e-300));
+        if (!(rel <= worst[half])) worst[half] = rel, worst_row[half] = r;
+        if (!(rel <= kRow)) {
+          if (++bad_rows[half] <= 8) bad_list[half].append(1, ' ').append(std::to_string(r));
+          if (first_bad_row[half] < 0)
+            for (int c = half * kHalf; c < (half + 1) * kHalf; ++c) {
+              const double got = out[(static_cast<size_t>(t) * kM + r) * kN + c];
+              if (!(std::fabs(got - ref[c]) <= 1e-3 * std::sqrt(row_ref2[half] / kHalf))) {
+                first_bad_row[half] = r, first_bad_col[half] = c, first_got[half] = got, first_want[half] = ref[c];
+                break;
+              }
+            }
+        }
+      }
+      // h: the kernel's own h re-quantised on the host (bit for bit), and h against the reference.
+      double h_err2 = 0, h_ref2 = 0;
+      float hrow[kHalf];
+      uint8_t qrow[kHalf];
+      for (int c = 0; c < kHalf; ++c) {
+        hrow[c] = h[(static_cast<size_t>(t) * kM + r) * kHalf + c];
+        const double g = ref[c], u = ref[c + kHalf];
+        const double want = g / (1.0 + std::exp(-g)) * u;
+        h_err2 += (hrow[c] - want) * (hrow[c] - want), h_ref2 += want * want;
+      }
+      h_worst = std::max(h_worst, std::sqrt(h_err2 / std::max(h_ref2, 1e-300)));
+      const float scale = fp8::quantize_tile(hrow, 1, kHalf, kHalf, qrow, kHalf, kHFormat);
+      for (int c = 0; c < kHalf; ++c) hcode_diff += qrow[c] != hq[(static_cast<size_t>(t) * kM + r) * kHalf + c];
+      hscale_diff += std::memcmp(&scale, &hs[t * kM + r], 4) != 0;
+    }
+    for (int half = 0; half < 2; ++half) {
+      all_err2 += err2[half], all_ref2 += ref2[half];
+      nan_total += nan[half];
+      const double rel = std::sqrt(err2[half] / std::max(ref2[half], 1e-300));
+      const bool hok = nan[half] == 0 && rel <= kOverall && worst[half] <= kRow;
+      ok = ok && hok;
+      std::printf("%s K=%d tile %d (CTA %d, expert %d, m-block %d, n-block %d, %d rows) %s columns [%d, %d): "
+                  "rel %.3g, worst row %d %.3g, non-finite %d",
+                  hok ? "ok  " : "FAIL", K, t, t % ctas, d.expert, d.mblock, d.nblock, d.rows,
+                  half == 0 ? "gate" : "up  ", half * kHalf, (half + 1) * kHalf, rel, worst_row[half], worst[half],
+                  nan[half]);
+      if (bad_rows[half] > 0)
+        std::printf("; %d rows over %.0e:%s%s; first bad element (row %d, col %d): got %.6g want %.6g (ratio %.4g)",
+                    bad_rows[half], kRow, bad_list[half].c_str(), bad_rows[half] > 8 ? " ..." : "", first_bad_row[half],
+                    first_bad_col[half], first_got[half], first_want[half], first_got[half] / first_want[half]);
+      std::printf("\n");
+    }
+  }
+  const double rel = std::sqrt(all_err2 / all_ref2);
+  const bool hok = hcode_diff == 0 && hscale_diff == 0 && h_worst <= kH;
+  ok = ok && rel <= kOverall && nan_total == 0 && hok;
+  std::printf("%s K=%d overall (%d tiles on %d CTAs, %d k-blocks each): rel frob %.3g (bound %.0e), non-finite %d\n",
+              ok ? "ok  " : "FAIL", K, ntiles, ctas, kblocks, rel, kOverall, nan_total);
+  std::printf("%s K=%d Linear1 epilogue: h codes differing %ld, scales differing %ld (bit for bit vs fp8.h), "
+              "worst row of h vs silu(gate) * up %.3g (bound %.0e)\n",
+              hok ? "ok  " : "FAIL", K, hcode_diff, hscale_diff, h_worst, kH);
+  return ok;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (!epfuse::testing::have_gpu()) return epfuse::testing::kSkipped;
+  const uint64_t seed = epfuse::testing::test_seed(argc, argv, "test_fp8_tma_tile");
+  std::printf("TileGemmTmaFp8<4>: %d threads, %d bytes of dynamic shared memory, registers %d producer / %d math\n",
+              Tile::kThreads, Tile::kSmemBytes, Tile::kProducerRegs, Tile::kConsumerRegs);
+  bool ok = true;
+  try {
+    // Expert 0: m-blocks of 128 and 72 rows, expert 1: one of 37; two n-blocks each: 6 tiles, 3 per CTA.
+    for (int K : {256, 2048, 2880, 7168}) ok = run_case(K, seed + K, 2, {200, 37}, 256) && ok;
+    int sms = 0;
+    EPFUSE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    // dsv3-like Linear1 (H = 7168) on every SM: SMs / 4 experts of 1024 rows and 512 gate/up columns,
+    // 32 full tiles each, 8 per CTA.
+    ok = run_case(7168, seed, sms, std::vector<int>(std::max(1, sms / 4), 1024), 512, true) && ok;
+  } catch (const std::exception& e) {
+    std::printf("FAIL: %s\n", e.what());
+    return 1;
+  }
+  std::printf("%s\n", ok ? "PASSED" : "FAILED");
+  return ok ? 0 : 1;
+}
