@@ -52,7 +52,8 @@ struct TokenBatch {
 //    written before MoeLayer::create) and names the first bad one.
 //    The bf16 fields are ignored. The layer keeps its own copy of the scales (in the layout its GEMMs
 //    want) and borrows the codes.
-//  Only the unfused layer runs FP8 weights so far; the fused layer refuses them (kUnsupported).
+//  The unfused layer runs FP8 weights at every valid size; the fused layer where hidden % 256 == 0 and
+//  intermediate % 128 == 0 (other sizes: kUnsupported at creation).
 struct ExpertWeights {
   const bf16* w13 = nullptr;  // [E/R, 2I, H]: rows [0, I) are the gate (W1), rows [I, 2I) the up (W3)
   const bf16* w2 = nullptr;   // [E/R, H, I]: the down projection

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "device/context.cuh"
+#include "device/fp8_quantize.cuh"
 #include "device/layout.cuh"
 #include "device/ptx.cuh"
 #include "device/routing.h"
@@ -14,7 +15,12 @@
 namespace epfuse::device {
 
 // Task: dispatch tokens [b * kDispatchTokens, ...). smem: 2 * E u32.
-template <class Transport>
+// kFp8 (weight_format fp8-block128): each row is quantised on the way (one warp per row,
+// warp_quantize_group per 1x128 group) and sent as an FP8 x row (regions.h: codes, then scales); this
+// rank's own rows are quantised into the private fp8_x region (row = token), which its Linear1 tiles
+// read instead of x. The entries and arrival adds are the bf16 ones, so the release add that follows
+// the block's stores also publishes the fp8_x rows to this GPU's other CTAs.
+template <bool kFp8 = false, class Transport>
 __device__ void dispatch_task(const FusedContext<Transport>& c, int block, int layout_tasks, void* smem) {
   const FusedParams& prm = *c.prm;
   const FusedDims& d = prm.dims;
@@ -36,6 +42,19 @@ __device__ void dispatch_task(const FusedContext<Transport>& c, int block, int l
     const int32_t* idx = prm.topk_idx + static_cast<int64_t>(t) * k;
     if (first_slot_for_rank(idx, j, E, L) != j) continue;
     const int dst = expert_rank(idx[j], L);
+    if constexpr (kFp8) {
+      uint8_t* q = dst == prm.rank
+                       ? reinterpret_cast<uint8_t*>(prm.workspace + prm.fp8.x_offset) + t * fp8_x_row_bytes(H)
+                       : peer_ptr<uint8_t>(c, dst, recv_row_offset(prm.sym, prm.capacity, c.parity, dst, prm.rank,
+                                                                   c.pair_row[static_cast<int64_t>(t) * k + j]));
+      float* scales = reinterpret_cast<float*>(q + fp8_x_scale_offset(H));
+      const __nv_bfloat16* x = prm.x + static_cast<int64_t>(t) * H;
+      for (int g = 0; g < H / fp8::kBlock; ++g) {
+        const float s = warp_quantize_group(x + g * fp8::kBlock, fp8::kBlock, q + g * fp8::kBlock, prm.fp8.scale_format);
+        if (lane == 0) scales[g] = s;
+      }
+      continue;
+    }
     if (dst == prm.rank) continue;
     const int4* src_row = reinterpret_cast<const int4*>(prm.x + static_cast<int64_t>(t) * H);
     int4* dst_row = peer_ptr<int4>(c, dst, recv_row_offset(prm.sym, prm.capacity, c.parity, dst, prm.rank,

@@ -177,6 +177,8 @@ struct WarpSpecialisedTiles {
 
   // Filled by the producer; the math warps' epilogue reads all but `a`.
   using RowTable = RowTableOf<kBlockM>;
+  // A producer thread's A operands of a tile (prepare -> load): its rows.
+  using ARows = const __nv_bfloat16* [Gemm::kProducerRows];
   // A task as handed on, with the tile's geometry, which the producer has read anyway: plan reads after
   // the k-loop would put their latency between the math warps' k-loop and their stores.
   struct Posted {

@@ -154,4 +154,33 @@ EPFUSE_HD PrivRegions make_priv_regions(const FusedDims& d, size_t control_bytes
   return p;
 }
 
+// ---- FP8 (weight_format fp8-block128, the warp-specialised TileGemmTmaFp8 kernel only) ----
+// Activations travel and are stored as e4m3 codes with one float scale per 1x128 group (common/fp8.h).
+// An FP8 x row (what dispatch writes into a receiver's recv_rows slot, or into this rank's private
+// fp8_x region for its own tokens): H code bytes, then the row's ceil(H/128) scales padded to a multiple
+// of 4 floats (the FP8 tile copies 16-byte groups of scales: gemm_mainloop_tma_fp8.cuh act_scale_stride,
+// the same formula). It fits a bf16 slot (H * 2 bytes) for every H % 128 == 0, so the symmetric window
+// keeps its bf16 layout and strides; only the bytes sent shrink (about half).
+EPFUSE_HD int fp8_scale_stride(int n) { return ((n + 127) / 128 + 3) / 4 * 4; }
+EPFUSE_HD size_t fp8_x_scale_offset(int hidden) { return static_cast<size_t>(hidden); }
+EPFUSE_HD size_t fp8_x_row_bytes(int hidden) { return fp8_x_scale_offset(hidden) + 4u * fp8_scale_stride(hidden); }
+// FP8 h inside the private h region (sized N I 2 bytes for bf16, N = capacity's max_recv_pairs): codes
+// [N][I] bytes from h, then scales [N][fp8_scale_stride(I)] floats from h + fp8_h_scale_offset(capacity).
+// Both fit the region for I % 128 == 0 (4 * stride <= I): fp8_h_fits checks it.
+EPFUSE_HD size_t fp8_h_scale_offset(const FusedDims& capacity) {
+  return static_cast<size_t>(capacity.max_recv_pairs()) * capacity.intermediate;
+}
+EPFUSE_HD bool fp8_h_fits(const FusedDims& capacity, const FusedDims& layer) {
+  const size_t region = static_cast<size_t>(capacity.max_recv_pairs()) * capacity.intermediate * 2;
+  const size_t n = static_cast<size_t>(layer.max_recv_pairs());
+  return n * layer.intermediate <= fp8_h_scale_offset(capacity) &&
+         fp8_h_scale_offset(capacity) + n * fp8_scale_stride(layer.intermediate) * 4 <= region;
+}
+// The private fp8_x region (this rank's own token rows, quantised by dispatch): [T_max] FP8 x rows,
+// after every other private region (PrivRegions::total of a bf16 workspace), present only in
+// workspaces made for an FP8 capacity.
+EPFUSE_HD size_t fp8_x_bytes(const FusedDims& d) {
+  return align_region(static_cast<size_t>(d.max_tokens) * fp8_x_row_bytes(d.hidden));
+}
+
 }  // namespace epfuse::device

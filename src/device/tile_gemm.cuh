@@ -103,8 +103,7 @@ concept WarpSpecialisedTile =
 
 // The FP8 tile (gemm_mainloop_tma_fp8.cuh): A rows are e4m3 codes, and producer thread p also copies
 // the 1x128 scales of tile row producer_scale_row(p) (a_scale_row); BOperand carries the weight block
-// scales. Not yet a TileGemmKind: the fused kernel does not run it (its dispatch and epilogues are
-// bf16).
+// scales. The fused kernel runs it for weight_format fp8-block128 (expert_ffn_fp8.cuh, dispatch_task<true>).
 template <class G>
 concept WarpSpecialisedFp8Tile =
     WarpSpecialisedRoles<G> &&
@@ -115,8 +114,9 @@ concept WarpSpecialisedFp8Tile =
       { G::load_tile(pos, a_rows, a_scale_row, b, K, smem, limit) } -> std::same_as<bool>;
     };
 
-// A tile GEMM the fused kernel can run: exactly one of the two kinds.
+// A tile GEMM the fused kernel can run: exactly one of the three kinds.
 template <class G>
-concept TileGemmKind = (AllThreadTile<G> != WarpSpecialisedTile<G>);
+concept TileGemmKind =
+    (static_cast<int>(AllThreadTile<G>) + static_cast<int>(WarpSpecialisedTile<G>) + static_cast<int>(WarpSpecialisedFp8Tile<G>)) == 1;
 
 }  // namespace epfuse::device

@@ -27,9 +27,11 @@
 #include "device/context.cuh"
 #include "device/dispatch.cuh"
 #include "device/expert_ffn.cuh"
+#include "device/expert_ffn_fp8.cuh"
 #include "device/gemm_mainloop.cuh"
 #include "device/gemm_mainloop_wgmma.cuh"
 #include "device/gemm_mainloop_tma.cuh"
+#include "device/gemm_mainloop_tma_fp8.cuh"
 #include "device/layout.cuh"
 #include "device/profile.cuh"
 #include "device/scheduler.cuh"
@@ -61,7 +63,7 @@ __device__ void producer_role(const device::FusedContext<Transport>& c, TaskSche
     if (g.sync_or(!queue.wait_free(c, n))) break;
     const bool gemm = Tiles::is_gemm(task.phase);
     bool ok = true;
-    const __nv_bfloat16* a_rows[Gemm::kProducerRows] = {};  // this thread's A rows of the tile
+    typename Tiles::ARows a_rows = {};  // this thread's A operands of the tile
     device::TileRows w{};
     if (gemm && (ok = device::wait_tile_inputs(c, g, task.phase, task.tile, 2 * I / Gemm::kBlockN)))
       Tiles::prepare(c, g, task, I, queue.table[s], a_rows, w);
@@ -122,6 +124,11 @@ __device__ void warp_specialised_roles(const device::FusedContext<Transport>& c,
   }
 }
 
+// The role tiles of a warp-specialised tile GEMM: bf16 (TileGemmTma) or FP8 (TileGemmTmaFp8).
+template <class Gemm>
+using RoleTilesOf = std::conditional_t<device::WarpSpecialisedFp8Tile<Gemm>, device::WarpSpecialisedFp8Tiles<Gemm>,
+                                       device::WarpSpecialisedTiles<Gemm>>;
+
 // ---- the CTA program ----
 template <class Gemm, class Transport>
 __global__ void __launch_bounds__(Gemm::kThreads, 1) fused_moe_kernel(const __grid_constant__ device::FusedParams prm) {
@@ -130,9 +137,10 @@ __global__ void __launch_bounds__(Gemm::kThreads, 1) fused_moe_kernel(const __gr
   // graph replay has no host check in between).
   if (device::workspace_broken(prm)) return device::fill_y_with_nan(prm);
   static_assert(device::TileGemmKind<Gemm>, "a tile GEMM of one kind (tile_gemm.cuh)");
-  constexpr bool kRoles = device::WarpSpecialisedTile<Gemm>;
+  constexpr bool kFp8 = device::WarpSpecialisedFp8Tile<Gemm>;  // weight_format fp8-block128
+  constexpr bool kRoles = device::WarpSpecialisedTile<Gemm> || kFp8;
   using Tiles = device::ExpertTiles<Gemm>;
-  using RoleTiles = device::WarpSpecialisedTiles<Gemm>;
+  using RoleTiles = RoleTilesOf<Gemm>;
   if constexpr (kRoles) RoleTiles::init(smem);
   const auto c = device::FusedContext<Transport>::make(prm);
   const int nblocks1 = 2 * prm.dims.intermediate / Gemm::kBlockN;
@@ -149,7 +157,7 @@ __global__ void __launch_bounds__(Gemm::kThreads, 1) fused_moe_kernel(const __gr
     switch (task.phase) {
       case Phase::kLayout: device::layout_task(c, task.index, smem); break;
       case Phase::kPublish: device::publish_task(c, scheduler.space().layout); break;
-      case Phase::kDispatch: device::dispatch_task(c, task.index, scheduler.space().layout, smem); break;
+      case Phase::kDispatch: device::dispatch_task<kFp8>(c, task.index, scheduler.space().layout, smem); break;
       case Phase::kCollect: device::collect_task(c, Gemm::kBlockM, nblocks1, nblocks2); break;
       case Phase::kLinear1:
         if constexpr (!kRoles) Tiles::linear1(c, task.tile, smem);
@@ -202,8 +210,12 @@ void with_shape_impl(const GemmTileShape& s, Fn& fn, std::index_sequence<Is...>)
   const bool found = ((s == kFusedTileShapes[Is] ? (fn(GemmAt<Is>{}), true) : false) || ...);
   if (!found) throw Error(ErrorCode::kInternal, "fused kernel: no instantiation for the chosen GEMM tile shape");
 }
+// The FP8 kernel (kTmaFp8M128N256, every weight_format fp8-block128 config) besides kFusedTileShapes.
 template <class Fn>
 void with_shape(const GemmTileShape& s, Fn fn) {
+  static_assert(device::TileGemmKind<device::TileGemmTmaFp8<kTmaFp8M128N256.stages>> &&
+                device::TileGemmTmaFp8<kTmaFp8M128N256.stages>::kThreads == kTmaFp8M128N256.threads());
+  if (s == kTmaFp8M128N256) return fn(device::TileGemmTmaFp8<kTmaFp8M128N256.stages>{});
   with_shape_impl(s, fn, std::make_index_sequence<std::size(kFusedTileShapes)>{});
 }
 
@@ -215,7 +227,8 @@ KernelShape fused_kernel_shape(const GemmTileShape& tile, const device::FusedDim
     using Gemm = decltype(gemm);
     ks.threads = Gemm::kThreads;
     constexpr int kTileSmem = [] {
-      if constexpr (device::WarpSpecialisedTile<Gemm>) return device::WarpSpecialisedTiles<Gemm>::kSmemBytes;
+      if constexpr (device::WarpSpecialisedTile<Gemm> || device::WarpSpecialisedFp8Tile<Gemm>)
+        return RoleTilesOf<Gemm>::kSmemBytes;
       else return device::ExpertTiles<Gemm>::kSmemBytes;
     }();
     ks.smem_bytes = std::max(static_cast<size_t>(kTileSmem), scratch_bytes(dims));

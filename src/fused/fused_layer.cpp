@@ -30,6 +30,9 @@
 #include "fused/plan.h"
 #include "fused/profile.h"
 #include "fused/tensor_map.h"
+#include "common/fp8.h"
+#include "unfused/fp8_layout.h"
+#include "unfused/fp8_weights.h"
 
 namespace epfuse::fused {
 namespace {
@@ -147,6 +150,12 @@ class FusedWorkspace final : public Workspace {
     // Experts per rank follow from num_experts (one world size).
     if (cfg.max_tokens_per_rank > capacity_.max_tokens_per_rank)
       return over("max_tokens_per_rank", cfg.max_tokens_per_rank, capacity_.max_tokens_per_rank);
+    // FP8 layers need the fp8_x region, which only a workspace made for an FP8 capacity has.
+    if (cfg.weight_format == WeightFormat::kFp8Block128 && capacity_.weight_format != WeightFormat::kFp8Block128)
+      return "weight_format=fp8-block128 needs a workspace created with an fp8-block128 capacity";
+    if (cfg.weight_format == WeightFormat::kFp8Block128 &&
+        !device::fp8_h_fits(plan_.dims, plan_fused(cfg, comm_.world_size()).dims))
+      return "the FP8 h rows do not fit the workspace's h region";
     return "";
   }
 
@@ -160,6 +169,7 @@ class FusedWorkspace final : public Workspace {
     prm.loopback.slices = static_cast<char*>(window_.slices_base());
     prm.loopback.stride = window_.stride();
     prm.workspace = private_.as<char>();
+    prm.fp8.x_offset = plan_.fp8_x;
   }
 
   // Around every launch: wait for the previous forward on this workspace (another layer's, maybe on
@@ -217,8 +227,9 @@ class FusedLayer final : public MoeLayer {
     // peer's forward may wait for this rank.
     detail::agree_on_step(comm, "MoeLayer::create (fused)", [&] {
       validate_config(cfg, comm.world_size());
-      EPFUSE_REQUIRE(weights.w13 != nullptr && weights.w2 != nullptr, ErrorCode::kInvalidArgument,
-                     who + "fused layer: expert weights are null");
+      if (!fp8_)
+        EPFUSE_REQUIRE(weights.w13 != nullptr && weights.w2 != nullptr, ErrorCode::kInvalidArgument,
+                       who + "fused layer: expert weights are null");
       const std::string fits = ws.check_fits(cfg);
       EPFUSE_REQUIRE(fits.empty(), ErrorCode::kInvalidConfig, who + "the layer does not fit its workspace: " + fits);
       detail::DeviceGuard guard(comm.device());
@@ -247,8 +258,12 @@ class FusedLayer final : public MoeLayer {
       }
       // TMA views of the weights (TileGemmTma), encoded once: the weights stay put for the layer's life.
       const int64_t L = dims_.local_experts(), H = cfg.hidden, I = cfg.intermediate;
-      w13_map_ = weight_tensor_map(weights.w13, L * 2 * I, H, device::kWeightBoxRows);
-      w2_map_ = weight_tensor_map(weights.w2, L * H, I, device::kWeightBoxRows);
+      if (fp8_) {
+        init_fp8(weights, who);
+      } else {
+        w13_map_ = weight_tensor_map(weights.w13, L * 2 * I, H, device::kWeightBoxRows);
+        w2_map_ = weight_tensor_map(weights.w2, L * H, I, device::kWeightBoxRows);
+      }
       // Fault injection (fault.h): only the rank it names keeps it. bad_ids needs a private copy of the
       // ids, allocated here where a device-synchronising allocation cannot wait for a peer's forward.
       if (std::optional<Fault> f = fault_from_env(); f && f->rank == comm.rank()) {
@@ -260,10 +275,13 @@ class FusedLayer final : public MoeLayer {
   }
 
   ~FusedLayer() override {
-    if (profile_.get() != nullptr || fault_ids_.get() != nullptr) {
+    if (profile_.get() != nullptr || fault_ids_.get() != nullptr || w13_scales_.get() != nullptr ||
+        w2_scales_.get() != nullptr) {
       detail::DeviceGuard guard(ws_.comm().device());
       profile_ = detail::DeviceArray<device::FusedProfile>();  // freed on the communicator's device
       fault_ids_ = detail::DeviceArray<int32_t>();
+      w13_scales_ = detail::DeviceArray<float>();
+      w2_scales_ = detail::DeviceArray<float>();
     }
   }
 
@@ -336,6 +354,13 @@ class FusedLayer final : public MoeLayer {
     prm.w2 = weights_.w2;
     prm.w13_map = w13_map_;
     prm.w2_map = w2_map_;
+    if (fp8_) {
+      prm.fp8.w13_scales = w13_scales_.get();
+      prm.fp8.w2_scales = w2_scales_.get();
+      prm.fp8.w13_kb = unfused::fp8_layout::padded_k_blocks(cfg_.hidden);
+      prm.fp8.w2_kb = unfused::fp8_layout::padded_k_blocks(cfg_.intermediate);
+      prm.fp8.scale_format = cfg_.scale_format;
+    }
     if (timing_) {
       // The kernel adds into the record: zero it first (stream-ordered, only while timing).
       EPFUSE_CUDA_CHECK(cudaMemsetAsync(profile_.get(), 0, sizeof(device::FusedProfile), stream));
@@ -397,6 +422,37 @@ class FusedLayer final : public MoeLayer {
     }
     return false;
   }
+  // weight_format fp8-block128: checks the FP8 fields like the unfused chain (unfused/fp8_weights.h:
+  // pointers, alignment, scale counts), reads the scales once (a synchronous copy; every scale checked,
+  // the first bad one named) and keeps them as fp32 in the padded block layout (fp8_layout.h: each
+  // 128-row block's K-block scales padded to 4 floats, the kernel's 16-byte reads); TMA views of the codes.
+  void init_fp8(const ExpertWeights& weights, const std::string& who) {
+    const int local = dims_.local_experts(), H = cfg_.hidden, I = cfg_.intermediate;
+    EPFUSE_REQUIRE(H % 256 == 0 && I % 128 == 0, ErrorCode::kUnsupported,
+                   who + "the fused FP8 layer needs hidden % 256 == 0 and intermediate % 128 == 0 (hidden=" +
+                       std::to_string(H) + ", intermediate=" + std::to_string(I) + "); use impl unfused");
+    if (const std::string problem = unfused::check_fp8_weight_pointers(cfg_, local, weights); !problem.empty())
+      throw Error(ErrorCode::kInvalidArgument, who + "MoeLayer::create: " + problem);
+    const size_t scale_bytes = cfg_.scale_format == ScaleFormat::kFp32 ? sizeof(float) : 1;
+    const auto convert = [&](const void* device, int64_t count, int rows, int k, const char* name) {
+      std::vector<uint8_t> host(static_cast<size_t>(count) * scale_bytes);
+      EPFUSE_CUDA_CHECK(cudaMemcpy(host.data(), device, host.size(), cudaMemcpyDeviceToHost));
+      std::vector<float> blocked;
+      try {
+        blocked = unfused::to_cublaslt_block_scales(host.data(), cfg_.scale_format, local, rows, k, name);
+      } catch (const Error& e) {
+        throw Error(e.code(), who + "MoeLayer::create: " + e.what());
+      }
+      detail::DeviceArray<float> out(blocked.size());
+      EPFUSE_CUDA_CHECK(cudaMemcpy(out.get(), blocked.data(), blocked.size() * sizeof(float), cudaMemcpyHostToDevice));
+      return out;
+    };
+    w13_scales_ = convert(weights.w13_scales, weights.w13_scales_count, fp8::w13_scale_rows(I), H, "w13_scales");
+    w2_scales_ = convert(weights.w2_scales, weights.w2_scales_count, fp8::num_blocks(H), I, "w2_scales");
+    w13_map_ = weight_tensor_map_fp8(weights.w13_fp8, int64_t{local} * 2 * I, H, device::kWeightBoxRows);
+    w2_map_ = weight_tensor_map_fp8(weights.w2_fp8, int64_t{local} * H, I, device::kWeightBoxRows);
+  }
+
   // A layer made with its own workspace reports it; on a shared one the layer adds no device memory.
   MemoryFootprint memory() const override { return owned_ ? ws_.memory() : MemoryFootprint{}; }
   const std::optional<GemmTileShape>& last_tile() const { return last_tile_; }
@@ -408,8 +464,10 @@ class FusedLayer final : public MoeLayer {
   ExpertWeights weights_;
   device::FusedDims dims_;
   int grid_ = 0;
-  CUtensorMap w13_map_{};
+  CUtensorMap w13_map_{};  // FP8: the views of the e4m3 codes
   CUtensorMap w2_map_{};
+  bool fp8_ = cfg_.weight_format == WeightFormat::kFp8Block128;
+  detail::DeviceArray<float> w13_scales_, w2_scales_;  // FP8: fp32 block scales, padded (init_fp8)
   // Phase timing (off by default): the device record of the last forward and the sum over forwards.
   bool timing_ = false;
   bool profiled_ = false;  // the last forward ran with the profile on

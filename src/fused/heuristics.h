@@ -13,7 +13,9 @@ namespace epfuse::fused {
 // wgmma, gemm_mainloop_wgmma.cuh). Both take the same template arguments.
 // kWgmmaTma: TileGemmTma (gemm_mainloop_tma.cuh): wgmma fed through an mbarrier ring, weights by TMA;
 // only the 128x256 shape.
-enum class GemmMma : int { kMmaSync = 0, kWgmma = 1, kWgmmaTma = 2 };
+// kWgmmaTmaFp8: TileGemmTmaFp8 (gemm_mainloop_tma_fp8.cuh), the FP8 variant (weight_format fp8-block128
+// only; block_k 128 e4m3 = one 128-byte row, as kWgmmaTma's 64 bf16).
+enum class GemmMma : int { kMmaSync = 0, kWgmma = 1, kWgmmaTma = 2, kWgmmaTmaFp8 = 3 };
 
 struct GemmTileShape {
   int block_m;
@@ -25,13 +27,14 @@ struct GemmTileShape {
   GemmMma mma = GemmMma::kMmaSync;
 
   // Math warps (warps_m x warps_n), plus the producer warpgroup of the warp-specialised kWgmmaTma.
-  constexpr int threads() const { return 32 * warps_m * warps_n + (mma == GemmMma::kWgmmaTma ? 128 : 0); }
+  constexpr bool warp_specialised() const { return mma == GemmMma::kWgmmaTma || mma == GemmMma::kWgmmaTmaFp8; }
+  constexpr int threads() const { return 32 * warps_m * warps_n + (warp_specialised() ? 128 : 0); }
   // The wgmma stages start on a 1024-byte boundary (128-byte swizzle atoms): one atom of slack; the
   // mbarrier ring adds two barriers per stage. (The fused kernel adds its row tables and staging:
   // ExpertTiles / WarpSpecialisedTiles::kSmemBytes, expert_ffn.cuh.)
   constexpr int smem_bytes() const {
-    return stages * (block_m + block_n) * block_k * 2 + (mma == GemmMma::kMmaSync ? 0 : 1024) +
-           (mma == GemmMma::kWgmmaTma ? 2 * stages * 8 : 0);
+    return stages * (block_m + block_n) * block_k * (mma == GemmMma::kWgmmaTmaFp8 ? 1 : 2) +
+           (mma == GemmMma::kMmaSync ? 0 : 1024) + (warp_specialised() ? 2 * stages * 8 : 0);
   }
   constexpr bool operator==(const GemmTileShape&) const = default;
 };
@@ -137,6 +140,10 @@ EPFUSE_HD GemmTileShape choose_gemm_tile_sm90(int rows_per_expert, int n, int k)
 }
 
 // The shapes the fused kernel is instantiated for: everything choose_gemm_tile_sm90 can return.
+// The FP8 fused kernel's tile (TileGemmTmaFp8): 128 x 256, k-block 128 e4m3 (one scale block), 4 stages.
+// Every weight_format fp8-block128 config runs it, whatever T (padding rows are not loaded); not in
+// kFusedTileShapes (those are the bf16 kernels).
+inline constexpr GemmTileShape kTmaFp8M128N256{128, 256, 128, 4, 8, 1, GemmMma::kWgmmaTmaFp8};
 inline constexpr GemmTileShape kFusedTileShapes[] = {kTmaM128N256, kWgmmaM128N128, kTileM32};
 
 }  // namespace epfuse::fused

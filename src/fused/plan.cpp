@@ -41,12 +41,18 @@ bool fused_tile_supports(const GemmTileShape& s, const LayerConfig& cfg) {
 
 std::vector<GemmTileShape> supported_fused_tiles(const LayerConfig& cfg) {
   std::vector<GemmTileShape> out;
+  // FP8 runs one kernel, the FP8 128 x 256 tile (H % 256 == 0, I % 128 == 0).
+  if (cfg.weight_format == WeightFormat::kFp8Block128) {
+    if (fused_tile_supports(kTmaFp8M128N256, cfg)) out.push_back(kTmaFp8M128N256);
+    return out;
+  }
   for (const GemmTileShape& s : kFusedTileShapes)
     if (fused_tile_supports(s, cfg)) out.push_back(s);
   return out;
 }
 
 GemmTileShape choose_fused_tile(const LayerConfig& cfg, int rows_per_expert) {
+  if (cfg.weight_format == WeightFormat::kFp8Block128) return kTmaFp8M128N256;  // at every T (padding rows are cheap)
   const GemmTileShape preferred = choose_gemm_tile_sm90(rows_per_expert, 2 * cfg.intermediate, cfg.hidden);
   if (preferred.block_m != 0 && fused_tile_supports(preferred, cfg)) return preferred;
   // Linear2 (n = H, k = I) may rule out what Linear1 prefers (e.g. N256 with H % 256 != 0): take the
@@ -87,6 +93,13 @@ FusedPlan plan_fused(const LayerConfig& cfg, int world) {
       {"l1_done", "(min(L,N)+(N-min(L,N))/32)*4, N=R*T*k", v.control - v.l1_done, false},
       {"control", "sizeof(FusedControl)", v.total - v.control, false},
   };
+  // FP8: this rank's own rows quantised by dispatch (regions.h fp8_x_bytes); remote rows use the
+  // bf16-sized recv_rows slots (an FP8 row fits one) and FP8 h fits the h region (fp8_h_fits).
+  if (cfg.weight_format == WeightFormat::kFp8Block128) {
+    p.fp8_x = p.priv.total;
+    p.priv.total += device::fp8_x_bytes(p.dims);
+    p.buffers.push_back({"fp8_x", "T*(H+4*ceil4(H/128)) (FP8)", p.priv.total - p.fp8_x, false});
+  }
   return p;
 }
 

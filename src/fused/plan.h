@@ -23,6 +23,7 @@ struct FusedPlan {
   device::SymRegions sym;
   device::PrivRegions priv;
   std::vector<BufferBytes> buffers;  // each region, in address order
+  size_t fp8_x = 0;                  // FP8 configs: the private fp8_x region (after priv's regions; priv.total includes it)
   size_t symmetric_bytes() const { return sym.total; }
   size_t private_bytes() const { return priv.total; }
 };

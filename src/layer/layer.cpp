@@ -30,13 +30,17 @@ std::optional<Impl> parse_impl(std::string_view name) {
 namespace {
 
 // Called after the agreement, so every rank refuses together (the configs are equal by then). The
-// unfused layer runs FP8 weights (cuBLASLt block-scaled GEMMs); the fused kernel does not yet.
+// unfused layer runs FP8 weights (cuBLASLt block-scaled GEMMs) at every valid size; the fused kernel's
+// FP8 tile (128 x 256, k-block 128) only where hidden % 256 == 0 and intermediate % 128 == 0.
 void refuse_fp8_until_implemented(const Communicator& comm, const LayerConfig& cfg, Impl impl) {
   if (cfg.weight_format == WeightFormat::kBf16 || impl == Impl::kUnfused) return;
+  if (cfg.hidden % 256 == 0 && cfg.intermediate % 128 == 0) return;
   throw Error(ErrorCode::kUnsupported, "rank " + std::to_string(comm.rank()) + ": FP8 weights (weight_format=" +
-                                           std::string(to_string(cfg.weight_format)) +
-                                           ") are not implemented yet in the " + std::string(to_string(impl)) +
-                                           " layer");
+                                           std::string(to_string(cfg.weight_format)) + ") in the " +
+                                           std::string(to_string(impl)) +
+                                           " layer need hidden % 256 == 0 and intermediate % 128 == 0 (hidden=" +
+                                           std::to_string(cfg.hidden) + ", intermediate=" +
+                                           std::to_string(cfg.intermediate) + "); the unfused layer runs them");
 }
 
 // FP8 weights are checked by the layer that runs them (unfused/fp8_weights.h), which reads their scales.

@@ -28,6 +28,29 @@ LayerConfig config(int H, int I, int E, int k, int T) {
   return c;
 }
 
+// FP8 configs: one tile (the FP8 128 x 256, at every T), the private fp8_x region after the bf16 ones
+// (its own rows: T FP8 x rows), nothing else changes; sizes the FP8 tile cannot run have no tile.
+TEST(FusedMemoryPlan, Fp8AddsTheOwnRowRegionAndOneTile) {
+  LayerConfig bf16 = config(7168, 2048, 256, 8, 1024);
+  LayerConfig fp8 = bf16;
+  fp8.weight_format = WeightFormat::kFp8Block128;
+  for (int world : {1, 4}) {
+    const FusedPlan a = plan_fused(bf16, world), b = plan_fused(fp8, world);
+    EXPECT_EQ(a.fp8_x, 0u);
+    EXPECT_EQ(b.fp8_x, a.priv.total);
+    EXPECT_EQ(b.private_bytes(), a.private_bytes() + device::fp8_x_bytes(b.dims));
+    EXPECT_EQ(b.symmetric_bytes(), a.symmetric_bytes());
+    EXPECT_EQ(b.buffers.back().name, "fp8_x");
+    EXPECT_EQ(b.buffers.back().bytes, device::align_region(size_t{1024} * (7168 + 4 * 56)));
+  }
+  for (int rows : {0, 1, 32, 100, 4096}) EXPECT_EQ(choose_fused_tile(fp8, rows), kTmaFp8M128N256);
+  ASSERT_EQ(supported_fused_tiles(fp8).size(), 1u);
+  EXPECT_EQ(kTmaFp8M128N256.threads(), 384);
+  LayerConfig odd = fp8;
+  odd.hidden = 384;  // % 256 != 0
+  EXPECT_TRUE(supported_fused_tiles(odd).empty());
+}
+
 TEST(FusedMemoryPlan, MatchesTheDocumentedFormulas) {
   for (int world : {1, 2, 4, 8}) {
     const int H = 7168, I = 2048, E = 256, k = 8, T = 1024;

@@ -534,5 +534,30 @@ TEST(FusedSlots, EveryPairLandsOnceAtTheRightExpert) {
   }
 }
 
+// FP8 activation layouts (regions.h): an FP8 x row (codes, then 16-byte aligned scales) fits a bf16
+// recv_rows slot, its scale stride matches the FP8 tile's (act_scale_stride: ceil(n/128) rounded up to
+// 4 floats), and FP8 h (codes + scales) fits the bf16 h region, also for a smaller layer on a workspace.
+TEST(FusedFp8Regions, XRowFitsBf16SlotAndHFitsRegion) {
+  for (int H : {256, 512, 768, 2048, 2816, 4096, 7168, 8192}) {
+    EXPECT_EQ(fp8_scale_stride(H), ((H + 127) / 128 + 3) / 4 * 4) << H;
+    EXPECT_EQ(fp8_x_scale_offset(H) % 16, 0u) << H;
+    EXPECT_EQ(fp8_x_row_bytes(H) % 16, 0u) << H;
+    EXPECT_GE(4 * fp8_scale_stride(H), 4 * ((H + 127) / 128)) << H;
+    EXPECT_LE(fp8_x_row_bytes(H), static_cast<size_t>(H) * 2) << H;
+  }
+  EXPECT_EQ(fp8_scale_stride(128), 4);
+  EXPECT_EQ(fp8_scale_stride(640), 8);
+  for (int I : {128, 256, 384, 768, 1408, 2048, 14336})
+    for (int world : {1, 2, 8})
+      for (int T : {0, 1, 7, 128, 4096}) {
+        const FusedDims cap{world, 2048, I, 8 * world, 8, T};
+        EXPECT_TRUE(fp8_h_fits(cap, cap)) << I << " " << world << " " << T;
+        const FusedDims small{world, 1024, 128, 4 * world, 2, T / 2};
+        EXPECT_TRUE(fp8_h_fits(cap, small)) << I << " " << world << " " << T;
+        EXPECT_EQ(fp8_x_bytes(cap) % kRegionAlign, 0u);
+        EXPECT_GE(fp8_x_bytes(cap), static_cast<size_t>(T) * fp8_x_row_bytes(2048));
+      }
+}
+
 }  // namespace
 }  // namespace epfuse::device

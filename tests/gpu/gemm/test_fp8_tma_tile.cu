@@ -50,7 +50,7 @@ namespace fp8 = epfuse::fp8;
 
 using Tile = dev::TileGemmTmaFp8<4>;
 static_assert(dev::WarpSpecialisedFp8Tile<Tile>, "the FP8 tile satisfies its contract (tile_gemm.cuh)");
-static_assert(!dev::TileGemmKind<Tile>, "not yet a kind the fused kernel runs");
+static_assert(dev::TileGemmKind<Tile>, "a kind the fused kernel runs (weight_format fp8-block128)");
 constexpr int kM = Tile::kBlockM, kN = Tile::kBlockN, kHalf = kN / 2;
 constexpr epfuse::ScaleFormat kHFormat = epfuse::ScaleFormat::kFp32;
 

@@ -169,13 +169,17 @@ TEST(UnfusedFp8, CreateChecksUe8m0Scales) {
                           "in [1, 254])");
 }
 
-// The fused layer has no FP8 kernel yet: it refuses the format, naming it.
-TEST(UnfusedFp8, FusedRefusesFp8) {
-  const LayerConfig cfg = fp8_config();
+// The fused layer runs FP8 only where its tile fits (hidden % 256 == 0, intermediate % 128 == 0): it
+// refuses other sizes, naming them.
+TEST(UnfusedFp8, FusedRefusesFp8WhereItsTileDoesNotFit) {
+  LayerConfig cfg = fp8_config();
+  cfg.hidden = 384;
   Rank r(cfg);
   expect_create_fails(cfg, r.weights(), ErrorCode::kUnsupported,
                       "rank " + std::to_string(r.rank()) +
-                          ": FP8 weights (weight_format=fp8-block128) are not implemented yet in the fused layer",
+                          ": FP8 weights (weight_format=fp8-block128) in the fused layer need hidden % 256 == 0 and "
+                          "intermediate % 128 == 0 (hidden=384, intermediate=" + std::to_string(cfg.intermediate) +
+                          "); the unfused layer runs them",
                       Impl::kFused);
 }
 

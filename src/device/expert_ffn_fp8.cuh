@@ -1,0 +1,193 @@
+// The expert FFN tiles of the FP8 fused kernel (weight_format fp8-block128): WarpSpecialisedTiles'
+// roles, queue, row tables and Linear2 epilogue over the FP8 tile TileGemmTmaFp8
+// (gemm_mainloop_tma_fp8.cuh), with FP8 operands:
+//   Linear1 tile: A = the expert's received FP8 x rows (dispatch_task<true>: a recv_rows slot, or this
+//     rank's own row in the private fp8_x region; codes then 1x128 scales, regions.h), B = w13's FP8
+//     codes by TMA (gate rows [n0, n0 + 128) and up rows [I + n0, ...)) with their two 128x128 block
+//     scales per K block. Epilogue: h = silu(min(g, c)) * clamp(u, -c, c) * w_topk in fp32 (as the
+//     bf16 epilogue, before any rounding), one 1x128 group per row (a tile's 128 output columns), its
+//     amax over the quad, quantised (quantize_fragment_rows: common/fp8.h's arithmetic) into FP8 h
+//     (codes [N][I] bytes, scales [N][fp8_scale_stride(I)] floats in the private h region, regions.h).
+//   Linear2 tile: A = the m-block's FP8 h rows and scales, B = w2's FP8 codes + block scales; the
+//     epilogue is the bf16 one (StagedPasses::linear2: bf16 rows into the homes' combine slots).
+// The host runs this tile for every FP8 config (also at small T: padding rows are not loaded and cost
+// only MMA time), for H % 256 == 0 and I % 128 == 0 (the layer refuses others, kUnsupported).
+#pragma once
+#include <cstdint>
+
+#include <cuda_bf16.h>
+
+#include "device/expert_ffn.cuh"
+#include "device/fp8_quantize.cuh"
+#include "device/gemm_mainloop_tma_fp8.cuh"
+#include "device/regions.h"
+
+namespace epfuse::device {
+
+template <class Gemm_>
+struct WarpSpecialisedFp8Tiles {
+  using Gemm = Gemm_;
+  using Base = WarpSpecialisedTiles<Gemm>;  // roles, queue, staging, Linear2 epilogue
+  static constexpr int kBlockM = Gemm::kBlockM;
+  static constexpr int kBlockN = Gemm::kBlockN;
+  static constexpr int kOutCols = kBlockN / 2;  // h columns of a Linear1 tile: one 1x128 group per row
+  static_assert(kOutCols == fp8::kBlock, "a Linear1 tile's h row is one 1x128 group");
+  static_assert(kBlockM <= Gemm::kConsumerThreads, "one math thread signals each tile row");
+  using Epilogue = StagedPasses<Gemm>;
+  using RowTable = typename Base::RowTable;  // a[i]: the row's FP8 codes (as bytes), scales follow (x) or apart (h)
+  using Posted = typename Base::Posted;
+  using Queue = typename Base::Queue;
+  using Shared = typename Base::Shared;
+  static constexpr int kSharedOffset = Base::kSharedOffset;
+  static constexpr int kSmemBytes = Base::kSmemBytes;
+  // The h staging (kBlockM rows of 128 code bytes, padded by 16) fits the bf16 staging tile.
+  static constexpr int kHStageStride = kOutCols + 16;
+  static_assert(kBlockM * kHStageStride <= Epilogue::kStageElems * 2, "FP8 h tile fits the staging tile");
+
+  // A producer thread's A operands: its rows' codes and the scales of its scale row.
+  struct ARows {
+    const uint8_t* a[Gemm::kProducerRows];
+    const float* scale;
+  };
+
+  __device__ static Shared& shared(void* smem) { return Base::shared(smem); }
+  __device__ static ThreadGroup producers() { return Base::producers(); }
+  __device__ static ThreadGroup consumers() { return Base::consumers(); }
+  __device__ static bool is_gemm(Phase p) { return Base::is_gemm(p); }
+  __device__ static void init(void* smem) {
+    if (threadIdx.x == 0) shared(smem).queue.init();
+    Gemm::init(smem);
+  }
+
+  __device__ static uint8_t* h_codes(__nv_bfloat16* h) { return reinterpret_cast<uint8_t*>(h); }
+  __device__ static float* h_scales(const FusedParams& prm, __nv_bfloat16* h) {
+    return reinterpret_cast<float*>(reinterpret_cast<char*>(h) + fp8_h_scale_offset(prm.capacity));
+  }
+
+  // ---- producer warpgroup ----
+  template <class Transport>
+  __device__ __forceinline__ static void prepare(const FusedContext<Transport>& c, const ThreadGroup& g, const Task& task,
+                                                 int I, RowTable& t, ARows& a_rows, TileRows& w) {
+    const FusedParams& prm = *c.prm;
+    const int H = prm.dims.hidden;
+    w = tile_rows(c, task.tile, kBlockM);
+    const int64_t h_row0 = static_cast<int64_t>(c.plan.pair_off[w.expert]) + w.row0;
+    for (int i = g.rank(); i < kBlockM; i += g.count) {
+      t.fill(c, w, i);
+      if (i >= w.rows) continue;
+      const uint8_t* a;
+      if (task.phase == Phase::kLinear2) a = h_codes(c.h) + (h_row0 + i) * I;
+      else if (t.home[i] == prm.rank)  // own row: its FP8 copy in fp8_x (RowEntry row = token)
+        a = reinterpret_cast<const uint8_t*>(prm.workspace + prm.fp8.x_offset) + t.token[i] * fp8_x_row_bytes(H);
+      else a = reinterpret_cast<const uint8_t*>(t.a[i]);  // the recv_rows slot holds the FP8 row
+      t.a[i] = reinterpret_cast<const __nv_bfloat16*>(a);
+    }
+    g.sync();  // the table is complete before it is read and posted
+#pragma unroll
+    for (int i = 0; i < Gemm::kProducerRows; ++i)
+      a_rows.a[i] = reinterpret_cast<const uint8_t*>(t.a[Gemm::producer_row(g.rank(), i)]);
+    const int sr = Gemm::producer_scale_row(g.rank());
+    const uint8_t* srow = reinterpret_cast<const uint8_t*>(t.a[sr]);
+    a_rows.scale = srow == nullptr ? nullptr
+                   : task.phase == Phase::kLinear2
+                       ? h_scales(prm, c.h) + (h_row0 + sr) * fp8_scale_stride(I)
+                       : reinterpret_cast<const float*>(srow + fp8_x_scale_offset(H));
+  }
+
+  template <class Transport>
+  __device__ __forceinline__ static bool load(const FusedContext<Transport>& c, const ThreadGroup& g, const Task& task,
+                                              const ARows& a_rows, int H, int I, typename Gemm::RingPos& ring,
+                                              void* smem) {
+    const FusedParams& prm = *c.prm;
+    const bool l1 = task.phase == Phase::kLinear1;
+    // Rows of w13 ([L * 2I, H]: gate rows, then up rows I further) or w2 ([L * H, I]); every 128-row
+    // half of a tile is one weight block row (I % 128 == 0, H % 256 == 0).
+    const int row0 = l1 ? task.tile.expert * 2 * I + task.tile.nblock * (kBlockN / 2)
+                        : task.tile.expert * H + task.tile.nblock * kBlockN;
+    const int row1 = row0 + (l1 ? I : kBlockN / 2);
+    const float* scales = l1 ? prm.fp8.w13_scales : prm.fp8.w2_scales;
+    const int kb = l1 ? prm.fp8.w13_kb : prm.fp8.w2_kb;
+    const typename Gemm::BOperand b{l1 ? static_cast<const void*>(&prm.w13_map) : static_cast<const void*>(&prm.w2_map),
+                                    row0, row1, scales + static_cast<int64_t>(row0 / fp8::kBlock) * kb,
+                                    scales + static_cast<int64_t>(row1 / fp8::kBlock) * kb};
+    const bool loaded = Gemm::load_tile(ring, a_rows.a, a_rows.scale, b, l1 ? H : I, smem, c.limit(prm.timeout_ns));
+    if (!loaded) pipeline_failed(c, task.phase, task.tile);
+    return !g.sync_or(!loaded);
+  }
+
+  // ---- math warpgroups ----
+  template <class Transport>
+  __device__ static bool mainloop(const FusedContext<Transport>& c, const GemmTile& tile, Phase phase, int K,
+                                  typename Gemm::RingPos& ring, void* smem, typename Gemm::Accum& acc,
+                                  const ThreadGroup& g) {
+    const bool ok = Gemm::mainloop(ring, K, smem, acc, c.limit(c.prm->timeout_ns));
+    if (!ok) pipeline_failed(c, phase, tile);
+    return !g.sync_or(!ok);
+  }
+
+  // The Linear1 tile posted in slot s: FP8 h rows [h_row, h_row + rows), group tile.nblock of each.
+  template <class Transport>
+  __device__ static void linear1(const FusedContext<Transport>& c, const Posted& posted, Shared& sh, int s,
+                                 typename Gemm::RingPos& ring, void* smem, const ThreadGroup& g) {
+    const FusedParams& prm = *c.prm;
+    const int H = prm.dims.hidden, I = prm.dims.intermediate;
+    const GemmTile& tile = posted.task.tile;
+    typename Gemm::Accum acc;
+    if (!mainloop(c, tile, Phase::kLinear1, H, ring, smem, acc, g)) return sh.queue.release(s, g);
+    const int rows = posted.rows;
+    const RowTable& t = sh.queue.table[s];
+    const float clamp = prm.swiglu_clamp;
+    // hv[i]: the m64n128 fragment's value i (wgmma_accum_coord(ct, i, 1, kBlockN)): visit_gate_up visits
+    // registers 0, 2, ... of the gate half in order.
+    float hv[kOutCols / 2];
+    int j = 0;
+    Gemm::template visit_gate_up<0, kOutCols>(acc, [&](int row, int, float g0, float g1, float u0, float u1) {
+      const float weight = row < rows ? t.weight[row] : 0.0f;
+      hv[j] = swiglu(g0, u0, clamp) * weight;
+      hv[j + 1] = swiglu(g1, u1, clamp) * weight;
+      j += 2;
+    });
+    uint8_t code[kOutCols / 2];
+    float scale[2];
+    quantize_fragment_rows(hv, prm.fp8.scale_format, code, scale);
+    auto* stage = reinterpret_cast<uint8_t*>(sh.stage);
+    float* hs = h_scales(prm, c.h) + posted.h_row * fp8_scale_stride(I) + tile.nblock;
+    const int ct = static_cast<int>(threadIdx.x) - Gemm::kProducerThreads;
+#pragma unroll
+    for (int i = 0; i < kOutCols / 2; i += 2) {
+      const FragCoord f = wgmma_accum_coord(ct, i, 1, kBlockN);
+      *reinterpret_cast<uint16_t*>(stage + f.row * kHStageStride + f.col) =
+          static_cast<uint16_t>(code[i] | (static_cast<uint16_t>(code[i + 1]) << 8));
+      if (f.col == 0 && f.row < rows) hs[static_cast<int64_t>(f.row) * fp8_scale_stride(I)] = scale[(i >> 1) & 1];
+    }
+    g.sync();  // the tile's codes are staged
+    uint8_t* hq = h_codes(c.h) + posted.h_row * I + tile.nblock * kOutCols;
+    constexpr int kChunks = kOutCols / 16;
+    for (int q = g.rank(); q < rows * kChunks; q += g.count) {
+      const int row = q / kChunks, chunk = q % kChunks;
+      *reinterpret_cast<int4*>(hq + static_cast<int64_t>(row) * I + chunk * 16) =
+          *reinterpret_cast<const int4*>(stage + row * kHStageStride + chunk * 16);
+    }
+    g.sync();  // stores issued (ordered before the leader's release) and the staging tile free
+    sh.queue.release(s, g);
+    if (g.leader()) l1_tile_done(c, tile);
+  }
+
+  // The Linear2 tile posted in slot s: the bf16 tile's epilogue.
+  template <class Transport>
+  __device__ static void linear2(const FusedContext<Transport>& c, const Posted& posted, Shared& sh, int s,
+                                 typename Gemm::RingPos& ring, void* smem, const ThreadGroup& g) {
+    const GemmTile& tile = posted.task.tile;
+    typename Gemm::Accum acc;
+    if (!mainloop(c, tile, Phase::kLinear2, c.prm->dims.intermediate, ring, smem, acc, g)) return sh.queue.release(s, g);
+    const int rows = posted.rows;
+    const RowTable& t = sh.queue.table[s];
+    const int own = g.rank();
+    const int home = own < rows ? t.home[own] : 0, token = own < rows ? t.token[own] : 0;
+    Epilogue::linear2(c, acc, tile, rows, t, sh.stage, g);
+    sh.queue.release(s, g);
+    if (own < rows) signal_home(c, home, token, signal_units(kBlockN));
+  }
+};
+
+}  // namespace epfuse::device

@@ -1,0 +1,208 @@
+// The fused layer with FP8 weights (weight_format = kFp8Block128): one persistent kernel with FP8
+// dispatch (x quantised 1x128 on the way), TileGemmTmaFp8 Linear1 with the h quantisation in its
+// epilogue, TileGemmTmaFp8 Linear2 and the bf16 combine, against the FP8 float64 reference
+// (reference.h: the same weight blocks and the same x and h quantisation), on every routing and T in
+// {0, 1, 7, 128} (and uneven T), both scale formats, the clamp, a wider layer; the creation's checks of
+// the FP8 weights; an FP8 layer on a workspace made for bf16 is refused.
+// Self-diagnosing: every check prints its error against the FP8 reference (overall and worst row) and
+// against the bf16 reference; a failing check prints the worst rows with their token, routed experts
+// (local expert, rank) and the got / want ratio over the row (a clean factor means a scale mix-up: x
+// scales in dispatch, h scales in Linear1's epilogue, block scales of w13 or w2), and whether the bad
+// rows are the ones routed to one rank or one expert.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "common/check.h"
+#include "common/job.h"
+#include "epfuse/epfuse.h"
+#include "layer_rank.h"
+#include "multiprocess.h"
+
+namespace epfuse {
+namespace {
+
+// H = 256 (2 x blocks, one Linear2 n-block), I = 384 (3 h groups: Linear1 n-blocks 0..2, each one h group).
+LayerConfig fp8_config(ScaleFormat scales = ScaleFormat::kFp32, float clamp = 0.0f) {
+  LayerConfig cfg = testing::small_layer_config(384, clamp);
+  cfg.max_tokens_per_rank = 128;
+  cfg.weight_format = WeightFormat::kFp8Block128;
+  cfg.scale_format = scales;
+  return cfg;
+}
+
+class Rank : public testing::LayerRank {
+ public:
+  explicit Rank(const LayerConfig& cfg) : LayerRank(Impl::kFused, cfg), cfg_(cfg) {}
+
+  void check(const HostTokens& in, const std::string& what) {
+    std::vector<double> got;
+    try {
+      got = forward(in);
+    } catch (const Error& e) {
+      ADD_FAILURE() << what << ": " << e.what();
+      return;
+    }
+    const int failures_before = ::testing::UnitTest::GetInstance()->current_test_info()->result()->total_part_count();
+    expect_close_to_reference(in, got, what);
+    if (in.num_tokens == 0) return;
+    const std::vector<double> want = reference_forward(cfg_, in, GeneratedExperts(cfg_, testing::kWeightSeed));
+    LayerConfig bf16_cfg = cfg_;
+    bf16_cfg.weight_format = WeightFormat::kBf16;
+    bf16_cfg.scale_format = ScaleFormat::kFp32;
+    const std::vector<double> exact = reference_forward(bf16_cfg, in, GeneratedExperts(bf16_cfg, testing::kWeightSeed));
+    const size_t H = static_cast<size_t>(cfg_.hidden);
+    const std::vector<double> rows = tools::row_errors(want, got, H);
+    double worst = 0.0;
+    size_t worst_row = 0;
+    for (size_t i = 0; i < rows.size(); ++i)
+      if (!(rows[i] <= worst)) worst = rows[i], worst_row = i;
+    std::printf("[fp8 fused] rank %d %s (scales %s): vs FP8 reference %.3e (worst row %zu: %.3e); "
+                "vs bf16 reference %.3e (FP8 reference vs bf16: %.3e)\n",
+                rank(), what.c_str(), std::string(to_string(cfg_.scale_format)).c_str(), relative_error(want, got),
+                worst_row, worst, relative_error(exact, got), relative_error(exact, want));
+    const bool failed = ::testing::UnitTest::GetInstance()->current_test_info()->result()->total_part_count() >
+                        failures_before;
+    if (failed) diagnose(in, got, want, rows, what);
+  }
+
+ private:
+  // The worst rows: token, its slots (expert -> rank, local expert, weight), the got / want ratio (least
+  // squares over the row) and the first column that differs by more than 5%.
+  void diagnose(const HostTokens& in, const std::vector<double>& got, const std::vector<double>& want,
+                const std::vector<double>& rows, const std::string& what) const {
+    const size_t H = static_cast<size_t>(cfg_.hidden);
+    const int L = cfg_.num_experts / world();
+    std::vector<size_t> order(rows.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return !(rows[a] <= rows[b]); });
+    std::vector<int> bad_by_rank(world(), 0), slots_by_rank(world(), 0);
+    for (size_t t = 0; t < rows.size(); ++t)
+      for (int j = 0; j < cfg_.topk; ++j) {
+        const int e = in.topk_idx[t * cfg_.topk + j];
+        if (e < 0) continue;
+        ++slots_by_rank[e / L];
+        if (!(rows[t] <= 1e-2)) ++bad_by_rank[e / L];
+      }
+    std::string per_rank;
+    for (int r = 0; r < world(); ++r)
+      per_rank += " rank" + std::to_string(r) + ":" + std::to_string(bad_by_rank[r]) + "/" + std::to_string(slots_by_rank[r]);
+    std::printf("[fp8 fused diag] rank %d %s: slots of rows with error > 1e-2, by expert rank (bad/all):%s\n",
+                rank(), what.c_str(), per_rank.c_str());
+    for (size_t n = 0; n < std::min<size_t>(order.size(), 6); ++n) {
+      const size_t t = order[n];
+      double gw = 0, ww = 0;
+      long first = -1;
+      for (size_t c = 0; c < H; ++c) {
+        const double g = got[t * H + c], w = want[t * H + c];
+        gw += g * w, ww += w * w;
+        if (first < 0 && !(std::fabs(g - w) <= 0.05 * std::fabs(w) + 1e-3)) first = static_cast<long>(c);
+      }
+      std::string slots;
+      for (int j = 0; j < cfg_.topk; ++j) {
+        const int e = in.topk_idx[t * cfg_.topk + j];
+        slots += " [" + std::to_string(e) + (e >= 0 ? " r" + std::to_string(e / L) + " l" + std::to_string(e % L) : "") +
+                 " w" + std::to_string(in.topk_weights[t * cfg_.topk + j]) + "]";
+      }
+      std::printf("[fp8 fused diag]   token %zu: row error %.3e, got/want %.4f, first bad column %ld (got %.5g want %.5g)"
+                  " (column / 128 = x group or Linear2 half; / 256 = Linear2 n-block); slots:%s\n",
+                  t, rows[t], ww > 0 ? gw / ww : 0.0, first, first >= 0 ? got[t * H + first] : 0.0,
+                  first >= 0 ? want[t * H + first] : 0.0, slots.c_str());
+    }
+  }
+
+  LayerConfig cfg_;
+};
+
+TEST(FusedFp8, MatchesReferenceForEveryRoutingAndTokenCount) {
+  for (ScaleFormat scales : {ScaleFormat::kFp32, ScaleFormat::kUe8m0}) {
+    Rank r(fp8_config(scales));
+    uint64_t seed = 300;
+    for (Routing routing :
+         {Routing::kUniform, Routing::kSkewed, Routing::kOneExpert, Routing::kDropped, Routing::kOneRank})
+      for (int count : {0, 1, 7, 128})
+        r.check(r.tokens(count, routing, seed++), std::string(to_string(routing)) + " T=" + std::to_string(count));
+    // Uneven counts across ranks, from a shared seed.
+    for (int call = 0; call < 2; ++call, ++seed) {
+      const int count = make_token_counts(r.world(), 128, seed)[r.rank()];
+      r.check(r.tokens(count, Routing::kUniform, seed), "uneven T=" + std::to_string(count));
+    }
+  }
+}
+
+TEST(FusedFp8, ClampMatchesReference) {
+  Rank r(fp8_config(ScaleFormat::kFp32, 0.05f));
+  r.check(r.tokens(64, Routing::kUniform, 11), "clamp 0.05");
+}
+
+// A model-like width: H = 1024 (4 Linear2 n-blocks, 8 x groups), I = 512 (4 h groups), 8 experts, top-2.
+TEST(FusedFp8, WiderLayer) {
+  LayerConfig cfg = fp8_config();
+  cfg.hidden = 1024;
+  cfg.intermediate = 512;
+  cfg.num_experts = 8;
+  cfg.topk = 2;
+  Rank r(cfg);
+  r.check(r.tokens(128, Routing::kUniform, 21), "H=1024 I=512 T=128");
+  r.check(r.tokens(7, Routing::kSkewed, 22), "H=1024 I=512 T=7");
+}
+
+// Creation with bad FP8 weights: every rank makes the same mistake, so every rank throws its own error.
+void expect_create_fails(const LayerConfig& cfg, const ExpertWeights& weights, ErrorCode code, const std::string& message) {
+  try {
+    MoeLayer::create(Impl::kFused, cfg, testing::comm(), weights);
+    ADD_FAILURE() << "no error, expected: " << message;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), code) << e.what();
+    EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what() << "\nexpected to contain: " << message;
+  }
+}
+
+TEST(FusedFp8, CreateChecksTheWeights) {
+  const LayerConfig cfg = fp8_config();
+  Rank r(cfg);
+  const ExpertWeights good = r.weights();
+  ExpertWeights w = good;
+  w.w2_scales = nullptr;
+  expect_create_fails(cfg, w, ErrorCode::kInvalidArgument, "(null: w2_scales)");
+  w = good;
+  w.w13_fp8 += 1;
+  expect_create_fails(cfg, w, ErrorCode::kInvalidArgument, "w13_fp8 and w2_fp8 must be 16-byte aligned");
+  w = good;
+  w.w13_scales_count -= 1;
+  expect_create_fails(cfg, w, ErrorCode::kInvalidArgument, "w13_scales_count = ");
+  detail::DeviceBuffer copy(static_cast<size_t>(good.w2_scales_count) * sizeof(float));
+  EPFUSE_CUDA_CHECK(cudaMemcpy(copy.as(), good.w2_scales, copy.bytes(), cudaMemcpyDeviceToDevice));
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  EPFUSE_CUDA_CHECK(cudaMemcpy(copy.as<float>() + 5, &nan, sizeof(float), cudaMemcpyHostToDevice));
+  w = good;
+  w.w2_scales = copy.as();
+  expect_create_fails(cfg, w, ErrorCode::kInvalidArgument, "w2_scales[0][1][2] = nan (scales must be finite and > 0)");
+  // The good weights still make a working layer afterwards.
+  r.check(r.tokens(7, Routing::kUniform, 5), "after failed creations T=7");
+}
+
+// An FP8 layer needs a workspace made for an FP8 capacity (its fp8_x region).
+TEST(FusedFp8, RefusedOnBf16Workspace) {
+  LayerConfig capacity = fp8_config();
+  capacity.weight_format = WeightFormat::kBf16;
+  std::unique_ptr<Workspace> ws = Workspace::create(testing::comm(), capacity);
+  try {
+    testing::LayerRank r(Impl::kFused, fp8_config(), 0, ws.get());
+    ADD_FAILURE() << "an FP8 layer on a bf16 workspace was created";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidConfig) << e.what();
+    EXPECT_NE(std::string(e.what()).find("needs a workspace created with an fp8-block128 capacity"), std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace epfuse
+
+int main(int argc, char** argv) { return epfuse::testing::run_multiprocess(argc, argv, 1); }
