@@ -140,11 +140,13 @@ struct TileEpilogue {
 // ---- the warp-specialised tile (TileGemmTma): the math warps stage 64 columns a pass ----
 // The caller frees its task slot between the stores and the signals (the release adds wait ~1 us for
 // the CTA's stores; only the adding threads wait).
-template <class Gemm>
+// kPassCols_: 64 for TileGemmTma; the FP8 kernel (expert_ffn_fp8.cuh) stages 32 a pass, as its larger
+// ring leaves less shared memory.
+template <class Gemm, int kPassCols_ = 64>
 struct StagedPasses {
   static constexpr int kBlockM = Gemm::kBlockM;
   static constexpr int kBlockN = Gemm::kBlockN;
-  static constexpr int kPassCols = 64;                            // output columns per pass
+  static constexpr int kPassCols = kPassCols_;                    // output columns per pass
   static constexpr int kStageStride = stage_stride(kPassCols);   // padded: one accumulator store's 8 rows on distinct banks
   static constexpr int kPassChunks = kPassCols / kChunkElems;
   static constexpr int kStageElems = kBlockM * kStageStride;     // the staging tile, beside the ring

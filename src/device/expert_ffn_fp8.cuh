@@ -33,16 +33,26 @@ struct WarpSpecialisedFp8Tiles {
   static constexpr int kOutCols = kBlockN / 2;  // h columns of a Linear1 tile: one 1x128 group per row
   static_assert(kOutCols == fp8::kBlock, "a Linear1 tile's h row is one 1x128 group");
   static_assert(kBlockM <= Gemm::kConsumerThreads, "one math thread signals each tile row");
-  using Epilogue = StagedPasses<Gemm>;
+  // Linear2 stages 32 columns a pass (bf16 TileGemmTma: 64): the FP8 ring is 8 KiB larger, and with 64
+  // the CTA would need 230,624 bytes of dynamic shared memory, over the 232,448 per block less the
+  // kernel's 2 KiB of static shared variables.
+  using Epilogue = StagedPasses<Gemm, 32>;
   using RowTable = typename Base::RowTable;  // a[i]: the row's FP8 codes (as bytes), scales follow (x) or apart (h)
   using Posted = typename Base::Posted;
   using Queue = typename Base::Queue;
-  using Shared = typename Base::Shared;
-  static constexpr int kSharedOffset = Base::kSharedOffset;
-  static constexpr int kSmemBytes = Base::kSmemBytes;
-  // The h staging (kBlockM rows of 128 code bytes, padded by 16) fits the bf16 staging tile.
-  static constexpr int kHStageStride = kOutCols + 16;
-  static_assert(kBlockM * kHStageStride <= Epilogue::kStageElems * 2, "FP8 h tile fits the staging tile");
+  struct Shared {
+    __nv_bfloat16 stage[Epilogue::kStageElems];
+    Queue queue;
+  };
+  static constexpr int kSharedOffset = (Gemm::kSmemBytes + 15) / 16 * 16;
+  static constexpr int kSmemBytes = kSharedOffset + static_cast<int>(sizeof(Shared));
+  // 232,448 bytes per block less the kernel's static shared variables (2 KiB: profile, scheduler).
+  static_assert(kSmemBytes + 2048 <= 227 * 1024, "ring + staging + row tables fit one SM");
+  // The h codes are staged in passes of 64 columns (rows of 64 code bytes, padded by 16), in the
+  // staging tile.
+  static constexpr int kHPassCols = 64;
+  static constexpr int kHStageStride = kHPassCols + 16;
+  static_assert(kBlockM * kHStageStride <= Epilogue::kStageElems * 2, "an FP8 h pass fits the staging tile");
 
   // A producer thread's A operands: its rows' codes and the scales of its scale row.
   struct ARows {
@@ -50,7 +60,7 @@ struct WarpSpecialisedFp8Tiles {
     const float* scale;
   };
 
-  __device__ static Shared& shared(void* smem) { return Base::shared(smem); }
+  __device__ static Shared& shared(void* smem) { return *reinterpret_cast<Shared*>(static_cast<char*>(smem) + kSharedOffset); }
   __device__ static ThreadGroup producers() { return Base::producers(); }
   __device__ static ThreadGroup consumers() { return Base::consumers(); }
   __device__ static bool is_gemm(Phase p) { return Base::is_gemm(p); }
@@ -152,23 +162,26 @@ struct WarpSpecialisedFp8Tiles {
     quantize_fragment_rows(hv, prm.fp8.scale_format, code, scale);
     auto* stage = reinterpret_cast<uint8_t*>(sh.stage);
     float* hs = h_scales(prm, c.h) + posted.h_row * fp8_scale_stride(I) + tile.nblock;
-    const int ct = static_cast<int>(threadIdx.x) - Gemm::kProducerThreads;
-#pragma unroll
-    for (int i = 0; i < kOutCols / 2; i += 2) {
-      const FragCoord f = wgmma_accum_coord(ct, i, 1, kBlockN);
-      *reinterpret_cast<uint16_t*>(stage + f.row * kHStageStride + f.col) =
-          static_cast<uint16_t>(code[i] | (static_cast<uint16_t>(code[i + 1]) << 8));
-      if (f.col == 0 && f.row < rows) hs[static_cast<int64_t>(f.row) * fp8_scale_stride(I)] = scale[(i >> 1) & 1];
-    }
-    g.sync();  // the tile's codes are staged
     uint8_t* hq = h_codes(c.h) + posted.h_row * I + tile.nblock * kOutCols;
-    constexpr int kChunks = kOutCols / 16;
-    for (int q = g.rank(); q < rows * kChunks; q += g.count) {
-      const int row = q / kChunks, chunk = q % kChunks;
-      *reinterpret_cast<int4*>(hq + static_cast<int64_t>(row) * I + chunk * 16) =
-          *reinterpret_cast<const int4*>(stage + row * kHStageStride + chunk * 16);
-    }
-    g.sync();  // stores issued (ordered before the leader's release) and the staging tile free
+    const int ct = static_cast<int>(threadIdx.x) - Gemm::kProducerThreads;
+    constexpr int kChunks = kHPassCols / 16;
+    // Fragment values [32 P, 32 P + 32) are the columns [64 P, 64 P + 64) (n8 block i / 4).
+    static_for<kOutCols / kHPassCols>([&]<int P>() {
+#pragma unroll
+      for (int i = P * 32; i < P * 32 + 32; i += 2) {
+        const FragCoord f = wgmma_accum_coord(ct, i, 1, kBlockN);
+        *reinterpret_cast<uint16_t*>(stage + f.row * kHStageStride + f.col - P * kHPassCols) =
+            static_cast<uint16_t>(code[i] | (static_cast<uint16_t>(code[i + 1]) << 8));
+        if (P == 0 && f.col == 0 && f.row < rows) hs[static_cast<int64_t>(f.row) * fp8_scale_stride(I)] = scale[(i >> 1) & 1];
+      }
+      g.sync();  // the pass is staged
+      for (int q = g.rank(); q < rows * kChunks; q += g.count) {
+        const int row = q / kChunks, chunk = q % kChunks;
+        *reinterpret_cast<int4*>(hq + static_cast<int64_t>(row) * I + P * kHPassCols + chunk * 16) =
+            *reinterpret_cast<const int4*>(stage + row * kHStageStride + chunk * 16);
+      }
+      g.sync();  // stores issued (ordered before the leader's release) and the staging tile free
+    });
     sh.queue.release(s, g);
     if (g.leader()) l1_tile_done(c, tile);
   }
