@@ -275,6 +275,32 @@ TEST(GemmTmaMaps, ProducerCopiesCoverStageOnceInWholeRows) {
 // The 128x256 tile's epilogue passes: gate pair j of a math thread (registers 2j, 2j + 1; up at + 64)
 // lies in output pass j / 16 (64 columns each), so a pass stages exactly registers of that pass, and
 // every gate column of the tile is owned once over the 256 math threads.
+// The FP8 kernel's Linear1 epilogue (expert_ffn_fp8.cuh) on the 128 x 256 tile's gate half: math thread
+// ct's fragment value i (i < 64, wgmma_accum_coord(ct, i, 1, 256)) is column c < 128 of row r; values
+// [32 P, 32 P + 32) are the columns [64 P, 64 P + 64) (its two staging passes); values with
+// (i >> 1) & 1 == 0 are the thread's first row and 1 its second (quantize_fragment_rows' scale[0/1]); a
+// row's 128 columns are the 4 threads of one quad (its amax shuffles 1 and 2); column 0 of each row is
+// written by exactly one thread (its scale store), and every (row, column) once.
+TEST(GemmTmaMaps, Fp8HEpilogueFragmentMap) {
+  std::vector<int> seen(128 * 128, 0), scale_writers(128, 0);
+  for (int ct = 0; ct < 256; ++ct) {
+    const int row0 = wgmma_accum_coord(ct, 0, 1, 256).row;
+    for (int i = 0; i < 64; ++i) {
+      const FragCoord f = wgmma_accum_coord(ct, i, 1, 256);
+      ASSERT_LT(f.col, 128);
+      EXPECT_EQ(f.col / 64, i / 32) << ct << " " << i;
+      EXPECT_EQ(f.row, row0 + 8 * ((i >> 1) & 1)) << ct << " " << i;
+      EXPECT_EQ(wgmma_accum_coord(ct ^ 1, i, 1, 256).row, f.row);  // quad partners: same rows
+      EXPECT_EQ(wgmma_accum_coord(ct ^ 2, i, 1, 256).row, f.row);
+      if (i % 2 == 0) EXPECT_EQ(wgmma_accum_coord(ct, i + 1, 1, 256).col, f.col + 1);
+      ++seen[f.row * 128 + f.col];
+      if (f.col == 0) ++scale_writers[f.row];
+    }
+  }
+  for (int v : seen) EXPECT_EQ(v, 1);
+  for (int v : scale_writers) EXPECT_EQ(v, 1);
+}
+
 TEST(GemmTmaMaps, GatePairsFallInTheirPass) {
   constexpr int kMath = 256, kPairs = 32, kPassPairs = 16, kPassCols = 64, kN = 256;
   std::vector<int> hits(128 * 128, 0);
