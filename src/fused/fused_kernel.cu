@@ -241,6 +241,19 @@ int prepare_fused_kernel(Transport transport, const GemmTileShape& tile, const d
   with_shape(tile, [&](auto gemm) {
     const KernelShape ks = fused_kernel_shape(tile, dims);
     with_kernel<decltype(gemm)>(transport, [&](auto kernel) {
+      // Static + dynamic shared memory must fit a block's opt-in limit: say so by numbers rather than
+      // through cudaFuncSetAttribute's cudaErrorInvalidValue.
+      cudaFuncAttributes attr{};
+      EPFUSE_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
+      int device = 0, optin = 0;
+      EPFUSE_CUDA_CHECK(cudaGetDevice(&device));
+      EPFUSE_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+      if (attr.sharedSizeBytes + ks.smem_bytes > static_cast<size_t>(optin))
+        throw Error(ErrorCode::kUnsupported,
+                    "fused kernel (block_m " + std::to_string(tile.block_m) + ", block_k " + std::to_string(tile.block_k) +
+                        "): " + std::to_string(ks.smem_bytes) + " B of dynamic + " +
+                        std::to_string(attr.sharedSizeBytes) + " B of static shared memory exceed this GPU's " +
+                        std::to_string(optin) + " B per block");
       EPFUSE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              static_cast<int>(ks.smem_bytes)));
       EPFUSE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, kernel, ks.threads, ks.smem_bytes));
