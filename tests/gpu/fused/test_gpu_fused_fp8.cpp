@@ -3,7 +3,8 @@
 // epilogue, TileGemmTmaFp8 Linear2 and the bf16 combine, against the FP8 float64 reference
 // (reference.h: the same weight blocks and the same x and h quantisation), on every routing and T in
 // {0, 1, 7, 128} (and uneven T), both scale formats, the clamp, a wider layer; the creation's checks of
-// the FP8 weights; an FP8 layer on a workspace made for bf16 is refused.
+// the FP8 weights; an FP8 layer on a workspace made for bf16 is refused; an FP8 and a bf16 layer share
+// a workspace made for an FP8 capacity.
 // Self-diagnosing: every check prints its error against the FP8 reference (overall and worst row) and
 // against the bf16 reference; a failing check prints the worst rows with their token, routed experts
 // (local expert, rank) and the got / want ratio over the row (a clean factor means a scale mix-up: x
@@ -199,6 +200,33 @@ TEST(FusedFp8, RefusedOnBf16Workspace) {
     EXPECT_EQ(e.code(), ErrorCode::kInvalidConfig) << e.what();
     EXPECT_NE(std::string(e.what()).find("needs a workspace created with an fp8-block128 capacity"), std::string::npos)
         << e.what();
+  }
+}
+
+// An FP8 layer and a bf16 layer of other shapes alternating on one workspace made for an FP8 capacity
+// (every region addressed by the capacity; FP8 h and x rows in the bf16-sized regions): every call of
+// each checked against its reference.
+TEST(FusedFp8, SharesAWorkspaceWithABf16Layer) {
+  const LayerConfig capacity = fp8_config();  // H 256, I 384, E 16, k 4, T 128
+  LayerConfig small_fp8 = capacity;
+  small_fp8.intermediate = 256;
+  small_fp8.topk = 2;
+  small_fp8.max_tokens_per_rank = 96;
+  LayerConfig bf16 = capacity;
+  bf16.weight_format = WeightFormat::kBf16;
+  bf16.scale_format = ScaleFormat::kFp32;
+  bf16.intermediate = 128;
+  std::unique_ptr<Workspace> ws = Workspace::create(testing::comm(), capacity);
+  {
+    testing::LayerRank ra(Impl::kFused, small_fp8, 0, ws.get());
+    testing::LayerRank rb(Impl::kFused, bf16, 0, ws.get());
+    for (int call = 0; call < 6; ++call) {
+      testing::LayerRank& r = call % 2 == 0 ? ra : rb;
+      const int tokens = make_token_counts(r.world(), call % 2 == 0 ? 96 : 128, 700 + call)[r.rank()];
+      const HostTokens in = r.tokens(tokens, call % 3 == 0 ? Routing::kSkewed : Routing::kUniform, 700 + call);
+      r.expect_matches_reference(in, std::string(call % 2 == 0 ? "fp8 I=256 k=2" : "bf16 I=128") + " call " +
+                                         std::to_string(call) + " T=" + std::to_string(tokens));
+    }
   }
 }
 
