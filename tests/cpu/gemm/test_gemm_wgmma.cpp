@@ -292,7 +292,9 @@ TEST(GemmTmaMaps, Fp8HEpilogueFragmentMap) {
       EXPECT_EQ(f.row, row0 + 8 * ((i >> 1) & 1)) << ct << " " << i;
       EXPECT_EQ(wgmma_accum_coord(ct ^ 1, i, 1, 256).row, f.row);  // quad partners: same rows
       EXPECT_EQ(wgmma_accum_coord(ct ^ 2, i, 1, 256).row, f.row);
-      if (i % 2 == 0) EXPECT_EQ(wgmma_accum_coord(ct, i + 1, 1, 256).col, f.col + 1);
+      if (i % 2 == 0) {
+        EXPECT_EQ(wgmma_accum_coord(ct, i + 1, 1, 256).col, f.col + 1);
+      }
       ++seen[f.row * 128 + f.col];
       if (f.col == 0) ++scale_writers[f.row];
     }

@@ -120,7 +120,7 @@ class Rank : public testing::LayerRank {
   LayerConfig cfg_;
 };
 
-TEST(FusedFp8, MatchesReferenceForEveryRoutingAndTokenCount) {
+EPFUSE_RANK_TEST(FusedFp8, MatchesReferenceForEveryRoutingAndTokenCount) {
   for (ScaleFormat scales : {ScaleFormat::kFp32, ScaleFormat::kUe8m0}) {
     Rank r(fp8_config(scales));
     uint64_t seed = 300;
@@ -136,13 +136,13 @@ TEST(FusedFp8, MatchesReferenceForEveryRoutingAndTokenCount) {
   }
 }
 
-TEST(FusedFp8, ClampMatchesReference) {
+EPFUSE_RANK_TEST(FusedFp8, ClampMatchesReference) {
   Rank r(fp8_config(ScaleFormat::kFp32, 0.05f));
   r.check(r.tokens(64, Routing::kUniform, 11), "clamp 0.05");
 }
 
 // A model-like width: H = 1024 (4 Linear2 n-blocks, 8 x groups), I = 512 (4 h groups), 8 experts, top-2.
-TEST(FusedFp8, WiderLayer) {
+EPFUSE_RANK_TEST(FusedFp8, WiderLayer) {
   LayerConfig cfg = fp8_config();
   cfg.hidden = 1024;
   cfg.intermediate = 512;
@@ -164,7 +164,7 @@ void expect_create_fails(const LayerConfig& cfg, const ExpertWeights& weights, E
   }
 }
 
-TEST(FusedFp8, CreateChecksTheWeights) {
+EPFUSE_RANK_TEST(FusedFp8, CreateChecksTheWeights) {
   const LayerConfig cfg = fp8_config();
   Rank r(cfg);
   const ExpertWeights good = r.weights();
@@ -189,7 +189,7 @@ TEST(FusedFp8, CreateChecksTheWeights) {
 }
 
 // An FP8 layer needs a workspace made for an FP8 capacity (its fp8_x region).
-TEST(FusedFp8, RefusedOnBf16Workspace) {
+EPFUSE_RANK_TEST(FusedFp8, RefusedOnBf16Workspace) {
   LayerConfig capacity = fp8_config();
   capacity.weight_format = WeightFormat::kBf16;
   std::unique_ptr<Workspace> ws = Workspace::create(testing::comm(), capacity);
@@ -206,7 +206,7 @@ TEST(FusedFp8, RefusedOnBf16Workspace) {
 // An FP8 layer and a bf16 layer of other shapes alternating on one workspace made for an FP8 capacity
 // (every region addressed by the capacity; FP8 h and x rows in the bf16-sized regions): every call of
 // each checked against its reference.
-TEST(FusedFp8, SharesAWorkspaceWithABf16Layer) {
+EPFUSE_RANK_TEST(FusedFp8, SharesAWorkspaceWithABf16Layer) {
   const LayerConfig capacity = fp8_config();  // H 256, I 384, E 16, k 4, T 128
   LayerConfig small_fp8 = capacity;
   small_fp8.intermediate = 256;

@@ -87,13 +87,17 @@ function(epfuse_add_one_gpu_run_matrix impl)
     --hidden 256 --intermediate 256 --experts 64 --topk 8 --ranks 16 --tokens 64 --iters 200 --vary --verify-every 10)
 endfunction()
 
-# epfuse_add_fp8_run_matrix(<impl>): `epfuse run --dtype fp8` against the FP8 float64 reference, as ctest
-# entries run_<impl>_fp8_<case>: every routing and T in {0, 1, 7, 128} at worlds 1, 2 and 4 (skipped
-# where the machine has fewer GPUs), UE8M0 scales, the clamp, the model shapes at world 1 (sampled
-# rows), and consecutive calls with fresh routing.
+# epfuse_add_fp8_run_matrix(<impl> [WORLDS <n>...]): `epfuse run --dtype fp8` against the FP8 float64
+# reference, as ctest entries run_<impl>_fp8_<case>: every routing and T in {0, 1, 7, 128} at each world
+# (default 1, 2, 4; skipped where the machine has fewer GPUs), uneven T at world 2, UE8M0 scales, the
+# clamp, the model shapes at world 1 (sampled rows), and consecutive calls with fresh routing.
 function(epfuse_add_fp8_run_matrix impl)
+  cmake_parse_arguments(ARG "" "" "WORLDS" ${ARGN})
+  if(NOT ARG_WORLDS)
+    set(ARG_WORLDS 1 2 4)
+  endif()
   set(small --hidden 256 --intermediate 384 --experts 16 --topk 4 --dtype fp8)
-  foreach(world 1 2 4)
+  foreach(world IN LISTS ARG_WORLDS)
     foreach(routing uniform skewed one-expert dropped one-rank)
       foreach(tokens 0 1 7 128)
         epfuse_add_run_test(${impl} fp8_w${world}_${routing}_t${tokens} 120
@@ -103,7 +107,9 @@ function(epfuse_add_fp8_run_matrix impl)
   endforeach()
   epfuse_add_run_test(${impl} fp8_w1_ue8m0 120 ${small} --scales ue8m0 --ranks 1 --tokens 128)
   epfuse_add_run_test(${impl} fp8_w1_clamp 120 ${small} --clamp 0.25 --ranks 1 --tokens 64)
-  epfuse_add_run_test(${impl} fp8_w2_uneven 120 ${small} --ranks 2 --tokens 128,0)
+  if(2 IN_LIST ARG_WORLDS)
+    epfuse_add_run_test(${impl} fp8_w2_uneven 120 ${small} --ranks 2 --tokens 128,0)
+  endif()
   foreach(model dsv3 qwen3-30b mixtral)
     epfuse_add_run_test(${impl} fp8_w1_${model} 600 --model ${model} --dtype fp8 --ranks 1 --tokens 128 --verify-rows 8)
   endforeach()
