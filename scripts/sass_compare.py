@@ -6,7 +6,7 @@ Pairs the fused_moe_kernel instantiations of NEW and BASE by their template argu
 transport; a BASE older than the transport argument pairs with NEW's LsaTransport kernels) and prints
 for each pair:
   - the instruction counts and whether every opcode occurs as often in both;
-  - the GEMM loops: every stretch of instructions around the MMAs (HGMMA / HMMA, with up to
+  - the GEMM loops: every stretch of instructions around the MMAs (HGMMA / HMMA / QGMMA, with up to
     `GAP` other instructions between two of them), compared instruction by instruction with branch
     targets and addresses stripped: "identical" or the first differences;
   - how many instructions differ anywhere (register choices and order outside the loops).
@@ -55,7 +55,7 @@ def normalise(ins):
 
 
 def mma_regions(body):
-    idx = [i for i, ins in enumerate(body) if re.match(r"(@!?U?P\w+ )?(HGMMA|HMMA)", ins)]
+    idx = [i for i, ins in enumerate(body) if re.match(r"(@!?U?P\w+ )?(HGMMA|HMMA|QGMMA)", ins)]
     regions, start, last = [], None, None
     for i in idx:
         if start is None:

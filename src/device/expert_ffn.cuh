@@ -164,13 +164,15 @@ struct ExpertTiles {
 //   producer warpgroup (warps 0-3): prepare (waits for a tile's inputs, fills its row table) and load
 //     (issues all its operand loads into the ring);
 //   math warpgroups (warps 4-11): linear1 / linear2 (the wgmma k-loop, then the epilogue: epilogue.cuh
-//     StagedPasses), freeing the task's slot once the epilogue no longer reads the row table.
-template <class Gemm_>
+//     StagedPasses of kEpilogueCols columns a pass), freeing the task's slot once the epilogue no longer
+//     reads the row table.
+// The FP8 tiles (expert_ffn_fp8.cuh) derive from these and replace the operand and Linear1 parts.
+template <class Gemm_, int kEpilogueCols = 64>
 struct WarpSpecialisedTiles {
   using Gemm = Gemm_;
   static constexpr int kBlockM = Gemm::kBlockM;
   static constexpr int kBlockN = Gemm::kBlockN;
-  using Epilogue = StagedPasses<Gemm>;
+  using Epilogue = StagedPasses<Gemm, kEpilogueCols>;
   static_assert(kBlockN % kSignalCols == 0, "a Linear2 tile signals whole column groups");
   static_assert(kBlockM >= kMinBlockM, "l1_done is sized for m-blocks of at least kMinBlockM rows");
   static_assert(kBlockM <= Gemm::kConsumerThreads, "one math thread signals each tile row");

@@ -25,29 +25,22 @@
 namespace epfuse::device {
 
 template <class Gemm_>
-struct WarpSpecialisedFp8Tiles {
+struct WarpSpecialisedFp8Tiles : WarpSpecialisedTiles<Gemm_, 32> {
+  // Linear2 stages 32 columns a pass (bf16 TileGemmTma: 64): the FP8 ring is 8 KiB larger, and with 64
+  // the CTA would need 230,624 bytes of dynamic shared memory, over the 232,448 per block less the
+  // kernel's 2 KiB of static shared variables.
+  using Base = WarpSpecialisedTiles<Gemm_, 32>;  // roles, queue, staging, the math k-loop, Linear2
   using Gemm = Gemm_;
-  using Base = WarpSpecialisedTiles<Gemm>;  // roles, queue, staging, Linear2 epilogue
+  using Epilogue = typename Base::Epilogue;
+  using RowTable = typename Base::RowTable;  // a[i]: the row's FP8 codes (as bytes), scales follow (x) or apart (h)
+  using Posted = typename Base::Posted;
+  using Shared = typename Base::Shared;
   static constexpr int kBlockM = Gemm::kBlockM;
   static constexpr int kBlockN = Gemm::kBlockN;
   static constexpr int kOutCols = kBlockN / 2;  // h columns of a Linear1 tile: one 1x128 group per row
   static_assert(kOutCols == fp8::kBlock, "a Linear1 tile's h row is one 1x128 group");
-  static_assert(kBlockM <= Gemm::kConsumerThreads, "one math thread signals each tile row");
-  // Linear2 stages 32 columns a pass (bf16 TileGemmTma: 64): the FP8 ring is 8 KiB larger, and with 64
-  // the CTA would need 230,624 bytes of dynamic shared memory, over the 232,448 per block less the
-  // kernel's 2 KiB of static shared variables.
-  using Epilogue = StagedPasses<Gemm, 32>;
-  using RowTable = typename Base::RowTable;  // a[i]: the row's FP8 codes (as bytes), scales follow (x) or apart (h)
-  using Posted = typename Base::Posted;
-  using Queue = typename Base::Queue;
-  struct Shared {
-    __nv_bfloat16 stage[Epilogue::kStageElems];
-    Queue queue;
-  };
-  static constexpr int kSharedOffset = (Gemm::kSmemBytes + 15) / 16 * 16;
-  static constexpr int kSmemBytes = kSharedOffset + static_cast<int>(sizeof(Shared));
   // 232,448 bytes per block less the kernel's static shared variables (2 KiB: profile, scheduler).
-  static_assert(kSmemBytes + 2048 <= 227 * 1024, "ring + staging + row tables fit one SM");
+  static_assert(Base::kSmemBytes + 2048 <= 227 * 1024, "ring + staging + row tables fit one SM");
   // The h codes are staged in passes of 64 columns (rows of 64 code bytes, padded by 16), in the
   // staging tile.
   static constexpr int kHPassCols = 64;
@@ -59,15 +52,6 @@ struct WarpSpecialisedFp8Tiles {
     const uint8_t* a[Gemm::kProducerRows];
     const float* scale;
   };
-
-  __device__ static Shared& shared(void* smem) { return *reinterpret_cast<Shared*>(static_cast<char*>(smem) + kSharedOffset); }
-  __device__ static ThreadGroup producers() { return Base::producers(); }
-  __device__ static ThreadGroup consumers() { return Base::consumers(); }
-  __device__ static bool is_gemm(Phase p) { return Base::is_gemm(p); }
-  __device__ static void init(void* smem) {
-    if (threadIdx.x == 0) shared(smem).queue.init();
-    Gemm::init(smem);
-  }
 
   __device__ static uint8_t* h_codes(__nv_bfloat16* h) { return reinterpret_cast<uint8_t*>(h); }
   __device__ static float* h_scales(const FusedParams& prm, __nv_bfloat16* h) {
@@ -125,16 +109,7 @@ struct WarpSpecialisedFp8Tiles {
     return !g.sync_or(!loaded);
   }
 
-  // ---- math warpgroups ----
-  template <class Transport>
-  __device__ static bool mainloop(const FusedContext<Transport>& c, const GemmTile& tile, Phase phase, int K,
-                                  typename Gemm::RingPos& ring, void* smem, typename Gemm::Accum& acc,
-                                  const ThreadGroup& g) {
-    const bool ok = Gemm::mainloop(ring, K, smem, acc, c.limit(c.prm->timeout_ns));
-    if (!ok) pipeline_failed(c, phase, tile);
-    return !g.sync_or(!ok);
-  }
-
+  // ---- math warpgroups (the k-loop wrapper and Linear2 are the bf16 tiles') ----
   // The Linear1 tile posted in slot s: FP8 h rows [h_row, h_row + rows), group tile.nblock of each.
   template <class Transport>
   __device__ static void linear1(const FusedContext<Transport>& c, const Posted& posted, Shared& sh, int s,
@@ -143,7 +118,7 @@ struct WarpSpecialisedFp8Tiles {
     const int H = prm.dims.hidden, I = prm.dims.intermediate;
     const GemmTile& tile = posted.task.tile;
     typename Gemm::Accum acc;
-    if (!mainloop(c, tile, Phase::kLinear1, H, ring, smem, acc, g)) return sh.queue.release(s, g);
+    if (!Base::mainloop(c, tile, Phase::kLinear1, H, ring, smem, acc, g)) return sh.queue.release(s, g);
     const int rows = posted.rows;
     const RowTable& t = sh.queue.table[s];
     const float clamp = prm.swiglu_clamp;
@@ -184,22 +159,6 @@ struct WarpSpecialisedFp8Tiles {
     });
     sh.queue.release(s, g);
     if (g.leader()) l1_tile_done(c, tile);
-  }
-
-  // The Linear2 tile posted in slot s: the bf16 tile's epilogue.
-  template <class Transport>
-  __device__ static void linear2(const FusedContext<Transport>& c, const Posted& posted, Shared& sh, int s,
-                                 typename Gemm::RingPos& ring, void* smem, const ThreadGroup& g) {
-    const GemmTile& tile = posted.task.tile;
-    typename Gemm::Accum acc;
-    if (!mainloop(c, tile, Phase::kLinear2, c.prm->dims.intermediate, ring, smem, acc, g)) return sh.queue.release(s, g);
-    const int rows = posted.rows;
-    const RowTable& t = sh.queue.table[s];
-    const int own = g.rank();
-    const int home = own < rows ? t.home[own] : 0, token = own < rows ? t.token[own] : 0;
-    Epilogue::linear2(c, acc, tile, rows, t, sh.stage, g);
-    sh.queue.release(s, g);
-    if (own < rows) signal_home(c, home, token, signal_units(kBlockN));
   }
 };
 
