@@ -174,8 +174,8 @@ void LayerRank::expect_matches_reference(const HostTokens& in, const std::string
   expect_close_to_reference(in, got, what);
 }
 
-void LayerRank::expect_close_to_reference(const HostTokens& in, const std::vector<double>& got,
-                                          const std::string& what) const {
+std::vector<double> LayerRank::expect_close_to_reference(const HostTokens& in, const std::vector<double>& got,
+                                                         const std::string& what) const {
   size_t unwritten = 0;
   for (double v : got) unwritten += std::isnan(v);
   EXPECT_EQ(unwritten, 0u) << what;
@@ -188,6 +188,7 @@ void LayerRank::expect_close_to_reference(const HostTokens& in, const std::vecto
     for (size_t row = 0; row < errs.size(); ++row)
       EXPECT_LE(errs[row], tools::row_tolerance(kTolerance)) << what << ": row " << row << " of " << errs.size();
   }
+  return want;
 }
 
 }  // namespace epfuse::testing

@@ -82,8 +82,10 @@ class LayerRank {
   // e.g. a replayed CUDA graph); poison_y() fills y with bf16 NaN on the stream.
   std::vector<double> output(int num_tokens);
   void poison_y();
-  // Checks rows against the float64 reference (no row unwritten, the overall and per-row bounds).
-  void expect_close_to_reference(const HostTokens& in, const std::vector<double>& got, const std::string& what) const;
+  // Checks rows against the float64 reference (no row unwritten, the overall and per-row bounds);
+  // returns the reference, for callers that report more about it.
+  std::vector<double> expect_close_to_reference(const HostTokens& in, const std::vector<double>& got,
+                                                const std::string& what) const;
   // A forward checked against the float64 reference on every row (and no row left unwritten); an
   // Error from the layer is a test failure, not an exception.
   void expect_matches_reference(const HostTokens& in, const std::string& what);

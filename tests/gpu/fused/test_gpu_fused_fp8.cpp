@@ -22,54 +22,23 @@
 #include "common/check.h"
 #include "common/job.h"
 #include "epfuse/epfuse.h"
+#include "fp8_layer_rank.h"
 #include "layer_rank.h"
 #include "multiprocess.h"
 
 namespace epfuse {
 namespace {
 
-// H = 256 (2 x blocks, one Linear2 n-block), I = 384 (3 h groups: Linear1 n-blocks 0..2, each one h group).
-LayerConfig fp8_config(ScaleFormat scales = ScaleFormat::kFp32, float clamp = 0.0f) {
-  LayerConfig cfg = testing::small_layer_config(384, clamp);
-  cfg.max_tokens_per_rank = 128;
-  cfg.weight_format = WeightFormat::kFp8Block128;
-  cfg.scale_format = scales;
-  return cfg;
-}
+using testing::fp8_layer_config;
 
-class Rank : public testing::LayerRank {
+class Rank : public testing::Fp8LayerRank {
  public:
-  explicit Rank(const LayerConfig& cfg) : LayerRank(Impl::kFused, cfg), cfg_(cfg) {}
+  explicit Rank(const LayerConfig& cfg) : Fp8LayerRank(Impl::kFused, cfg), cfg_(cfg) {}
 
+  // Fp8LayerRank's check, and on a failure the worst rows (diagnose).
   void check(const HostTokens& in, const std::string& what) {
-    std::vector<double> got;
-    try {
-      got = forward(in);
-    } catch (const Error& e) {
-      ADD_FAILURE() << what << ": " << e.what();
-      return;
-    }
-    const int failures_before = ::testing::UnitTest::GetInstance()->current_test_info()->result()->total_part_count();
-    expect_close_to_reference(in, got, what);
-    if (in.num_tokens == 0) return;
-    const std::vector<double> want = reference_forward(cfg_, in, GeneratedExperts(cfg_, testing::kWeightSeed));
-    LayerConfig bf16_cfg = cfg_;
-    bf16_cfg.weight_format = WeightFormat::kBf16;
-    bf16_cfg.scale_format = ScaleFormat::kFp32;
-    const std::vector<double> exact = reference_forward(bf16_cfg, in, GeneratedExperts(bf16_cfg, testing::kWeightSeed));
-    const size_t H = static_cast<size_t>(cfg_.hidden);
-    const std::vector<double> rows = tools::row_errors(want, got, H);
-    double worst = 0.0;
-    size_t worst_row = 0;
-    for (size_t i = 0; i < rows.size(); ++i)
-      if (!(rows[i] <= worst)) worst = rows[i], worst_row = i;
-    std::printf("[fp8 fused] rank %d %s (scales %s): vs FP8 reference %.3e (worst row %zu: %.3e); "
-                "vs bf16 reference %.3e (FP8 reference vs bf16: %.3e)\n",
-                rank(), what.c_str(), std::string(to_string(cfg_.scale_format)).c_str(), relative_error(want, got),
-                worst_row, worst, relative_error(exact, got), relative_error(exact, want));
-    const bool failed = ::testing::UnitTest::GetInstance()->current_test_info()->result()->total_part_count() >
-                        failures_before;
-    if (failed) diagnose(in, got, want, rows, what);
+    const std::optional<Checked> c = Fp8LayerRank::check(in, what);
+    if (c && c->failed) diagnose(in, c->got, c->want, c->row_errors, what);
   }
 
  private:
@@ -121,37 +90,12 @@ class Rank : public testing::LayerRank {
 };
 
 EPFUSE_RANK_TEST(FusedFp8, MatchesReferenceForEveryRoutingAndTokenCount) {
-  for (ScaleFormat scales : {ScaleFormat::kFp32, ScaleFormat::kUe8m0}) {
-    Rank r(fp8_config(scales));
-    uint64_t seed = 300;
-    for (Routing routing :
-         {Routing::kUniform, Routing::kSkewed, Routing::kOneExpert, Routing::kDropped, Routing::kOneRank})
-      for (int count : {0, 1, 7, 128})
-        r.check(r.tokens(count, routing, seed++), std::string(to_string(routing)) + " T=" + std::to_string(count));
-    // Uneven counts across ranks, from a shared seed.
-    for (int call = 0; call < 2; ++call, ++seed) {
-      const int count = make_token_counts(r.world(), 128, seed)[r.rank()];
-      r.check(r.tokens(count, Routing::kUniform, seed), "uneven T=" + std::to_string(count));
-    }
-  }
+  testing::check_every_routing_and_token_count<Rank>();
 }
 
-EPFUSE_RANK_TEST(FusedFp8, ClampMatchesReference) {
-  Rank r(fp8_config(ScaleFormat::kFp32, 0.05f));
-  r.check(r.tokens(64, Routing::kUniform, 11), "clamp 0.05");
-}
+EPFUSE_RANK_TEST(FusedFp8, ClampMatchesReference) { testing::check_clamp<Rank>(); }
 
-// A model-like width: H = 1024 (4 Linear2 n-blocks, 8 x groups), I = 512 (4 h groups), 8 experts, top-2.
-EPFUSE_RANK_TEST(FusedFp8, WiderLayer) {
-  LayerConfig cfg = fp8_config();
-  cfg.hidden = 1024;
-  cfg.intermediate = 512;
-  cfg.num_experts = 8;
-  cfg.topk = 2;
-  Rank r(cfg);
-  r.check(r.tokens(128, Routing::kUniform, 21), "H=1024 I=512 T=128");
-  r.check(r.tokens(7, Routing::kSkewed, 22), "H=1024 I=512 T=7");
-}
+EPFUSE_RANK_TEST(FusedFp8, WiderLayer) { testing::check_wider_layer<Rank>(); }
 
 // Creation with bad FP8 weights: every rank makes the same mistake, so every rank throws its own error.
 void expect_create_fails(const LayerConfig& cfg, const ExpertWeights& weights, ErrorCode code, const std::string& message) {
@@ -165,7 +109,7 @@ void expect_create_fails(const LayerConfig& cfg, const ExpertWeights& weights, E
 }
 
 EPFUSE_RANK_TEST(FusedFp8, CreateChecksTheWeights) {
-  const LayerConfig cfg = fp8_config();
+  const LayerConfig cfg = fp8_layer_config();
   Rank r(cfg);
   const ExpertWeights good = r.weights();
   ExpertWeights w = good;
@@ -190,11 +134,11 @@ EPFUSE_RANK_TEST(FusedFp8, CreateChecksTheWeights) {
 
 // An FP8 layer needs a workspace made for an FP8 capacity (its fp8_x region).
 EPFUSE_RANK_TEST(FusedFp8, RefusedOnBf16Workspace) {
-  LayerConfig capacity = fp8_config();
+  LayerConfig capacity = fp8_layer_config();
   capacity.weight_format = WeightFormat::kBf16;
   std::unique_ptr<Workspace> ws = Workspace::create(testing::comm(), capacity);
   try {
-    testing::LayerRank r(Impl::kFused, fp8_config(), 0, ws.get());
+    testing::LayerRank r(Impl::kFused, fp8_layer_config(), 0, ws.get());
     ADD_FAILURE() << "an FP8 layer on a bf16 workspace was created";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kInvalidConfig) << e.what();
@@ -207,7 +151,7 @@ EPFUSE_RANK_TEST(FusedFp8, RefusedOnBf16Workspace) {
 // (every region addressed by the capacity; FP8 h and x rows in the bf16-sized regions): every call of
 // each checked against its reference.
 EPFUSE_RANK_TEST(FusedFp8, SharesAWorkspaceWithABf16Layer) {
-  const LayerConfig capacity = fp8_config();  // H 256, I 384, E 16, k 4, T 128
+  const LayerConfig capacity = fp8_layer_config();  // H 256, I 384, E 16, k 4, T 128
   LayerConfig small_fp8 = capacity;
   small_fp8.intermediate = 256;
   small_fp8.topk = 2;

@@ -14,91 +14,25 @@
 #include "common/check.h"
 #include "common/job.h"
 #include "epfuse/epfuse.h"
+#include "fp8_layer_rank.h"
 #include "layer_rank.h"
 #include "multiprocess.h"
 
 namespace epfuse {
 namespace {
 
-// H = 256 (2 blocks), I = 384 (3 blocks; w13 has 6 block rows, the w2 scale rows pad 3 k-blocks to 4).
-LayerConfig fp8_config(ScaleFormat scales = ScaleFormat::kFp32, float clamp = 0.0f) {
-  LayerConfig cfg = testing::small_layer_config(384, clamp);
-  cfg.max_tokens_per_rank = 128;
-  cfg.weight_format = WeightFormat::kFp8Block128;
-  cfg.scale_format = scales;
-  return cfg;
-}
+using testing::fp8_layer_config;
 
-class Rank : public testing::LayerRank {
+class Rank : public testing::Fp8LayerRank {
  public:
-  explicit Rank(const LayerConfig& cfg) : LayerRank(Impl::kUnfused, cfg), cfg_(cfg) {}
-
-  // The forward against the FP8 reference (the check of LayerRank), printing the overall and worst-row
-  // errors, and the error against the bf16 reference (the format's own error, for information).
-  void check(const HostTokens& in, const std::string& what) {
-    std::vector<double> got;
-    try {
-      got = forward(in);
-    } catch (const Error& e) {
-      ADD_FAILURE() << what << ": " << e.what();
-      return;
-    }
-    expect_close_to_reference(in, got, what);
-    if (in.num_tokens == 0) return;
-    const std::vector<double> want = reference_forward(cfg_, in, GeneratedExperts(cfg_, testing::kWeightSeed));
-    LayerConfig bf16_cfg = cfg_;
-    bf16_cfg.weight_format = WeightFormat::kBf16;
-    bf16_cfg.scale_format = ScaleFormat::kFp32;
-    const std::vector<double> exact =
-        reference_forward(bf16_cfg, in, GeneratedExperts(bf16_cfg, testing::kWeightSeed));
-    const std::vector<double> rows = tools::row_errors(want, got, static_cast<size_t>(cfg_.hidden));
-    double worst = 0.0;
-    size_t worst_row = 0;
-    for (size_t i = 0; i < rows.size(); ++i)
-      if (!(rows[i] <= worst)) worst = rows[i], worst_row = i;
-    std::printf("[fp8 unfused] rank %d %s (scales %s): vs FP8 reference %.3e (worst row %zu: %.3e); "
-                "vs bf16 reference %.3e (FP8 reference vs bf16: %.3e)\n",
-                rank(), what.c_str(), std::string(to_string(cfg_.scale_format)).c_str(), relative_error(want, got),
-                worst_row, worst, relative_error(exact, got), relative_error(exact, want));
-  }
-
- private:
-  LayerConfig cfg_;
+  explicit Rank(const LayerConfig& cfg) : Fp8LayerRank(Impl::kUnfused, cfg) {}
 };
 
-TEST(UnfusedFp8, MatchesReferenceForEveryRoutingAndTokenCount) {
-  for (ScaleFormat scales : {ScaleFormat::kFp32, ScaleFormat::kUe8m0}) {
-    Rank r(fp8_config(scales));
-    uint64_t seed = 300;
-    for (Routing routing :
-         {Routing::kUniform, Routing::kSkewed, Routing::kOneExpert, Routing::kDropped, Routing::kOneRank})
-      for (int count : {0, 1, 7, 128})
-        r.check(r.tokens(count, routing, seed++), std::string(to_string(routing)) + " T=" + std::to_string(count));
-    // Uneven counts across ranks, from a shared seed.
-    for (int call = 0; call < 2; ++call, ++seed) {
-      const int count = make_token_counts(r.world(), 128, seed)[r.rank()];
-      r.check(r.tokens(count, Routing::kUniform, seed), "uneven T=" + std::to_string(count));
-    }
-  }
-}
+TEST(UnfusedFp8, MatchesReferenceForEveryRoutingAndTokenCount) { testing::check_every_routing_and_token_count<Rank>(); }
 
-TEST(UnfusedFp8, ClampMatchesReference) {
-  Rank r(fp8_config(ScaleFormat::kFp32, 0.05f));
-  r.check(r.tokens(64, Routing::kUniform, 11), "clamp 0.05");
-}
+TEST(UnfusedFp8, ClampMatchesReference) { testing::check_clamp<Rank>(); }
 
-// A model-like width: dsv3's per-expert I = 2048 is too slow for the reference here; H = 1024,
-// I = 512 (k-blocks 8 and 4), 8 experts, top-2.
-TEST(UnfusedFp8, WiderLayer) {
-  LayerConfig cfg = fp8_config();
-  cfg.hidden = 1024;
-  cfg.intermediate = 512;
-  cfg.num_experts = 8;
-  cfg.topk = 2;
-  Rank r(cfg);
-  r.check(r.tokens(128, Routing::kUniform, 21), "H=1024 I=512 T=128");
-  r.check(r.tokens(7, Routing::kSkewed, 22), "H=1024 I=512 T=7");
-}
+TEST(UnfusedFp8, WiderLayer) { testing::check_wider_layer<Rank>(); }
 
 // Creation with FP8 weights whose fields are bad: every rank makes the same mistake, so every rank
 // throws alone (the unfused creation has no collective after the config agreement).
@@ -114,7 +48,7 @@ void expect_create_fails(const LayerConfig& cfg, const ExpertWeights& weights, E
 }
 
 TEST(UnfusedFp8, CreateChecksTheWeights) {
-  const LayerConfig cfg = fp8_config();
+  const LayerConfig cfg = fp8_layer_config();
   Rank r(cfg);
   const std::string who = "rank " + std::to_string(r.rank()) + ": MoeLayer::create: ";
   const ExpertWeights good = r.weights();
@@ -154,7 +88,7 @@ TEST(UnfusedFp8, CreateChecksTheWeights) {
 }
 
 TEST(UnfusedFp8, CreateChecksUe8m0Scales) {
-  const LayerConfig cfg = fp8_config(ScaleFormat::kUe8m0);
+  const LayerConfig cfg = fp8_layer_config(ScaleFormat::kUe8m0);
   Rank r(cfg);
   const ExpertWeights good = r.weights();
   detail::DeviceBuffer copy(static_cast<size_t>(good.w13_scales_count));
@@ -172,7 +106,7 @@ TEST(UnfusedFp8, CreateChecksUe8m0Scales) {
 // The fused layer runs FP8 only where its tile fits (hidden % 256 == 0, intermediate % 128 == 0): it
 // refuses other sizes, naming them.
 TEST(UnfusedFp8, FusedRefusesFp8WhereItsTileDoesNotFit) {
-  LayerConfig cfg = fp8_config();
+  LayerConfig cfg = fp8_layer_config();
   cfg.hidden = 384;
   Rank r(cfg);
   expect_create_fails(cfg, r.weights(), ErrorCode::kUnsupported,
