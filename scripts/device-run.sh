@@ -10,7 +10,7 @@
 # bench-<impls> (impls joined by '_', e.g. bench-unfused_fused), bench-w1 (the fused layer on the
 # per-GPU shapes at world 1; with EPFUSE_BASE_BIN set, that binary's rows too, interleaved, for an A/B),
 # sass (the fused kernels GEMM loops against EPFUSE_BASE_BIN), fp8 (the unfused FP8 chain's GPU tests
-# and world-1 run matrix), fp8-bench (bf16 and FP8 rows on the per-GPU shapes; EPFUSE_PEERS=DIR adds --peers),
+# and world-1 run matrix), fp8-fused (the fused FP8 layer's tests and run matrix), fp8-bench (bf16 and FP8 rows on the per-GPU shapes; EPFUSE_PEERS=DIR adds --peers),
 # ab (a focused A/B of the fused layer against EPFUSE_BASE_BIN; EPFUSE_AB_SHAPE, EPFUSE_AB_ROUNDS).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -60,13 +60,15 @@ for step in "$@"; do
        timeout 120 tools/epfuse run --impl unfused --dtype fp8 --ranks 1 --hidden 2048 --intermediate 768 \
          --experts 32 --topk 8 --tokens 4096 --iters 20 --verify-rows 16 --json "$OUT/run-fp8-qwen3-w1.json" | tail -6
       ) 2>&1 | tee "$OUT/fp8.log" | grep -E "fp8 gemm|fp8 unfused|Test +#|tests passed|tests failed|FAILED|Failed|rror|verified|cuBLASLt" | tail -80 ;;
-    fp8-bench)  # bf16 and FP8 unfused rows (and the fused bf16 ones) on the per-GPU shapes at world 1; the
-      # peers (EPFUSE_PEERS) run once, with the first shape: their other rows follow that table
+    fp8-fused)  # issue 13, the fused FP8 layer: its GPU tests and run matrix, world 1 and the one-GPU worlds
+      ctest -R '(test_gpu_fused_fp8_|run_fused_fp8_)' --timeout 600 --output-on-failure 2>&1 | tee "$OUT/fp8-fused.log" | grep -E "Test +#|tests passed|tests failed|FAILED|Failed|Timeout" | tail -60 ;;
+    fp8-bench)  # bf16 and FP8 rows of EPFUSE_FP8_IMPLS (default unfused,fused) on the per-GPU shapes at world 1;
+      # the peers (EPFUSE_PEERS) run once, with the first shape: their other rows follow that table
       peers=${EPFUSE_PEERS:-}
-      for shape in "dsv3 7168 2048 64 8 128,4096" "qwen3 2048 768 32 8 128,4096,16384" "mixtral 4096 14336 2 2 4096"; do
+      for shape in "dsv3 7168 2048 64 8 128,1024,4096" "qwen3 2048 768 32 8 128,4096,16384" "mixtral 4096 14336 2 2 4096"; do
         set -- $shape
-        timeout $([ -n "$peers" ] && echo 560 || echo 300) tools/epfuse bench --impl unfused,fused --dtype bf16,fp8 --ranks 1 --torch off \
-          --ceilings gemm=790,hbm=4250,nvlink=350 --hidden $2 --intermediate $3 --experts $4 --topk $5 --tokens $6 \
+        timeout $([ -n "$peers" ] && echo 560 || echo 300) tools/epfuse bench --impl ${EPFUSE_FP8_IMPLS:-unfused,fused} --dtype bf16,fp8 --ranks 1 --torch off \
+          --ceilings gemm=790,hbm=4250,nvlink=350,fp8=1447 --hidden $2 --intermediate $3 --experts $4 --topk $5 --tokens $6 \
           ${peers:+--peers $peers} --json "$OUT/bench-fp8-$1.json" 2>&1 | tail -40
         peers=
       done 2>&1 | tee "$OUT/fp8-bench.log" ;;

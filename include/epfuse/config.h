@@ -34,9 +34,8 @@ inline constexpr int kMaxTopk = 16;
 //     for it (its quantise kernels use the partial group, and with I % 128 != 0 it runs the gate and up
 //     halves of Linear1 as two GEMMs so no cuBLASLt block straddles them) but it is untested there.
 //     The unfused layer runs this format (cuBLASLt block-scaled FP8 GEMMs, src/unfused/fp8_gemm.h);
-//     the fused layer runs it where hidden % 256 == 0 and intermediate % 128 == 0, at world 1 only
-//     until its multi-rank path has run on a GPU (one FP8 kernel, docs/fused_design.md "FP8"), and
-//     refuses other sizes and worlds with Error(kUnsupported).
+//     the fused layer runs it where hidden % 256 == 0 and intermediate % 128 == 0 (one FP8 kernel,
+//     docs/fused_design.md "FP8") and refuses other sizes with Error(kUnsupported).
 enum class WeightFormat { kBf16, kFp8Block128 };
 // How an FP8 scale is represented: kFp32 (amax / 448) or kUe8m0 (amax / 448 rounded up to a power
 // of two, an 8-bit exponent, as newer checkpoints use). Only meaningful with FP8 weights.

@@ -31,17 +31,10 @@ namespace {
 
 // Called after the agreement, so every rank refuses together (the configs are equal by then). The
 // unfused layer runs FP8 weights (cuBLASLt block-scaled GEMMs) at every valid size; the fused kernel's
-// FP8 tile (128 x 256, k-block 128) only where hidden % 256 == 0 and intermediate % 128 == 0, and, until
-// its multi-rank path (FP8 dispatch to peers) has passed on a GPU, only at world 1.
+// FP8 tile (128 x 256, k-block 128) only where hidden % 256 == 0 and intermediate % 128 == 0.
 void refuse_fp8_until_implemented(const Communicator& comm, const LayerConfig& cfg, Impl impl) {
   if (cfg.weight_format == WeightFormat::kBf16 || impl == Impl::kUnfused) return;
-  if (cfg.hidden % 256 == 0 && cfg.intermediate % 128 == 0) {
-    if (comm.world_size() == 1) return;
-    throw Error(ErrorCode::kUnsupported,
-                "rank " + std::to_string(comm.rank()) + ": FP8 weights in the " + std::string(to_string(impl)) +
-                    " layer run at world 1 only so far (world " + std::to_string(comm.world_size()) +
-                    "): its multi-rank path has not run on a GPU yet; the unfused layer runs them at any world");
-  }
+  if (cfg.hidden % 256 == 0 && cfg.intermediate % 128 == 0) return;
   throw Error(ErrorCode::kUnsupported, "rank " + std::to_string(comm.rank()) + ": FP8 weights (weight_format=" +
                                            std::string(to_string(cfg.weight_format)) + ") in the " +
                                            std::string(to_string(impl)) +

@@ -319,29 +319,5 @@ TEST(Agreement, FusedCreationRefusesFp8OnlyWhereTheTileDoesNotFit) {
   }
 }
 
-// Where the FP8 tile fits, the fused creations still refuse FP8 above world 1 (its multi-rank path has
-// not run on a GPU yet), naming the world and the unfused alternative.
-TEST(Agreement, FusedCreationRefusesFp8AboveWorldOne) {
-  for (const Creation& c : collective_creations()) {
-    if (c.impl == Impl::kUnfused) continue;
-    SCOPED_TRACE(c.what);
-    const auto outcomes = agree(
-        2,
-        [&](int, LayerConfig& cfg, Impl& impl) {
-          impl = c.impl;
-          cfg.weight_format = WeightFormat::kFp8Block128;
-          cfg.hidden = 256;
-        },
-        c.create);
-    for (size_t r = 0; r < outcomes.size(); ++r) {
-      ASSERT_TRUE(outcomes[r].thrown);
-      EXPECT_EQ(outcomes[r].code, ErrorCode::kUnsupported);
-      EXPECT_EQ(outcomes[r].what, "rank " + std::to_string(r) + ": FP8 weights in the " + std::string(to_string(c.impl)) +
-                                      " layer run at world 1 only so far (world 2): its multi-rank path has not run "
-                                      "on a GPU yet; the unfused layer runs them at any world");
-    }
-  }
-}
-
 }  // namespace
 }  // namespace epfuse

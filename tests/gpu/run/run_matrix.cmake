@@ -87,12 +87,14 @@ function(epfuse_add_one_gpu_run_matrix impl)
     --hidden 256 --intermediate 256 --experts 64 --topk 8 --ranks 16 --tokens 64 --iters 200 --vary --verify-every 10)
 endfunction()
 
-# epfuse_add_fp8_run_matrix(<impl> [WORLDS <n>...]): `epfuse run --dtype fp8` against the FP8 float64
-# reference, as ctest entries run_<impl>_fp8_<case>: every routing and T in {0, 1, 7, 128} at each world
-# (default 1, 2, 4; skipped where the machine has fewer GPUs), uneven T at world 2, UE8M0 scales, the
-# clamp, the model shapes at world 1 (sampled rows), and consecutive calls with fresh routing.
+# epfuse_add_fp8_run_matrix(<impl> [WORLDS <n>...] [ONE_GPU_WORLDS <n>...]): `epfuse run --dtype fp8`
+# against the FP8 float64 reference, as ctest entries run_<impl>_fp8_<case>: every routing and T in
+# {0, 1, 7, 128} at each world (default 1, 2, 4; skipped where the machine has fewer GPUs), uneven T at
+# world 2, UE8M0 scales, the clamp, the model shapes at world 1 (sampled rows), and consecutive calls with
+# fresh routing; at each one-GPU world (run_<impl>_fp8_onegpu_w<n>_<case>, every rank on one GPU) every
+# routing and T, uneven T, the clamp, one model shape and consecutive calls.
 function(epfuse_add_fp8_run_matrix impl)
-  cmake_parse_arguments(ARG "" "" "WORLDS" ${ARGN})
+  cmake_parse_arguments(ARG "" "" "WORLDS;ONE_GPU_WORLDS" ${ARGN})
   if(NOT ARG_WORLDS)
     set(ARG_WORLDS 1 2 4)
   endif()
@@ -115,6 +117,27 @@ function(epfuse_add_fp8_run_matrix impl)
   endforeach()
   epfuse_add_run_test(${impl} fp8_w1_vary50 300
     ${small} --ranks 1 --tokens 128 --iters 50 --vary --verify-every 10 --verify-rows 16)
+  set(uneven_2 128,0)
+  set(uneven_4 128,0,7,1)
+  set(uneven_8 128,0,7,1,96,33,0,5)
+  set(model_2 qwen3-30b)
+  set(model_4 dsv3)
+  set(model_8 mixtral)
+  foreach(world IN LISTS ARG_ONE_GPU_WORLDS)
+    set(case fp8_onegpu_w${world})
+    foreach(routing uniform skewed one-expert dropped one-rank)
+      foreach(tokens 0 1 7 128)
+        epfuse_add_run_test(${impl} ${case}_${routing}_t${tokens} 120 --one-gpu
+          ${small} --ranks ${world} --routing ${routing} --tokens ${tokens} --seed ${world}${tokens})
+      endforeach()
+    endforeach()
+    epfuse_add_run_test(${impl} ${case}_uneven 120 --one-gpu ${small} --ranks ${world} --tokens ${uneven_${world}})
+    epfuse_add_run_test(${impl} ${case}_clamp 120 --one-gpu ${small} --clamp 0.25 --ranks ${world} --tokens ${uneven_${world}})
+    epfuse_add_run_test(${impl} ${case}_${model_${world}} 600 --one-gpu
+      --model ${model_${world}} --dtype fp8 --ranks ${world} --tokens 128 --verify-rows 8)
+    epfuse_add_run_test(${impl} ${case}_vary50 300 --one-gpu
+      ${small} --ranks ${world} --tokens 128 --iters 50 --vary --verify-every 10 --verify-rows 16)
+  endforeach()
 endfunction()
 
 # epfuse_add_fault_run_tests(<impl>): `epfuse run` with EPFUSE_FAULT (src/fused/fault.h) making the last
