@@ -11,7 +11,8 @@
 # per-GPU shapes at world 1; with EPFUSE_BASE_BIN set, that binary's rows too, interleaved, for an A/B),
 # sass (the fused kernels GEMM loops against EPFUSE_BASE_BIN), fp8 (the unfused FP8 chain's GPU tests
 # and world-1 run matrix), fp8-fused (the fused FP8 layer's tests and run matrix), fp8-bench (bf16 and FP8 rows on the per-GPU shapes; EPFUSE_PEERS=DIR adds --peers),
-# ab (a focused A/B of the fused layer against EPFUSE_BASE_BIN; EPFUSE_AB_SHAPE, EPFUSE_AB_ROUNDS).
+# ab (a focused A/B of the fused layer against EPFUSE_BASE_BIN; EPFUSE_AB_SHAPE, EPFUSE_AB_ROUNDS, EPFUSE_AB_ARGS
+# e.g. --dtype fp8).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -78,7 +79,7 @@ for step in "$@"; do
       for round in $(seq 1 "${EPFUSE_AB_ROUNDS:-3}"); do for tag in base new; do
         bin=$([ $tag = new ] && echo tools/epfuse || echo "$EPFUSE_BASE_BIN")
         timeout 120 $bin bench --impl fused --ranks 1 --torch off --ceilings gemm=790,hbm=4250,nvlink=350 --hidden $h \
-          --intermediate $i --experts $e --topk $k --tokens $t --json "$OUT/ab-$tag-r$round.json" 2>&1 | grep -E " fused |rror" | sed "s/^/$tag r$round: /"
+          --intermediate $i --experts $e --topk $k --tokens $t ${EPFUSE_AB_ARGS:-} --json "$OUT/ab-$tag-$h-r$round.json" 2>&1 | grep -E " fused |rror" | sed "s/^/$tag r$round: /"
       done; done 2>&1 | tee "$OUT/ab.log" ;;
     sass)  # the LSA kernels' SASS against the base binary's (scripts/sass_compare.py)
       cuobjdump -sass tools/epfuse > "$OUT/sass-new.txt" && cuobjdump -sass "$EPFUSE_BASE_BIN" > "$OUT/sass-base.txt" &&

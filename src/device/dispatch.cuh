@@ -16,7 +16,7 @@ namespace epfuse::device {
 
 // Task: dispatch tokens [b * kDispatchTokens, ...). smem: 2 * E u32.
 // kFp8 (weight_format fp8-block128): each row is quantised on the way (one warp per row,
-// warp_quantize_group per 1x128 group) and sent as an FP8 x row (regions.h: codes, then scales); this
+// warp_quantize_row) and sent as an FP8 x row (regions.h: codes, then scales); this
 // rank's own rows are quantised into the private fp8_x region (row = token), which its Linear1 tiles
 // read instead of x. The entries and arrival adds are the bf16 ones, so the release add that follows
 // the block's stores also publishes the fp8_x rows to this GPU's other CTAs.
@@ -34,11 +34,13 @@ __device__ void dispatch_task(const FusedContext<Transport>& c, int block, int l
   __syncthreads();
 
   const int t0 = block * kDispatchTokens;
-  const int pairs = min(kDispatchTokens, prm.num_tokens - t0) * k;
-  // Rows: one warp per (token, owning slot) of a remote receiver.
+  const int tokens = min(kDispatchTokens, prm.num_tokens - t0), pairs = tokens * k;
+  // Rows: one warp per (token, owning slot) of a remote receiver. Slot-major, so that the rows of
+  // consecutive warps belong to different tokens: a token's first owning slot is often its slot 0
+  // (always, at world 1), and token-major pairs would give those rows to every k-th warp only.
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
   for (int q = warp; q < pairs; q += warps) {
-    const int t = t0 + q / k, j = q % k;
+    const int t = t0 + q % tokens, j = q / tokens;
     const int32_t* idx = prm.topk_idx + static_cast<int64_t>(t) * k;
     if (first_slot_for_rank(idx, j, E, L) != j) continue;
     const int dst = expert_rank(idx[j], L);
@@ -47,12 +49,8 @@ __device__ void dispatch_task(const FusedContext<Transport>& c, int block, int l
                        ? reinterpret_cast<uint8_t*>(prm.workspace + prm.fp8.x_offset) + t * fp8_x_row_bytes(H)
                        : peer_ptr<uint8_t>(c, dst, recv_row_offset(prm.sym, prm.capacity, c.parity, dst, prm.rank,
                                                                    c.pair_row[static_cast<int64_t>(t) * k + j]));
-      float* scales = reinterpret_cast<float*>(q + fp8_x_scale_offset(H));
-      const __nv_bfloat16* x = prm.x + static_cast<int64_t>(t) * H;
-      for (int g = 0; g < H / fp8::kBlock; ++g) {
-        const float s = warp_quantize_group(x + g * fp8::kBlock, fp8::kBlock, q + g * fp8::kBlock, prm.fp8.scale_format);
-        if (lane == 0) scales[g] = s;
-      }
+      warp_quantize_row(prm.x + static_cast<int64_t>(t) * H, H, q, reinterpret_cast<float*>(q + fp8_x_scale_offset(H)),
+                        prm.fp8.scale_format);
       continue;
     }
     if (dst == prm.rank) continue;

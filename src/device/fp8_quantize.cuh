@@ -11,6 +11,7 @@
 
 #include "common/fp8.h"
 #include "device/gemm_maps_wgmma.h"
+#include "device/ptx.cuh"
 
 namespace epfuse::device {
 
@@ -42,6 +43,52 @@ __device__ __forceinline__ float warp_quantize_group(const __nv_bfloat16* x, int
     *reinterpret_cast<uint32_t*>(q + 4 * lane) = static_cast<uint32_t>(c01) | (static_cast<uint32_t>(c23) << 16);
   }
   return scale;
+}
+
+// A warp quantises a row of n bf16 elements (n % 64 == 0): codes to q, the scale of group g to
+// scales[g]. Two groups per step (a half-warp each, 16-byte loads), kUnroll steps' loads issued before
+// any is reduced: one group at a time would wait a load and a reduction per 128 elements. x 16-byte,
+// q 8-byte aligned. A last group of 128 or 64 elements goes through warp_quantize_group.
+__device__ __forceinline__ void warp_quantize_row(const __nv_bfloat16* x, int n, uint8_t* q, float* scales,
+                                                  ScaleFormat format) {
+  constexpr int kStep = 2 * fp8::kBlock, kUnroll = 8;
+  const int lane = threadIdx.x % 32, steps = n / kStep;
+  for (int s0 = 0; s0 < steps; s0 += kUnroll) {
+    int4 raw[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      raw[u] = s0 + u < steps ? ptx::ld_nc_na_v4(x + (s0 + u) * kStep + 8 * lane) : make_int4(0, 0, 0, 0);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      if (s0 + u >= steps) break;
+      const __nv_bfloat162* pair = reinterpret_cast<const __nv_bfloat162*>(&raw[u]);
+      float v[8];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) v[2 * i] = __low2float(pair[i]), v[2 * i + 1] = __high2float(pair[i]);
+      float amax = 0.0f;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(v[i]));
+#pragma unroll
+      for (int offset = 8; offset > 0; offset /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
+      const float scale = fp8::group_scale(amax, format);
+      const float inv = __frcp_rn(scale);
+      uint32_t word[2];
+#pragma unroll
+      for (int w = 0; w < 2; ++w) {
+        const __nv_fp8x2_storage_t lo = __nv_cvt_float2_to_fp8x2(make_float2(v[4 * w] * inv, v[4 * w + 1] * inv),
+                                                                 __NV_SATFINITE, __NV_E4M3);
+        const __nv_fp8x2_storage_t hi = __nv_cvt_float2_to_fp8x2(
+            make_float2(v[4 * w + 2] * inv, v[4 * w + 3] * inv), __NV_SATFINITE, __NV_E4M3);
+        word[w] = static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
+      }
+      *reinterpret_cast<uint2*>(q + (s0 + u) * kStep + 8 * lane) = make_uint2(word[0], word[1]);
+      if (lane % 16 == 0) scales[2 * (s0 + u) + lane / 16] = scale;
+    }
+  }
+  for (int g = 2 * steps; g < fp8::num_blocks(n); ++g) {
+    const float scale = warp_quantize_group(x + g * fp8::kBlock, fp8::block_extent(n, g), q + g * fp8::kBlock, format);
+    if (lane == 0) scales[g] = scale;
+  }
 }
 
 // Linear1's h in the epilogue of a warpgroup's 64 x 128 outputs (one 1x128 group per row): value i of

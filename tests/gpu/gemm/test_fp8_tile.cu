@@ -155,15 +155,11 @@ bool run_case(int K, uint64_t seed) {
   return ok;
 }
 
-// One warp per row: every 1x128 group of the row, codes into q [rows, n], scales into s [rows, ceil(n/128)].
+// One warp per row (dispatch's warp_quantize_row): codes into q [rows, n], scales into s [rows, ceil(n/128)].
 __global__ void quantize_rows_kernel(const __nv_bfloat16* x, int n, uint8_t* q, float* s,
                                      epfuse::ScaleFormat format) {
-  const int row = blockIdx.x, groups = epfuse::fp8::num_blocks(n);
-  for (int g = 0; g < groups; ++g) {
-    const size_t at = static_cast<size_t>(row) * n + g * epfuse::fp8::kBlock;
-    const float scale = dev::warp_quantize_group(x + at, epfuse::fp8::block_extent(n, g), q + at, format);
-    if (threadIdx.x == 0) s[row * groups + g] = scale;
-  }
+  const size_t row = blockIdx.x;
+  dev::warp_quantize_row(x + row * n, n, q + row * n, s + row * epfuse::fp8::num_blocks(n), format);
 }
 
 bool run_quantize_case(int rows, int n, epfuse::ScaleFormat format, uint64_t seed) {
@@ -270,7 +266,7 @@ int main(int argc, char** argv) {
   bool ok = true;
   try {
     for (int K : {128, 512, 2880, 7168}) ok = run_case(K, seed + K) && ok;
-    for (int n : {128, 2880, 7168})
+    for (int n : {128, 384, 1280, 2048, 2880, 7168})  // tails of 0, 64 and 128, unroll remainders
       for (epfuse::ScaleFormat f : {epfuse::ScaleFormat::kFp32, epfuse::ScaleFormat::kUe8m0})
         ok = run_quantize_case(50, n, f, seed + n) && ok;
     for (epfuse::ScaleFormat f : {epfuse::ScaleFormat::kFp32, epfuse::ScaleFormat::kUe8m0})
