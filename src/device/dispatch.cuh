@@ -35,12 +35,11 @@ __device__ void dispatch_task(const FusedContext<Transport>& c, int block, int l
 
   const int t0 = block * kDispatchTokens;
   const int tokens = min(kDispatchTokens, prm.num_tokens - t0), pairs = tokens * k;
-  // Rows: one warp per (token, owning slot) of a remote receiver. Slot-major, so that the rows of
-  // consecutive warps belong to different tokens: a token's first owning slot is often its slot 0
-  // (always, at world 1), and token-major pairs would give those rows to every k-th warp only.
+  // Rows: one warp per (token, owning slot) of a remote receiver, items in dispatch_item's order.
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
   for (int q = warp; q < pairs; q += warps) {
-    const int t = t0 + q % tokens, j = q / tokens;
+    const DispatchItem item = dispatch_item(q, tokens);
+    const int t = t0 + item.token, j = item.slot;
     const int32_t* idx = prm.topk_idx + static_cast<int64_t>(t) * k;
     if (first_slot_for_rank(idx, j, E, L) != j) continue;
     const int dst = expert_rank(idx[j], L);

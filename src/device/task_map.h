@@ -23,6 +23,16 @@ inline constexpr int kLayoutTokens = 64;
 inline constexpr int kDispatchTokens = 8;
 inline constexpr int kCombineTokens = 8;  // one warp per token
 
+// The dispatch task's row items: item q (< tokens x k) of a task of `tokens` tokens is slot q / tokens
+// of its token q % tokens. Slot-major, so that consecutive items (one per warp) belong to different
+// tokens: a token's row travels with its first owning slot (first_slot_for_rank), often slot 0 (always
+// at world 1), and token-major items would give those rows to every k-th warp only.
+struct DispatchItem {
+  int token;  // within the task
+  int slot;
+};
+EPFUSE_HD DispatchItem dispatch_item(int q, int tokens) { return {q % tokens, q / tokens}; }
+
 enum class Phase : int { kLayout, kPublish, kDispatch, kCollect, kLinear1, kLinear2, kCombine, kDone };
 
 EPFUSE_HD int ceil_div(int a, int b) { return (a + b - 1) / b; }

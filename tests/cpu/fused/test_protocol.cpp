@@ -164,6 +164,32 @@ TEST(FusedTaskMap, DecodeCoversEveryTaskOnce) {
   }
 }
 
+// The dispatch task's row items (dispatch_item): every (token, slot) pair of a task exactly once; and
+// at world 1, where every token's row travels with slot 0, a full task's rows land on as many distinct
+// warps as there are rows (items go to warps round-robin: item q on warp q % warps). Token-major items
+// put them on 3 warps of 12 at top-8.
+TEST(FusedDispatch, ItemsCoverEveryPairOnceAndSpreadRowsOverWarps) {
+  for (int tokens : {1, 3, kDispatchTokens})
+    for (int k : {1, 2, 8}) {
+      std::set<std::pair<int, int>> seen;
+      for (int q = 0; q < tokens * k; ++q) {
+        const DispatchItem item = dispatch_item(q, tokens);
+        ASSERT_GE(item.token, 0);
+        ASSERT_LT(item.token, tokens);
+        ASSERT_GE(item.slot, 0);
+        ASSERT_LT(item.slot, k);
+        EXPECT_TRUE(seen.insert({item.token, item.slot}).second) << "tokens " << tokens << " k " << k << " q " << q;
+      }
+      EXPECT_EQ(static_cast<int>(seen.size()), tokens * k);
+    }
+  for (int warps : {4, 12}) {  // 12: the warp-specialised kernels' 384 threads
+    std::set<int> row_warps;
+    for (int q = 0; q < kDispatchTokens * 8; ++q)
+      if (dispatch_item(q, kDispatchTokens).slot == 0) row_warps.insert(q % warps);
+    EXPECT_EQ(static_cast<int>(row_warps.size()), std::min(kDispatchTokens, warps)) << warps << " warps";
+  }
+}
+
 // The schedule's promises (task_map.h): a bijection onto the tiles, n-block major within a segment,
 // every Linear2 tile after all Linear1 tiles of its expert, Linear2 segments in expert order, each at
 // least `lag` tasks past the end of its Linear1 or after the last Linear1 segment.
