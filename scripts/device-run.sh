@@ -10,7 +10,8 @@
 # bench-<impls> (impls joined by '_', e.g. bench-unfused_fused), bench-w1 (the fused layer on the
 # per-GPU shapes at world 1; with EPFUSE_BASE_BIN set, that binary's rows too, interleaved, for an A/B),
 # sass (the fused kernels GEMM loops against EPFUSE_BASE_BIN), fp8 (the unfused FP8 chain's GPU tests
-# and world-1 run matrix), fp8-fused (the fused FP8 layer's tests and run matrix), fp8-bench (bf16 and FP8 rows on the per-GPU shapes; EPFUSE_PEERS=DIR adds --peers),
+# and world-1 run matrix), fp8-fused (the fused FP8 layer's tests and run matrix), profile-fp8 (ncu on the
+# fused FP8 kernel and the FP8 tile alone), fp8-bench (bf16 and FP8 rows on the per-GPU shapes; EPFUSE_PEERS=DIR adds --peers),
 # ab (a focused A/B of the fused layer against EPFUSE_BASE_BIN; EPFUSE_AB_SHAPE, EPFUSE_AB_ROUNDS, EPFUSE_AB_ARGS
 # e.g. --dtype fp8).
 set -uo pipefail
@@ -73,6 +74,14 @@ for step in "$@"; do
           ${peers:+--peers $peers} --json "$OUT/bench-fp8-$1.json" 2>&1 | tail -40
         peers=
       done 2>&1 | tee "$OUT/fp8-bench.log" ;;
+    profile-fp8)  # ncu on the fused FP8 kernel (dsv3 T=4096, world 1) and on the FP8 tile alone: tensor-pipe
+      # activity, warp stall reasons, shared-memory traffic (one launch each; the kernel runs slowly under ncu)
+      ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu); [ -x "$ncu" ] || { echo "no ncu on this machine"; continue; }
+      sections="--section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis"
+      timeout 240 "$ncu" $sections -k regex:fused_moe_kernel --launch-skip 3 --launch-count 1 tools/epfuse run --impl fused \
+        --dtype fp8 --model dsv3 --ranks 1 --tokens 4096 --iters 5 --verify-rows 2 > "$OUT/ncu-fused-fp8.txt" 2>&1; echo "exit $?"
+      timeout 120 "$ncu" $sections -k regex:fp8_tma_tile_kernel --launch-skip 6 --launch-count 1 tests/gpu/gemm/test_fp8_tma_tile > "$OUT/ncu-fp8-tile.txt" 2>&1; echo "exit $?"
+      grep -E "Tensor|Stall|Issue Slot|Shared|Throughput|Duration|Registers" "$OUT"/ncu-*.txt | head -60 ;;
     ab)  # A/B of the fused layer against EPFUSE_BASE_BIN on $EPFUSE_AB_SHAPE (default dsv3 at T = 1024, 4096),
       # EPFUSE_AB_ROUNDS rounds (default 3), the base first in each: the spread between rounds is the noise
       read -r h i e k t <<<"${EPFUSE_AB_SHAPE:-7168 2048 64 8 1024,4096}"
