@@ -115,7 +115,10 @@ for step in "$@"; do
           --tokens random --max-tokens 256 --routing dropped --iters 1000 --vary --verify-every 100 2>&1 | tail -3
       done; done 2>&1 | tee "$OUT/vary1000.log" ;;
     bench-*) impls=${step#bench-}  # e.g. bench-unfused_fused (no "+": $OUT names allow only [A-Za-z0-9._-])
-      timeout 560 tools/epfuse bench --configs facts --impl "${impls//_/,}" --ranks 4 --json "$OUT/bench-$impls.json" 2>&1 | tee "$OUT/bench-$impls.log" | tail -30 ;;
+      # the FACTS configurations over EPFUSE_RANKS GPUs (default 4); EPFUSE_BENCH_ARGS adds flags (e.g.
+      # "--dtype bf16,fp8"); EPFUSE_PEERS=DIR adds DeepGEMM and MegaMoE on as many GPUs (--peers)
+      timeout 560 tools/epfuse bench --configs facts --impl "${impls//_/,}" --ranks "${EPFUSE_RANKS:-4}" ${EPFUSE_BENCH_ARGS:-} \
+        ${EPFUSE_PEERS:+--peers "$EPFUSE_PEERS"} --json "$OUT/bench-$impls.json" 2>&1 | tee "$OUT/bench-$impls.log" | tail -30 ;;
     *) echo "unknown step $step" ;;
   esac
 done
