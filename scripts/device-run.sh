@@ -11,7 +11,7 @@
 # per-GPU shapes at world 1; with EPFUSE_BASE_BIN set, that binary's rows too, interleaved, for an A/B),
 # sass (the fused kernels GEMM loops against EPFUSE_BASE_BIN), fp8 (the unfused FP8 chain's GPU tests
 # and world-1 run matrix), fp8-fused (the fused FP8 layer's tests and run matrix), profile-fp8 (ncu on the
-# fused FP8 kernel and the FP8 tile alone), fp8-bench (bf16 and FP8 rows on the per-GPU shapes; EPFUSE_PEERS=DIR adds --peers),
+# fused FP8 kernel and the FP8 tile alone), pytest (tests/python on the GPU), fp8-bench (bf16 and FP8 rows on the per-GPU shapes; EPFUSE_PEERS=DIR adds --peers),
 # ab (a focused A/B of the fused layer against EPFUSE_BASE_BIN; EPFUSE_AB_SHAPE, EPFUSE_AB_ROUNDS, EPFUSE_AB_ARGS
 # e.g. --dtype fp8).
 set -uo pipefail
@@ -82,6 +82,9 @@ for step in "$@"; do
         --dtype fp8 --model dsv3 --ranks 1 --tokens 4096 --iters 5 --verify-rows 2 > "$OUT/ncu-fused-fp8.txt" 2>&1; echo "exit $?"
       timeout 120 "$ncu" $sections -k regex:fp8_tma_tile_kernel --launch-skip 6 --launch-count 1 tests/gpu/gemm/test_fp8_tma_tile > "$OUT/ncu-fp8-tile.txt" 2>&1; echo "exit $?"
       grep -E "Tensor|Stall|Issue Slot|Shared|Throughput|Duration|Registers" "$OUT"/ncu-*.txt | head -60 ;;
+    pytest)  # the Python package's tests on this GPU (EPFUSE_PYTEST_ARGS, e.g. "-k fp8"), the carried libepfuse_c.so
+      (cd "$repo" && EPFUSE_LIB="$repo/.carry/build/src/capi/libepfuse_c.so" PYTHONPATH=python EPFUSE_TORCH_RESULTS="$OUT/torch.json" \
+        timeout 400 python3 -m pytest tests/python -q -rs -p no:logging -p no:cacheprovider ${EPFUSE_PYTEST_ARGS:-}) 2>&1 | tee "$OUT/pytest.log" | tail -25 ;;
     ab)  # A/B of the fused layer against EPFUSE_BASE_BIN on $EPFUSE_AB_SHAPE (default dsv3 at T = 1024, 4096),
       # EPFUSE_AB_ROUNDS rounds (default 3), the base first in each: the spread between rounds is the noise
       read -r h i e k t <<<"${EPFUSE_AB_SHAPE:-7168 2048 64 8 1024,4096}"
