@@ -124,15 +124,29 @@ struct TileGemmTma {
     return true;
   }
 
-  // Math thread (threads kProducerThreads..): acc = the tile's product over K. False (in this thread)
-  // when a wait for a stage ran out; the caller makes that group-uniform.
-  __device__ static bool mainloop(RingPos& pos, int K, void* smem, Accum& acc, const WaitLimit& limit) {
+  // What a math thread's k-loop starts from (this tile's and the FP8 tile's): its index among the math
+  // threads, the shared-memory base, and the descriptors of stage 0's A rows of its warpgroup and of B.
+  struct MathStart {
+    int ct;
+    uint32_t base;
+    uint64_t desc_a0;
+    uint64_t desc_b0;
+  };
+  // Zeroes acc and returns the start of this math thread's k-loop.
+  __device__ static MathStart start_math(void* smem, Accum& acc) {
     const int ct = static_cast<int>(threadIdx.x) - kProducerThreads;
     const uint32_t base = ptx::smem_u32(smem);
 #pragma unroll
     for (int i = 0; i < kBlockN / 2; ++i) acc.v[i] = 0.0f;
-    const uint64_t desc_a0 = make_sw128_kmajor_desc(stage_a(base, 0) + static_cast<uint32_t>((ct / 128) * kWgmmaM * kSw128RowBytes));
-    const uint64_t desc_b0 = make_sw128_kmajor_desc(stage_b(base, 0));
+    return {ct, base,
+            make_sw128_kmajor_desc(stage_a(base, 0) + static_cast<uint32_t>((ct / 128) * kWgmmaM * kSw128RowBytes)),
+            make_sw128_kmajor_desc(stage_b(base, 0))};
+  }
+
+  // Math thread (threads kProducerThreads..): acc = the tile's product over K. False (in this thread)
+  // when a wait for a stage ran out; the caller makes that group-uniform.
+  __device__ static bool mainloop(RingPos& pos, int K, void* smem, Accum& acc, const WaitLimit& limit) {
+    const auto [ct, base, desc_a0, desc_b0] = start_math(smem, acc);
     const int num_k_blocks = K / kBlockK;
     bool ok = true;
     int held = -1;  // the stage whose MMAs may still be running

@@ -165,14 +165,9 @@ struct TileGemmTmaFp8 {
   // Math thread (threads kProducerThreads..): acc = the tile's product over K (supports_k). False (in
   // this thread) when a wait for a stage ran out; the caller makes that group-uniform.
   __device__ static bool mainloop(RingPos& pos, int K, void* smem, Accum& acc, const WaitLimit& limit) {
-    const int ct = static_cast<int>(threadIdx.x) - kProducerThreads;
-    const uint32_t base = ptx::smem_u32(smem);
-#pragma unroll
-    for (int i = 0; i < kBlockN / 2; ++i) acc.v[i] = 0.0f;
+    const auto [ct, base, desc_a0, desc_b0] = Bf16::start_math(smem, acc);
     float scratch[kBlockN / 4];
     const int group_row0 = (ct / 128) * kWgmmaM;
-    const uint64_t desc_a0 = make_sw128_kmajor_desc(stage_a(base, 0) + static_cast<uint32_t>(group_row0 * kSw128RowBytes));
-    const uint64_t desc_b0 = make_sw128_kmajor_desc(stage_b(base, 0));
     // This thread's accumulator rows (wgmma_c_coord: r and r + 8) within the tile: their scale groups.
     const int row = group_row0 + wgmma_c_coord(ct % 128, 0).row;
     const uint32_t scale_a0 = stage_scale_a(base, 0) + static_cast<uint32_t>(row * 16);
