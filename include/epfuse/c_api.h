@@ -20,7 +20,7 @@
 extern "C" {
 #endif
 
-#define EPFUSE_C_API_VERSION 1
+#define EPFUSE_C_API_VERSION 2
 
 #if defined(__GNUC__)
 #define EPFUSE_C_EXPORT __attribute__((visibility("default")))
@@ -45,8 +45,19 @@ typedef struct epfuse_comm epfuse_comm;
 typedef struct epfuse_workspace epfuse_workspace;
 typedef struct epfuse_layer epfuse_layer;
 
+/* epfuse_layer_config.weight_format and .scale_format (epfuse::WeightFormat, epfuse::ScaleFormat). */
+enum {
+  EPFUSE_WEIGHTS_BF16 = 0,
+  EPFUSE_WEIGHTS_FP8_BLOCK128 = 1, /* e4m3fn codes, one scale per 128x128 block (DeepSeek-V3's layout) */
+};
+enum {
+  EPFUSE_SCALES_FP32 = 0,
+  EPFUSE_SCALES_UE8M0 = 1, /* one exponent byte e per block: scale = 2^(e - 127) */
+};
+
 /* The shape of a layer (or, for a workspace, the largest layer it must hold). Fields as in
- * epfuse::LayerConfig (epfuse/config.h). */
+ * epfuse::LayerConfig (epfuse/config.h). A workspace made with weight_format EPFUSE_WEIGHTS_FP8_BLOCK128
+ * runs FP8 and bf16 layers; one made with EPFUSE_WEIGHTS_BF16 only bf16 layers. */
 typedef struct {
   int32_t hidden;
   int32_t intermediate;
@@ -54,7 +65,9 @@ typedef struct {
   int32_t topk;
   int32_t max_tokens_per_rank;
   float swiglu_clamp;
-  int32_t num_sms; /* 0: the default SM budget */
+  int32_t num_sms;       /* 0: the default SM budget */
+  int32_t weight_format; /* EPFUSE_WEIGHTS_* */
+  int32_t scale_format;  /* EPFUSE_SCALES_*; FP8 weights only */
 } epfuse_layer_config;
 
 EPFUSE_C_EXPORT int epfuse_c_api_version(void);
@@ -82,9 +95,20 @@ EPFUSE_C_EXPORT int epfuse_workspace_memory(const epfuse_workspace* ws, size_t* 
 /* --- layers (collective) --- */
 /* The fused layer of `config` on `ws`, with this rank's experts: w13 [E/R, 2I, H] bf16 (gate rows, then
  * up rows), w2 [E/R, H, I] bf16, device pointers that must outlive the layer. EPFUSE_ERR_INVALID_CONFIG
- * when the layer does not fit the workspace (the message names the field). */
+ * when the layer does not fit the workspace (the message names the field). config->weight_format must
+ * be EPFUSE_WEIGHTS_BF16 (FP8 experts: epfuse_layer_create_fp8). */
 EPFUSE_C_EXPORT int epfuse_layer_create(epfuse_workspace* ws, const epfuse_layer_config* config, const void* w13, const void* w2,
                         epfuse_layer** out);
+/* The same with FP8 experts (config->weight_format EPFUSE_WEIGHTS_FP8_BLOCK128, on a workspace made for
+ * it): w13 [E/R, 2I, H] and w2 [E/R, H, I] e4m3fn codes (device pointers, 16-byte aligned, outliving the
+ * layer) and their block scales in DeepSeek-V3's weight_scale_inv order, w13_scales [E/R, 2 ceil(I/128),
+ * ceil(H/128)] and w2_scales [E/R, ceil(H/128), ceil(I/128)]: float (EPFUSE_SCALES_FP32) or exponent
+ * bytes (EPFUSE_SCALES_UE8M0), *_scales_count elements each, device pointers read once here. A count
+ * that is not that shape's, or a scale that is not finite and > 0, is EPFUSE_ERR_INVALID_ARGUMENT naming
+ * it (epfuse::ExpertWeights, epfuse/types.h). */
+EPFUSE_C_EXPORT int epfuse_layer_create_fp8(epfuse_workspace* ws, const epfuse_layer_config* config, const void* w13,
+                            const void* w13_scales, int64_t w13_scales_count, const void* w2, const void* w2_scales,
+                            int64_t w2_scales_count, epfuse_layer** out);
 EPFUSE_C_EXPORT int epfuse_layer_destroy(epfuse_layer* layer);
 /* Collective: y [num_tokens, H] bf16 = the MoE layer of x [num_tokens, H] bf16, topk_idx [num_tokens, k]
  * int32 (-1 = dropped), topk_weights [num_tokens, k] fp32, enqueued on `stream` (a cudaStream_t; NULL:

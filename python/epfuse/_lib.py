@@ -14,16 +14,23 @@ import ctypes
 import os
 import sys
 import threading
-from ctypes import POINTER, c_char_p, c_float, c_int, c_int32, c_size_t, c_void_p
+from ctypes import POINTER, c_char_p, c_float, c_int, c_int32, c_int64, c_size_t, c_void_p
 from typing import Any, Callable
 
 from .errors import ERR_INTERNAL, error_for_code
 
 # The version of c_api.h this binding was written against (EPFUSE_C_API_VERSION).
-C_API_VERSION = 1
+C_API_VERSION = 2
 LIBRARY_NAME = "libepfuse_c.so"
 # Bytes of an ncclUniqueId (NCCL_UNIQUE_ID_BYTES).
 NCCL_UNIQUE_ID_BYTES = 128
+
+
+# epfuse_layer_config.weight_format and .scale_format (EPFUSE_WEIGHTS_*, EPFUSE_SCALES_*).
+WEIGHTS_BF16 = 0
+WEIGHTS_FP8_BLOCK128 = 1
+SCALES_FP32 = 0
+SCALES_UE8M0 = 1
 
 
 class LayerConfig(ctypes.Structure):
@@ -37,6 +44,8 @@ class LayerConfig(ctypes.Structure):
         ("max_tokens_per_rank", c_int32),
         ("swiglu_clamp", c_float),
         ("num_sms", c_int32),
+        ("weight_format", c_int32),
+        ("scale_format", c_int32),
     ]
 
     def __repr__(self) -> str:
@@ -66,6 +75,10 @@ SIGNATURES: dict[str, tuple[list[Any], Any]] = {
     "epfuse_workspace_memory": ([HANDLE, POINTER(c_size_t), POINTER(c_size_t)], c_int),
     # layers
     "epfuse_layer_create": ([HANDLE, POINTER(LayerConfig), c_void_p, c_void_p, HANDLE_OUT], c_int),
+    "epfuse_layer_create_fp8": (
+        [HANDLE, POINTER(LayerConfig), c_void_p, c_void_p, c_int64, c_void_p, c_void_p, c_int64, HANDLE_OUT],
+        c_int,
+    ),
     "epfuse_layer_destroy": ([HANDLE], c_int),
     "epfuse_layer_forward": ([HANDLE, c_void_p, c_void_p, c_void_p, c_int, c_void_p, c_void_p], c_int),
     "epfuse_layer_check_errors": ([HANDLE, c_void_p], c_int),
@@ -226,6 +239,26 @@ def workspace_memory(ws: int) -> tuple[int, int]:
 def layer_create(ws: int, config: LayerConfig, w13: int, w2: int) -> int:
     out = c_void_p()
     call("epfuse_layer_create", c_void_p(ws), ctypes.byref(config), c_void_p(w13), c_void_p(w2), ctypes.byref(out))
+    return _handle(out)
+
+
+def layer_create_fp8(
+    ws: int, config: LayerConfig, w13: int, w13_scales: int, w13_scales_count: int, w2: int, w2_scales: int,
+    w2_scales_count: int,
+) -> int:
+    out = c_void_p()
+    call(
+        "epfuse_layer_create_fp8",
+        c_void_p(ws),
+        ctypes.byref(config),
+        c_void_p(w13),
+        c_void_p(w13_scales),
+        w13_scales_count,
+        c_void_p(w2),
+        c_void_p(w2_scales),
+        w2_scales_count,
+        ctypes.byref(out),
+    )
     return _handle(out)
 
 

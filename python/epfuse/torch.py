@@ -73,15 +73,13 @@ def _check_aligned(name: str, t: torch.Tensor) -> None:
         )
 
 
-def check_weights(w13: Any, w2: Any, *, device: torch.device | None = None) -> tuple[int, int, int]:
-    """Checks a layer's expert weights, w13 [E_local, 2I, H] (gate rows, then up rows) and
-    w2 [E_local, H, I], bf16, contiguous, 16-byte aligned, on `device` when given. Returns
-    (E_local, H, I). Raises epfuse.InvalidArgument naming the tensor. Calls nothing in C."""
+def _check_expert_weights(w13: Any, w2: Any, dtype: torch.dtype, convert: str, device: torch.device | None) -> tuple[int, int, int]:
+    """w13 [E_local, 2I, H] and w2 [E_local, H, I] of `dtype`, contiguous, 16-byte aligned, on `device`."""
     _check_tensor("w13", w13)
     _check_tensor("w2", w2)
     for name, w in (("w13", w13), ("w2", w2)):
-        if w.dtype != torch.bfloat16:
-            _fail(f"{name} must be torch.bfloat16, got {w.dtype}: convert the weights once with .to(torch.bfloat16)")
+        if w.dtype != dtype:
+            _fail(f"{name} must be {dtype}, got {w.dtype}: {convert}")
     _check_device("w13", w13, device)
     _check_device("w2", w2, device)
     if w13.dim() != 3:
@@ -104,6 +102,65 @@ def check_weights(w13: Any, w2: Any, *, device: torch.device | None = None) -> t
     _check_aligned("w13", w13)
     _check_aligned("w2", w2)
     return e_local, hidden, inter
+
+
+def check_weights(w13: Any, w2: Any, *, device: torch.device | None = None) -> tuple[int, int, int]:
+    """Checks a layer's expert weights, w13 [E_local, 2I, H] (gate rows, then up rows) and
+    w2 [E_local, H, I], bf16, contiguous, 16-byte aligned, on `device` when given. Returns
+    (E_local, H, I). Raises epfuse.InvalidArgument naming the tensor. Calls nothing in C."""
+    return _check_expert_weights(
+        w13, w2, torch.bfloat16, "convert the weights once with .to(torch.bfloat16)", device
+    )
+
+
+# Block scale dtypes -> the C API's scale format: fp32 scales, or UE8M0 exponent bytes (2^(e - 127)).
+_SCALE_FORMATS = {
+    dtype: fmt
+    for dtype, fmt in (
+        (torch.float32, _lib.SCALES_FP32),
+        (getattr(torch, "float8_e8m0fnu", None), _lib.SCALES_UE8M0),  # torch >= 2.7
+        (torch.uint8, _lib.SCALES_UE8M0),
+    )
+    if dtype is not None
+}
+# The expert dtypes a workspace can be made for, and the C API's weight format of each.
+_WEIGHT_FORMATS = {torch.bfloat16: _lib.WEIGHTS_BF16, torch.float8_e4m3fn: _lib.WEIGHTS_FP8_BLOCK128}
+FP8_BLOCK = 128  # one scale per 128 x 128 weight block
+
+
+def check_fp8_weights(
+    w13: Any, w2: Any, w13_scale: Any, w2_scale: Any, *, device: torch.device | None = None
+) -> tuple[int, int, int, int]:
+    """Checks FP8 expert weights as DeepSeek-V3 checkpoints hold them: w13 [E_local, 2I, H] and
+    w2 [E_local, H, I] torch.float8_e4m3fn (as check_weights), with one scale per 128 x 128 block
+    (weight = code * scale), w13_scale [E_local, 2*ceil(I/128), ceil(H/128)] and w2_scale [E_local,
+    ceil(H/128), ceil(I/128)] (the gate and up halves of w13 blocked apart), both float32 or both UE8M0
+    (torch.float8_e8m0fnu, or uint8 exponent bytes), contiguous, on `device`. Returns (E_local, H, I,
+    scale format). The scales' values (finite, > 0) are checked by the library. Calls nothing in C."""
+    e_local, hidden, inter = _check_expert_weights(
+        w13, w2, torch.float8_e4m3fn, "FP8 experts are e4m3fn codes with block scales", device
+    )
+    _check_tensor("w13_scale", w13_scale)
+    _check_tensor("w2_scale", w2_scale)
+    formats = {name: _SCALE_FORMATS.get(s.dtype) for name, s in (("w13_scale", w13_scale), ("w2_scale", w2_scale))}
+    for name, s in (("w13_scale", w13_scale), ("w2_scale", w2_scale)):
+        if formats[name] is None:
+            _fail(f"{name} must be torch.float32, torch.float8_e8m0fnu or torch.uint8 (UE8M0 exponents), got {s.dtype}")
+    if w13_scale.dtype != w2_scale.dtype:
+        _fail(f"w13_scale and w2_scale must have one dtype, got {w13_scale.dtype} and {w2_scale.dtype}")
+    blocks_h, blocks_i = -(-hidden // FP8_BLOCK), -(-inter // FP8_BLOCK)
+    for name, s, want in (
+        ("w13_scale", w13_scale, (e_local, 2 * blocks_i, blocks_h)),
+        ("w2_scale", w2_scale, (e_local, blocks_h, blocks_i)),
+    ):
+        if _shape(s) != want:
+            _fail(
+                f"{name} must be {list(want)} (one scale per {FP8_BLOCK}x{FP8_BLOCK} block of hidden={hidden}, "
+                f"intermediate={inter}, gate and up blocked apart), got {list(_shape(s))}"
+            )
+        _check_device(name, s, device)
+        _check_contiguous(name, s)
+    return e_local, hidden, inter, formats["w13_scale"]
 
 
 def check_forward_args(
@@ -241,7 +298,8 @@ def _torch_nccl_comm(group: Any, device: torch.device) -> int | None:
 class Workspace:
     """The buffers every MoELayer of a model shares (one per communicator), sized for the largest
     layer that will run on it: `hidden`, `intermediate`, `num_experts` (over all ranks), `topk`,
-    `max_tokens` per rank.
+    `max_tokens` per rank. weight_dtype torch.float8_e4m3fn makes it hold FP8 layers as well as bf16
+    ones (it then also keeps this rank's tokens quantised); torch.bfloat16 (the default), bf16 layers only.
 
     group: a torch.distributed NCCL process group (None: the default group, or, when torch.distributed
     is not initialised, a world of one rank). Its NCCL communicator is borrowed
@@ -265,6 +323,7 @@ class Workspace:
         num_sms: int = 0,
         device: Any = None,
         comm: str = "auto",
+        weight_dtype: torch.dtype = torch.bfloat16,
     ) -> None:
         self._closed = True  # until fully made; __del__ and close() look at it
         self._handle = 0
@@ -272,6 +331,9 @@ class Workspace:
         self._layers: dict[int, weakref.ref[MoELayer]] = {}
         if comm not in ("auto", "borrow", "unique_id"):
             _fail(f"comm must be 'auto', 'borrow' or 'unique_id', got {comm!r}")
+        if weight_dtype not in _WEIGHT_FORMATS:
+            _fail(f"weight_dtype must be torch.bfloat16 or torch.float8_e4m3fn, got {weight_dtype}")
+        self.weight_dtype = weight_dtype
         self.device = _cuda_device(device)
         self.hidden = int(hidden)
         self.intermediate = int(intermediate)
@@ -287,7 +349,15 @@ class Workspace:
                 self.rank = _lib.comm_rank(self._comm)
                 self.world_size = _lib.comm_world_size(self._comm)
                 capacity = _lib.LayerConfig(
-                    self.hidden, self.intermediate, self.num_experts, self.topk, self.max_tokens, 0.0, self.num_sms
+                    self.hidden,
+                    self.intermediate,
+                    self.num_experts,
+                    self.topk,
+                    self.max_tokens,
+                    0.0,
+                    self.num_sms,
+                    _WEIGHT_FORMATS[weight_dtype],
+                    _lib.SCALES_FP32,
                 )
                 self._handle = _lib.workspace_create(self._comm, capacity)
             except BaseException:
@@ -430,6 +500,11 @@ class MoELayer:
     references to them, and they must not be modified in place while it runs. num_experts =
     E_local * world size; rank r owns experts [r*E_local, (r+1)*E_local).
 
+    FP8 experts (on a workspace made with weight_dtype=torch.float8_e4m3fn): w13 and w2
+    torch.float8_e4m3fn with their 128 x 128 block scales w13_scale and w2_scale as DeepSeek-V3
+    checkpoints hold them (check_fp8_weights); the layer copies the scales at creation. Tokens and the
+    SwiGLU output are quantised 1x128 inside the layer; x and y stay bf16.
+
     max_tokens (default the workspace's) and num_sms (default the workspace's) may be smaller than the
     workspace's. Collective, like the workspace.
     """
@@ -444,13 +519,26 @@ class MoELayer:
         swiglu_clamp: float = 0.0,
         max_tokens: int | None = None,
         num_sms: int | None = None,
+        w13_scale: torch.Tensor | None = None,
+        w2_scale: torch.Tensor | None = None,
     ) -> None:
         self._closed = True
         self._handle = 0
         if not isinstance(workspace, Workspace):
             _fail(f"workspace must be an epfuse.torch.Workspace, got {type(workspace).__name__}")
         workspace._check_open()
-        e_local, hidden, inter = check_weights(w13, w2, device=workspace.device)
+        fp8 = isinstance(w13, torch.Tensor) and w13.dtype == torch.float8_e4m3fn
+        if fp8:
+            e_local, hidden, inter, scale_format = check_fp8_weights(
+                w13, w2, w13_scale, w2_scale, device=workspace.device
+            )
+            if workspace.weight_dtype != torch.float8_e4m3fn:
+                _fail("FP8 experts need a workspace made with weight_dtype=torch.float8_e4m3fn")
+        else:
+            if w13_scale is not None or w2_scale is not None:
+                _fail("w13_scale and w2_scale are for FP8 experts (torch.float8_e4m3fn); these are not")
+            e_local, hidden, inter = check_weights(w13, w2, device=workspace.device)
+            scale_format = _lib.SCALES_FP32
         self.workspace = workspace
         self.device = workspace.device
         # Detached: the op takes no gradient, and the C side reads the storage these point to.
@@ -464,11 +552,33 @@ class MoELayer:
         self.max_tokens = workspace.max_tokens if max_tokens is None else int(max_tokens)
         self.swiglu_clamp = float(swiglu_clamp)
         self.num_sms = workspace.num_sms if num_sms is None else int(num_sms)
+        self.weight_dtype = self.w13.dtype
         config = _lib.LayerConfig(
-            hidden, inter, self.num_experts, self.topk, self.max_tokens, self.swiglu_clamp, self.num_sms
+            hidden,
+            inter,
+            self.num_experts,
+            self.topk,
+            self.max_tokens,
+            self.swiglu_clamp,
+            self.num_sms,
+            _WEIGHT_FORMATS[self.weight_dtype],
+            scale_format,
         )
         with _OnDevice(self.device):
-            self._handle = _lib.layer_create(workspace.handle, config, self.w13.data_ptr(), self.w2.data_ptr())
+            if fp8:
+                assert w13_scale is not None and w2_scale is not None  # check_fp8_weights
+                self._handle = _lib.layer_create_fp8(
+                    workspace.handle,
+                    config,
+                    self.w13.data_ptr(),
+                    w13_scale.data_ptr(),
+                    w13_scale.numel(),
+                    self.w2.data_ptr(),
+                    w2_scale.data_ptr(),
+                    w2_scale.numel(),
+                )
+            else:
+                self._handle = _lib.layer_create(workspace.handle, config, self.w13.data_ptr(), self.w2.data_ptr())
         with _REGISTRY_LOCK:
             self.layer_id = next(_NEXT_ID)
             _REGISTRY[self.layer_id] = self

@@ -65,7 +65,17 @@ T& need(T* p, const char* fn, const char* what) {
 }
 
 epfuse::LayerConfig to_config(const epfuse_layer_config& c) {
+  EPFUSE_REQUIRE(c.weight_format == EPFUSE_WEIGHTS_BF16 || c.weight_format == EPFUSE_WEIGHTS_FP8_BLOCK128,
+                 epfuse::ErrorCode::kInvalidConfig,
+                 "epfuse_layer_config.weight_format = " + std::to_string(c.weight_format) +
+                     ": expected EPFUSE_WEIGHTS_BF16 (0) or EPFUSE_WEIGHTS_FP8_BLOCK128 (1)");
+  EPFUSE_REQUIRE(c.scale_format == EPFUSE_SCALES_FP32 || c.scale_format == EPFUSE_SCALES_UE8M0,
+                 epfuse::ErrorCode::kInvalidConfig,
+                 "epfuse_layer_config.scale_format = " + std::to_string(c.scale_format) +
+                     ": expected EPFUSE_SCALES_FP32 (0) or EPFUSE_SCALES_UE8M0 (1)");
   epfuse::LayerConfig cfg;
+  cfg.weight_format = c.weight_format == EPFUSE_WEIGHTS_BF16 ? epfuse::WeightFormat::kBf16 : epfuse::WeightFormat::kFp8Block128;
+  cfg.scale_format = c.scale_format == EPFUSE_SCALES_FP32 ? epfuse::ScaleFormat::kFp32 : epfuse::ScaleFormat::kUe8m0;
   cfg.hidden = c.hidden;
   cfg.intermediate = c.intermediate;
   cfg.num_experts = c.num_experts;
@@ -74,6 +84,14 @@ epfuse::LayerConfig to_config(const epfuse_layer_config& c) {
   cfg.swiglu_clamp = c.swiglu_clamp;
   cfg.num_sms = c.num_sms;
   return cfg;
+}
+
+// The layer of `cfg` on `ws` with `weights` (their fields as cfg.weight_format says), into *out.
+void create_layer(epfuse::Workspace& ws, const epfuse_layer_config& cfg, const epfuse::ExpertWeights& weights,
+                  epfuse_layer** out) {
+  auto l = std::make_unique<epfuse_layer>();
+  l->layer = epfuse::MoeLayer::create(to_config(cfg), ws, weights);
+  *out = l.release();
 }
 
 }  // namespace
@@ -185,10 +203,34 @@ int epfuse_layer_create(epfuse_workspace* ws, const epfuse_layer_config* config,
     epfuse_workspace& w = need(ws, "epfuse_layer_create", "ws");
     const epfuse_layer_config& cfg = need(config, "epfuse_layer_create", "config");
     need(out, "epfuse_layer_create", "out");
-    auto l = std::make_unique<epfuse_layer>();
-    l->layer = epfuse::MoeLayer::create(to_config(cfg), *w.ws,
-                                        {static_cast<const epfuse::bf16*>(w13), static_cast<const epfuse::bf16*>(w2)});
-    *out = l.release();
+    EPFUSE_REQUIRE(cfg.weight_format == EPFUSE_WEIGHTS_BF16, epfuse::ErrorCode::kInvalidArgument,
+                   "epfuse_layer_create: config->weight_format = " + std::to_string(cfg.weight_format) +
+                       " is not EPFUSE_WEIGHTS_BF16: FP8 experts are created with epfuse_layer_create_fp8");
+    epfuse::ExpertWeights weights;
+    weights.w13 = static_cast<const epfuse::bf16*>(w13);
+    weights.w2 = static_cast<const epfuse::bf16*>(w2);
+    create_layer(*w.ws, cfg, weights, out);
+  });
+}
+
+int epfuse_layer_create_fp8(epfuse_workspace* ws, const epfuse_layer_config* config, const void* w13,
+                            const void* w13_scales, int64_t w13_scales_count, const void* w2, const void* w2_scales,
+                            int64_t w2_scales_count, epfuse_layer** out) {
+  return guarded([&] {
+    epfuse_workspace& w = need(ws, "epfuse_layer_create_fp8", "ws");
+    const epfuse_layer_config& cfg = need(config, "epfuse_layer_create_fp8", "config");
+    need(out, "epfuse_layer_create_fp8", "out");
+    EPFUSE_REQUIRE(cfg.weight_format == EPFUSE_WEIGHTS_FP8_BLOCK128, epfuse::ErrorCode::kInvalidArgument,
+                   "epfuse_layer_create_fp8: config->weight_format = " + std::to_string(cfg.weight_format) +
+                       " is not EPFUSE_WEIGHTS_FP8_BLOCK128 (bf16 experts: epfuse_layer_create)");
+    epfuse::ExpertWeights weights;
+    weights.w13_fp8 = static_cast<const uint8_t*>(w13);
+    weights.w2_fp8 = static_cast<const uint8_t*>(w2);
+    weights.w13_scales = w13_scales;
+    weights.w2_scales = w2_scales;
+    weights.w13_scales_count = w13_scales_count;
+    weights.w2_scales_count = w2_scales_count;
+    create_layer(*w.ws, cfg, weights, out);
   });
 }
 

@@ -87,3 +87,81 @@ FROB_BOUND = 2e-2
 
 def within_bounds(err: dict[str, float]) -> bool:
     return err["nan"] == 0 and err["worst_row_rel_err"] < ROW_BOUND and err["frob_rel_err"] < FROB_BOUND
+
+
+# ---- FP8 (weight_format fp8-block128): e4m3fn codes with one scale per 128x128 weight block, tokens
+# and the SwiGLU output quantised per 1x128 group, as src/common/fp8.h does it (float32 arithmetic).
+
+E4M3_MAX = 448.0
+FP8_BLOCK = 128
+
+
+def _group_scale(amax: torch.Tensor, ue8m0: bool) -> torch.Tensor:
+    """fp8.h group_scale in float32: amax / 448 (1 where that is 0), or for UE8M0 that value rounded up
+    to a power of two (the smallest normal where it underflowed)."""
+    s = amax.float() / E4M3_MAX
+    if not ue8m0:
+        return torch.where(s > 0, s, torch.ones_like(s))
+    mant, exp = torch.frexp(s)  # s = mant * 2^exp, mant in [0.5, 1)
+    p = torch.where(mant == 0.5, exp - 1, exp).clamp(min=-126)
+    return torch.where(s > 0, torch.ldexp(torch.ones_like(s), p), torch.ones_like(s))
+
+
+def _encode(v: torch.Tensor) -> torch.Tensor:
+    """e4m3fn codes of float32 v (round to nearest even, saturated to +-448 as the kernels' cvt)."""
+    return v.clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
+
+
+def quantize_rows_1x128(a: torch.Tensor, ue8m0: bool) -> torch.Tensor:
+    """a [T, n] (n % 128 == 0) quantised per 1x128 group and dequantised again, float64."""
+    t, n = a.shape
+    g = a.float().reshape(t, n // FP8_BLOCK, FP8_BLOCK)
+    scale = _group_scale(g.abs().amax(dim=2, keepdim=True), ue8m0)
+    codes = _encode(g * (1.0 / scale))
+    return (codes.double() * scale.double()).reshape(t, n)
+
+
+def quantize_weights_fp8(w: torch.Tensor, ue8m0: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """w [E, R, C] (R, C multiples of 128) -> e4m3fn codes [E, R, C] and scales [E, R/128, C/128]
+    (float32, or for UE8M0 the exponent bytes as torch.uint8), one per 128x128 block."""
+    e, r, c = w.shape
+    blocks = w.float().reshape(e, r // FP8_BLOCK, FP8_BLOCK, c // FP8_BLOCK, FP8_BLOCK)
+    scale = _group_scale(blocks.abs().amax(dim=(2, 4), keepdim=True), ue8m0)
+    codes = _encode(blocks * (1.0 / scale)).reshape(e, r, c)
+    scale = scale.reshape(e, r // FP8_BLOCK, c // FP8_BLOCK)
+    if ue8m0:
+        return codes, (torch.frexp(scale)[1] - 1 + 127).to(torch.uint8)  # scale = 2^(byte - 127)
+    return codes, scale
+
+
+def dequantize_weights_fp8(codes: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    """float64 weights of codes [E, R, C] and their block scales (float32, or UE8M0 bytes)."""
+    s = scales.double() if scales.dtype != torch.uint8 else torch.ldexp(torch.ones_like(scales, dtype=torch.float64), scales.long() - 127)
+    s = s.repeat_interleave(FP8_BLOCK, dim=1).repeat_interleave(FP8_BLOCK, dim=2)
+    return codes.double() * s[:, : codes.shape[1], : codes.shape[2]]
+
+
+@torch.no_grad()
+def fp8_reference(
+    x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, ue8m0: bool,
+    clamp: float = 0.0,
+) -> torch.Tensor:
+    """float64 y of the FP8 layer: w13 and w2 the dequantised FP8 weights (float64, every expert), x
+    quantised 1x128 before Linear1, h (SwiGLU output times the slot's top-k weight) quantised 1x128
+    before Linear2, float64 products and sums."""
+    xq = quantize_rows_1x128(x, ue8m0)
+    ids = ids.long()
+    w64 = weights.double()
+    inter = w13.shape[1] // 2
+    y = torch.zeros(x.shape, dtype=torch.float64, device=x.device)
+    for e in torch.unique(ids[ids >= 0]).tolist():
+        tok, slot = torch.nonzero(ids == e, as_tuple=True)
+        a = w13[e].to(x.device)
+        gate = xq[tok] @ a[:inter].T
+        up = xq[tok] @ a[inter:].T
+        if clamp > 0:
+            gate = gate.clamp(max=clamp)
+            up = up.clamp(-clamp, clamp)
+        h = torch.nn.functional.silu(gate) * up * w64[tok, slot].unsqueeze(1)
+        y.index_add_(0, tok, quantize_rows_1x128(h, ue8m0) @ w2[e].to(x.device).T)
+    return y

@@ -13,7 +13,7 @@ from epfuse import _lib
 
 
 def test_api_version(lib: Any) -> None:
-    assert epfuse.c_api_version() == _lib.C_API_VERSION == 1
+    assert epfuse.c_api_version() == _lib.C_API_VERSION == 2
     assert epfuse.library_path().endswith("libepfuse_c.so")
 
 
@@ -22,7 +22,8 @@ def _out() -> Any:
 
 
 NULL = None
-_cfg = _lib.LayerConfig(256, 256, 16, 4, 128, 0.0, 0)
+_cfg = _lib.LayerConfig(256, 256, 16, 4, 128, 0.0, 0, _lib.WEIGHTS_BF16, _lib.SCALES_FP32)
+_cfg_fp8 = _lib.LayerConfig(256, 256, 16, 4, 128, 0.0, 0, _lib.WEIGHTS_FP8_BLOCK128, _lib.SCALES_FP32)
 
 # (function, arguments, the message the library must give)
 NULL_CALLS: list[tuple[str, Callable[[], tuple[Any, ...]], str]] = [
@@ -36,6 +37,11 @@ NULL_CALLS: list[tuple[str, Callable[[], tuple[Any, ...]], str]] = [
         "epfuse_layer_create",
         lambda: (NULL, ctypes.byref(_cfg), NULL, NULL, _out()),
         "epfuse_layer_create: ws is NULL",
+    ),
+    (
+        "epfuse_layer_create_fp8",
+        lambda: (NULL, ctypes.byref(_cfg_fp8), NULL, NULL, 0, NULL, NULL, 0, _out()),
+        "epfuse_layer_create_fp8: ws is NULL",
     ),
     ("epfuse_workspace_create", lambda: (NULL, ctypes.byref(_cfg), _out()), "epfuse_workspace_create: comm is NULL"),
     (

@@ -25,6 +25,7 @@ def _header_text() -> str:
 # C types of c_api.h -> the ctypes type _lib must declare for them.
 _CTYPE_OF: dict[str, Any] = {
     "int": ctypes.c_int,
+    "int64_t": ctypes.c_int64,
     "size_t": ctypes.c_size_t,
     "void*": ctypes.c_void_p,
     "const void*": ctypes.c_void_p,
@@ -113,6 +114,16 @@ def test_error_codes_match_header() -> None:
     codes = dict(re.findall(r"\b(EPFUSE_(?:OK|ERR_\w+))\s*=\s*(\d+)", _header_text()))
     assert codes, "no EPFUSE_ERR_* in c_api.h"
     assert {name: int(v) for name, v in codes.items()} == {name: code for code, name in errors.CODE_NAMES.items()}
+
+
+def test_format_constants_match_header() -> None:
+    values = dict(re.findall(r"\b(EPFUSE_(?:WEIGHTS|SCALES)_\w+)\s*=\s*(\d+)", _header_text()))
+    assert {name: int(v) for name, v in values.items()} == {
+        "EPFUSE_WEIGHTS_BF16": _lib.WEIGHTS_BF16,
+        "EPFUSE_WEIGHTS_FP8_BLOCK128": _lib.WEIGHTS_FP8_BLOCK128,
+        "EPFUSE_SCALES_FP32": _lib.SCALES_FP32,
+        "EPFUSE_SCALES_UE8M0": _lib.SCALES_UE8M0,
+    }
 
 
 def test_api_version_matches_header() -> None:

@@ -71,9 +71,16 @@ class FakeLib:
         self.calls.append(("layer_create", self._cfg(cfg), w13, w2))
         return self._new("layer")
 
+    def layer_create_fp8(
+        self, ws: int, cfg: Any, w13: int, s13: int, n13: int, w2: int, s2: int, n2: int
+    ) -> int:
+        assert self.live[ws] == "workspace"
+        self.calls.append(("layer_create_fp8", self._cfg(cfg), w13, s13, n13, w2, s2, n2))
+        return self._new("layer")
+
     def layer_forward(self, layer: int, x: int, ids: int, w: int, tokens: int, y: int, stream: int) -> None:
         assert self.live[layer] == "layer"
-        cfg = next(c[1] for c in self.calls if c[0] == "layer_create")
+        cfg = next(c[1] for c in self.calls if c[0] in ("layer_create", "layer_create_fp8"))
         k, h = cfg["topk"], cfg["hidden"]
         ids_read = list((ctypes.c_int32 * (tokens * k)).from_address(ids)) if tokens else []
         w_read = list((ctypes.c_float * (tokens * k)).from_address(w)) if tokens else []
@@ -118,6 +125,7 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeLib]:
         "workspace_create",
         "workspace_memory",
         "layer_create",
+        "layer_create_fp8",
         "layer_forward",
         "layer_check_errors",
         "destroy",
@@ -159,6 +167,8 @@ def test_workspace_and_layer_configs(fake: FakeLib) -> None:
         "max_tokens_per_rank": 64,
         "swiglu_clamp": 0.0,
         "num_sms": 32,
+        "weight_format": 0,
+        "scale_format": 0,
     }
     assert ws.memory() == {"symmetric_bytes": 3 << 20, "private_bytes": 1 << 20, "total_bytes": 4 << 20}
     w13, w2 = weights()
@@ -172,10 +182,55 @@ def test_workspace_and_layer_configs(fake: FakeLib) -> None:
         "max_tokens_per_rank": 32,
         "swiglu_clamp": 7.0,
         "num_sms": 32,
+        "weight_format": 0,
+        "scale_format": 0,
     }
     assert (p13, p2) == (w13.data_ptr(), w2.data_ptr())  # borrowed, not copied
     ws.close()
     assert layer.closed
+
+
+def fp8_weights(scale_dtype: Any) -> tuple[Any, Any, Any, Any]:
+    g = torch.Generator().manual_seed(1)
+    w13 = torch.randn(E, 2 * I, H, generator=g).to(torch.float8_e4m3fn)
+    w2 = torch.randn(E, H, I, generator=g).to(torch.float8_e4m3fn)
+    bh, bi = H // 128, I // 128
+    return w13, w2, torch.ones(E, 2 * bi, bh, dtype=scale_dtype), torch.ones(E, bh, bi, dtype=scale_dtype)
+
+
+@pytest.mark.parametrize(("scale_dtype", "scale_format"), [(torch.float32, 0), (torch.float8_e8m0fnu, 1)])
+def test_fp8_layer_hands_codes_scales_and_formats_to_c(fake: FakeLib, scale_dtype: Any, scale_format: int) -> None:
+    ws = make_ws(weight_dtype=torch.float8_e4m3fn)
+    assert fake.kinds("workspace_create")[0][1]["weight_format"] == 1
+    w13, w2, s13, s2 = fp8_weights(scale_dtype)
+    layer = et.MoELayer(ws, w13, w2, topk=K, w13_scale=s13, w2_scale=s2)
+    assert fake.kinds("layer_create") == []
+    _, cfg, p13, ps13, n13, p2, ps2, n2 = fake.kinds("layer_create_fp8")[0]
+    assert (cfg["weight_format"], cfg["scale_format"], cfg["hidden"], cfg["intermediate"]) == (1, scale_format, H, I)
+    assert (p13, p2) == (w13.data_ptr(), w2.data_ptr())  # the codes borrowed
+    assert (ps13, n13, ps2, n2) == (s13.data_ptr(), s13.numel(), s2.data_ptr(), s2.numel())
+    assert layer.weight_dtype == torch.float8_e4m3fn
+    x = torch.randn(3, H).to(torch.bfloat16)
+    y = layer(x, torch.zeros(3, K, dtype=torch.int32), torch.ones(3, K))
+    assert y.dtype == torch.bfloat16 and fake.kinds("forward")[0][2] == 3
+    # A bf16 layer shares the FP8 workspace.
+    et.MoELayer(ws, *weights(), topk=K)
+    assert fake.kinds("layer_create")[0][1]["weight_format"] == 0
+    ws.close()
+
+
+def test_fp8_layer_needs_an_fp8_workspace(fake: FakeLib) -> None:
+    ws = make_ws()
+    w13, w2, s13, s2 = fp8_weights(torch.float32)
+    with pytest.raises(epfuse.InvalidArgument, match=r"FP8 experts need a workspace made with weight_dtype=torch.float8_e4m3fn"):
+        et.MoELayer(ws, w13, w2, topk=K, w13_scale=s13, w2_scale=s2)
+    b13, b2 = weights()
+    with pytest.raises(epfuse.InvalidArgument, match="w13_scale and w2_scale are for FP8 experts"):
+        et.MoELayer(ws, b13, b2, topk=K, w2_scale=torch.ones(1))
+    with pytest.raises(epfuse.InvalidArgument, match="weight_dtype must be torch.bfloat16 or torch.float8_e4m3fn"):
+        make_ws(weight_dtype=torch.float16)
+    assert fake.kinds("layer_create_fp8") == [] and fake.kinds("layer_create") == []
+    ws.close()
 
 
 def test_forward_hands_converted_inputs_to_c(fake: FakeLib) -> None:

@@ -207,6 +207,74 @@ def test_weight_messages(case: str, message: str) -> None:
     assert message in str(info.value)
 
 
+# FP8 experts with their block scales, H = 384 and I = 192 so that both end in a partial block of 128.
+H8, I8 = 384, 192
+
+
+def fp8_weights(scale_dtype: Any = torch.float32) -> tuple[Any, Any, Any, Any]:
+    w13 = torch.zeros(E_LOCAL, 2 * I8, H8, dtype=torch.float8_e4m3fn)
+    w2 = torch.zeros(E_LOCAL, H8, I8, dtype=torch.float8_e4m3fn)
+    return w13, w2, torch.ones(E_LOCAL, 4, 3, dtype=scale_dtype), torch.ones(E_LOCAL, 3, 2, dtype=scale_dtype)
+
+
+@pytest.mark.parametrize(
+    ("scale_dtype", "scale_format"),
+    [(torch.float32, 0), (torch.uint8, 1), (torch.float8_e8m0fnu, 1)],
+)
+def test_fp8_weights_valid(scale_dtype: Any, scale_format: int) -> None:
+    assert et.check_fp8_weights(*fp8_weights(scale_dtype)) == (E_LOCAL, H8, I8, scale_format)
+
+
+@pytest.mark.parametrize(
+    ("case", "message"),
+    [
+        ("codes_bf16", "w13 must be torch.float8_e4m3fn, got torch.bfloat16: FP8 experts are e4m3fn codes with block scales"),
+        ("codes_e5m2", "w2 must be torch.float8_e4m3fn, got torch.float8_e5m2"),
+        ("scale_none", "w13_scale must be a torch.Tensor, got NoneType"),
+        ("scale_bf16", "w2_scale must be torch.float32, torch.float8_e8m0fnu or torch.uint8 (UE8M0 exponents), got torch.bfloat16"),
+        ("scale_mixed", "w13_scale and w2_scale must have one dtype, got torch.float32 and torch.uint8"),
+        (
+            "w13_scale_shape",
+            "w13_scale must be [4, 4, 3] (one scale per 128x128 block of hidden=384, intermediate=192, gate and up "
+            "blocked apart), got [4, 2, 3]",
+        ),
+        ("w2_scale_transposed", "w2_scale must be [4, 3, 2]"),
+        ("scale_contig", "w13_scale must be row-major contiguous"),
+        ("device", "w13 must be on cuda:0"),
+    ],
+)
+def test_fp8_weight_messages(case: str, message: str) -> None:
+    w13, w2, s13, s2 = fp8_weights()
+    device = None
+    if case == "codes_bf16":
+        w13 = torch.zeros(E_LOCAL, 2 * I8, H8, dtype=torch.bfloat16)
+    elif case == "codes_e5m2":
+        w2 = w2.to(torch.float8_e5m2)
+    elif case == "scale_none":
+        s13 = None
+    elif case == "scale_bf16":
+        s2 = s2.to(torch.bfloat16)
+    elif case == "scale_mixed":
+        s2 = s2.to(torch.uint8)
+    elif case == "w13_scale_shape":
+        s13 = torch.ones(E_LOCAL, 2, 3)  # one block row per half: the gate and up halves not blocked apart
+    elif case == "w2_scale_transposed":
+        s2 = torch.ones(E_LOCAL, 2, 3)
+    elif case == "scale_contig":
+        s13 = torch.ones(E_LOCAL, 3, 4).transpose(1, 2)
+    elif case == "device":
+        device = CUDA0
+    with pytest.raises(epfuse.InvalidArgument) as info:
+        et.check_fp8_weights(w13, w2, s13, s2, device=device)
+    assert message in str(info.value)
+
+
+def test_scales_only_with_fp8_experts() -> None:
+    w13, w2 = weights()
+    with pytest.raises(epfuse.InvalidArgument, match="workspace must be"):
+        et.MoELayer("ws", w13, w2, topk=K, w13_scale=torch.ones(1))
+
+
 def test_workspace_without_cuda_is_a_clear_error() -> None:
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")

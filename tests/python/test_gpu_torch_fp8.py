@@ -1,0 +1,115 @@
+"""FP8 experts through epfuse.torch on a GPU, world of one rank: e4m3fn codes with 128x128 block scales
+(float32 and UE8M0) against the float64 FP8 reference of tests/python/moe_ref.py (x and h quantised
+1x128 as the layer does), the format's own error against the bf16 weights reported, and an FP8 and a
+bf16 layer taking turns on one workspace. Skipped without a CUDA device."""
+
+from __future__ import annotations
+
+import gc
+from typing import Any
+from collections.abc import Iterator
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed")
+pytestmark = pytest.mark.usefixtures("cuda")
+
+from moe_ref import (  # noqa: E402 - after the torch check
+    dequantize_weights_fp8,
+    errors,
+    fp8_reference,
+    quantize_weights_fp8,
+    random_inputs,
+    random_weights,
+    reference,
+    within_bounds,
+)
+
+# The fused FP8 kernel's sizes: hidden % 256 == 0, intermediate % 128 == 0.
+H, I, E, K, MAX_T = 512, 256, 16, 4, 256
+
+
+@pytest.fixture()
+def ws() -> Iterator[Any]:
+    import epfuse.torch as et
+
+    with et.Workspace(
+        hidden=H, intermediate=I, num_experts=E, topk=K, max_tokens=MAX_T, weight_dtype=torch.float8_e4m3fn
+    ) as w:
+        yield w
+    gc.collect()
+
+
+def fp8_layer(ws: Any, ue8m0: bool, seed: int = 0) -> tuple[Any, Any, Any, Any, Any]:
+    """An FP8 layer of random experts; returns it, the dequantised float64 weights and the bf16 ones."""
+    import epfuse.torch as et
+
+    w13, w2 = random_weights(E, H, I, device="cuda", seed=seed)
+    c13, s13 = quantize_weights_fp8(w13, ue8m0)
+    c2, s2 = quantize_weights_fp8(w2, ue8m0)
+    layer = et.MoELayer(ws, c13, c2, topk=K, w13_scale=s13, w2_scale=s2)
+    return layer, dequantize_weights_fp8(c13, s13), dequantize_weights_fp8(c2, s2), w13, w2
+
+
+@pytest.mark.parametrize("tokens", [1, 7, 128, MAX_T])
+@pytest.mark.parametrize("scales", ["fp32", "ue8m0"])
+def test_fp8_forward_matches_fp8_reference(ws: Any, record: Any, tokens: int, scales: str) -> None:
+    ue8m0 = scales == "ue8m0"
+    layer, d13, d2, w13, w2 = fp8_layer(ws, ue8m0)
+    x, ids, w = random_inputs(tokens, H, E, K, device="cuda", seed=100 + tokens)
+    y = layer(x, ids, w)
+    layer.check_errors()
+    assert y.shape == x.shape and y.dtype == torch.bfloat16
+    err = errors(y, fp8_reference(x, ids, w, d13, d2, ue8m0))
+    fmt = errors(y, reference(x, ids, w, w13, w2))  # the format's own error, for information
+    record(
+        check="torch_fp8_forward_vs_fp8_float64",
+        shape=[tokens, H, I, E, K],
+        scales=scales,
+        **err,
+        frob_rel_err_vs_bf16=fmt["frob_rel_err"],
+        verified=within_bounds(err),
+    )
+    assert within_bounds(err), f"T={tokens} {scales}: {err}"
+
+
+def test_fp8_and_bf16_layers_share_a_workspace(ws: Any, record: Any) -> None:
+    import epfuse.torch as et
+
+    fp8, d13, d2, _, _ = fp8_layer(ws, ue8m0=False, seed=1)
+    b13, b2 = random_weights(E, H, I, device="cuda", seed=2)
+    bf16 = et.MoELayer(ws, b13, b2, topk=K)
+    for call in range(4):
+        x, ids, w = random_inputs(64, H, E, K, device="cuda", seed=200 + call)
+        if call % 2 == 0:
+            err = errors(fp8(x, ids, w), fp8_reference(x, ids, w, d13, d2, ue8m0=False))
+        else:
+            err = errors(bf16(x, ids, w), reference(x, ids, w, b13, b2))
+        fp8.check_errors()
+        record(check="torch_fp8_and_bf16_alternate", call=call, **err, verified=within_bounds(err))
+        assert within_bounds(err), f"call {call}: {err}"
+
+
+def test_fp8_layer_refused_by_a_bf16_workspace() -> None:
+    import epfuse
+    import epfuse.torch as et
+
+    with et.Workspace(hidden=H, intermediate=I, num_experts=E, topk=K, max_tokens=MAX_T) as bf16_ws:
+        w13, w2 = random_weights(E, H, I, device="cuda", seed=3)
+        c13, s13 = quantize_weights_fp8(w13, False)
+        c2, s2 = quantize_weights_fp8(w2, False)
+        with pytest.raises(epfuse.InvalidArgument, match="weight_dtype=torch.float8_e4m3fn"):
+            et.MoELayer(bf16_ws, c13, c2, topk=K, w13_scale=s13, w2_scale=s2)
+
+
+def test_bad_scale_values_are_named_by_the_library(ws: Any) -> None:
+    import epfuse
+    import epfuse.torch as et
+
+    w13, w2 = random_weights(E, H, I, device="cuda", seed=4)
+    c13, s13 = quantize_weights_fp8(w13, False)
+    c2, s2 = quantize_weights_fp8(w2, False)
+    s2 = s2.clone()
+    s2[3, 1, 0] = float("nan")
+    with pytest.raises(epfuse.InvalidArgument, match="scale"):
+        et.MoELayer(ws, c13, c2, topk=K, w13_scale=s13, w2_scale=s2)
