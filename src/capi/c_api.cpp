@@ -6,6 +6,7 @@
 #include <exception>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -84,6 +85,21 @@ epfuse::LayerConfig to_config(const epfuse_layer_config& c) {
   cfg.swiglu_clamp = c.swiglu_clamp;
   cfg.num_sms = c.num_sms;
   return cfg;
+}
+
+// What a layer creation checks first: its handles and out-pointer, then that config->weight_format is
+// the function's own (`format`, spelled out in `expected`).
+std::pair<epfuse::Workspace*, const epfuse_layer_config*> creation_args(epfuse_workspace* ws,
+                                                                        const epfuse_layer_config* config,
+                                                                        epfuse_layer** out, const char* fn,
+                                                                        int32_t format, const char* expected) {
+  epfuse_workspace& w = need(ws, fn, "ws");
+  const epfuse_layer_config& cfg = need(config, fn, "config");
+  need(out, fn, "out");
+  EPFUSE_REQUIRE(cfg.weight_format == format, epfuse::ErrorCode::kInvalidArgument,
+                 std::string(fn) + ": config->weight_format = " + std::to_string(cfg.weight_format) + ", expected " +
+                     expected);
+  return {w.ws.get(), &cfg};
 }
 
 // The layer of `cfg` on `ws` with `weights` (their fields as cfg.weight_format says), into *out.
@@ -200,16 +216,12 @@ int epfuse_workspace_memory(const epfuse_workspace* ws, size_t* symmetric_bytes,
 int epfuse_layer_create(epfuse_workspace* ws, const epfuse_layer_config* config, const void* w13, const void* w2,
                         epfuse_layer** out) {
   return guarded([&] {
-    epfuse_workspace& w = need(ws, "epfuse_layer_create", "ws");
-    const epfuse_layer_config& cfg = need(config, "epfuse_layer_create", "config");
-    need(out, "epfuse_layer_create", "out");
-    EPFUSE_REQUIRE(cfg.weight_format == EPFUSE_WEIGHTS_BF16, epfuse::ErrorCode::kInvalidArgument,
-                   "epfuse_layer_create: config->weight_format = " + std::to_string(cfg.weight_format) +
-                       " is not EPFUSE_WEIGHTS_BF16: FP8 experts are created with epfuse_layer_create_fp8");
+    const auto [w, cfg] = creation_args(ws, config, out, "epfuse_layer_create", EPFUSE_WEIGHTS_BF16,
+                                        "EPFUSE_WEIGHTS_BF16 (FP8 experts: epfuse_layer_create_fp8)");
     epfuse::ExpertWeights weights;
     weights.w13 = static_cast<const epfuse::bf16*>(w13);
     weights.w2 = static_cast<const epfuse::bf16*>(w2);
-    create_layer(*w.ws, cfg, weights, out);
+    create_layer(*w, *cfg, weights, out);
   });
 }
 
@@ -217,12 +229,8 @@ int epfuse_layer_create_fp8(epfuse_workspace* ws, const epfuse_layer_config* con
                             const void* w13_scales, int64_t w13_scales_count, const void* w2, const void* w2_scales,
                             int64_t w2_scales_count, epfuse_layer** out) {
   return guarded([&] {
-    epfuse_workspace& w = need(ws, "epfuse_layer_create_fp8", "ws");
-    const epfuse_layer_config& cfg = need(config, "epfuse_layer_create_fp8", "config");
-    need(out, "epfuse_layer_create_fp8", "out");
-    EPFUSE_REQUIRE(cfg.weight_format == EPFUSE_WEIGHTS_FP8_BLOCK128, epfuse::ErrorCode::kInvalidArgument,
-                   "epfuse_layer_create_fp8: config->weight_format = " + std::to_string(cfg.weight_format) +
-                       " is not EPFUSE_WEIGHTS_FP8_BLOCK128 (bf16 experts: epfuse_layer_create)");
+    const auto [w, cfg] = creation_args(ws, config, out, "epfuse_layer_create_fp8", EPFUSE_WEIGHTS_FP8_BLOCK128,
+                                        "EPFUSE_WEIGHTS_FP8_BLOCK128 (bf16 experts: epfuse_layer_create)");
     epfuse::ExpertWeights weights;
     weights.w13_fp8 = static_cast<const uint8_t*>(w13);
     weights.w2_fp8 = static_cast<const uint8_t*>(w2);
@@ -230,7 +238,7 @@ int epfuse_layer_create_fp8(epfuse_workspace* ws, const epfuse_layer_config* con
     weights.w2_scales = w2_scales;
     weights.w13_scales_count = w13_scales_count;
     weights.w2_scales_count = w2_scales_count;
-    create_layer(*w.ws, cfg, weights, out);
+    create_layer(*w, *cfg, weights, out);
   });
 }
 

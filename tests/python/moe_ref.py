@@ -13,10 +13,21 @@ import torch
 
 @torch.no_grad()
 def reference(
-    x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, clamp: float = 0.0
+    x: torch.Tensor,
+    ids: torch.Tensor,
+    weights: torch.Tensor,
+    w13: torch.Tensor,
+    w2: torch.Tensor,
+    clamp: float = 0.0,
+    fp8_scales: str | None = None,
 ) -> torch.Tensor:
-    """float64 y [T, H] on x's device; w13 [E, 2I, H] and w2 [E, H, I] hold every expert (all ranks)."""
-    x64 = x.double()
+    """float64 y [T, H] on x's device; w13 [E, 2I, H] and w2 [E, H, I] hold every expert (all ranks).
+    fp8_scales "fp32" or "ue8m0": the FP8 layer's (w13, w2 then its dequantised weights): x quantised
+    1x128 before Linear1, h times the slot's top-k weight quantised 1x128 before Linear2 (fp8.h)."""
+    def quant(a: torch.Tensor) -> torch.Tensor:
+        return quantize_rows_1x128(a, fp8_scales == "ue8m0") if fp8_scales else a.double()
+
+    x64 = quant(x)
     ids = ids.long()
     w64 = weights.double()
     inter = w13.shape[1] // 2
@@ -29,9 +40,8 @@ def reference(
         if clamp > 0:
             gate = gate.clamp(max=clamp)
             up = up.clamp(-clamp, clamp)
-        h = torch.nn.functional.silu(gate) * up
-        out = h @ w2[e].double().to(x.device).T
-        y.index_add_(0, tok, out * w64[tok, slot].unsqueeze(1))
+        h = torch.nn.functional.silu(gate) * up * w64[tok, slot].unsqueeze(1)
+        y.index_add_(0, tok, quant(h) @ w2[e].double().to(x.device).T)
     return y
 
 
@@ -139,29 +149,3 @@ def dequantize_weights_fp8(codes: torch.Tensor, scales: torch.Tensor) -> torch.T
     s = scales.double() if scales.dtype != torch.uint8 else torch.ldexp(torch.ones_like(scales, dtype=torch.float64), scales.long() - 127)
     s = s.repeat_interleave(FP8_BLOCK, dim=1).repeat_interleave(FP8_BLOCK, dim=2)
     return codes.double() * s[:, : codes.shape[1], : codes.shape[2]]
-
-
-@torch.no_grad()
-def fp8_reference(
-    x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, ue8m0: bool,
-    clamp: float = 0.0,
-) -> torch.Tensor:
-    """float64 y of the FP8 layer: w13 and w2 the dequantised FP8 weights (float64, every expert), x
-    quantised 1x128 before Linear1, h (SwiGLU output times the slot's top-k weight) quantised 1x128
-    before Linear2, float64 products and sums."""
-    xq = quantize_rows_1x128(x, ue8m0)
-    ids = ids.long()
-    w64 = weights.double()
-    inter = w13.shape[1] // 2
-    y = torch.zeros(x.shape, dtype=torch.float64, device=x.device)
-    for e in torch.unique(ids[ids >= 0]).tolist():
-        tok, slot = torch.nonzero(ids == e, as_tuple=True)
-        a = w13[e].to(x.device)
-        gate = xq[tok] @ a[:inter].T
-        up = xq[tok] @ a[inter:].T
-        if clamp > 0:
-            gate = gate.clamp(max=clamp)
-            up = up.clamp(-clamp, clamp)
-        h = torch.nn.functional.silu(gate) * up * w64[tok, slot].unsqueeze(1)
-        y.index_add_(0, tok, quantize_rows_1x128(h, ue8m0) @ w2[e].to(x.device).T)
-    return y

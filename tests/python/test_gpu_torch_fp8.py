@@ -17,7 +17,6 @@ pytestmark = pytest.mark.usefixtures("cuda")
 from moe_ref import (  # noqa: E402 - after the torch check
     dequantize_weights_fp8,
     errors,
-    fp8_reference,
     quantize_weights_fp8,
     random_inputs,
     random_weights,
@@ -60,7 +59,7 @@ def test_fp8_forward_matches_fp8_reference(ws: Any, record: Any, tokens: int, sc
     y = layer(x, ids, w)
     layer.check_errors()
     assert y.shape == x.shape and y.dtype == torch.bfloat16
-    err = errors(y, fp8_reference(x, ids, w, d13, d2, ue8m0))
+    err = errors(y, reference(x, ids, w, d13, d2, fp8_scales=scales))
     fmt = errors(y, reference(x, ids, w, w13, w2))  # the format's own error, for information
     record(
         check="torch_fp8_forward_vs_fp8_float64",
@@ -82,7 +81,7 @@ def test_fp8_and_bf16_layers_share_a_workspace(ws: Any, record: Any) -> None:
     for call in range(4):
         x, ids, w = random_inputs(64, H, E, K, device="cuda", seed=200 + call)
         if call % 2 == 0:
-            err = errors(fp8(x, ids, w), fp8_reference(x, ids, w, d13, d2, ue8m0=False))
+            err = errors(fp8(x, ids, w), reference(x, ids, w, d13, d2, fp8_scales="fp32"))
         else:
             err = errors(bf16(x, ids, w), reference(x, ids, w, b13, b2))
         fp8.check_errors()
