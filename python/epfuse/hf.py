@@ -13,6 +13,13 @@ used as they are: no copy, this rank's experts are a view of the first dimension
     epfuse.hf.attach(model, ws)                               # one MoELayer per experts module
     model(...)                                                # the blocks' experts now run in epfuse
     epfuse.hf.detach(model); ws.close()
+
+FP8 checkpoints (a model loaded with transformers' fine-grained FP8 quantization, weight_block_size
+[128, 128]): their experts modules (FP8Experts) hold gate_up_proj [E, 2I, H] and down_proj [E, H, I]
+float8_e4m3fn with gate_up_proj_scale_inv [E, 2I/128, H/128] and down_proj_scale_inv [E, H/128, I/128]
+(float32 or UE8M0), the layout of epfuse's FP8 layer; make_workspace then makes an FP8 workspace and
+attach an FP8 MoELayer per module. Their implementations live in transformers' FP8ExpertsInterface,
+where register() adds "epfuse" too.
 """
 
 from __future__ import annotations
@@ -52,13 +59,26 @@ def _experts_interface() -> Any:
     return ExpertsInterface
 
 
+def _fp8_experts() -> tuple[Any, Any]:
+    """transformers' FP8Experts class and FP8ExpertsInterface, or (None, None) where it has none."""
+    try:
+        from transformers.integrations.finegrained_fp8 import FP8Experts, FP8ExpertsInterface
+    except ImportError:
+        return None, None
+    return FP8Experts, FP8ExpertsInterface
+
+
 def register() -> bool:
-    """Adds "epfuse" to transformers' ExpertsInterface (transformers.integrations.moe). Returns False
-    where this transformers has no such interface (then use patch_moe_blocks)."""
+    """Adds "epfuse" to transformers' ExpertsInterface (transformers.integrations.moe), and to its
+    FP8ExpertsInterface where it has one. Returns False where this transformers has no
+    ExpertsInterface (then use patch_moe_blocks)."""
     interface = _experts_interface()
     if interface is None or not hasattr(interface, "register"):
         return False
     interface.register(IMPLEMENTATION, experts_forward)
+    fp8_interface = _fp8_experts()[1]
+    if fp8_interface is not None:
+        fp8_interface.register(IMPLEMENTATION, experts_forward)
     return True
 
 
@@ -113,9 +133,47 @@ def _topk_of(module: torch.nn.Module, model: torch.nn.Module) -> int:
     raise Unsupported(f"cannot tell the top-k of {type(module).__name__}: its config has no num_experts_per_tok")
 
 
+def _is_fp8(module: torch.nn.Module) -> bool:
+    return module.gate_up_proj.dtype == torch.float8_e4m3fn
+
+
+def _check_fp8(what: str, module: torch.nn.Module) -> None:
+    """An FP8 experts module epfuse computes: 128x128 weight blocks, activations quantised on the fly."""
+    block = getattr(module, "block_size", None)
+    if block is None or tuple(block) != (128, 128):
+        raise Unsupported(f"{what} has FP8 weight blocks {block}; epfuse's FP8 layer takes 128x128 blocks")
+    if getattr(module, "activation_scheme", "dynamic") != "dynamic":
+        raise Unsupported(f"{what} uses static activation scales; epfuse quantises activations per 1x128 group")
+    for attr in ("gate_up_proj_scale_inv", "down_proj_scale_inv"):
+        if not isinstance(getattr(module, attr, None), torch.Tensor):
+            raise Unsupported(f"{what} has FP8 weights but no {attr}")
+
+
+def _plain_swiglu_gate(module: torch.nn.Module, apply_gate: Any) -> bool:
+    """Whether the module's own _apply_gate computes silu(gate) * up: transformers' default, or
+    FP8Experts' without the clamped GPT-OSS variant (swiglu_alpha) and without a limit."""
+    try:
+        from transformers.integrations.moe import _default_apply_gate
+    except ImportError:
+        _default_apply_gate = None
+    if apply_gate is _default_apply_gate:
+        return True
+    fp8_class = _fp8_experts()[0]
+    return (
+        fp8_class is not None
+        and apply_gate is getattr(fp8_class, "_apply_gate", None)
+        and getattr(module, "swiglu_alpha", None) is None
+        and getattr(module, "limit", None) is None
+    )
+
+
 def _check_supported(name: str, module: torch.nn.Module) -> None:
     """Refuses experts epfuse does not compute: another layout, biases, no gate, another activation."""
     what = f"{name or 'the model'} ({type(module).__name__})"
+    if _is_fp8(module):
+        _check_fp8(what, module)
+    elif module.gate_up_proj.dtype != torch.bfloat16 and module.gate_up_proj.element_size() == 1:
+        raise Unsupported(f"{what} holds {module.gate_up_proj.dtype} expert weights; epfuse takes bf16 or FP8 e4m3fn")
     if getattr(module, "has_bias", False) or getattr(module, "gate_up_proj_bias", None) is not None:
         raise Unsupported(f"{what} has expert biases; epfuse's experts have none")
     if getattr(module, "is_transposed", False):
@@ -129,13 +187,8 @@ def _check_supported(name: str, module: torch.nn.Module) -> None:
     if act is not None and not _is_silu(act):
         raise Unsupported(f"{what} uses activation {type(act).__name__}; epfuse computes silu(gate) * up")
     apply_gate = getattr(type(module), "_apply_gate", None)
-    if apply_gate is not None:
-        try:
-            from transformers.integrations.moe import _default_apply_gate
-        except ImportError:
-            _default_apply_gate = None
-        if apply_gate is not _default_apply_gate:
-            raise Unsupported(f"{what} has its own gating (_apply_gate); epfuse computes silu(gate) * up")
+    if apply_gate is not None and not _plain_swiglu_gate(module, apply_gate):
+        raise Unsupported(f"{what} has its own gating (_apply_gate); epfuse computes silu(gate) * up")
 
 
 def _is_silu(act: Any) -> bool:
@@ -168,10 +221,13 @@ def _shapes(model: torch.nn.Module) -> Iterator[tuple[str, torch.nn.Module, int,
 def make_workspace(
     model: torch.nn.Module, *, max_tokens: int, group: Any = None, num_sms: int = 0, device: Any = None, **kwargs: Any
 ) -> Workspace:
-    """A Workspace sized for the largest experts module of `model` (collective)."""
+    """A Workspace sized for the largest experts module of `model` (collective); made for FP8 layers
+    when the model has FP8 experts."""
     shapes = list(_shapes(model))
     if not shapes:
         raise InvalidArgument(f"{type(model).__name__} has no experts module (gate_up_proj and down_proj, 3-D)")
+    if any(_is_fp8(s[1]) for s in shapes):
+        kwargs.setdefault("weight_dtype", torch.float8_e4m3fn)
     return Workspace(
         group,
         hidden=max(s[2] for s in shapes),
@@ -203,9 +259,18 @@ def _make_layers(model: torch.nn.Module, workspace: Workspace) -> list[tuple[str
                     f"{name} holds {experts} of {declared} experts: load the model without transformers' expert "
                     "parallelism; epfuse takes every rank's share from the full weights"
                 )
-            w13 = _rank_slice(module.gate_up_proj, workspace.rank, workspace.world_size, f"{name}.gate_up_proj")
-            w2 = _rank_slice(module.down_proj, workspace.rank, workspace.world_size, f"{name}.down_proj")
-            made.append((name, module, MoELayer(workspace, w13, w2, topk=topk)))
+            share: dict[str, torch.Tensor] = {
+                attr: _rank_slice(getattr(module, attr), workspace.rank, workspace.world_size, f"{name}.{attr}")
+                for attr in ("gate_up_proj", "down_proj")
+                + (("gate_up_proj_scale_inv", "down_proj_scale_inv") if _is_fp8(module) else ())
+            }
+            scales = (
+                {"w13_scale": share["gate_up_proj_scale_inv"], "w2_scale": share["down_proj_scale_inv"]}
+                if _is_fp8(module)
+                else {}
+            )
+            layer = MoELayer(workspace, share["gate_up_proj"], share["down_proj"], topk=topk, **scales)
+            made.append((name, module, layer))
     except BaseException:
         for _, _, layer in reversed(made):
             layer.close()

@@ -425,3 +425,67 @@ def test_hf_rank_takes_its_share_of_the_experts(fake: FakeLib) -> None:
     with pytest.raises(epfuse.Unsupported, match="has 8 experts, not a multiple of the world size 3"):
         ehf.attach(block, ws)
     ws.close()
+
+
+def fp8_experts(experts: int = E, block: tuple[int, int] = (128, 128), **config: Any) -> Any:
+    """transformers' FP8Experts as its fine-grained FP8 quantizer installs it (dispatching through
+    FP8ExpertsInterface), with random codes and scales in float32."""
+    import types
+
+    fp8 = pytest.importorskip("transformers.integrations.finegrained_fp8")
+    from transformers.integrations.moe import use_experts_implementation
+
+    cls = use_experts_implementation(
+        experts_class=fp8.FP8Experts, experts_interface=fp8.ALL_FP8_EXPERTS_FUNCTIONS, has_bias=False, has_gate=True
+    )
+    cfg = types.SimpleNamespace(
+        hidden_size=H, moe_intermediate_size=I, num_experts=experts, num_experts_per_tok=K, hidden_act="silu",
+        _experts_implementation="eager", **config,
+    )
+    module = cls(cfg, block_size=block)
+    g = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for name in ("gate_up_proj", "down_proj"):
+            getattr(module, name).copy_(torch.randn(getattr(module, name).shape, generator=g).to(torch.float8_e4m3fn))
+            getattr(module, name + "_scale_inv").fill_(0.01)
+    return module
+
+
+def test_hf_fp8_experts_run_through_an_fp8_layer(fake: FakeLib) -> None:
+    import epfuse.hf as ehf
+
+    experts = fp8_experts()
+    ws = ehf.make_workspace(experts, max_tokens=64)
+    assert ws.weight_dtype == torch.float8_e4m3fn and fake.kinds("workspace_create")[0][1]["weight_format"] == 1
+    layers = ehf.attach(experts, ws)
+    _, cfg, p13, ps13, n13, p2, ps2, n2 = fake.kinds("layer_create_fp8")[0]
+    assert (p13, p2) == (experts.gate_up_proj.data_ptr(), experts.down_proj.data_ptr())
+    assert (ps13, ps2) == (experts.gate_up_proj_scale_inv.data_ptr(), experts.down_proj_scale_inv.data_ptr())
+    assert (n13, n2) == (experts.gate_up_proj_scale_inv.numel(), experts.down_proj_scale_inv.numel())
+    assert (cfg["weight_format"], cfg["scale_format"], cfg["topk"]) == (1, 0, K)
+    assert experts.config._experts_implementation == "epfuse"
+    x = torch.randn(5, H).to(torch.bfloat16)
+    ids = torch.tensor([[0, 1], [2, 3], [4, 5], [6, 7], [1, 0]])
+    y = experts(x, ids, torch.full((5, K), 0.5))  # through FP8ExpertsInterface
+    assert torch.equal(y, x) and fake.kinds("forward")[-1][2] == 5
+    ehf.detach(experts)
+    assert layers[0].closed and experts.config._experts_implementation == "eager"
+    ws.close()
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"block": (128, 64)}, r"FP8 weight blocks \(128, 64\); epfuse's FP8 layer takes 128x128 blocks"),
+        ({"swiglu_limit": 7.0}, r"has its own gating \(_apply_gate\)"),
+    ],
+)
+def test_hf_fp8_experts_epfuse_does_not_compute(fake: FakeLib, change: dict[str, Any], message: str) -> None:
+    import epfuse.hf as ehf
+
+    experts = fp8_experts(**change)
+    ws = ehf.make_workspace(experts, max_tokens=64)
+    with pytest.raises(epfuse.Unsupported, match=message):
+        ehf.attach(experts, ws)
+    assert fake.kinds("layer_create_fp8") == []
+    ws.close()

@@ -112,3 +112,43 @@ def test_bad_scale_values_are_named_by_the_library(ws: Any) -> None:
     s2[3, 1, 0] = float("nan")
     with pytest.raises(epfuse.InvalidArgument, match="scale"):
         et.MoELayer(ws, c13, c2, topk=K, w13_scale=s13, w2_scale=s2)
+
+
+def test_hf_fp8_experts_module_matches_fp8_reference(record: Any) -> None:
+    """transformers' FP8Experts (as its fine-grained FP8 quantizer installs it) through epfuse.hf:
+    the module's own codes and float32 block scales, against the FP8 float64 reference."""
+    import types
+
+    import epfuse.hf as ehf
+
+    fp8 = pytest.importorskip("transformers.integrations.finegrained_fp8")
+    from transformers.integrations.moe import use_experts_implementation
+
+    cls = use_experts_implementation(
+        experts_class=fp8.FP8Experts, experts_interface=fp8.ALL_FP8_EXPERTS_FUNCTIONS, has_bias=False, has_gate=True
+    )
+    cfg = types.SimpleNamespace(
+        hidden_size=H, moe_intermediate_size=I, num_experts=E, num_experts_per_tok=K, hidden_act="silu",
+        _experts_implementation="eager",
+    )
+    module = cls(cfg, block_size=(128, 128)).to("cuda")
+    w13, w2 = random_weights(E, H, I, device="cuda", seed=5)
+    c13, s13 = quantize_weights_fp8(w13, False)
+    c2, s2 = quantize_weights_fp8(w2, False)
+    with torch.no_grad():
+        module.gate_up_proj.copy_(c13)
+        module.gate_up_proj_scale_inv.copy_(s13)
+        module.down_proj.copy_(c2)
+        module.down_proj_scale_inv.copy_(s2)
+    ws = ehf.make_workspace(module, max_tokens=MAX_T)
+    try:
+        ehf.attach(module, ws)
+        x, ids, w = random_inputs(128, H, E, K, device="cuda", seed=6)
+        y = module(x, ids, w)
+        err = errors(y, reference(x, ids, w, dequantize_weights_fp8(c13, s13), dequantize_weights_fp8(c2, s2),
+                                  fp8_scales="fp32"))
+        record(check="hf_fp8_experts_vs_fp8_float64", shape=[128, H, I, E, K], **err, verified=within_bounds(err))
+        assert within_bounds(err), err
+        ehf.detach(module)
+    finally:
+        ws.close()
