@@ -106,10 +106,19 @@ E4M3_MAX = 448.0
 FP8_BLOCK = 128
 
 
+def _ieee_div(a: torch.Tensor, b: float | torch.Tensor) -> torch.Tensor:
+    """a / b in float32, correctly rounded on every device. Torch on CUDA divides a tensor by a Python
+    scalar as a product with the scalar's reciprocal (one ulp off about two times in three for / 448),
+    which moved the reference's scales, and with them its codes, away from fp8.h's; a tensor divisor
+    gets a true division."""
+    a = a.float()
+    return a / (b.float() if isinstance(b, torch.Tensor) else torch.full_like(a, b))
+
+
 def _group_scale(amax: torch.Tensor, ue8m0: bool) -> torch.Tensor:
     """fp8.h group_scale in float32: amax / 448 (1 where that is 0), or for UE8M0 that value rounded up
     to a power of two (the smallest normal where it underflowed)."""
-    s = amax.float() / E4M3_MAX
+    s = _ieee_div(amax, E4M3_MAX)
     if not ue8m0:
         return torch.where(s > 0, s, torch.ones_like(s))
     mant, exp = torch.frexp(s)  # s = mant * 2^exp, mant in [0.5, 1)
@@ -127,7 +136,7 @@ def quantize_rows_1x128(a: torch.Tensor, ue8m0: bool) -> torch.Tensor:
     t, n = a.shape
     g = a.float().reshape(t, n // FP8_BLOCK, FP8_BLOCK)
     scale = _group_scale(g.abs().amax(dim=2, keepdim=True), ue8m0)
-    codes = _encode(g * (1.0 / scale))
+    codes = _encode(g * _ieee_div(torch.ones_like(scale), scale))
     return (codes.double() * scale.double()).reshape(t, n)
 
 
@@ -137,7 +146,7 @@ def quantize_weights_fp8(w: torch.Tensor, ue8m0: bool) -> tuple[torch.Tensor, to
     e, r, c = w.shape
     blocks = w.float().reshape(e, r // FP8_BLOCK, FP8_BLOCK, c // FP8_BLOCK, FP8_BLOCK)
     scale = _group_scale(blocks.abs().amax(dim=(2, 4), keepdim=True), ue8m0)
-    codes = _encode(blocks * (1.0 / scale)).reshape(e, r, c)
+    codes = _encode(blocks * _ieee_div(torch.ones_like(scale), scale)).reshape(e, r, c)
     scale = scale.reshape(e, r // FP8_BLOCK, c // FP8_BLOCK)
     if ue8m0:
         return codes, (torch.frexp(scale)[1] - 1 + 127).to(torch.uint8)  # scale = 2^(byte - 127)

@@ -17,6 +17,7 @@ pytestmark = pytest.mark.usefixtures("cuda")
 from moe_ref import (  # noqa: E402 - after the torch check
     dequantize_weights_fp8,
     errors,
+    quantize_rows_1x128,
     quantize_weights_fp8,
     random_inputs,
     random_weights,
@@ -48,6 +49,21 @@ def fp8_layer(ws: Any, ue8m0: bool, seed: int = 0) -> tuple[Any, Any, Any, Any, 
     c2, s2 = quantize_weights_fp8(w2, ue8m0)
     layer = et.MoELayer(ws, c13, c2, topk=K, w13_scale=s13, w2_scale=s2)
     return layer, dequantize_weights_fp8(c13, s13), dequantize_weights_fp8(c2, s2), w13, w2
+
+
+@pytest.mark.parametrize("ue8m0", [False, True])
+def test_reference_quantisation_is_the_same_on_cuda_and_cpu(ue8m0: bool) -> None:
+    """The reference's FP8 rounding (fp8.h's: IEEE float32 scale, reciprocal and product) must not depend
+    on the device it runs on: torch's CUDA tensor / scalar is a product with the reciprocal, which moved
+    a third of the scales by an ulp and the reference 1-2% away from the layer."""
+    x, _, _ = random_inputs(64, H, E, K, device="cpu", seed=11)
+    x = (x.float() * torch.logspace(-3, 3, 64).unsqueeze(1)).to(torch.bfloat16)  # scales over 6 decades
+    assert torch.equal(quantize_rows_1x128(x.cuda(), ue8m0).cpu(), quantize_rows_1x128(x, ue8m0))
+    w13, _ = random_weights(2, H, I, device="cpu", seed=12)
+    c_gpu, s_gpu = quantize_weights_fp8(w13.cuda(), ue8m0)
+    c_cpu, s_cpu = quantize_weights_fp8(w13, ue8m0)
+    assert torch.equal(s_gpu.cpu(), s_cpu)
+    assert torch.equal(c_gpu.view(torch.uint8).cpu(), c_cpu.view(torch.uint8))
 
 
 @pytest.mark.parametrize("tokens", [1, 7, 128, MAX_T])
