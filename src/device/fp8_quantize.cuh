@@ -15,6 +15,12 @@
 
 namespace epfuse::device {
 
+// The e4m3 codes of (a, b), a in the low byte: rounded to nearest even and saturated to +-448, as
+// common/fp8.h float_to_e4m3 (the hardware's cvt).
+__device__ __forceinline__ uint32_t e4m3x2(float a, float b) {
+  return __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E4M3);
+}
+
 // A warp quantises one 1x128 group of a row: lane l takes elements 4l .. 4l + 3 of x (bf16) and writes
 // their codes to q; `valid` (128, or 64 for the last group of a size that is a multiple of 64 only,
 // fp8::block_extent) elements exist, the rest are neither read nor written. x and q 8- and 4-byte
@@ -36,11 +42,7 @@ __device__ __forceinline__ float warp_quantize_group(const __nv_bfloat16* x, int
   const float scale = fp8::group_scale(amax, format);
   const float inv = __frcp_rn(scale);  // = 1.0f / scale of the reference, without depending on -prec-div
   if (mine) {
-    const __nv_fp8x2_storage_t c01 =
-        __nv_cvt_float2_to_fp8x2(make_float2(v[0] * inv, v[1] * inv), __NV_SATFINITE, __NV_E4M3);
-    const __nv_fp8x2_storage_t c23 =
-        __nv_cvt_float2_to_fp8x2(make_float2(v[2] * inv, v[3] * inv), __NV_SATFINITE, __NV_E4M3);
-    *reinterpret_cast<uint32_t*>(q + 4 * lane) = static_cast<uint32_t>(c01) | (static_cast<uint32_t>(c23) << 16);
+    *reinterpret_cast<uint32_t*>(q + 4 * lane) = e4m3x2(v[0] * inv, v[1] * inv) | (e4m3x2(v[2] * inv, v[3] * inv) << 16);
   }
   return scale;
 }
@@ -74,13 +76,8 @@ __device__ __forceinline__ void warp_quantize_row(const __nv_bfloat16* x, int n,
       const float inv = __frcp_rn(scale);
       uint32_t word[2];
 #pragma unroll
-      for (int w = 0; w < 2; ++w) {
-        const __nv_fp8x2_storage_t lo = __nv_cvt_float2_to_fp8x2(make_float2(v[4 * w] * inv, v[4 * w + 1] * inv),
-                                                                 __NV_SATFINITE, __NV_E4M3);
-        const __nv_fp8x2_storage_t hi = __nv_cvt_float2_to_fp8x2(
-            make_float2(v[4 * w + 2] * inv, v[4 * w + 3] * inv), __NV_SATFINITE, __NV_E4M3);
-        word[w] = static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
-      }
+      for (int w = 0; w < 2; ++w)
+        word[w] = e4m3x2(v[4 * w] * inv, v[4 * w + 1] * inv) | (e4m3x2(v[4 * w + 2] * inv, v[4 * w + 3] * inv) << 16);
       *reinterpret_cast<uint2*>(q + (s0 + u) * kStep + 8 * lane) = make_uint2(word[0], word[1]);
       if (lane % 16 == 0) scales[2 * (s0 + u) + lane / 16] = scale;
     }
@@ -111,8 +108,7 @@ __device__ __forceinline__ void quantize_fragment_rows(const float (&h)[64], Sca
 #pragma unroll
   for (int i = 0; i < 64; i += 2) {
     const float s = inv[(i >> 1) & 1];
-    const __nv_fp8x2_storage_t c =
-        __nv_cvt_float2_to_fp8x2(make_float2(h[i] * s, h[i + 1] * s), __NV_SATFINITE, __NV_E4M3);
+    const uint32_t c = e4m3x2(h[i] * s, h[i + 1] * s);
     code[i] = static_cast<uint8_t>(c & 0xff);
     code[i + 1] = static_cast<uint8_t>(c >> 8);
   }

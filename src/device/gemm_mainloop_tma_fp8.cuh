@@ -25,7 +25,7 @@
 // so those MMA steps add zeros; its scales are the partial block's (fp8.h block_extent). In the fused
 // kernel this tile's K is a multiple of 128 anyway (H % 256 == 0 and I % 128 == 0 for its N).
 // Scale rows of A: ceil(K / 128) floats, 16-byte aligned, readable up to the next multiple of 4 floats
-// (kActScaleAlign; the producer copies whole 16-byte groups).
+// (regions.h fp8_scale_stride; the producer copies whole 16-byte groups).
 // Registers: 384 threads at one CTA per SM leave 168 per thread at entry; setmaxnreg gives the math
 // warps kConsumerRegs (128 accumulators + 64 scratch + addresses) and the producer kProducerRegs.
 #pragma once
@@ -42,10 +42,6 @@
 #include "device/wgmma.cuh"
 
 namespace epfuse::device {
-
-// Floats a 1x128 activation scale row is padded to for the FP8 tile's 16-byte scale copies.
-inline constexpr int kActScaleAlign = 4;
-EPFUSE_HD int act_scale_stride(int K) { return ((K + 127) / 128 + kActScaleAlign - 1) / kActScaleAlign * kActScaleAlign; }
 
 template <int kStages_>
 struct TileGemmTmaFp8 {
@@ -124,7 +120,7 @@ struct TileGemmTmaFp8 {
 
   // Producer thread p (0..127): issues every k-block of one tile, copying its chunk of A rows
   // producer_row(p, i) from a_rows[i] (nullptr: a padding row), the scales of row producer_scale_row(p)
-  // from a_scale_row (its ceil(K/128) scales, kActScaleAlign-padded; nullptr: a padding row) and,
+  // from a_scale_row (its ceil(K/128) scales, padded to fp8_scale_stride(K); nullptr: a padding row) and,
   // thread 0, the weight boxes and their scales. K: supports_k. False when a wait for a free stage ran out.
   __device__ static bool load_tile(RingPos& pos, const uint8_t* const (&a_rows)[kProducerRows], const float* a_scale_row,
                                    const BOperand& b, int K, void* smem, const WaitLimit& limit) {

@@ -158,9 +158,9 @@ EPFUSE_HD PrivRegions make_priv_regions(const FusedDims& d, size_t control_bytes
 // Activations travel and are stored as e4m3 codes with one float scale per 1x128 group (common/fp8.h).
 // An FP8 x row (what dispatch writes into a receiver's recv_rows slot, or into this rank's private
 // fp8_x region for its own tokens): H code bytes, then the row's ceil(H/128) scales padded to a multiple
-// of 4 floats (the FP8 tile copies 16-byte groups of scales: gemm_mainloop_tma_fp8.cuh act_scale_stride,
-// the same formula). It fits a bf16 slot (H * 2 bytes) for every H % 128 == 0, so the symmetric window
-// keeps its bf16 layout and strides; only the bytes sent shrink (about half).
+// of 4 floats (the FP8 tile, gemm_mainloop_tma_fp8.cuh, copies 16-byte groups of scales). It fits a
+// bf16 slot (H * 2 bytes) for every H % 128 == 0, so the symmetric window keeps its bf16 layout and
+// strides; only the bytes sent shrink (about half).
 EPFUSE_HD int fp8_scale_stride(int n) { return ((n + 127) / 128 + 3) / 4 * 4; }
 EPFUSE_HD size_t fp8_x_scale_offset(int hidden) { return static_cast<size_t>(hidden); }
 EPFUSE_HD size_t fp8_x_row_bytes(int hidden) { return fp8_x_scale_offset(hidden) + 4u * fp8_scale_stride(hidden); }

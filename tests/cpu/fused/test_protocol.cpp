@@ -561,7 +561,7 @@ TEST(FusedSlots, EveryPairLandsOnceAtTheRightExpert) {
 }
 
 // FP8 activation layouts (regions.h): an FP8 x row (codes, then 16-byte aligned scales) fits a bf16
-// recv_rows slot, its scale stride matches the FP8 tile's (act_scale_stride: ceil(n/128) rounded up to
+// recv_rows slot, its scale stride is what the FP8 tile copies (ceil(n/128) rounded up to
 // 4 floats), and FP8 h (codes + scales) fits the bf16 h region, also for a smaller layer on a workspace.
 TEST(FusedFp8Regions, XRowFitsBf16SlotAndHFitsRegion) {
   for (int H : {256, 512, 768, 2048, 2816, 4096, 7168, 8192}) {

@@ -4,7 +4,7 @@
 // shared memory as the fused kernel sizes it, the ring position carried from tile to tile (several
 // tiles per CTA: the ring wraps within and across tiles).
 // A grouped FP8 GEMM: e4m3 token rows gathered through a row list per tile (tail rows nullptr:
-// padding, never read, never stored), 1x128 row scales (rows padded to kActScaleAlign floats, the
+// padding, never read, never stored), 1x128 row scales (rows padded to fp8_scale_stride floats, the
 // padding NaN so a wrong scale index shows); weights [E * 2I, K] e4m3 by TMA (weight_tensor_map_fp8)
 // with 128x128 block scales, tile columns [0, 128) from gate rows and [128, 256) from up rows of the
 // same expert (two row ranges I apart, two block scales per K block); K in {256, 2048, 2880 (a partial
@@ -35,6 +35,7 @@
 #include "common/hash.h"
 #include "device/fp8_quantize.cuh"
 #include "device/gemm_mainloop_tma_fp8.cuh"
+#include "device/regions.h"
 #include "device/signals.cuh"
 #include "device/tile_gemm.cuh"
 #include "fused/tensor_map.h"
@@ -170,7 +171,7 @@ bool run_case(int K, uint64_t seed, int ctas, const std::vector<int>& expert_row
     std::printf("FAIL K=%d: the tile refuses it (supports_k)\n", K);
     return false;
   }
-  const int kblocks = fp8::num_blocks(K), S = dev::act_scale_stride(K);
+  const int kblocks = fp8::num_blocks(K), S = dev::fp8_scale_stride(K);
   constexpr int kTokens = 300;
   const int kExperts = static_cast<int>(expert_rows.size()), kInter = inter;
   const int64_t ldx = K + 64;                       // each row followed by 64 NaN codes
