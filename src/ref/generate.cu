@@ -25,12 +25,14 @@ __global__ void generate_weights_kernel(uint64_t seed, detail::Stream stream, in
     const int64_t row_global = v / vectors_per_row;  // over all local experts
     const int col = static_cast<int>(v % vectors_per_row) * kColsPerThread;
     const int expert = first_expert + static_cast<int>(row_global / rows);
-    const uint64_t key = detail::weight_row_key(seed, stream, expert, static_cast<int>(row_global % rows));
+    const int row = static_cast<int>(row_global % rows);
+    const uint64_t key = detail::weight_row_key(seed, stream, expert, row);
+    const uint64_t block_key = detail::weight_block_key(seed, stream, expert, row);
     uint32_t pairs[kColsPerThread / 2];  // little-endian: the even column in the low half
 #pragma unroll
     for (int i = 0; i < kColsPerThread / 2; ++i)
-      pairs[i] = detail::uniform_bf16_bits(key, col + 2 * i, scale) |
-                 static_cast<uint32_t>(detail::uniform_bf16_bits(key, col + 2 * i + 1, scale)) << 16;
+      pairs[i] = detail::weight_bf16_bits(key, block_key, col + 2 * i, scale) |
+                 static_cast<uint32_t>(detail::weight_bf16_bits(key, block_key, col + 2 * i + 1, scale)) << 16;
     *reinterpret_cast<uint4*>(out + v * kColsPerThread) = make_uint4(pairs[0], pairs[1], pairs[2], pairs[3]);
   }
 }

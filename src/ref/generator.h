@@ -45,8 +45,27 @@ EPFUSE_HD float bf16_bits_to_float(uint16_t bits) {
 EPFUSE_HD uint16_t uniform_bf16_bits(uint64_t row_key, int col, float scale) {
   return bf16_bits_rn(uniform_pm1(hash_next(row_key, static_cast<uint64_t>(col))) * scale);
 }
-EPFUSE_HD __nv_bfloat16 uniform_bf16(uint64_t row_key, int col, float scale) {
-  return __ushort_as_bfloat16(uniform_bf16_bits(row_key, col, scale));
+
+// Magnitudes that differ between FP8 scale groups: each 128-element group of a token row and each
+// 128 x 128 block of an expert matrix is scaled by 2^-j, j in {0, 1, 2} from a hash. Uniform values
+// alone give every group nearly the same largest magnitude, so a scale taken from the wrong group or
+// block would pass every check; powers of two keep an element one exact product (the multiply by
+// `scale` above stays exact in its rounding).
+EPFUSE_HD float group_magnitude(uint64_t key, int col) {
+  constexpr uint64_t kGroupTag = 0x67726f7570ULL;  // keeps these draws apart from the element draws
+  return 1.0f / static_cast<float>(1u << (hash_next(key ^ kGroupTag, static_cast<uint64_t>(col / 128)) % 3));
+}
+// The key of an expert matrix's 128-row block holding `row` (group_magnitude's key for weights).
+EPFUSE_HD uint64_t weight_block_key(uint64_t seed, Stream stream, int expert, int row) {
+  return weight_row_key(seed, stream, expert, -1 - row / 128);  // negative rows: never an element row's key
+}
+// The weight element (expert, row, col) of `stream` as bf16 bits: uniform * scale * its block's magnitude.
+EPFUSE_HD uint16_t weight_bf16_bits(uint64_t row_key, uint64_t block_key, int col, float scale) {
+  return uniform_bf16_bits(row_key, col, scale * group_magnitude(block_key, col));
+}
+// Token element col of the row with key `x_key` as bf16 bits: uniform * its group's magnitude.
+EPFUSE_HD uint16_t token_bf16_bits(uint64_t x_key, int col) {
+  return uniform_bf16_bits(x_key, col, group_magnitude(x_key, col));
 }
 
 // 1/sqrt(fan_in) as the float both sides multiply by; computed once on the host and passed to the

@@ -127,7 +127,7 @@ HostTokens make_tokens(const LayerConfig& cfg, int world_size, int rank, int num
   for (int t = 0; t < num_tokens; ++t) {
     const uint64_t x_key = detail::token_row_key(seed, rank, t);
     bf16* x = &in.x[static_cast<size_t>(t) * H];
-    for (int h = 0; h < H; ++h) x[h] = detail::uniform_bf16(x_key, h, 1.0f);
+    for (int h = 0; h < H; ++h) x[h] = __ushort_as_bfloat16(detail::token_bf16_bits(x_key, h));
 
     int32_t* idx = &in.topk_idx[static_cast<size_t>(t) * k];
     const uint64_t route_key = token_key(seed, Stream::kRouting, rank, t);
@@ -202,13 +202,15 @@ std::vector<int> make_token_counts(int world_size, int max_tokens, uint64_t seed
 }
 
 bf16 weight_w13(const LayerConfig& cfg, uint64_t seed, int expert, int row, int col) {
-  return detail::uniform_bf16(detail::weight_row_key(seed, Stream::kW13, expert, row), col,
-                              detail::weight_scale(cfg.hidden));
+  return __ushort_as_bfloat16(detail::weight_bf16_bits(detail::weight_row_key(seed, Stream::kW13, expert, row),
+                                                         detail::weight_block_key(seed, Stream::kW13, expert, row), col,
+                                                         detail::weight_scale(cfg.hidden)));
 }
 
 bf16 weight_w2(const LayerConfig& cfg, uint64_t seed, int expert, int row, int col) {
-  return detail::uniform_bf16(detail::weight_row_key(seed, Stream::kW2, expert, row), col,
-                              detail::weight_scale(cfg.intermediate));
+  return __ushort_as_bfloat16(detail::weight_bf16_bits(detail::weight_row_key(seed, Stream::kW2, expert, row),
+                                                         detail::weight_block_key(seed, Stream::kW2, expert, row), col,
+                                                         detail::weight_scale(cfg.intermediate)));
 }
 
 }  // namespace epfuse

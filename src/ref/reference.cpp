@@ -136,8 +136,10 @@ void GeneratedExperts::load(int expert, std::vector<double>& w13, std::vector<do
     out.resize(static_cast<size_t>(rows) * cols);
     for (int r = 0; r < rows; ++r) {
       const uint64_t key = detail::weight_row_key(seed_, stream, expert, r);
+      const uint64_t block_key = detail::weight_block_key(seed_, stream, expert, r);
       double* row = &out[static_cast<size_t>(r) * cols];
-      for (int c = 0; c < cols; ++c) row[c] = detail::bf16_bits_to_float(detail::uniform_bf16_bits(key, c, scale));
+      for (int c = 0; c < cols; ++c)
+        row[c] = detail::bf16_bits_to_float(detail::weight_bf16_bits(key, block_key, c, scale));
     }
   };
   fill(w13, detail::Stream::kW13, 2 * I, H, detail::weight_scale(H));

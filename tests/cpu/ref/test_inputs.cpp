@@ -137,8 +137,47 @@ TEST(Tokens, XInUnitRangeAndVaried) {
   }
   const double n = static_cast<double>(in.x.size());
   EXPECT_NEAR(sum / n, 0.0, 0.01);
-  EXPECT_NEAR(sum2 / n, 1.0 / 3.0, 0.01);  // variance of U(-1, 1)
+  // U(-1, 1) times a group magnitude 1, 1/2 or 1/4 (equally likely): (1 + 1/4 + 1/16) / 3 / 3.
+  EXPECT_NEAR(sum2 / n, 1.3125 / 9.0, 0.01);
   EXPECT_GT(distinct.size(), 1000u);
+}
+
+// Every 1x128 group of a token row and every 128x128 block of a weight matrix has its own magnitude
+// (generator.h group_magnitude): the largest value of each is that magnitude (times the weight scale)
+// to within the uniform draw's reach, and all three magnitudes occur, within one row and over blocks.
+TEST(Generator, GroupsAndBlocksHaveTheirOwnMagnitudes) {
+  LayerConfig cfg = config();
+  cfg.hidden = 1024;  // 8 groups per token row
+  const HostTokens in = make_tokens(cfg, 1, 0, 64, Routing::kUniform, 5);
+  int rows_with_two_magnitudes = 0;
+  std::set<float> seen_x;
+  for (int t = 0; t < 64; ++t) {
+    std::set<float> row_magnitudes;
+    for (int g = 0; g < cfg.hidden / 128; ++g) {
+      float amax = 0.0f;
+      for (int c = 0; c < 128; ++c) amax = std::max(amax, std::fabs(__bfloat162float(in.x[t * cfg.hidden + g * 128 + c])));
+      const float m = detail::group_magnitude(detail::token_row_key(5, 0, t), g * 128);
+      EXPECT_LE(amax, m);
+      EXPECT_GT(amax, 0.9f * m);  // 128 uniform draws all below 0.9: 0.9^128 = 1.4e-6
+      row_magnitudes.insert(m);
+      seen_x.insert(m);
+    }
+    rows_with_two_magnitudes += row_magnitudes.size() >= 2;
+  }
+  EXPECT_EQ(seen_x, (std::set<float>{0.25f, 0.5f, 1.0f}));
+  EXPECT_GE(rows_with_two_magnitudes, 60);  // 8 groups share one magnitude with probability 3 * 3^-8
+  std::set<float> seen_w;
+  for (int rb = 0; rb < 4; ++rb)
+    for (int cb = 0; cb < cfg.hidden / 128; ++cb) {
+      float amax = 0.0f;
+      for (int r = rb * 128; r < rb * 128 + 128; ++r)
+        for (int c = cb * 128; c < cb * 128 + 128; ++c) amax = std::max(amax, std::fabs(__bfloat162float(weight_w13(cfg, 3, 2, r, c))));
+      const float m = detail::group_magnitude(detail::weight_block_key(3, detail::Stream::kW13, 2, rb * 128), cb * 128);
+      EXPECT_LE(amax, m * detail::weight_scale(cfg.hidden) * 1.004f) << rb << " " << cb;
+      EXPECT_GT(amax, 0.99f * m * detail::weight_scale(cfg.hidden)) << rb << " " << cb;
+      seen_w.insert(m);
+    }
+  EXPECT_EQ(seen_w, (std::set<float>{0.25f, 0.5f, 1.0f}));
 }
 
 TEST(Tokens, DistinctExpertsInRange) {
@@ -297,7 +336,7 @@ TEST(Weights, DeterministicScaledAndDistinctPerTensor) {
       differs_seed += a != __bfloat162float(weight_w13(cfg, 4, 5, row, col));
       differs_expert += a != __bfloat162float(weight_w13(cfg, 3, 6, row, col));
       const float b = __bfloat162float(weight_w2(cfg, 3, 5, row, col));
-      differs_tensor += a * 16.0f != b * std::sqrt(128.0f);  // scales differ; the draws too
+      differs_tensor += a != b;  // the draws differ
       max13 = std::max(max13, std::fabs(static_cast<double>(a)));
       max2 = std::max(max2, std::fabs(static_cast<double>(b)));
       sum2 += static_cast<double>(a) * a;
@@ -305,12 +344,15 @@ TEST(Weights, DeterministicScaledAndDistinctPerTensor) {
   EXPECT_GT(differs_seed, 16000);
   EXPECT_GT(differs_expert, 16000);
   EXPECT_GT(differs_tensor, 16000);
-  // w13 entries uniform in [-1, 1) / sqrt(H = 256), w2 in [-1, 1) / sqrt(I = 128).
-  EXPECT_LE(max13, 1.0 / 16 * 1.004);
-  EXPECT_GT(max13, 0.95 / 16);
-  EXPECT_LE(max2, 1.0 / std::sqrt(128.0) * 1.004);
-  EXPECT_GT(max2, 0.95 / std::sqrt(128.0));
-  EXPECT_NEAR(sum2 / (128 * 128), 1.0 / 3 / 256, 0.05 / 256);
+  // The block [0, 128)^2: w13 entries uniform in [-1, 1) / sqrt(H = 256), w2 in [-1, 1) / sqrt(I = 128),
+  // times the block's magnitude (generator.h group_magnitude).
+  const double m13 = detail::group_magnitude(detail::weight_block_key(3, detail::Stream::kW13, 5, 0), 0);
+  const double m2 = detail::group_magnitude(detail::weight_block_key(3, detail::Stream::kW2, 5, 0), 0);
+  EXPECT_LE(max13, m13 / 16 * 1.004);
+  EXPECT_GT(max13, 0.95 * m13 / 16);
+  EXPECT_LE(max2, m2 / std::sqrt(128.0) * 1.004);
+  EXPECT_GT(max2, 0.95 * m2 / std::sqrt(128.0));
+  EXPECT_NEAR(sum2 / (128 * 128), m13 * m13 / 3 / 256, 0.05 * m13 * m13 / 256);
 }
 
 TEST(Generator, Bf16RoundingMatchesCudaRoundToNearestEven) {
