@@ -79,7 +79,7 @@ std::string summary(const RunPlan& plan, const RunResult& r, bool reference_only
       "verified: {} (max rel err {}, tolerance {}; max row rel err {}{}, row tolerance {}; {} unwritten elements; "
       "{} of {} calls checked)\n",
       r.verified ? "yes" : "NO", format_sci(r.max_rel_err), format_sci(plan.tolerance), format_sci(r.worst_row.err),
-      worst_row_place(r.worst_row), format_sci(row_tolerance(plan.tolerance)), r.unwritten, r.calls_verified, r.calls);
+      worst_row_place(r.worst_row), format_sci(row_tolerance(plan.tolerance, plan.cfg.weight_format)), r.unwritten, r.calls_verified, r.calls);
   out += fmt::format("layer memory per GPU (weights not included): {:.1f} MiB symmetric (NCCL window), {:.1f} MiB "
                      "private\n",
                      r.memory.symmetric_bytes / 1048576.0, r.memory.private_bytes / 1048576.0);
@@ -114,7 +114,7 @@ std::string result_json(const RunPlan& plan, const RunResult& r, const std::stri
                        {"verify_every", plan.verify_every},
                        {"verify_rows", plan.verify_rows},
                        {"tolerance", plan.tolerance},
-                       {"row_tolerance", row_tolerance(plan.tolerance)}};
+                       {"row_tolerance", row_tolerance(plan.tolerance, c.weight_format)}};
   Json per_rank = Json::array();
   for (const RankStats& s : r.ranks)
     per_rank.push_back({{"tokens", s.tokens},

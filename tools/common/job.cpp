@@ -119,8 +119,8 @@ WorstRow worst_of_ranks(std::span<const double> gathered) {
   return w;
 }
 
-bool within_tolerance(const Verdict& v, double tolerance) {
-  return v.max_rel_err <= tolerance && v.worst_row.err <= row_tolerance(tolerance) && v.total_unwritten == 0;
+bool within_tolerance(const Verdict& v, double tolerance, WeightFormat format) {
+  return v.max_rel_err <= tolerance && v.worst_row.err <= row_tolerance(tolerance, format) && v.total_unwritten == 0;
 }
 
 // ---- device resources ----
@@ -267,7 +267,7 @@ Verdict RankJob::verified_forward(const InputSet& in, std::span<const int> rows,
   v.total_unwritten = comm_.all_reduce_sum(v.unwritten);
   const double pair[] = {mine.err, static_cast<double>(mine.row)};
   v.worst_row = worst_of_ranks(comm_.all_gather(pair));
-  v.passed = within_tolerance(v, tolerance);
+  v.passed = within_tolerance(v, tolerance, cfg_.weight_format);
   return v;
 }
 

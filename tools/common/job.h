@@ -65,7 +65,17 @@ std::vector<double> row_errors(std::span<const double> ref, std::span<const doub
 // in bench/results show 3e-3 to 4.2e-3 overall): twice the overall tolerance leaves a correct row
 // room, while a row with a wrong expert or a missing slot is off by 0.1 to 1.
 inline constexpr double kRowToleranceFactor = 2.0;
-inline double row_tolerance(double tolerance) { return kRowToleranceFactor * tolerance; }
+// FP8 weights: 3x. The kernel quantises h (1x128, for Linear2) from an fp32 value its FP8 MMAs
+// accumulated with limited precision, the reference from a float64 one: where a dominant h element
+// sits at a code boundary, or a group's amax at a power of two (UE8M0 scales), a tiny difference moves
+// the code or the group's whole scale. With the generator's power-of-two magnitudes one such row
+// (H 256, I 384) moves by 4.2-4.6% when the reference's own h is perturbed by 1e-3 relative, as the
+// kernel's did (4.15%, bench/NOTES.md "Session 8"). A scale read from the wrong group or block is off
+// by 2x or 4x (the magnitudes) across a whole group, far outside.
+inline constexpr double kFp8RowToleranceFactor = 3.0;
+inline double row_tolerance(double tolerance, WeightFormat format = WeightFormat::kBf16) {
+  return (format == WeightFormat::kFp8Block128 ? kFp8RowToleranceFactor : kRowToleranceFactor) * tolerance;
+}
 
 // The checked row with the largest per-row error.
 struct WorstRow {
@@ -152,9 +162,9 @@ struct Verdict {
   double forward_ms = 0.0;     // this rank's forward alone (cudaEvents), without poison and checks
 };
 
-// Both bounds hold (max_rel_err <= tolerance, worst_row.err <= row_tolerance(tolerance)) and
+// Both bounds hold (max_rel_err <= tolerance, worst_row.err <= row_tolerance(tolerance, format)) and
 // total_unwritten == 0.
-bool within_tolerance(const Verdict& v, double tolerance);
+bool within_tolerance(const Verdict& v, double tolerance, WeightFormat format = WeightFormat::kBf16);
 
 // A rank's layer with its weights, stream and output buffer, created collectively.
 class RankJob {

@@ -155,6 +155,19 @@ TEST(RowErrors, OneBadRowAmongGoodOnesFailsOnlyThePerRowBound) {
   EXPECT_FALSE(within_tolerance(v, tolerance));
 }
 
+TEST(RowErrors, Fp8RowsGetTheWiderRowBound) {
+  const double tolerance = 2e-2;
+  Verdict v;
+  v.max_rel_err = 4e-3;
+  v.worst_row = {0, 1, 0.05};  // between 2x and 3x the overall tolerance
+  EXPECT_FALSE(within_tolerance(v, tolerance));
+  EXPECT_FALSE(within_tolerance(v, tolerance, epfuse::WeightFormat::kBf16));
+  EXPECT_TRUE(within_tolerance(v, tolerance, epfuse::WeightFormat::kFp8Block128));
+  v.worst_row.err = 0.07;
+  EXPECT_FALSE(within_tolerance(v, tolerance, epfuse::WeightFormat::kFp8Block128));
+  EXPECT_DOUBLE_EQ(row_tolerance(tolerance, epfuse::WeightFormat::kFp8Block128), 6e-2);
+}
+
 TEST(RowErrors, WorstRowOverRanks) {
   const double inf = std::numeric_limits<double>::infinity();
   // (err, row) per rank as all_gather returns them; rank 2 checked no row.

@@ -186,7 +186,7 @@ std::vector<double> LayerRank::expect_close_to_reference(const HostTokens& in, c
     // A few wrong rows hide in the overall error: each row has its own bound (tools/common/job.h).
     const std::vector<double> errs = tools::row_errors(want, got, static_cast<size_t>(cfg_.hidden));
     for (size_t row = 0; row < errs.size(); ++row)
-      EXPECT_LE(errs[row], tools::row_tolerance(kTolerance)) << what << ": row " << row << " of " << errs.size();
+      EXPECT_LE(errs[row], tools::row_tolerance(kTolerance, cfg_.weight_format)) << what << ": row " << row << " of " << errs.size();
   }
   return want;
 }
