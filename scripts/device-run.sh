@@ -12,7 +12,7 @@
 # sass (the fused kernels GEMM loops against EPFUSE_BASE_BIN), fp8 (the unfused FP8 chain's GPU tests
 # and world-1 run matrix), fp8-fused (the fused FP8 layer's tests and run matrix), profile-fp8 (ncu on the
 # fused FP8 kernel and the FP8 tile alone), pytest (tests/python on the GPU), fp8-bench (bf16 and FP8 rows on the per-GPU shapes; EPFUSE_PEERS=DIR adds --peers),
-# ab (a focused A/B of the fused layer against EPFUSE_BASE_BIN; EPFUSE_AB_SHAPE, EPFUSE_AB_ROUNDS, EPFUSE_AB_ARGS
+# ab (a focused A/B of the fused layer, this build's or EPFUSE_NEW_BIN, against EPFUSE_BASE_BIN; EPFUSE_AB_SHAPE, EPFUSE_AB_ROUNDS, EPFUSE_AB_ARGS
 # e.g. --dtype fp8).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -89,7 +89,7 @@ for step in "$@"; do
       # EPFUSE_AB_ROUNDS rounds (default 3), the base first in each: the spread between rounds is the noise
       read -r h i e k t <<<"${EPFUSE_AB_SHAPE:-7168 2048 64 8 1024,4096}"
       for round in $(seq 1 "${EPFUSE_AB_ROUNDS:-3}"); do for tag in base new; do
-        bin=$([ $tag = new ] && echo tools/epfuse || echo "$EPFUSE_BASE_BIN")
+        bin=$([ $tag = new ] && echo "${EPFUSE_NEW_BIN:-tools/epfuse}" || echo "$EPFUSE_BASE_BIN")
         timeout 120 $bin bench --impl fused --ranks 1 --torch off --ceilings gemm=790,hbm=4250,nvlink=350 --hidden $h \
           --intermediate $i --experts $e --topk $k --tokens $t ${EPFUSE_AB_ARGS:-} --json "$OUT/ab-$tag-$h-r$round.json" 2>&1 | grep -E " fused |rror" | sed "s/^/$tag r$round: /"
       done; done 2>&1 | tee "$OUT/ab.log" ;;
