@@ -172,7 +172,7 @@ def _check_supported(name: str, module: torch.nn.Module) -> None:
     what = f"{name or 'the model'} ({type(module).__name__})"
     if _is_fp8(module):
         _check_fp8(what, module)
-    elif module.gate_up_proj.dtype != torch.bfloat16 and module.gate_up_proj.element_size() == 1:
+    elif module.gate_up_proj.element_size() == 1:
         raise Unsupported(f"{what} holds {module.gate_up_proj.dtype} expert weights; epfuse takes bf16 or FP8 e4m3fn")
     if getattr(module, "has_bias", False) or getattr(module, "gate_up_proj_bias", None) is not None:
         raise Unsupported(f"{what} has expert biases; epfuse's experts have none")
@@ -259,17 +259,16 @@ def _make_layers(model: torch.nn.Module, workspace: Workspace) -> list[tuple[str
                     f"{name} holds {experts} of {declared} experts: load the model without transformers' expert "
                     "parallelism; epfuse takes every rank's share from the full weights"
                 )
-            share: dict[str, torch.Tensor] = {
-                attr: _rank_slice(getattr(module, attr), workspace.rank, workspace.world_size, f"{name}.{attr}")
-                for attr in ("gate_up_proj", "down_proj")
-                + (("gate_up_proj_scale_inv", "down_proj_scale_inv") if _is_fp8(module) else ())
-            }
+            def share(attr: str) -> torch.Tensor:
+                return _rank_slice(getattr(module, attr), workspace.rank, workspace.world_size, f"{name}.{attr}")
+
+            w13, w2 = share("gate_up_proj"), share("down_proj")
             scales = (
-                {"w13_scale": share["gate_up_proj_scale_inv"], "w2_scale": share["down_proj_scale_inv"]}
+                {"w13_scale": share("gate_up_proj_scale_inv"), "w2_scale": share("down_proj_scale_inv")}
                 if _is_fp8(module)
                 else {}
             )
-            layer = MoELayer(workspace, share["gate_up_proj"], share["down_proj"], topk=topk, **scales)
+            layer = MoELayer(workspace, w13, w2, topk=topk, **scales)
             made.append((name, module, layer))
     except BaseException:
         for _, _, layer in reversed(made):

@@ -142,9 +142,8 @@ def check_fp8_weights(
     )
     _check_tensor("w13_scale", w13_scale)
     _check_tensor("w2_scale", w2_scale)
-    formats = {name: _SCALE_FORMATS.get(s.dtype) for name, s in (("w13_scale", w13_scale), ("w2_scale", w2_scale))}
     for name, s in (("w13_scale", w13_scale), ("w2_scale", w2_scale)):
-        if formats[name] is None:
+        if s.dtype not in _SCALE_FORMATS:
             _fail(f"{name} must be torch.float32, torch.float8_e8m0fnu or torch.uint8 (UE8M0 exponents), got {s.dtype}")
     if w13_scale.dtype != w2_scale.dtype:
         _fail(f"w13_scale and w2_scale must have one dtype, got {w13_scale.dtype} and {w2_scale.dtype}")
@@ -160,7 +159,7 @@ def check_fp8_weights(
             )
         _check_device(name, s, device)
         _check_contiguous(name, s)
-    return e_local, hidden, inter, formats["w13_scale"]
+    return e_local, hidden, inter, _SCALE_FORMATS[w13_scale.dtype]
 
 
 def check_forward_args(

@@ -6,7 +6,6 @@
 #include <exception>
 #include <memory>
 #include <string>
-#include <utility>
 
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -88,18 +87,16 @@ epfuse::LayerConfig to_config(const epfuse_layer_config& c) {
 }
 
 // What a layer creation checks first: its handles and out-pointer, then that config->weight_format is
-// the function's own (`format`, spelled out in `expected`).
-std::pair<epfuse::Workspace*, const epfuse_layer_config*> creation_args(epfuse_workspace* ws,
-                                                                        const epfuse_layer_config* config,
-                                                                        epfuse_layer** out, const char* fn,
-                                                                        int32_t format, const char* expected) {
+// the function's own (`format`, spelled out in `expected`). Returns the workspace.
+epfuse::Workspace& creation_args(epfuse_workspace* ws, const epfuse_layer_config* config, epfuse_layer** out,
+                                 const char* fn, int32_t format, const char* expected) {
   epfuse_workspace& w = need(ws, fn, "ws");
   const epfuse_layer_config& cfg = need(config, fn, "config");
   need(out, fn, "out");
   EPFUSE_REQUIRE(cfg.weight_format == format, epfuse::ErrorCode::kInvalidArgument,
                  std::string(fn) + ": config->weight_format = " + std::to_string(cfg.weight_format) + ", expected " +
                      expected);
-  return {w.ws.get(), &cfg};
+  return *w.ws;
 }
 
 // The layer of `cfg` on `ws` with `weights` (their fields as cfg.weight_format says), into *out.
@@ -216,12 +213,12 @@ int epfuse_workspace_memory(const epfuse_workspace* ws, size_t* symmetric_bytes,
 int epfuse_layer_create(epfuse_workspace* ws, const epfuse_layer_config* config, const void* w13, const void* w2,
                         epfuse_layer** out) {
   return guarded([&] {
-    const auto [w, cfg] = creation_args(ws, config, out, "epfuse_layer_create", EPFUSE_WEIGHTS_BF16,
-                                        "EPFUSE_WEIGHTS_BF16 (FP8 experts: epfuse_layer_create_fp8)");
+    epfuse::Workspace& w = creation_args(ws, config, out, "epfuse_layer_create", EPFUSE_WEIGHTS_BF16,
+                                         "EPFUSE_WEIGHTS_BF16 (FP8 experts: epfuse_layer_create_fp8)");
     epfuse::ExpertWeights weights;
     weights.w13 = static_cast<const epfuse::bf16*>(w13);
     weights.w2 = static_cast<const epfuse::bf16*>(w2);
-    create_layer(*w, *cfg, weights, out);
+    create_layer(w, *config, weights, out);
   });
 }
 
@@ -229,8 +226,8 @@ int epfuse_layer_create_fp8(epfuse_workspace* ws, const epfuse_layer_config* con
                             const void* w13_scales, int64_t w13_scales_count, const void* w2, const void* w2_scales,
                             int64_t w2_scales_count, epfuse_layer** out) {
   return guarded([&] {
-    const auto [w, cfg] = creation_args(ws, config, out, "epfuse_layer_create_fp8", EPFUSE_WEIGHTS_FP8_BLOCK128,
-                                        "EPFUSE_WEIGHTS_FP8_BLOCK128 (bf16 experts: epfuse_layer_create)");
+    epfuse::Workspace& w = creation_args(ws, config, out, "epfuse_layer_create_fp8", EPFUSE_WEIGHTS_FP8_BLOCK128,
+                                         "EPFUSE_WEIGHTS_FP8_BLOCK128 (bf16 experts: epfuse_layer_create)");
     epfuse::ExpertWeights weights;
     weights.w13_fp8 = static_cast<const uint8_t*>(w13);
     weights.w2_fp8 = static_cast<const uint8_t*>(w2);
@@ -238,7 +235,7 @@ int epfuse_layer_create_fp8(epfuse_workspace* ws, const epfuse_layer_config* con
     weights.w2_scales = w2_scales;
     weights.w13_scales_count = w13_scales_count;
     weights.w2_scales_count = w2_scales_count;
-    create_layer(*w, *cfg, weights, out);
+    create_layer(w, *config, weights, out);
   });
 }
 

@@ -153,6 +153,35 @@ def quantize_weights_fp8(w: torch.Tensor, ue8m0: bool) -> tuple[torch.Tensor, to
     return codes, scale
 
 
+def quantize_experts_fp8(
+    w13: torch.Tensor, w2: torch.Tensor, ue8m0: bool
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Both expert weights through quantize_weights_fp8: (w13 codes, w13 scales, w2 codes, w2 scales)."""
+    return (*quantize_weights_fp8(w13, ue8m0), *quantize_weights_fp8(w2, ue8m0))
+
+
+def hf_fp8_experts(hidden: int, intermediate: int, experts: int, topk: int, block: tuple[int, int] = (128, 128),
+                   **config: Any) -> torch.nn.Module:
+    """transformers' FP8Experts as its fine-grained FP8 quantizer installs it (dispatching through
+    FP8ExpertsInterface), its codes and scales as the class initialises them. Skips the test when this
+    transformers has no fine-grained FP8 integration."""
+    import types
+
+    import pytest
+
+    fp8 = pytest.importorskip("transformers.integrations.finegrained_fp8")
+    from transformers.integrations.moe import use_experts_implementation
+
+    cls = use_experts_implementation(
+        experts_class=fp8.FP8Experts, experts_interface=fp8.ALL_FP8_EXPERTS_FUNCTIONS, has_bias=False, has_gate=True
+    )
+    cfg = types.SimpleNamespace(
+        hidden_size=hidden, moe_intermediate_size=intermediate, num_experts=experts, num_experts_per_tok=topk,
+        hidden_act="silu", _experts_implementation="eager", **config,
+    )
+    return cls(cfg, block_size=block)
+
+
 def dequantize_weights_fp8(codes: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
     """float64 weights of codes [E, R, C] and their block scales (float32, or UE8M0 bytes)."""
     s = scales.double() if scales.dtype != torch.uint8 else torch.ldexp(torch.ones_like(scales, dtype=torch.float64), scales.long() - 127)

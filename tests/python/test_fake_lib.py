@@ -20,6 +20,8 @@ from epfuse import _lib
 torch = pytest.importorskip("torch", reason="torch is not installed: epfuse.torch's wiring is not tested")
 et = pytest.importorskip("epfuse.torch")
 
+from moe_ref import hf_fp8_experts  # noqa: E402 - after the torch check
+
 
 class FakeLib:
     """Stands in for the C API functions of epfuse._lib that epfuse.torch calls."""
@@ -430,19 +432,7 @@ def test_hf_rank_takes_its_share_of_the_experts(fake: FakeLib) -> None:
 def fp8_experts(experts: int = E, block: tuple[int, int] = (128, 128), **config: Any) -> Any:
     """transformers' FP8Experts as its fine-grained FP8 quantizer installs it (dispatching through
     FP8ExpertsInterface), with random codes and scales in float32."""
-    import types
-
-    fp8 = pytest.importorskip("transformers.integrations.finegrained_fp8")
-    from transformers.integrations.moe import use_experts_implementation
-
-    cls = use_experts_implementation(
-        experts_class=fp8.FP8Experts, experts_interface=fp8.ALL_FP8_EXPERTS_FUNCTIONS, has_bias=False, has_gate=True
-    )
-    cfg = types.SimpleNamespace(
-        hidden_size=H, moe_intermediate_size=I, num_experts=experts, num_experts_per_tok=K, hidden_act="silu",
-        _experts_implementation="eager", **config,
-    )
-    module = cls(cfg, block_size=block)
+    module = hf_fp8_experts(H, I, experts, K, block, **config)
     g = torch.Generator().manual_seed(3)
     with torch.no_grad():
         for name in ("gate_up_proj", "down_proj"):

@@ -17,6 +17,8 @@ pytestmark = pytest.mark.usefixtures("cuda")
 from moe_ref import (  # noqa: E402 - after the torch check
     dequantize_weights_fp8,
     errors,
+    hf_fp8_experts,
+    quantize_experts_fp8,
     quantize_rows_1x128,
     quantize_weights_fp8,
     random_inputs,
@@ -45,8 +47,7 @@ def fp8_layer(ws: Any, ue8m0: bool, seed: int = 0) -> tuple[Any, Any, Any, Any, 
     import epfuse.torch as et
 
     w13, w2 = random_weights(E, H, I, device="cuda", seed=seed)
-    c13, s13 = quantize_weights_fp8(w13, ue8m0)
-    c2, s2 = quantize_weights_fp8(w2, ue8m0)
+    c13, s13, c2, s2 = quantize_experts_fp8(w13, w2, ue8m0)
     layer = et.MoELayer(ws, c13, c2, topk=K, w13_scale=s13, w2_scale=s2)
     return layer, dequantize_weights_fp8(c13, s13), dequantize_weights_fp8(c2, s2), w13, w2
 
@@ -111,8 +112,7 @@ def test_fp8_layer_refused_by_a_bf16_workspace() -> None:
 
     with et.Workspace(hidden=H, intermediate=I, num_experts=E, topk=K, max_tokens=MAX_T) as bf16_ws:
         w13, w2 = random_weights(E, H, I, device="cuda", seed=3)
-        c13, s13 = quantize_weights_fp8(w13, False)
-        c2, s2 = quantize_weights_fp8(w2, False)
+        c13, s13, c2, s2 = quantize_experts_fp8(w13, w2, False)
         with pytest.raises(epfuse.InvalidArgument, match="weight_dtype=torch.float8_e4m3fn"):
             et.MoELayer(bf16_ws, c13, c2, topk=K, w13_scale=s13, w2_scale=s2)
 
@@ -122,8 +122,7 @@ def test_bad_scale_values_are_named_by_the_library(ws: Any) -> None:
     import epfuse.torch as et
 
     w13, w2 = random_weights(E, H, I, device="cuda", seed=4)
-    c13, s13 = quantize_weights_fp8(w13, False)
-    c2, s2 = quantize_weights_fp8(w2, False)
+    c13, s13, c2, s2 = quantize_experts_fp8(w13, w2, False)
     s2 = s2.clone()
     s2[3, 1, 0] = float("nan")
     with pytest.raises(epfuse.InvalidArgument, match="scale"):
@@ -133,24 +132,11 @@ def test_bad_scale_values_are_named_by_the_library(ws: Any) -> None:
 def test_hf_fp8_experts_module_matches_fp8_reference(record: Any) -> None:
     """transformers' FP8Experts (as its fine-grained FP8 quantizer installs it) through epfuse.hf:
     the module's own codes and float32 block scales, against the FP8 float64 reference."""
-    import types
-
     import epfuse.hf as ehf
 
-    fp8 = pytest.importorskip("transformers.integrations.finegrained_fp8")
-    from transformers.integrations.moe import use_experts_implementation
-
-    cls = use_experts_implementation(
-        experts_class=fp8.FP8Experts, experts_interface=fp8.ALL_FP8_EXPERTS_FUNCTIONS, has_bias=False, has_gate=True
-    )
-    cfg = types.SimpleNamespace(
-        hidden_size=H, moe_intermediate_size=I, num_experts=E, num_experts_per_tok=K, hidden_act="silu",
-        _experts_implementation="eager",
-    )
-    module = cls(cfg, block_size=(128, 128)).to("cuda")
+    module = hf_fp8_experts(H, I, E, K).to("cuda")
     w13, w2 = random_weights(E, H, I, device="cuda", seed=5)
-    c13, s13 = quantize_weights_fp8(w13, False)
-    c2, s2 = quantize_weights_fp8(w2, False)
+    c13, s13, c2, s2 = quantize_experts_fp8(w13, w2, False)
     with torch.no_grad():
         module.gate_up_proj.copy_(c13)
         module.gate_up_proj_scale_inv.copy_(s13)
