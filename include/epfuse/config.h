@@ -7,8 +7,10 @@
 
 namespace epfuse {
 
-// The GPU kernels tile the hidden and intermediate dimensions in blocks of this many elements.
-inline constexpr int kDimAlign = 128;
+// Hidden and intermediate sizes are multiples of this many elements. The GPU kernels tile both by 128
+// (the fused FP8 kernel H by 256); a layer of another multiple of 64 (e.g. 2880) runs zero-padded to
+// those sizes: see "Sizes" below.
+inline constexpr int kDimAlign = 64;
 // Largest top-k the kernels carry per token (metadata is sized by it).
 inline constexpr int kMaxTopk = 16;
 
@@ -27,15 +29,18 @@ inline constexpr int kMaxTopk = 16;
 //     Activations (x at dispatch, h before Linear2) are quantised per token per 128 channels (1x128),
 //     with the same partial last group: scales [T, ceil(n/128)]. src/common/fp8.h has the arithmetic
 //     and the index functions.
-//     What the layers accept today: check_config still requires H and I to be multiples of 128
-//     (kDimAlign) for both formats, so H or I = 2880 is an Error(kInvalidConfig) "hidden=2880: must be
-//     a positive multiple of 128 ..." at creation, never a silent partial block. The format above is
-//     what a 64-wide last block will mean once the kernels take it; the FP8 unfused chain is written
-//     for it (its quantise kernels use the partial group, and with I % 128 != 0 it runs the gate and up
-//     halves of Linear1 as two GEMMs so no cuBLASLt block straddles them) but it is untested there.
-//     The unfused layer runs this format (cuBLASLt block-scaled FP8 GEMMs, src/unfused/fp8_gemm.h);
-//     the fused layer runs it where hidden % 256 == 0 and intermediate % 128 == 0 (one FP8 kernel,
-//     docs/fused_design.md "FP8") and refuses other sizes with Error(kUnsupported).
+//     Both layers run this format at every size (unfused: cuBLASLt block-scaled FP8 GEMMs,
+//     src/unfused/fp8_gemm.h; fused: one FP8 kernel, docs/fused_design.md "FP8"), the sizes below.
+//
+// Sizes. H and I are multiples of kDimAlign (64). The kernels tile both by 128 and the fused FP8 kernel
+// H by 256; a layer of other sizes (e.g. H = I = 2880) runs zero-padded (src/padding/padding.h): at
+// creation it reads the caller's weights once (synchronously: they must be written by then), checks
+// them in the caller's layout and keeps zero-padded copies (2944 x 2944, or for the fused FP8 kernel
+// H 3072: 2-7% more than the caller's weights at 2880, held besides them); the FP8 scales keep their
+// blocks (a partial block pads with zero weights under its own scale; new blocks get scale 1). Each
+// forward copies x into padded rows and crops the padded y (two copy kernels on the stream; their rows
+// live in the workspace, shared by its layers). Padded layers give the same results as the reference at
+// the caller's sizes: the padding adds zeros.
 enum class WeightFormat { kBf16, kFp8Block128 };
 // How an FP8 scale is represented: kFp32 (amax / 448) or kUe8m0 (amax / 448 rounded up to a power
 // of two, an 8-bit exponent, as newer checkpoints use). Only meaningful with FP8 weights.

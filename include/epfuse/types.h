@@ -52,8 +52,7 @@ struct TokenBatch {
 //    written before MoeLayer::create) and names the first bad one.
 //    The bf16 fields are ignored. The layer keeps its own copy of the scales (in the layout its GEMMs
 //    want) and borrows the codes.
-//  The unfused layer runs FP8 weights at every valid size; the fused layer where hidden % 256 == 0 and
-//  intermediate % 128 == 0 (other sizes: kUnsupported at creation).
+//  Both layers run FP8 weights at every valid size (sizes the kernels do not tile run padded, config.h).
 struct ExpertWeights {
   const bf16* w13 = nullptr;  // [E/R, 2I, H]: rows [0, I) are the gate (W1), rows [I, 2I) the up (W3)
   const bf16* w2 = nullptr;   // [E/R, H, I]: the down projection

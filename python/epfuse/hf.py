@@ -147,6 +147,14 @@ def _check_fp8(what: str, module: torch.nn.Module) -> None:
     for attr in ("gate_up_proj_scale_inv", "down_proj_scale_inv"):
         if not isinstance(getattr(module, attr, None), torch.Tensor):
             raise Unsupported(f"{what} has FP8 weights but no {attr}")
+    inter = module.gate_up_proj.shape[1] // 2
+    if inter % 128 != 0:
+        # transformers blocks gate_up_proj's 2I rows together, so one 128-row block (one scale) would
+        # hold gate and up rows; epfuse's format blocks the halves apart (include/epfuse/config.h).
+        raise Unsupported(
+            f"{what} has intermediate size {inter}, not a multiple of 128: its gate_up_proj scale blocks "
+            "straddle the gate and up halves, which epfuse's FP8 format blocks apart"
+        )
 
 
 def _plain_swiglu_gate(module: torch.nn.Module, apply_gate: Any) -> bool:

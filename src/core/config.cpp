@@ -80,7 +80,9 @@ std::optional<ScaleFormat> parse_scale_format(std::string_view name) {
 }
 
 std::string check_config(const LayerConfig& cfg, int world_size) {
-  constexpr std::string_view kTiling = "must be a positive multiple of 128 (the GPU kernels tile H and I by 128)";
+  constexpr std::string_view kTiling =
+      "must be a positive multiple of 64 (the GPU kernels tile H and I by 128 and run other multiples of 64 "
+      "zero-padded)";
   if (cfg.hidden <= 0 || cfg.hidden % kDimAlign != 0) return problem("hidden", cfg.hidden, kTiling);
   if (cfg.intermediate <= 0 || cfg.intermediate % kDimAlign != 0)
     return problem("intermediate", cfg.intermediate, kTiling);

@@ -74,7 +74,7 @@ int device_connections_from_env() {
 class FusedWorkspace final : public Workspace {
  public:
   FusedWorkspace(Communicator& comm, const LayerConfig& capacity)
-      : comm_(comm), capacity_(capacity), plan_(plan_fused(capacity, comm.world_size())) {
+      : comm_(comm), capacity_(capacity), plan_(plan_fused(padded(capacity), comm.world_size())) {
     const std::string who = "rank " + std::to_string(comm.rank()) + ": ";
     // Creation is collective: each step's local work (checks, allocations) ends with every rank
     // agreeing that all of them succeeded (agree_on_step), so that one rank's failure (a bad
@@ -102,7 +102,12 @@ class FusedWorkspace final : public Workspace {
       if (std::optional<Fault> f = fault_from_env(); f && f->kind == FaultKind::kFailCreate && f->rank == comm.rank())
         throw Error(ErrorCode::kCuda, who + "EPFUSE_FAULT: fail_create: the workspace's allocation failed (injected)");
     });
-    detail::DeviceGuard guard(comm.device());
+    std::optional<detail::DeviceGuard> guard;
+    try {
+      guard.emplace(comm.device());
+    } catch (const Error& e) {  // every error names its rank
+      throw Error(e.code(), who + e.what());
+    }
     // Zeroed once: flags and counters then only move forward (epochs, monotonic counters), and the
     // control block's epoch starts at 0 (the first call is epoch 1). Peers may write into this window
     // as soon as their first forward starts, so every rank zeroes before the final agreement.
@@ -135,16 +140,31 @@ class FusedWorkspace final : public Workspace {
 
   const LayerConfig& capacity() const override { return capacity_; }
   Communicator& comm() const override { return comm_; }
-  MemoryFootprint memory() const override { return {plan_.symmetric_bytes(), plan_.private_bytes()}; }
+  MemoryFootprint memory() const override {
+    return {plan_.symmetric_bytes(), plan_.private_bytes() + (pad_stage_ ? pad_stage_->bytes() : 0)};
+  }
   bool failed() const override { return failed_; }
+
+  // The staging rows of the padded layers on this workspace (padding.h), made by the first of them
+  // (inside its creation's agreed step) for the capacity's padded hidden size.
+  std::shared_ptr<padding::Stage> pad_stage() {
+    if (!pad_stage_) {
+      detail::DeviceGuard guard(comm_.device());
+      pad_stage_ = std::make_shared<padding::Stage>(capacity_.max_tokens_per_rank, padded(capacity_).hidden);
+    }
+    return pad_stage_;
+  }
   uint64_t timeout_ms() const { return timeout_ns_ / 1000000ull; }
 
+  // Sizes compare as the kernel runs them (padded, padding.h), so that a padded layer (2944 for 2880)
+  // fits the workspace made for its caller's size.
   std::string check_fits(const LayerConfig& cfg) const override {
     auto over = [](const char* field, long long v, long long cap) {
       return std::string(field) + "=" + std::to_string(v) + " exceeds the workspace's " + std::to_string(cap);
     };
-    if (cfg.hidden > capacity_.hidden) return over("hidden", cfg.hidden, capacity_.hidden);
-    if (cfg.intermediate > capacity_.intermediate) return over("intermediate", cfg.intermediate, capacity_.intermediate);
+    const LayerConfig run = padded(cfg), cap = padded(capacity_);
+    if (run.hidden > cap.hidden) return over("hidden", cfg.hidden, capacity_.hidden);
+    if (run.intermediate > cap.intermediate) return over("intermediate", cfg.intermediate, capacity_.intermediate);
     if (cfg.num_experts > capacity_.num_experts) return over("num_experts", cfg.num_experts, capacity_.num_experts);
     if (cfg.topk > capacity_.topk) return over("topk", cfg.topk, capacity_.topk);
     // Experts per rank follow from num_experts (one world size).
@@ -154,7 +174,7 @@ class FusedWorkspace final : public Workspace {
     if (cfg.weight_format == WeightFormat::kFp8Block128 && capacity_.weight_format != WeightFormat::kFp8Block128)
       return "weight_format=fp8-block128 needs a workspace created with an fp8-block128 capacity";
     if (cfg.weight_format == WeightFormat::kFp8Block128 &&
-        !device::fp8_h_fits(plan_.dims, plan_fused(cfg, comm_.world_size()).dims))
+        !device::fp8_h_fits(plan_.dims, plan_fused(run, comm_.world_size()).dims))
       return "the FP8 h rows do not fit the workspace's h region";
     return "";
   }
@@ -201,8 +221,10 @@ class FusedWorkspace final : public Workspace {
     return status != cudaStreamCaptureStatusNone;
   }
 
+  static LayerConfig padded(const LayerConfig& cfg) { return padding::padded_config(cfg, Impl::kFused); }
+
   Communicator& comm_;
-  LayerConfig capacity_;
+  LayerConfig capacity_;  // as the caller gave it; the plan is for its padded sizes
   FusedPlan plan_;
   uint64_t timeout_ns_ = 0;
   SymmetricBuffer window_;
@@ -210,6 +232,7 @@ class FusedWorkspace final : public Workspace {
   cudaEvent_t last_forward_ = nullptr;
   bool capturing_ = false;
   bool failed_ = false;
+  std::shared_ptr<padding::Stage> pad_stage_;
 };
 
 class FusedLayer final : public MoeLayer {
@@ -498,6 +521,12 @@ std::unique_ptr<MoeLayer> make_fused_layer(const LayerConfig& cfg, Communicator&
   auto ws = std::make_unique<FusedWorkspace>(comm, cfg);
   FusedWorkspace& ref = *ws;
   return std::make_unique<FusedLayer>(cfg, ref, weights, std::move(ws));
+}
+
+std::shared_ptr<padding::Stage> fused_pad_stage(Workspace& workspace) {
+  auto* ws = dynamic_cast<FusedWorkspace*>(&workspace);
+  EPFUSE_REQUIRE(ws != nullptr, ErrorCode::kInvalidArgument, "fused_pad_stage: the workspace is not a fused workspace");
+  return ws->pad_stage();
 }
 
 std::unique_ptr<MoeLayer> make_fused_layer(const LayerConfig& cfg, Workspace& workspace, const ExpertWeights& weights) {

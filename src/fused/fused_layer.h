@@ -9,6 +9,7 @@
 #include "epfuse/types.h"
 #include "epfuse/workspace.h"
 #include "fused/heuristics.h"
+#include "padding/padding.h"
 
 namespace epfuse::fused {
 
@@ -22,6 +23,10 @@ std::unique_ptr<Workspace> make_fused_workspace(Communicator& comm, const LayerC
 // Collective: a layer on a shared workspace made by make_fused_workspace; Error(kInvalidConfig) when
 // it does not fit.
 std::unique_ptr<MoeLayer> make_fused_layer(const LayerConfig& cfg, Workspace& workspace, const ExpertWeights& weights);
+
+// The staging rows the padded layers on a fused workspace share (padding.h), allocated on the first
+// call; call it inside an agreed creation step (it allocates).
+std::shared_ptr<padding::Stage> fused_pad_stage(Workspace& workspace);
 
 // The tile shape (kernel instantiation) the fused layer's last forward launched; nullopt before its
 // first launch or for a layer that is not fused. For tests: what ran, not what a formula predicts.

@@ -7,6 +7,7 @@
 #include "common/check.h"
 #include "epfuse/error.h"
 #include "fused/heuristics.h"
+#include "padding/padding.h"
 
 namespace epfuse::fused {
 namespace {
@@ -20,8 +21,10 @@ std::string check_fused(const LayerConfig& cfg, int world) {
     return bad("num_experts", cfg.num_experts, ("must be a positive multiple of the world size " + std::to_string(world)).c_str());
   if (cfg.topk < 1 || cfg.topk > kMaxTopk) return bad("topk", cfg.topk, "must be in [1, 16]");
   if (cfg.max_tokens_per_rank < 0) return bad("max_tokens_per_rank", cfg.max_tokens_per_rank, "must be >= 0");
-  if (cfg.hidden <= 0 || cfg.hidden % kDimAlign != 0) return bad("hidden", cfg.hidden, "must be a positive multiple of 128");
-  if (cfg.intermediate <= 0 || cfg.intermediate % kDimAlign != 0)
+  // Other multiples of 64 reach the kernel padded (padding.h).
+  if (cfg.hidden <= 0 || cfg.hidden % padding::kTileAlign != 0)
+    return bad("hidden", cfg.hidden, "must be a positive multiple of 128");
+  if (cfg.intermediate <= 0 || cfg.intermediate % padding::kTileAlign != 0)
     return bad("intermediate", cfg.intermediate, "must be a positive multiple of 128");
   if (supported_fused_tiles(cfg).empty())
     return bad("hidden", cfg.hidden, ("with intermediate = " + std::to_string(cfg.intermediate) +

@@ -5,10 +5,13 @@
 
 #include "comm/agree.h"
 #include "epfuse/communicator.h"
+#include "common/check.h"
 #include "epfuse/error.h"
 #include "epfuse/workspace.h"
 #include "fused/fused_layer.h"
 #include "layer/agreement.h"
+#include "layer/padded_layer.h"
+#include "padding/padding.h"
 #include "unfused/unfused_layer.h"
 
 namespace epfuse {
@@ -29,20 +32,6 @@ std::optional<Impl> parse_impl(std::string_view name) {
 
 namespace {
 
-// Called after the agreement, so every rank refuses together (the configs are equal by then). The
-// unfused layer runs FP8 weights (cuBLASLt block-scaled GEMMs) at every valid size; the fused kernel's
-// FP8 tile (128 x 256, k-block 128) only where hidden % 256 == 0 and intermediate % 128 == 0.
-void refuse_fp8_until_implemented(const Communicator& comm, const LayerConfig& cfg, Impl impl) {
-  if (cfg.weight_format == WeightFormat::kBf16 || impl == Impl::kUnfused) return;
-  if (cfg.hidden % 256 == 0 && cfg.intermediate % 128 == 0) return;
-  throw Error(ErrorCode::kUnsupported, "rank " + std::to_string(comm.rank()) + ": FP8 weights (weight_format=" +
-                                           std::string(to_string(cfg.weight_format)) + ") in the " +
-                                           std::string(to_string(impl)) +
-                                           " layer need hidden % 256 == 0 and intermediate % 128 == 0 (hidden=" +
-                                           std::to_string(cfg.hidden) + ", intermediate=" +
-                                           std::to_string(cfg.intermediate) + "); the unfused layer runs them");
-}
-
 // FP8 weights are checked by the layer that runs them (unfused/fp8_weights.h), which reads their scales.
 void require_weights(const Communicator& comm, const LayerConfig& cfg, const ExpertWeights& weights) {
   if (cfg.weight_format == WeightFormat::kBf16 && (weights.w13 == nullptr || weights.w2 == nullptr))
@@ -55,34 +44,44 @@ void require_weights(const Communicator& comm, const LayerConfig& cfg, const Exp
 std::unique_ptr<MoeLayer> MoeLayer::create(Impl impl, const LayerConfig& cfg, Communicator& comm,
                                            const ExpertWeights& weights) {
   check_same_config_on_every_rank(comm, cfg, impl, "MoeLayer::create");
-  refuse_fp8_until_implemented(comm, cfg, impl);
   // One rank's null weights fail every rank (its peers would otherwise wait in the next collective).
   detail::agree_on_step(comm, "MoeLayer::create", [&] { require_weights(comm, cfg, weights); });
-  switch (impl) {
-    case Impl::kUnfused: {
-      // Its creation has no collective of its own: agree that every rank's succeeded, so that no rank
-      // enters the first forward's NCCL all-to-all while a peer's creation failed.
-      std::unique_ptr<MoeLayer> layer;
-      detail::agree_on_step(comm, "MoeLayer::create (unfused)",
-                            [&] { layer = unfused::make_unfused_layer(cfg, comm, weights); });
-      return layer;
+  const MakeLayer make = [&](const LayerConfig& c, const ExpertWeights& w) -> std::unique_ptr<MoeLayer> {
+    switch (impl) {
+      case Impl::kUnfused: {
+        // Its creation has no collective of its own: agree that every rank's succeeded, so that no rank
+        // enters the first forward's NCCL all-to-all while a peer's creation failed.
+        std::unique_ptr<MoeLayer> layer;
+        detail::agree_on_step(comm, "MoeLayer::create (unfused)", [&] { layer = unfused::make_unfused_layer(c, comm, w); });
+        return layer;
+      }
+      case Impl::kFused: return fused::make_fused_layer(c, comm, w);
     }
-    case Impl::kFused: return fused::make_fused_layer(cfg, comm, weights);
-  }
-  throw Error(ErrorCode::kInvalidArgument, "MoeLayer::create: unknown impl " + std::to_string(static_cast<int>(impl)));
+    throw Error(ErrorCode::kInvalidArgument, "MoeLayer::create: unknown impl " + std::to_string(static_cast<int>(impl)));
+  };
+  if (padding::needs_padding(cfg, impl)) return make_padded_layer(impl, cfg, comm, weights, nullptr, make);
+  return make(cfg, weights);
 }
 
 std::unique_ptr<MoeLayer> MoeLayer::create(const LayerConfig& cfg, Workspace& workspace, const ExpertWeights& weights) {
   Communicator& comm = workspace.comm();
   check_same_config_on_every_rank(comm, cfg, Impl::kFused, "MoeLayer::create");
-  refuse_fp8_until_implemented(comm, cfg, Impl::kFused);
   detail::agree_on_step(comm, "MoeLayer::create", [&] { require_weights(comm, cfg, weights); });
-  return fused::make_fused_layer(cfg, workspace, weights);
+  const MakeLayer make = [&](const LayerConfig& c, const ExpertWeights& w) {
+    return fused::make_fused_layer(c, workspace, w);
+  };
+  if (!padding::needs_padding(cfg, Impl::kFused)) return make(cfg, weights);
+  // Checked before the padded copies are made: the wrapped layer's own check names padded sizes.
+  detail::agree_on_step(comm, "MoeLayer::create", [&] {
+    const std::string fits = workspace.check_fits(cfg);
+    EPFUSE_REQUIRE(fits.empty(), ErrorCode::kInvalidConfig,
+                   "rank " + std::to_string(comm.rank()) + ": the layer does not fit its workspace: " + fits);
+  });
+  return make_padded_layer(Impl::kFused, cfg, comm, weights, [&] { return fused::fused_pad_stage(workspace); }, make);
 }
 
 std::unique_ptr<Workspace> Workspace::create(Communicator& comm, const LayerConfig& capacity) {
   check_same_config_on_every_rank(comm, capacity, Impl::kFused, "Workspace::create");
-  refuse_fp8_until_implemented(comm, capacity, Impl::kFused);
   return fused::make_fused_workspace(comm, capacity);
 }
 

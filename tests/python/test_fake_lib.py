@@ -429,10 +429,10 @@ def test_hf_rank_takes_its_share_of_the_experts(fake: FakeLib) -> None:
     ws.close()
 
 
-def fp8_experts(experts: int = E, block: tuple[int, int] = (128, 128), **config: Any) -> Any:
+def fp8_experts(experts: int = E, block: tuple[int, int] = (128, 128), intermediate: int = I, **config: Any) -> Any:
     """transformers' FP8Experts as its fine-grained FP8 quantizer installs it (dispatching through
     FP8ExpertsInterface), with random codes and scales in float32."""
-    module = hf_fp8_experts(H, I, experts, K, block, **config)
+    module = hf_fp8_experts(H, intermediate, experts, K, block, **config)
     g = torch.Generator().manual_seed(3)
     with torch.no_grad():
         for name in ("gate_up_proj", "down_proj"):
@@ -468,6 +468,7 @@ def test_hf_fp8_experts_run_through_an_fp8_layer(fake: FakeLib) -> None:
     [
         ({"block": (128, 64)}, r"FP8 weight blocks \(128, 64\); epfuse's FP8 layer takes 128x128 blocks"),
         ({"swiglu_limit": 7.0}, r"has its own gating \(_apply_gate\)"),
+        ({"intermediate": 192}, r"intermediate size 192, not a multiple of 128: its gate_up_proj scale blocks straddle"),
     ],
 )
 def test_hf_fp8_experts_epfuse_does_not_compute(fake: FakeLib, change: dict[str, Any], message: str) -> None:

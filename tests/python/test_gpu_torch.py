@@ -18,7 +18,7 @@ pytestmark = pytest.mark.usefixtures("cuda")
 
 from moe_ref import FROB_BOUND, ROW_BOUND, errors, random_inputs, random_weights, reference, within_bounds  # noqa: E402 - after the torch check
 
-# A small shape of the README's example: every dimension a multiple of 128 (kDimAlign).
+# A small shape of the README's example: every dimension a multiple of 128 (the kernels' tile).
 H, I, E, K, MAX_T = 256, 256, 16, 4, 256
 
 
@@ -44,6 +44,24 @@ def make_layer(ws: Any, seed: int = 0, h: int = H, i: int = I, e: int = E, k: in
 
     w13, w2 = random_weights(e, h, i, device="cuda", seed=seed)
     return et.MoELayer(ws, w13, w2, topk=k), w13, w2
+
+
+def test_padded_sizes_share_a_workspace_with_tiled_ones(record: Any) -> None:
+    """H 320 / I 192 (multiples of 64, not of 128) run zero-padded (src/padding) on a workspace made for
+    that size, beside a layer of tiled sizes on the same workspace; both against the float64 reference."""
+    import epfuse.torch as et
+
+    with et.Workspace(hidden=320, intermediate=192, num_experts=E, topk=K, max_tokens=MAX_T) as w:
+        odd, w13, w2 = make_layer(w, seed=11, h=320, i=192)
+        tiled, t13, t2 = make_layer(w, seed=12, h=256, i=128)
+        for call, tokens in enumerate([7, 128, 1, MAX_T]):
+            x, ids, wt = random_inputs(tokens, 320, E, K, device="cuda", seed=40 + call)
+            err = assert_close_to_reference(odd(x, ids, wt), reference(x, ids, wt, w13, w2), f"padded T={tokens}")
+            x2, ids2, wt2 = random_inputs(tokens, 256, E, K, device="cuda", seed=50 + call)
+            assert_close_to_reference(tiled(x2, ids2, wt2), reference(x2, ids2, wt2, t13, t2), f"tiled T={tokens}")
+        odd.check_errors()
+        record(check="torch_padded_vs_float64", shape=[MAX_T, 320, 192, E, K], **err, verified=within_bounds(err))
+    gc.collect()
 
 
 def test_workspace_basics(ws: Any) -> None:

@@ -87,7 +87,7 @@ BenchOptions parse_bench_options(const std::vector<std::string>& args) {
       .add("--clamp", custom.swiglu_clamp, "SwiGLU clamp (0: none), for every shape")
       .add("--tokens", tokens, "tokens per rank to sweep")
       .add("--impl", impls, "implementations (unfused, fused); unbuilt ones are skipped with a note")
-      .add("--dtype", dtypes, "expert weights per case: bf16, fp8 (e4m3, 128x128 block scales; fused: H % 256 == 0, I % 128 == 0)")
+      .add("--dtype", dtypes, "expert weights per case: bf16, fp8 (e4m3, 128x128 block scales)")
       .add("--scales", scales, "FP8 block scales: fp32 or ue8m0")
       .add("--peers", o.peers_dir,
            "DeepGEMM/MegaMoE peers' folder (../shared/peers/README.md: prepared by\nprepare_deepgemm.sh, scripts "

@@ -70,8 +70,7 @@ void add_run_flags(FlagParser& p, RunFlags& f) {
         "run every rank in this process on GPU 0, one thread each (tests the\nmulti-rank protocol on one GPU; "
         "fused only; timings mean nothing)");
   p.add("--dtype", f.dtype,
-        "expert weights: bf16, or fp8 (e4m3, one scale per 128x128 block; x and h\nquantised 1x128; fused: "
-        "hidden % 256 == 0 and intermediate % 128 == 0)");
+        "expert weights: bf16, or fp8 (e4m3, one scale per 128x128 block; x and h\nquantised 1x128)");
   p.add("--scales", f.scales, "FP8 block scales: fp32 or ue8m0 (powers of two); with --dtype fp8");
   p.add("--sms", f.sms, "SM budget of the fused kernel per rank (default: every SM,\nor SMs / ranks with --one-gpu)");
   // 0 means "not given" for these: their help says what happens then.

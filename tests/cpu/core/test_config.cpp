@@ -59,7 +59,7 @@ TEST(Config, RejectsHidden) {
 }
 
 TEST(Config, RejectsIntermediate) {
-  for (int i : {0, -256, 64, 200}) {
+  for (int i : {0, -256, 32, 200}) {
     LayerConfig cfg = small_config();
     cfg.intermediate = i;
     expect_rejected(cfg, 2, "intermediate=" + std::to_string(i));

@@ -140,6 +140,36 @@ function(epfuse_add_fp8_run_matrix impl)
   endforeach()
 endfunction()
 
+# epfuse_add_padded_run_matrix(<impl> [ONE_GPU]): layers whose H and I are multiples of 64 but not of
+# the kernels' tiles, which run zero-padded (src/padding/padding.h), as ctest entries
+# run_<impl>_padded_<case>: H 320 / I 192 (one 64-wide block in each, and for the fused FP8 tile H
+# padded to 512) in bf16 and FP8 (both scale formats), every routing at T = 128 and T = 7 at world 1,
+# uneven T at world 2 (skipped with one GPU), consecutive calls with fresh T (the staging rows reused),
+# and a gpt-oss-sized layer (H = I = 2880); with ONE_GPU also worlds 2 and 4 on one GPU.
+function(epfuse_add_padded_run_matrix impl)
+  cmake_parse_arguments(ARG "ONE_GPU" "" "" ${ARGN})
+  set(odd --hidden 320 --intermediate 192 --experts 16 --topk 4)
+  foreach(dtype bf16 fp8)
+    foreach(routing uniform skewed one-expert dropped one-rank)
+      epfuse_add_run_test(${impl} padded_${dtype}_w1_${routing}_t128 120
+        ${odd} --dtype ${dtype} --ranks 1 --routing ${routing} --tokens 128)
+    endforeach()
+    epfuse_add_run_test(${impl} padded_${dtype}_w1_t7 120 ${odd} --dtype ${dtype} --ranks 1 --tokens 7)
+    epfuse_add_run_test(${impl} padded_${dtype}_w2_uneven 120 ${odd} --dtype ${dtype} --ranks 2 --tokens 128,0)
+    epfuse_add_run_test(${impl} padded_${dtype}_w1_vary50 300
+      ${odd} --dtype ${dtype} --ranks 1 --tokens 128 --iters 50 --vary --verify-every 10)
+    epfuse_add_run_test(${impl} padded_${dtype}_w1_2880 600 --hidden 2880 --intermediate 2880 --experts 32 --topk 4
+      --dtype ${dtype} --ranks 1 --tokens 256 --verify-rows 16)
+    if(ARG_ONE_GPU)
+      epfuse_add_run_test(${impl} padded_${dtype}_onegpu_w2_uniform_t128 120 --one-gpu
+        ${odd} --dtype ${dtype} --ranks 2 --tokens 128)
+      epfuse_add_run_test(${impl} padded_${dtype}_onegpu_w4_uneven 120 --one-gpu
+        ${odd} --dtype ${dtype} --ranks 4 --routing one-rank --tokens 128,0,7,1)
+    endif()
+  endforeach()
+  epfuse_add_run_test(${impl} padded_fp8_w1_ue8m0 120 ${odd} --dtype fp8 --scales ue8m0 --ranks 1 --tokens 128)
+endfunction()
+
 # epfuse_add_fault_run_tests(<impl>): `epfuse run` with EPFUSE_FAULT (src/fused/fault.h) making the last
 # rank misbehave in call 2 of 4, as ctest entries run_<impl>_fault_<where>_<kind>: each must exit
 # non-zero (not 77) within its limit and print the line that names the failure (expect_failure.sh).

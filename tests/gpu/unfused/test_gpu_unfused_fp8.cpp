@@ -103,18 +103,37 @@ TEST(UnfusedFp8, CreateChecksUe8m0Scales) {
                           "in [1, 254])");
 }
 
-// The fused layer runs FP8 only where its tile fits (hidden % 256 == 0, intermediate % 128 == 0): it
-// refuses other sizes, naming them.
-TEST(UnfusedFp8, FusedRefusesFp8WhereItsTileDoesNotFit) {
-  LayerConfig cfg = fp8_layer_config();
-  cfg.hidden = 384;
+// H 320 and I 192 are not tiled by the kernels: both layers run them padded (src/padding), checking
+// the caller's weights in the caller's layout first, so counts and bad scales are named as the caller
+// holds them (w13 scales [local, 2 * 2, 3]), and the padded layer matches the reference.
+TEST(UnfusedFp8, PaddedLayersCheckTheCallersLayout) {
+  LayerConfig cfg = fp8_layer_config(ScaleFormat::kUe8m0);
+  cfg.hidden = 320;
+  cfg.intermediate = 192;
   Rank r(cfg);
-  expect_create_fails(cfg, r.weights(), ErrorCode::kUnsupported,
-                      "rank " + std::to_string(r.rank()) +
-                          ": FP8 weights (weight_format=fp8-block128) in the fused layer need hidden % 256 == 0 and "
-                          "intermediate % 128 == 0 (hidden=384, intermediate=" + std::to_string(cfg.intermediate) +
-                          "); the unfused layer runs them",
-                      Impl::kFused);
+  const ExpertWeights good = r.weights();
+  const std::string who = "rank " + std::to_string(r.rank()) + ": MoeLayer::create: ";
+  const int local = cfg.experts_per_rank(r.world());
+  detail::DeviceBuffer copy(static_cast<size_t>(good.w13_scales_count));
+  EPFUSE_CUDA_CHECK(cudaMemcpy(copy.as(), good.w13_scales, copy.bytes(), cudaMemcpyDeviceToDevice));
+  const uint8_t nan_exponent = 255;
+  EPFUSE_CUDA_CHECK(cudaMemcpy(copy.as<uint8_t>() + 13, &nan_exponent, 1, cudaMemcpyHostToDevice));  // [1][0][1]
+  for (Impl impl : {Impl::kUnfused, Impl::kFused}) {
+    SCOPED_TRACE(std::string(to_string(impl)));
+    ExpertWeights bad = good;
+    bad.w13_scales = copy.as();
+    expect_create_fails(cfg, bad, ErrorCode::kInvalidArgument,
+                        who + "w13_scales[1][0][1] = exponent byte 255 (UE8M0 scales must be bytes in [1, 254])", impl);
+    bad = good;
+    bad.w13_scales_count -= 1;
+    expect_create_fails(cfg, bad, ErrorCode::kInvalidArgument,
+                        who + "w13_scales_count = " + std::to_string(good.w13_scales_count - 1) + ", expected " +
+                            std::to_string(good.w13_scales_count) + " = [" + std::to_string(local) +
+                            ", 4, 3] (one scale per 128x128 block, gate and up halves blocked apart)",
+                        impl);
+  }
+  r.check(r.tokens(7, Routing::kUniform, 41), "padded, T=7");
+  r.check(r.tokens(96, Routing::kSkewed, 42), "padded, T=96");
 }
 
 }  // namespace

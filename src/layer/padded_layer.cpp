@@ -1,0 +1,193 @@
+// make_padded_layer (padded_layer.h).
+#include "layer/padded_layer.h"
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "comm/agree.h"
+#include "common/check.h"
+#include "common/device_buffer.h"
+#include "common/device_guard.h"
+#include "common/fp8.h"
+#include "epfuse/error.h"
+#include "unfused/fp8_weights.h"
+
+namespace epfuse {
+namespace {
+
+// The caller's weights as the padded layer's: codes or bf16 values zero-padded, FP8 block scales
+// re-laid out with scale 1 for the new blocks (all of whose weights are zero).
+class PaddedWeights {
+ public:
+  PaddedWeights(const LayerConfig& cfg, const LayerConfig& run, int local, const ExpertWeights& w,
+                const std::string& who) {
+    const int H = cfg.hidden, I = cfg.intermediate, Hp = run.hidden, Ip = run.intermediate;
+    const bool fp8 = cfg.weight_format == WeightFormat::kFp8Block128;
+    const int elem = fp8 ? 1 : static_cast<int>(sizeof(bf16));
+    const void* w13 = fp8 ? static_cast<const void*>(w.w13_fp8) : w.w13;
+    const void* w2 = fp8 ? static_cast<const void*>(w.w2_fp8) : w.w2;
+    if (fp8) {
+      if (const std::string problem = unfused::check_fp8_weight_pointers(cfg, local, w); !problem.empty())
+        throw Error(ErrorCode::kInvalidArgument, who + "MoeLayer::create: " + problem);
+    } else {
+      EPFUSE_REQUIRE(reinterpret_cast<uintptr_t>(w13) % 16 == 0 && reinterpret_cast<uintptr_t>(w2) % 16 == 0,
+                     ErrorCode::kInvalidArgument, who + "MoeLayer::create: w13 and w2 must be 16-byte aligned");
+    }
+    // The gate and up halves of w13 are padded apart: [2 * local, I, H] -> [2 * local, Ip, Hp].
+    w13_ = detail::DeviceBuffer(size_t{2} * local * Ip * Hp * elem);
+    w2_ = detail::DeviceBuffer(size_t{1} * local * Hp * Ip * elem);
+    padding::copy_resized(w13, 2 * local, I, H, w13_.as(), Ip, Hp, elem, nullptr);
+    padding::copy_resized(w2, local, H, I, w2_.as(), Hp, Ip, elem, nullptr);
+    if (fp8) {
+      // w13's halves pad apart (2 * local matrices of ceil(I/128) block rows), but the caller names a
+      // scale by [expert][block row of both halves][block column], as the layers check it.
+      w13_scales_ = pad_scales(cfg, w.w13_scales, w.w13_scales_count, {local, fp8::w13_scale_rows(I)},
+                               {2 * local, fp8::num_blocks(I), fp8::num_blocks(H)}, Ip / fp8::kBlock,
+                               Hp / fp8::kBlock, "w13_scales", who);
+      w2_scales_ = pad_scales(cfg, w.w2_scales, w.w2_scales_count, {local, fp8::num_blocks(H)},
+                              {local, fp8::num_blocks(H), fp8::num_blocks(I)}, Hp / fp8::kBlock, Ip / fp8::kBlock,
+                              "w2_scales", who);
+    }
+    EPFUSE_CUDA_CHECK(cudaStreamSynchronize(nullptr));  // the wrapped layer reads them at once
+    view_.w13 = fp8 ? nullptr : w13_.as<bf16>();
+    view_.w2 = fp8 ? nullptr : w2_.as<bf16>();
+    if (fp8) {
+      view_.w13_fp8 = w13_.as<uint8_t>();
+      view_.w2_fp8 = w2_.as<uint8_t>();
+      view_.w13_scales = w13_scales_.as();
+      view_.w2_scales = w2_scales_.as();
+      view_.w13_scales_count = int64_t{2} * local * (Ip / fp8::kBlock) * (Hp / fp8::kBlock);
+      view_.w2_scales_count = int64_t{1} * local * (Hp / fp8::kBlock) * (Ip / fp8::kBlock);
+    }
+  }
+
+  const ExpertWeights& view() const { return view_; }
+  size_t bytes() const { return w13_.bytes() + w2_.bytes() + w13_scales_.bytes() + w2_scales_.bytes(); }
+
+ private:
+  struct CheckedAs {
+    int matrices, rows;  // the caller's indices: [matrix][row][column]
+  };
+  struct Blocks {
+    int matrices, rows, cols;  // the same scales as padded: [matrix][row][column]
+  };
+  // The caller's scales, checked as the layers check them (every value, the first bad one named in
+  // the caller's indices), into [b.matrices, rows_pad, cols_pad].
+  static detail::DeviceBuffer pad_scales(const LayerConfig& cfg, const void* scales, int64_t count, CheckedAs checked,
+                                         Blocks b, int rows_pad, int cols_pad, const char* name,
+                                         const std::string& who) {
+    const size_t elem = cfg.scale_format == ScaleFormat::kFp32 ? sizeof(float) : 1;
+    std::vector<uint8_t> host(static_cast<size_t>(count) * elem);
+    EPFUSE_CUDA_CHECK(cudaMemcpy(host.data(), scales, host.size(), cudaMemcpyDeviceToHost));
+    try {
+      unfused::to_cublaslt_block_scales(host.data(), cfg.scale_format, checked.matrices, checked.rows,
+                                        b.cols * fp8::kBlock, name);
+    } catch (const Error& e) {
+      throw Error(e.code(), who + "MoeLayer::create: " + e.what());
+    }
+    const std::vector<uint8_t> padded =
+        padding::pad_block_scales(host.data(), cfg.scale_format, b.matrices, b.rows, b.cols, rows_pad, cols_pad);
+    detail::DeviceBuffer out(padded.size());
+    EPFUSE_CUDA_CHECK(cudaMemcpy(out.as(), padded.data(), padded.size(), cudaMemcpyHostToDevice));
+    return out;
+  }
+
+  detail::DeviceBuffer w13_, w2_, w13_scales_, w2_scales_;
+  ExpertWeights view_;
+};
+
+class PaddedLayer final : public MoeLayer {
+ public:
+  PaddedLayer(const LayerConfig& cfg, Communicator& comm) : cfg_(cfg), comm_(comm) {}
+
+  ~PaddedLayer() override {
+    inner_.reset();  // before the weights it reads
+    if (weights_ || stage_) {  // freed on the communicator's device
+      detail::DeviceGuard guard(comm_.device());
+      weights_.reset();
+      stage_.reset();
+    }
+  }
+
+  void forward(const TokenBatch& in, bf16* y, cudaStream_t stream) override {
+    const int T = in.num_tokens;
+    const bool staged = T > 0 && T <= cfg_.max_tokens_per_rank && in.x != nullptr && y != nullptr &&
+                        in.topk_idx != nullptr && in.topk_weights != nullptr &&
+                        reinterpret_cast<uintptr_t>(in.x) % 16 == 0 && reinterpret_cast<uintptr_t>(y) % 16 == 0;
+    if (!staged) {  // no rows to move, or bad input: the wrapped layer reports it (and tells its peers)
+      inner_->forward(in, y, stream);
+      return;
+    }
+    detail::DeviceGuard guard(comm_.device());
+    const int H = cfg_.hidden, Hp = run_hidden_;
+    stage_->before(stream);
+    padding::copy_resized(in.x, 1, T, H, stage_->x(), T, Hp, sizeof(bf16), stream);
+    TokenBatch padded = in;
+    padded.x = stage_->x();
+    inner_->forward(padded, stage_->y(), stream);
+    padding::copy_resized(stage_->y(), 1, T, Hp, y, T, H, sizeof(bf16), stream);
+    stage_->after(stream);
+  }
+
+  void check_errors(cudaStream_t stream) override { inner_->check_errors(stream); }
+  void set_phase_timing(bool enabled) override { inner_->set_phase_timing(enabled); }
+  std::optional<PhaseTimes> last_phase_times() override { return inner_->last_phase_times(); }
+  Impl impl() const override { return inner_->impl(); }
+  const LayerConfig& config() const override { return cfg_; }
+  MemoryFootprint memory() const override {
+    MemoryFootprint m = inner_->memory();
+    m.private_bytes += weights_->bytes() + (own_stage_ ? stage_->bytes() : 0);
+    return m;
+  }
+
+  LayerConfig cfg_;
+  Communicator& comm_;
+  int run_hidden_ = 0;
+  std::unique_ptr<PaddedWeights> weights_;
+  std::shared_ptr<padding::Stage> stage_;
+  bool own_stage_ = false;
+  std::unique_ptr<MoeLayer> inner_;  // last: destroyed first (destructor)
+};
+
+// The padded weights and the staging rows of `layer` (one rank's local step of its creation).
+void make_copies(PaddedLayer& layer, const LayerConfig& cfg, const LayerConfig& run, Communicator& comm,
+                 const ExpertWeights& weights, const std::function<std::shared_ptr<padding::Stage>()>& shared_stage,
+                 const std::string& who) {
+  validate_config(run, comm.world_size());
+  detail::DeviceGuard guard(comm.device());
+  layer.weights_ = std::make_unique<PaddedWeights>(cfg, run, cfg.experts_per_rank(comm.world_size()), weights, who);
+  layer.stage_ = shared_stage ? shared_stage() : nullptr;
+  layer.own_stage_ = !layer.stage_;
+  if (layer.own_stage_)
+    layer.stage_ = std::make_shared<padding::Stage>(cfg.max_tokens_per_rank, run.hidden);
+  EPFUSE_REQUIRE(layer.stage_->fits(cfg.max_tokens_per_rank, run.hidden), ErrorCode::kInternal,
+                 who + "the workspace's staging rows are smaller than the layer's");
+}
+
+}  // namespace
+
+std::unique_ptr<MoeLayer> make_padded_layer(Impl impl, const LayerConfig& cfg, Communicator& comm,
+                                            const ExpertWeights& weights,
+                                            const std::function<std::shared_ptr<padding::Stage>()>& shared_stage,
+                                            const MakeLayer& make_inner) {
+  const LayerConfig run = padding::padded_config(cfg, impl);
+  auto layer = std::make_unique<PaddedLayer>(cfg, comm);
+  layer->run_hidden_ = run.hidden;
+  const std::string who = "rank " + std::to_string(comm.rank()) + ": ";
+  detail::agree_on_step(comm, "MoeLayer::create (padded to hidden " + std::to_string(run.hidden) +
+                                  ", intermediate " + std::to_string(run.intermediate) + ")",
+                        [&] {
+                          try {
+                            make_copies(*layer, cfg, run, comm, weights, shared_stage, who);
+                          } catch (const Error& e) {  // every error names its rank
+                            if (std::string_view(e.what()).starts_with(who)) throw;
+                            throw Error(e.code(), who + e.what());
+                          }
+                        });
+  layer->inner_ = make_inner(run, layer->weights_->view());
+  return layer;
+}
+
+}  // namespace epfuse
