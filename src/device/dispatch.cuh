@@ -16,7 +16,8 @@ namespace epfuse::device {
 
 // Task: dispatch tokens [b * kDispatchTokens, ...). smem: 2 * E u32.
 // kFp8 (weight_format fp8-block128): each row is quantised on the way (one warp per row,
-// warp_quantize_row) and sent as an FP8 x row (regions.h: codes, then scales); this
+// warp_quantize_row), or copied as the caller quantised it (TokenBatch::x_fp8, warp_copy_fp8_row), and
+// sent as an FP8 x row (regions.h: codes, then scales); this
 // rank's own rows are quantised into the private fp8_x region (row = token), which its Linear1 tiles
 // read instead of x. The entries and arrival adds are the bf16 ones, so the release add that follows
 // the block's stores also publishes the fp8_x rows to this GPU's other CTAs.
@@ -48,8 +49,12 @@ __device__ void dispatch_task(const FusedContext<Transport>& c, int block, int l
                        ? reinterpret_cast<uint8_t*>(prm.workspace + prm.fp8.x_offset) + t * fp8_x_row_bytes(H)
                        : peer_ptr<uint8_t>(c, dst, recv_row_offset(prm.sym, prm.capacity, c.parity, dst, prm.rank,
                                                                    c.pair_row[static_cast<int64_t>(t) * k + j]));
-      warp_quantize_row(prm.x + static_cast<int64_t>(t) * H, H, q, reinterpret_cast<float*>(q + fp8_x_scale_offset(H)),
-                        prm.fp8.scale_format);
+      float* q_scales = reinterpret_cast<float*>(q + fp8_x_scale_offset(H));
+      if (prm.fp8.x_codes != nullptr)
+        warp_copy_fp8_row(prm.fp8.x_codes + static_cast<int64_t>(t) * H,
+                          prm.fp8.x_scales + static_cast<int64_t>(t) * fp8::num_blocks(H), H, q, q_scales);
+      else
+        warp_quantize_row(prm.x + static_cast<int64_t>(t) * H, H, q, q_scales, prm.fp8.scale_format);
       continue;
     }
     if (dst == prm.rank) continue;

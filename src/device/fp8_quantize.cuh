@@ -114,4 +114,14 @@ __device__ __forceinline__ void quantize_fragment_rows(const float (&h)[64], Sca
   }
 }
 
+// A warp copies a row the caller quantised (TokenBatch::x_fp8): n code bytes (n % 16 == 0, both
+// 16-byte aligned) and its ceil(n / 128) scales, into the layout warp_quantize_row writes.
+__device__ __forceinline__ void warp_copy_fp8_row(const uint8_t* codes, const float* scales, int n, uint8_t* q,
+                                                  float* q_scales) {
+  const int lane = threadIdx.x % 32;
+  for (int v = lane; v < n / 16; v += 32)
+    reinterpret_cast<int4*>(q)[v] = ptx::ld_nc_na_v4(reinterpret_cast<const int4*>(codes) + v);
+  for (int g = lane; g < fp8::num_blocks(n); g += 32) q_scales[g] = __ldg(scales + g);
+}
+
 }  // namespace epfuse::device

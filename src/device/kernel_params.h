@@ -75,6 +75,10 @@ struct FusedParams {
     int w2_kb = 0;
     size_t x_offset = 0;
     ScaleFormat scale_format = ScaleFormat::kFp32;
+    // x quantised by the caller (TokenBatch::x_fp8): codes [T, H], scales [T, H / 128]; null: dispatch
+    // quantises prm.x.
+    const uint8_t* x_codes = nullptr;
+    const float* x_scales = nullptr;
   } fp8;
 };
 

@@ -345,17 +345,27 @@ class FusedLayer final : public MoeLayer {
     // from this rank's count message and fail with kInvalidArgument instead of timing out.
     std::string problem;
     uint32_t host_status = 0;
+    const bool caller_fp8_x = in.x_fp8 != nullptr || in.x_scales != nullptr;  // TokenBatch::x_fp8
+    const void* x_rows = caller_fp8_x ? static_cast<const void*>(in.x_fp8) : in.x;
     if (in.num_tokens < 0 || in.num_tokens > cfg_.max_tokens_per_rank) {
       host_status = static_cast<uint32_t>(device::ErrorKind::kBadTokenCount);
       problem = who + "num_tokens = " + std::to_string(in.num_tokens) + " is outside [0, max_tokens_per_rank = " +
                 std::to_string(cfg_.max_tokens_per_rank) + "]";
-    } else if (in.num_tokens > 0 && !(in.x && in.topk_idx && in.topk_weights && y)) {
+    } else if (caller_fp8_x && !fp8_) {
       host_status = static_cast<uint32_t>(device::ErrorKind::kBadPointer);
-      problem = who + "null input or output pointer with num_tokens = " + std::to_string(in.num_tokens);
-    } else if (in.num_tokens > 0 && (reinterpret_cast<uintptr_t>(in.x) % 16 != 0 || reinterpret_cast<uintptr_t>(y) % 16 != 0)) {
+      problem = who + "x_fp8 / x_scales (x quantised by the caller) need a layer of FP8 weights; this one is bf16";
+    } else if (in.num_tokens > 0 &&
+               !(x_rows && (!caller_fp8_x || in.x_scales) && in.topk_idx && in.topk_weights && y)) {
+      host_status = static_cast<uint32_t>(device::ErrorKind::kBadPointer);
+      problem = who + "null input or output pointer with num_tokens = " + std::to_string(in.num_tokens) +
+                (caller_fp8_x ? " (x_fp8 needs x_scales too)" : "");
+    } else if (in.num_tokens > 0 && (reinterpret_cast<uintptr_t>(x_rows) % 16 != 0 ||
+                                     reinterpret_cast<uintptr_t>(in.x_scales) % 4 != 0 ||
+                                     reinterpret_cast<uintptr_t>(y) % 16 != 0)) {
       // Rows move as 16-byte vectors (dispatch, GEMM loads, combine stores).
       host_status = static_cast<uint32_t>(device::ErrorKind::kBadPointer);
-      problem = who + "x and y must be 16-byte aligned";
+      problem = who + (caller_fp8_x ? "x_fp8 and y must be 16-byte aligned, x_scales 4-byte aligned"
+                                    : "x and y must be 16-byte aligned");
     }
     detail::DeviceGuard guard(comm.device());
     device::FusedParams prm;
@@ -383,6 +393,10 @@ class FusedLayer final : public MoeLayer {
       prm.fp8.w13_kb = unfused::fp8_layout::padded_k_blocks(cfg_.hidden);
       prm.fp8.w2_kb = unfused::fp8_layout::padded_k_blocks(cfg_.intermediate);
       prm.fp8.scale_format = cfg_.scale_format;
+      if (caller_fp8_x && host_status == 0) {
+        prm.fp8.x_codes = in.x_fp8;
+        prm.fp8.x_scales = in.x_scales;
+      }
     }
     if (timing_) {
       // The kernel adds into the record: zero it first (stream-ordered, only while timing).

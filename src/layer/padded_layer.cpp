@@ -113,9 +113,13 @@ class PaddedLayer final : public MoeLayer {
 
   void forward(const TokenBatch& in, bf16* y, cudaStream_t stream) override {
     const int T = in.num_tokens;
-    const bool staged = T > 0 && T <= cfg_.max_tokens_per_rank && in.x != nullptr && y != nullptr &&
+    const bool fp8_x = in.x_fp8 != nullptr || in.x_scales != nullptr;  // quantised by the caller
+    const void* x_rows = fp8_x ? static_cast<const void*>(in.x_fp8) : in.x;
+    const bool staged = T > 0 && T <= cfg_.max_tokens_per_rank && x_rows != nullptr && y != nullptr &&
                         in.topk_idx != nullptr && in.topk_weights != nullptr &&
-                        reinterpret_cast<uintptr_t>(in.x) % 16 == 0 && reinterpret_cast<uintptr_t>(y) % 16 == 0;
+                        reinterpret_cast<uintptr_t>(x_rows) % 16 == 0 && reinterpret_cast<uintptr_t>(y) % 16 == 0 &&
+                        (!fp8_x || (in.x_scales != nullptr && reinterpret_cast<uintptr_t>(in.x_scales) % 4 == 0 &&
+                                    cfg_.weight_format == WeightFormat::kFp8Block128));
     if (!staged) {  // no rows to move, or bad input: the wrapped layer reports it (and tells its peers)
       inner_->forward(in, y, stream);
       return;
@@ -123,9 +127,24 @@ class PaddedLayer final : public MoeLayer {
     detail::DeviceGuard guard(comm_.device());
     const int H = cfg_.hidden, Hp = run_hidden_;
     stage_->before(stream);
-    padding::copy_resized(in.x, 1, T, H, stage_->x(), T, Hp, sizeof(bf16), stream);
     TokenBatch padded = in;
-    padded.x = stage_->x();
+    if (fp8_x) {
+      // Codes [T, Hp] then scales [T, Hp / 128] in the x rows (1 + 1/32 bytes per bf16 pair); the new
+      // groups are zero codes under scale 0.
+      const int groups = fp8::num_blocks(H), groups_pad = Hp / fp8::kBlock;
+      auto* codes = reinterpret_cast<uint8_t*>(stage_->x());
+      auto* scales = reinterpret_cast<float*>(codes + static_cast<size_t>(T) * Hp);
+      EPFUSE_CUDA_CHECK(cudaMemsetAsync(codes, 0, static_cast<size_t>(T) * (Hp + groups_pad * sizeof(float)), stream));
+      EPFUSE_CUDA_CHECK(cudaMemcpy2DAsync(codes, Hp, in.x_fp8, H, H, T, cudaMemcpyDeviceToDevice, stream));
+      EPFUSE_CUDA_CHECK(cudaMemcpy2DAsync(scales, groups_pad * sizeof(float), in.x_scales, groups * sizeof(float),
+                                          groups * sizeof(float), T, cudaMemcpyDeviceToDevice, stream));
+      padded.x = nullptr;
+      padded.x_fp8 = codes;
+      padded.x_scales = scales;
+    } else {
+      padding::copy_resized(in.x, 1, T, H, stage_->x(), T, Hp, sizeof(bf16), stream);
+      padded.x = stage_->x();
+    }
     inner_->forward(padded, stage_->y(), stream);
     padding::copy_resized(stage_->y(), 1, T, Hp, y, T, H, sizeof(bf16), stream);
     stage_->after(stream);

@@ -311,6 +311,7 @@ MemoryFootprint UnfusedLayer::memory() const {
 HostInputError UnfusedLayer::check_inputs(const TokenBatch& in, const bf16* y) const {
   if (in.num_tokens < 0 || in.num_tokens > cfg_.max_tokens_per_rank)
     return {InputError::kTokenCount, 0, in.num_tokens};
+  if (in.x_fp8 != nullptr || in.x_scales != nullptr) return {InputError::kCallerFp8X, in.num_tokens, 0};
   if (in.num_tokens == 0) return {};
   const int32_t null_mask = (in.x == nullptr ? NullPointer::kX : 0) |
                             (in.topk_idx == nullptr ? NullPointer::kTopkIdx : 0) |

@@ -64,7 +64,7 @@ Outcome run_calls(const RunPlan& plan, RankJob& job, int rank) {
     if (!inputs || plan.vary) {
       int tokens = plan.token_counts(call)[static_cast<size_t>(rank)];
       inputs.reset();  // free the previous set first
-      inputs = std::make_unique<InputSet>(job.make_inputs(tokens, plan.routing, plan.input_seed(call)));
+      inputs = std::make_unique<InputSet>(job.make_inputs(tokens, plan.routing, plan.input_seed(call), plan.x_fp8));
     }
     count_slots(inputs->host(), o.stats);
     if (plan.verifies_call(call)) {

@@ -72,6 +72,9 @@ void add_run_flags(FlagParser& p, RunFlags& f) {
   p.add("--dtype", f.dtype,
         "expert weights: bf16, or fp8 (e4m3, one scale per 128x128 block; x and h\nquantised 1x128)");
   p.add("--scales", f.scales, "FP8 block scales: fp32 or ue8m0 (powers of two); with --dtype fp8");
+  p.add("--x-fp8", f.x_fp8,
+        "hand the layer x already quantised (e4m3 codes and 1x128 scales, TokenBatch::x_fp8)\ninstead of "
+        "bf16 x; with --dtype fp8");
   p.add("--sms", f.sms, "SM budget of the fused kernel per rank (default: every SM,\nor SMs / ranks with --one-gpu)");
   // 0 means "not given" for these: their help says what happens then.
   for (const char* name : {"--hidden", "--intermediate", "--experts", "--topk", "--max-tokens", "--ranks",
@@ -172,6 +175,9 @@ RunPlan resolve_run_plan(const RunFlags& f, const FlagParser& parser, int ranks,
   if (parser.seen("--scales") && *weights != WeightFormat::kFp8Block128)
     throw UsageError("--scales " + f.scales + ": only with --dtype fp8 (bf16 weights have no scales)");
   plan.cfg.scale_format = *scales;
+  if (f.x_fp8 && *weights != WeightFormat::kFp8Block128)
+    throw UsageError("--x-fp8: only with --dtype fp8 (x is quantised for FP8 layers)");
+  plan.x_fp8 = f.x_fp8;
   validate_config(plan.cfg, ranks);  // Error(kInvalidConfig) naming the field
   return plan;
 }

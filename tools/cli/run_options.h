@@ -35,6 +35,7 @@ struct RunFlags {
   int sms = 0;
   std::string dtype = "bf16";    // expert weights: bf16 or fp8 (LayerConfig::weight_format)
   std::string scales = "fp32";   // FP8 block scales: fp32 or ue8m0 (LayerConfig::scale_format)
+  bool x_fp8 = false;            // x quantised by the caller (TokenBatch::x_fp8)
 };
 
 // --dtype's names: "bf16" or "fp8" (also the long names of to_string(WeightFormat)); and the short
@@ -61,6 +62,7 @@ struct RunPlan {
   double tolerance = 2e-2;
   std::string json;
   bool one_gpu = false;    // every rank a thread of this process on GPU 0 (Transport::kLoopback)
+  bool x_fp8 = false;      // the layer gets x as codes and scales (TokenBatch::x_fp8), not bf16
 
   bool verifies_call(int call) const {
     return call == 0 || call == iters - 1 || (verify_every > 0 && call % verify_every == 0);

@@ -42,6 +42,7 @@ std::string config_line(const RunPlan& plan) {
       fmt::format("config: {} (H={} I={} E={} k={}", plan.model, c.hidden, c.intermediate, c.num_experts, c.topk);
   if (c.swiglu_clamp > 0) line += fmt::format(" clamp={:.3f}", c.swiglu_clamp);
   if (c.weight_format != WeightFormat::kBf16) line += fmt::format(" fp8 scales={}", to_string(c.scale_format));
+  if (plan.x_fp8) line += " x=fp8 (caller)";
   line += fmt::format(")  impl={}  ranks={}  routing={}  seed={}  max tokens/rank={}",
                       plan.impl ? to_string(*plan.impl) : "reference", plan.ranks, to_string(plan.routing), plan.seed,
                       c.max_tokens_per_rank);
@@ -107,6 +108,7 @@ std::string result_json(const RunPlan& plan, const RunResult& r, const std::stri
                        {"dtype", std::string(dtype_name(c.weight_format))},
                        {"scale_format", c.weight_format == WeightFormat::kBf16 ? Json()
                                                                                : Json(std::string(to_string(c.scale_format)))},
+                       {"x_fp8", plan.x_fp8},
                        {"max_tokens_per_rank", c.max_tokens_per_rank},
                        {"routing", std::string(to_string(plan.routing))},
                        {"seed", plan.seed},

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "common/check.h"
+#include "common/fp8.h"
 #include "common/hash.h"
 #include "epfuse/communicator.h"
 #include "epfuse/error.h"
@@ -173,15 +174,33 @@ ExpertWeights RankWeights::view() const {
 }
 
 InputSet::InputSet(const LayerConfig& cfg, int world_size, int rank, int num_tokens, Routing routing,
-                   uint64_t seed, cudaStream_t stream)
+                   uint64_t seed, cudaStream_t stream, bool caller_fp8_x)
     : host_(make_tokens(cfg, world_size, rank, num_tokens, routing, seed)),
       seed_(seed),
       x_(upload(host_.x, stream)),
       topk_idx_(upload(host_.topk_idx, stream)),
-      topk_weights_(upload(host_.topk_weights, stream)) {}
+      topk_weights_(upload(host_.topk_weights, stream)) {
+  if (!caller_fp8_x) return;
+  EPFUSE_REQUIRE(cfg.weight_format == WeightFormat::kFp8Block128, ErrorCode::kInvalidArgument,
+                 "x quantised by the caller needs FP8 weights (weight_format fp8-block128)");
+  const int T = host_.num_tokens, H = cfg.hidden;
+  std::vector<float> x(host_.x.size());
+  for (size_t i = 0; i < x.size(); ++i) x[i] = __bfloat162float(host_.x[i]);
+  std::vector<uint8_t> codes(x.size());
+  std::vector<float> scales(static_cast<size_t>(T) * fp8::num_blocks(H));
+  fp8::quantize_matrix(x.data(), T, H, 1, codes.data(), scales.data(), cfg.scale_format);
+  x_fp8_ = upload(codes, stream);
+  x_scales_ = upload(scales, stream);
+}
 
 TokenBatch InputSet::batch() const {
-  return {x_.get(), topk_idx_.get(), topk_weights_.get(), host_.num_tokens};
+  TokenBatch b{x_.get(), topk_idx_.get(), topk_weights_.get(), host_.num_tokens};
+  if (x_fp8_.get() != nullptr) {
+    b.x = nullptr;  // the layer must not need it
+    b.x_fp8 = x_fp8_.get();
+    b.x_scales = x_scales_.get();
+  }
+  return b;
 }
 
 // ---- the job ----
@@ -211,8 +230,8 @@ RankJob::~RankJob() {
   (void)cudaStreamDestroy(stream_);
 }
 
-InputSet RankJob::make_inputs(int num_tokens, Routing routing, uint64_t seed) const {
-  return InputSet(cfg_, comm_.world_size(), comm_.rank(), num_tokens, routing, seed, stream_);
+InputSet RankJob::make_inputs(int num_tokens, Routing routing, uint64_t seed, bool caller_fp8_x) const {
+  return InputSet(cfg_, comm_.world_size(), comm_.rank(), num_tokens, routing, seed, stream_, caller_fp8_x);
 }
 
 void RankJob::forward(const InputSet& in) {

@@ -131,8 +131,11 @@ class RankWeights {
 // One rank's inputs for one forward call: the host copy (for the reference) and a device copy.
 class InputSet {
  public:
+  // caller_fp8_x (FP8 configs): x also quantised here, per token per 128 channels with cfg's scale
+  // format (common/fp8.h, the arithmetic the reference applies to x), and batch() hands the layer
+  // those codes and scales with x = null (TokenBatch::x_fp8).
   InputSet(const LayerConfig& cfg, int world_size, int rank, int num_tokens, Routing routing,
-           uint64_t seed, cudaStream_t stream);
+           uint64_t seed, cudaStream_t stream, bool caller_fp8_x = false);
   const HostTokens& host() const { return host_; }
   TokenBatch batch() const;
   int num_tokens() const { return host_.num_tokens; }
@@ -144,6 +147,8 @@ class InputSet {
   DeviceArray<bf16> x_;
   DeviceArray<int32_t> topk_idx_;
   DeviceArray<float> topk_weights_;
+  DeviceArray<uint8_t> x_fp8_;    // caller_fp8_x only
+  DeviceArray<float> x_scales_;
 };
 
 // The outcome of one verified forward. The `max_`/`total_` fields, worst_row and `passed` are the
@@ -176,7 +181,7 @@ class RankJob {
   RankJob& operator=(const RankJob&) = delete;
 
   // An input set for this rank (routing and seed as the caller chose, e.g. call_seed(seed, i)).
-  InputSet make_inputs(int num_tokens, Routing routing, uint64_t seed) const;
+  InputSet make_inputs(int num_tokens, Routing routing, uint64_t seed, bool caller_fp8_x = false) const;
 
   // Collective: the layer's forward on this job's stream into y (no synchronisation). In the one-GPU
   // mode a host barrier first (see LoopbackWorld in epfuse/communicator.h).

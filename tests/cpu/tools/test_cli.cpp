@@ -382,6 +382,9 @@ TEST(Cli, RunFp8Dtype) {
   Result scales = run_cli({"run", "--model", "qwen3-30b", "--scales", "ue8m0"}, cpu);
   EXPECT_EQ(scales.code, 2);
   EXPECT_TRUE(contains(scales.err, "only with --dtype fp8")) << scales.err;
+  Result x_fp8 = run_cli({"run", "--model", "qwen3-30b", "--x-fp8"}, cpu);
+  EXPECT_EQ(x_fp8.code, 2);
+  EXPECT_TRUE(contains(x_fp8.err, "--x-fp8: only with --dtype fp8")) << x_fp8.err;
   // Multiples of 64 that the kernels do not tile run (padded on a GPU; here the CPU reference, with
   // partial 64-wide FP8 blocks); other sizes are refused.
   Result odd = run_cli({"run", "--hidden", "320", "--intermediate", "192", "--experts", "4", "--topk", "2",

@@ -253,6 +253,10 @@ TEST(Counts, LowestRankErrorWinsWithExactMessage) {
   row2[CountsRow::kErrorValue] = NullPointer::kOutput;
   EXPECT_EQ(first_input_error(recv.data(), 3, W, cfg).value(),
             "rank 2: misaligned pointer(s) y with num_tokens = 3 (x and y must be 16-byte aligned)");
+  row2[CountsRow::kErrorCode] = static_cast<int32_t>(InputError::kCallerFp8X);
+  EXPECT_EQ(first_input_error(recv.data(), 3, W, cfg).value(),
+            "rank 2: x quantised by the caller (TokenBatch::x_fp8) is not supported by the unfused chain, which sends "
+            "bf16 rows: pass x, or use the fused layer");
 }
 
 TEST(Counts, TrafficFromCounts) {

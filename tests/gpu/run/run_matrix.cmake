@@ -108,6 +108,24 @@ function(epfuse_add_fp8_run_matrix impl)
     endforeach()
   endforeach()
   epfuse_add_run_test(${impl} fp8_w1_ue8m0 120 ${small} --scales ue8m0 --ranks 1 --tokens 128)
+  # x quantised by the caller (TokenBatch::x_fp8, x itself null): the fused layer sends those bytes,
+  # the unfused chain refuses it (expect_failure.sh, the error's text).
+  if(impl STREQUAL "fused")
+    foreach(scales fp32 ue8m0)
+      epfuse_add_run_test(${impl} fp8_w1_xfp8_${scales} 120 ${small} --x-fp8 --scales ${scales} --ranks 1 --tokens 128)
+    endforeach()
+    epfuse_add_run_test(${impl} fp8_w1_xfp8_vary50 300
+      ${small} --x-fp8 --ranks 1 --tokens 128 --iters 50 --vary --verify-every 10)
+    epfuse_add_run_test(${impl} fp8_w1_xfp8_padded 120 --hidden 320 --intermediate 192 --experts 16 --topk 4
+      --dtype fp8 --x-fp8 --ranks 1 --routing skewed --tokens 96)
+  else()
+    add_test(NAME run_${impl}_fp8_w1_xfp8_refused COMMAND bash ${PROJECT_SOURCE_DIR}/tests/gpu/run/expect_failure.sh
+      "not supported by the unfused chain" 60 $<TARGET_FILE:epfuse_cli> run --impl ${impl} ${small} --x-fp8 --ranks 1
+      --tokens 16)
+    set_tests_properties(run_${impl}_fp8_w1_xfp8_refused PROPERTIES
+      SKIP_RETURN_CODE 77 RUN_SERIAL TRUE TIMEOUT 120 LABELS "gpu;run"
+      ENVIRONMENT "EPFUSE_SKIP_IF_FEWER_GPUS=1;NCCL_NVLS_ENABLE=0")
+  endif()
   epfuse_add_run_test(${impl} fp8_w1_clamp 120 ${small} --clamp 0.25 --ranks 1 --tokens 64)
   if(2 IN_LIST ARG_WORLDS)
     epfuse_add_run_test(${impl} fp8_w2_uneven 120 ${small} --ranks 2 --tokens 128,0)
