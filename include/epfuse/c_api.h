@@ -20,7 +20,7 @@
 extern "C" {
 #endif
 
-#define EPFUSE_C_API_VERSION 2
+#define EPFUSE_C_API_VERSION 3
 
 #if defined(__GNUC__)
 #define EPFUSE_C_EXPORT __attribute__((visibility("default")))
@@ -117,6 +117,13 @@ EPFUSE_C_EXPORT int epfuse_layer_destroy(epfuse_layer* layer);
  * returned by epfuse_layer_check_errors. */
 EPFUSE_C_EXPORT int epfuse_layer_forward(epfuse_layer* layer, const void* x, const int32_t* topk_idx, const float* topk_weights,
                          int num_tokens, void* y, void* stream);
+/* Collective, FP8 layers (API version 3): as epfuse_layer_forward with x already quantised by the caller:
+ * x_fp8 [num_tokens, H] e4m3fn codes (16-byte aligned) and x_scales [num_tokens, ceil(H/128)] fp32, one
+ * per token per 128 channels (the real value is code * scale); epfuse::TokenBatch::x_fp8. Every rank
+ * passes the same kind of x. The unfused chain returns EPFUSE_ERR for it (kUnsupported by name). */
+EPFUSE_C_EXPORT int epfuse_layer_forward_fp8(epfuse_layer* layer, const void* x_fp8, const float* x_scales,
+                             const int32_t* topk_idx, const float* topk_weights, int num_tokens, void* y,
+                             void* stream);
 /* Synchronises `stream` and reports what the device recorded (bad expert ids, a peer that timed out).
  * After a device error the workspace stays failed: every later forward of any layer on it fails (and
  * fills y with NaN when it runs inside a graph), until the workspace is re-created. */

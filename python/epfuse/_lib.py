@@ -20,7 +20,7 @@ from typing import Any, Callable
 from .errors import ERR_INTERNAL, error_for_code
 
 # The version of c_api.h this binding was written against (EPFUSE_C_API_VERSION).
-C_API_VERSION = 2
+C_API_VERSION = 3
 LIBRARY_NAME = "libepfuse_c.so"
 # Bytes of an ncclUniqueId (NCCL_UNIQUE_ID_BYTES).
 NCCL_UNIQUE_ID_BYTES = 128
@@ -81,6 +81,7 @@ SIGNATURES: dict[str, tuple[list[Any], Any]] = {
     ),
     "epfuse_layer_destroy": ([HANDLE], c_int),
     "epfuse_layer_forward": ([HANDLE, c_void_p, c_void_p, c_void_p, c_int, c_void_p, c_void_p], c_int),
+    "epfuse_layer_forward_fp8": ([HANDLE, c_void_p, c_void_p, c_void_p, c_void_p, c_int, c_void_p, c_void_p], c_int),
     "epfuse_layer_check_errors": ([HANDLE, c_void_p], c_int),
 }
 
@@ -260,6 +261,22 @@ def layer_create_fp8(
         ctypes.byref(out),
     )
     return _handle(out)
+
+
+def layer_forward_fp8(
+    layer: int, x_fp8: int, x_scales: int, topk_idx: int, topk_weights: int, num_tokens: int, y: int, stream: int
+) -> None:
+    call(
+        "epfuse_layer_forward_fp8",
+        c_void_p(layer),
+        c_void_p(x_fp8),
+        c_void_p(x_scales),
+        c_void_p(topk_idx),
+        c_void_p(topk_weights),
+        num_tokens,
+        c_void_p(y),
+        c_void_p(stream),
+    )
 
 
 def layer_forward(layer: int, x: int, topk_idx: int, topk_weights: int, num_tokens: int, y: int, stream: int) -> None:

@@ -16,7 +16,7 @@ import itertools
 import threading
 import warnings
 import weakref
-from typing import Any, NoReturn
+from typing import Any, NoReturn, Optional
 
 import torch
 
@@ -171,15 +171,31 @@ def check_forward_args(
     topk: int,
     max_tokens: int,
     device: torch.device | None = None,
+    x_scale: Any = None,
 ) -> int:
     """Checks one forward's inputs against a layer of `hidden`, `topk`, `max_tokens` (and `device`
     when given): x [T, H] bf16, topk_ids [T, k] int32 or int64, topk_weights [T, k] float32 (bfloat16
     and float16 accepted and converted), all row-major contiguous, 16-byte aligned, T <= max_tokens.
+    With x_scale, x is already quantised (FP8 layers): x [T, H] torch.float8_e4m3fn and x_scale
+    [T, ceil(H/128)] float32, one scale per token per 128 channels (x = code * scale).
     Returns T. Raises epfuse.InvalidArgument naming the tensor. Calls nothing in C."""
     _check_tensor("x", x)
     _check_tensor("topk_ids", topk_ids)
     _check_tensor("topk_weights", topk_weights)
-    if x.dtype != torch.bfloat16:
+    if x_scale is not None:
+        _check_tensor("x_scale", x_scale)
+        if x.dtype != torch.float8_e4m3fn:
+            _fail(f"with x_scale, x must be torch.float8_e4m3fn (quantised x), got {x.dtype}")
+        if x_scale.dtype != torch.float32:
+            _fail(f"x_scale must be torch.float32, got {x_scale.dtype}")
+        _check_device("x_scale", x_scale, device)
+        want = (x.shape[0] if x.dim() == 2 else -1, -(-hidden // FP8_BLOCK))
+        if _shape(x_scale) != want:
+            _fail(f"x_scale must be [tokens, ceil(hidden/{FP8_BLOCK})] = {list(want)}, got shape {_shape(x_scale)}")
+        _check_contiguous("x_scale", x_scale)
+    elif x.dtype == torch.float8_e4m3fn:
+        _fail("x is torch.float8_e4m3fn: pass its per-token 1x128 scales as x_scale")
+    elif x.dtype != torch.bfloat16:
         _fail(f"x must be torch.bfloat16, got {x.dtype}")
     if topk_ids.dtype not in _TOPK_ID_DTYPES:
         _fail(f"topk_ids must be torch.int32 or torch.int64 (converted to int32), got {topk_ids.dtype}")
@@ -588,10 +604,18 @@ class MoELayer:
     def closed(self) -> bool:
         return self._closed
 
-    def forward(self, x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        topk_ids: torch.Tensor,
+        topk_weights: torch.Tensor,
+        x_scale: Optional[torch.Tensor] = None,
+    ) -> torch.Tensor:
         """y [T, H] bf16 = the MoE layer of x [T, H] bf16, topk_ids [T, k] (global expert ids, -1 =
-        dropped), topk_weights [T, k], on the current stream. Collective."""
-        return torch.ops.epfuse.moe_forward(x, topk_ids, topk_weights, self.w13, self.w2, self.layer_id)
+        dropped), topk_weights [T, k], on the current stream. Collective. FP8 layers also take x already
+        quantised: x [T, H] torch.float8_e4m3fn with x_scale [T, ceil(H/128)] float32 (one scale per
+        token per 128 channels, x = code * scale), sent as it is (every rank passes the same kind)."""
+        return torch.ops.epfuse.moe_forward(x, topk_ids, topk_weights, self.w13, self.w2, self.layer_id, x_scale)
 
     __call__ = forward
 
@@ -611,6 +635,7 @@ class MoELayer:
         topk_weights: torch.Tensor,
         w13: torch.Tensor,
         w2: torch.Tensor,
+        x_scale: Optional[torch.Tensor] = None,
     ) -> torch.Tensor:
         for name, given, own in (("w13", w13, self.w13), ("w2", w2, self.w2)):
             if not isinstance(given, torch.Tensor) or given.data_ptr() != own.data_ptr() or given.shape != own.shape:
@@ -623,18 +648,28 @@ class MoELayer:
             topk=self.topk,
             max_tokens=self.max_tokens,
             device=self.device,
+            x_scale=x_scale,
         )
+        if x_scale is not None and self.weight_dtype != torch.float8_e4m3fn:
+            _fail(f"x_scale (quantised x) needs FP8 experts; MoELayer {self.layer_id} holds {self.weight_dtype}")
         if topk_ids.dtype != torch.int32:
             topk_ids = topk_ids.to(torch.int32)
         if topk_weights.dtype != torch.float32:
             topk_weights = topk_weights.to(torch.float32)
-        y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+        y = torch.empty(x.shape, dtype=torch.bfloat16, device=x.device)
         _check_aligned("y", y)
         with _OnDevice(self.device):
             stream = _stream_of(self.device)
-            _lib.layer_forward(
-                self._handle, x.data_ptr(), topk_ids.data_ptr(), topk_weights.data_ptr(), tokens, y.data_ptr(), stream
-            )
+            if x_scale is None:
+                _lib.layer_forward(
+                    self._handle, x.data_ptr(), topk_ids.data_ptr(), topk_weights.data_ptr(), tokens, y.data_ptr(),
+                    stream
+                )
+            else:
+                _lib.layer_forward_fp8(
+                    self._handle, x.data_ptr(), x_scale.data_ptr(), topk_ids.data_ptr(), topk_weights.data_ptr(),
+                    tokens, y.data_ptr(), stream
+                )
         return y
 
     def close(self) -> None:
@@ -673,11 +708,12 @@ def moe_forward(
     w13: torch.Tensor,
     w2: torch.Tensor,
     layer_id: int,
+    x_scale: Optional[torch.Tensor] = None,
 ) -> torch.Tensor:
     """The MoE layer `layer_id` (an MoELayer's layer_id) on the current stream: y [T, H] bf16, a new
     tensor. w13 and w2 must be the layer's own weights (they are arguments so that graphs see the
-    dependency)."""
-    return _layer_by_id(layer_id)._run(x, topk_ids, topk_weights, w13, w2)
+    dependency). x_scale: x quantised by the caller (MoELayer.forward)."""
+    return _layer_by_id(layer_id)._run(x, topk_ids, topk_weights, w13, w2, x_scale)
 
 
 @moe_forward.register_fake
@@ -688,9 +724,10 @@ def _moe_forward_fake(
     w13: torch.Tensor,
     w2: torch.Tensor,
     layer_id: int,
+    x_scale: Optional[torch.Tensor] = None,
 ) -> torch.Tensor:
     torch._check(x.dim() == 2, lambda: f"x must be 2-D [tokens, hidden], got {x.dim()}-D")
-    return x.new_empty(x.shape)
+    return x.new_empty(x.shape, dtype=torch.bfloat16)
 
 
 def _moe_forward_setup_context(ctx: Any, inputs: Any, output: Any) -> None:

@@ -252,6 +252,17 @@ int epfuse_layer_forward(epfuse_layer* layer, const void* x, const int32_t* topk
   });
 }
 
+int epfuse_layer_forward_fp8(epfuse_layer* layer, const void* x_fp8, const float* x_scales, const int32_t* topk_idx,
+                             const float* topk_weights, int num_tokens, void* y, void* stream) {
+  return guarded([&] {
+    epfuse_layer& l = need(layer, "epfuse_layer_forward_fp8", "layer");
+    epfuse::TokenBatch batch{nullptr, topk_idx, topk_weights, num_tokens};
+    batch.x_fp8 = static_cast<const uint8_t*>(x_fp8);
+    batch.x_scales = x_scales;
+    l.layer->forward(batch, static_cast<epfuse::bf16*>(y), static_cast<cudaStream_t>(stream));
+  });
+}
+
 int epfuse_layer_check_errors(epfuse_layer* layer, void* stream) {
   return guarded([&] {
     need(layer, "epfuse_layer_check_errors", "layer").layer->check_errors(static_cast<cudaStream_t>(stream));

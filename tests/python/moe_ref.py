@@ -131,13 +131,21 @@ def _encode(v: torch.Tensor) -> torch.Tensor:
     return v.clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
 
 
-def quantize_rows_1x128(a: torch.Tensor, ue8m0: bool) -> torch.Tensor:
-    """a [T, n] (n % 128 == 0) quantised per 1x128 group and dequantised again, float64."""
+def quantize_x_fp8(a: torch.Tensor, ue8m0: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """a [T, n] (n % 128 == 0) quantised per 1x128 group as the layer quantises x: e4m3fn codes [T, n]
+    and float32 scales [T, n / 128] (powers of two for UE8M0)."""
     t, n = a.shape
     g = a.float().reshape(t, n // FP8_BLOCK, FP8_BLOCK)
     scale = _group_scale(g.abs().amax(dim=2, keepdim=True), ue8m0)
     codes = _encode(g * _ieee_div(torch.ones_like(scale), scale))
-    return (codes.double() * scale.double()).reshape(t, n)
+    return codes.reshape(t, n), scale.reshape(t, n // FP8_BLOCK)
+
+
+def quantize_rows_1x128(a: torch.Tensor, ue8m0: bool) -> torch.Tensor:
+    """a [T, n] (n % 128 == 0) quantised per 1x128 group and dequantised again, float64."""
+    codes, scale = quantize_x_fp8(a, ue8m0)
+    t, n = a.shape
+    return (codes.double().reshape(t, n // FP8_BLOCK, FP8_BLOCK) * scale.double().unsqueeze(2)).reshape(t, n)
 
 
 def quantize_weights_fp8(w: torch.Tensor, ue8m0: bool) -> tuple[torch.Tensor, torch.Tensor]:

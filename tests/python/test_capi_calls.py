@@ -13,7 +13,7 @@ from epfuse import _lib
 
 
 def test_api_version(lib: Any) -> None:
-    assert epfuse.c_api_version() == _lib.C_API_VERSION == 2
+    assert epfuse.c_api_version() == _lib.C_API_VERSION == 3
     assert epfuse.library_path().endswith("libepfuse_c.so")
 
 

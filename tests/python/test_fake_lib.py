@@ -90,6 +90,14 @@ class FakeLib:
             ctypes.memmove(y, x, tokens * h * 2)
         self.calls.append(("forward", layer, tokens, stream, ids_read, w_read, x, y))
 
+    def layer_forward_fp8(
+        self, layer: int, x: int, scales: int, ids: int, w: int, tokens: int, y: int, stream: int
+    ) -> None:
+        assert self.live[layer] == "layer"
+        h = next(c[1] for c in self.calls if c[0] == "layer_create_fp8")["hidden"]
+        scales_read = list((ctypes.c_float * (tokens * -(-h // 128))).from_address(scales)) if tokens else []
+        self.calls.append(("forward_fp8", layer, tokens, stream, x, scales_read, y))
+
     def layer_check_errors(self, layer: int, stream: int) -> None:
         self.calls.append(("check_errors", layer, stream))
 
@@ -129,6 +137,7 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeLib]:
         "layer_create",
         "layer_create_fp8",
         "layer_forward",
+        "layer_forward_fp8",
         "layer_check_errors",
         "destroy",
     ):
@@ -218,6 +227,30 @@ def test_fp8_layer_hands_codes_scales_and_formats_to_c(fake: FakeLib, scale_dtyp
     # A bf16 layer shares the FP8 workspace.
     et.MoELayer(ws, *weights(), topk=K)
     assert fake.kinds("layer_create")[0][1]["weight_format"] == 0
+    ws.close()
+
+
+def test_fp8_layer_takes_x_quantised_by_the_caller(fake: FakeLib) -> None:
+    ws = make_ws(weight_dtype=torch.float8_e4m3fn)
+    w13, w2, s13, s2 = fp8_weights(torch.float32)
+    layer = et.MoELayer(ws, w13, w2, topk=K, w13_scale=s13, w2_scale=s2)
+    x = torch.randn(3, H).to(torch.float8_e4m3fn)
+    scale = torch.arange(1, 3 * (H // 128) + 1, dtype=torch.float32).reshape(3, H // 128)
+    ids, w = torch.zeros(3, K, dtype=torch.int32), torch.ones(3, K)
+    y = layer(x, ids, w, x_scale=scale)
+    assert y.dtype == torch.bfloat16 and y.shape == (3, H)
+    (_, _, tokens, _, px, scales_read, py), = fake.kinds("forward_fp8")
+    assert (tokens, px, py) == (3, x.data_ptr(), y.data_ptr())
+    assert scales_read == scale.flatten().tolist() and fake.kinds("forward") == []
+    with pytest.raises(epfuse.InvalidArgument, match="pass its per-token 1x128 scales as x_scale"):
+        layer(x, ids, w)
+    with pytest.raises(epfuse.InvalidArgument, match=r"x_scale must be \[tokens, ceil\(hidden/128\)\] = \[3, 2\]"):
+        layer(x, ids, w, x_scale=scale[:, :1].contiguous())
+    with pytest.raises(epfuse.InvalidArgument, match="with x_scale, x must be torch.float8_e4m3fn"):
+        layer(x.to(torch.bfloat16), ids, w, x_scale=scale)
+    bf16 = et.MoELayer(ws, *weights(), topk=K)
+    with pytest.raises(epfuse.InvalidArgument, match="x_scale \\(quantised x\\) needs FP8 experts"):
+        bf16(x, ids, w, x_scale=scale)
     ws.close()
 
 

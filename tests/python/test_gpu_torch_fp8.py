@@ -19,6 +19,7 @@ from moe_ref import (  # noqa: E402 - after the torch check
     errors,
     hf_fp8_experts,
     quantize_experts_fp8,
+    quantize_x_fp8,
     quantize_rows_1x128,
     quantize_weights_fp8,
     random_inputs,
@@ -87,6 +88,23 @@ def test_fp8_forward_matches_fp8_reference(ws: Any, record: Any, tokens: int, sc
         verified=within_bounds(err),
     )
     assert within_bounds(err), f"T={tokens} {scales}: {err}"
+
+
+@pytest.mark.parametrize("scales", ["fp32", "ue8m0"])
+def test_fp8_forward_of_x_quantised_by_the_caller(ws: Any, record: Any, scales: str) -> None:
+    """x handed over as e4m3fn codes and 1x128 scales (MoELayer.forward x_scale) gives what the layer
+    computes from bf16 x (the same quantisation), against the FP8 float64 reference; other scales give
+    another y (the caller's scales are the ones used)."""
+    layer, d13, d2, _, _ = fp8_layer(ws, scales == "ue8m0", seed=7)
+    x, ids, w = random_inputs(96, H, E, K, device="cuda", seed=8)
+    codes, scale = quantize_x_fp8(x, scales == "ue8m0")
+    y = layer(codes, ids, w, x_scale=scale)
+    err = errors(y, reference(x, ids, w, d13, d2, fp8_scales=scales))
+    record(check="torch_fp8_x_fp8_vs_fp8_float64", scales=scales, shape=[96, H, I, E, K], **err,
+           verified=within_bounds(err))
+    assert within_bounds(err), err
+    assert torch.equal(y, layer(x, ids, w)), "caller-quantised x and bf16 x give different y"
+    assert not torch.equal(layer(codes, ids, w, x_scale=scale * 2), y), "x_scale is not the one used"
 
 
 def test_fp8_and_bf16_layers_share_a_workspace(ws: Any, record: Any) -> None:

@@ -313,5 +313,6 @@ def test_op_fake_traces_without_a_gpu() -> None:
 def test_op_schema() -> None:
     schema = str(torch.ops.epfuse.moe_forward.default._schema)
     assert schema.startswith(
-        "epfuse::moe_forward(Tensor x, Tensor topk_ids, Tensor topk_weights, Tensor w13, Tensor w2, SymInt layer_id) -> Tensor"
+        "epfuse::moe_forward(Tensor x, Tensor topk_ids, Tensor topk_weights, Tensor w13, Tensor w2, SymInt layer_id, "
+        "Tensor? x_scale=None) -> Tensor"
     )
