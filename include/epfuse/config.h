@@ -35,8 +35,8 @@ inline constexpr int kMaxTopk = 16;
 // Sizes. H and I are multiples of kDimAlign (64). The kernels tile both by 128 and the fused FP8 kernel
 // H by 256; a layer of other sizes (e.g. H = I = 2880) runs zero-padded (src/padding/padding.h): at
 // creation it reads the caller's weights once (synchronously: they must be written by then), checks
-// them in the caller's layout and keeps zero-padded copies (2944 x 2944, or for the fused FP8 kernel
-// H 3072: 2-7% more than the caller's weights at 2880, held besides them); the FP8 scales keep their
+// them in the caller's layout and keeps zero-padded copies (unfused 2944 x 2944; fused 3072 x 2944, H to
+// the 128 x 256 tiles: 5-9% more than the caller's weights at 2880, held besides them); the FP8 scales keep their
 // blocks (a partial block pads with zero weights under its own scale; new blocks get scale 1). Each
 // forward copies x into padded rows and crops the padded y (two copy kernels on the stream; their rows
 // live in the workspace, shared by its layers). Padded layers give the same results as the reference at

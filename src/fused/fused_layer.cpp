@@ -156,14 +156,20 @@ class FusedWorkspace final : public Workspace {
   }
   uint64_t timeout_ms() const { return timeout_ns_ / 1000000ull; }
 
-  // Sizes compare as the kernel runs them (padded, padding.h), so that a padded layer (2944 for 2880)
+  // Sizes compare as the kernel runs them (padded, padding.h), so that a padded layer (3072 for 2880)
   // fits the workspace made for its caller's size.
   std::string check_fits(const LayerConfig& cfg) const override {
     auto over = [](const char* field, long long v, long long cap) {
       return std::string(field) + "=" + std::to_string(v) + " exceeds the workspace's " + std::to_string(cap);
     };
     const LayerConfig run = padded(cfg), cap = padded(capacity_);
-    if (run.hidden > cap.hidden) return over("hidden", cfg.hidden, capacity_.hidden);
+    if (run.hidden > cap.hidden) {
+      if (cfg.hidden > capacity_.hidden) return over("hidden", cfg.hidden, capacity_.hidden);
+      // e.g. 2880 pads to 3072 (padding.h), which a workspace for 2944 (not padded) cannot hold.
+      return "hidden=" + std::to_string(cfg.hidden) + " runs padded to " + std::to_string(run.hidden) +
+             ", more than the workspace's " + std::to_string(cap.hidden) + ": give the workspace hidden >= " +
+             std::to_string(run.hidden);
+    }
     if (run.intermediate > cap.intermediate) return over("intermediate", cfg.intermediate, capacity_.intermediate);
     if (cfg.num_experts > capacity_.num_experts) return over("num_experts", cfg.num_experts, capacity_.num_experts);
     if (cfg.topk > capacity_.topk) return over("topk", cfg.topk, capacity_.topk);

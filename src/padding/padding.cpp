@@ -11,9 +11,11 @@
 namespace epfuse::padding {
 
 LayerConfig padded_config(const LayerConfig& cfg, Impl impl) {
+  const bool fused = impl == Impl::kFused;
+  const int native_h = fused && cfg.weight_format == WeightFormat::kFp8Block128 ? kFusedHiddenAlign : kTileAlign;
+  if (cfg.hidden % native_h == 0 && cfg.intermediate % kTileAlign == 0) return cfg;
   LayerConfig p = cfg;
-  const bool fused_fp8 = impl == Impl::kFused && cfg.weight_format == WeightFormat::kFp8Block128;
-  p.hidden = round_up(cfg.hidden, fused_fp8 ? kFusedFp8HiddenAlign : kTileAlign);
+  p.hidden = round_up(cfg.hidden, fused ? kFusedHiddenAlign : kTileAlign);
   p.intermediate = round_up(cfg.intermediate, kTileAlign);
   return p;
 }

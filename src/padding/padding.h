@@ -17,13 +17,16 @@ namespace epfuse::padding {
 
 // What every kernel tiles H and I by (one weight block, one k-block).
 inline constexpr int kTileAlign = 128;
-// The fused FP8 tile is 128 x 256: its Linear2 n-block is two weight blocks of H.
-inline constexpr int kFusedFp8HiddenAlign = 256;
+// The fused kernel's 128 x 256 tiles (FP8 always, bf16 at larger T) need H % 256: the FP8 tile runs
+// nothing else, and where a fused layer is padded anyway its H pads this far, so that bf16 gets the
+// wider tile too (bench/NOTES.md "Session 8": 2944 ran the 128 x 128 tile 13% slower than 3072).
+inline constexpr int kFusedHiddenAlign = 256;
 
 inline int round_up(int n, int to) { return (n + to - 1) / to * to; }
 
-// cfg with hidden and intermediate rounded up to what `impl` tiles (kTileAlign; the fused FP8 hidden
-// to kFusedFp8HiddenAlign); every other field as it is. The identity on sizes that already tile.
+// The sizes `impl` runs cfg at; every other field as it is. The identity on sizes its kernels tile
+// (H and I multiples of kTileAlign; the fused FP8 kernel H of kFusedHiddenAlign). Other sizes: I up
+// to kTileAlign, H up to kTileAlign (unfused) or kFusedHiddenAlign (fused).
 LayerConfig padded_config(const LayerConfig& cfg, Impl impl);
 bool needs_padding(const LayerConfig& cfg, Impl impl);
 

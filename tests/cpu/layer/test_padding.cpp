@@ -30,8 +30,10 @@ TEST(Padding, SizesEachImplementationRuns) {
     int want_h, want_i;
   };
   const Case cases[] = {
-      {2880, 2880, Impl::kFused, WeightFormat::kBf16, 2944, 2944},
+      {2880, 2880, Impl::kFused, WeightFormat::kBf16, 3072, 2944},  // padded: the 128 x 256 tile's H
       {2880, 2880, Impl::kFused, WeightFormat::kFp8Block128, 3072, 2944},  // the FP8 tile's H: 256
+      {2944, 2944, Impl::kFused, WeightFormat::kBf16, 2944, 2944},         // tiled: not padded
+      {320, 192, Impl::kFused, WeightFormat::kBf16, 512, 256},
       {2880, 2880, Impl::kUnfused, WeightFormat::kFp8Block128, 2944, 2944},
       {384, 256, Impl::kFused, WeightFormat::kFp8Block128, 512, 256},
       {384, 256, Impl::kFused, WeightFormat::kBf16, 384, 256},
