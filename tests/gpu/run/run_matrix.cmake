@@ -118,6 +118,9 @@ function(epfuse_add_fp8_run_matrix impl)
       ${small} --x-fp8 --ranks 1 --tokens 128 --iters 50 --vary --verify-every 10)
     epfuse_add_run_test(${impl} fp8_w1_xfp8_padded 120 --hidden 320 --intermediate 192 --experts 16 --topk 4
       --dtype fp8 --x-fp8 --ranks 1 --routing skewed --tokens 96)
+    if(2 IN_LIST ARG_WORLDS)
+      epfuse_add_run_test(${impl} fp8_w2_xfp8_uneven 120 ${small} --x-fp8 --ranks 2 --tokens 128,0)
+    endif()
   else()
     add_test(NAME run_${impl}_fp8_w1_xfp8_refused COMMAND bash ${PROJECT_SOURCE_DIR}/tests/gpu/run/expect_failure.sh
       "not supported by the unfused chain" 60 $<TARGET_FILE:epfuse_cli> run --impl ${impl} ${small} --x-fp8 --ranks 1
@@ -155,6 +158,10 @@ function(epfuse_add_fp8_run_matrix impl)
       --model ${model_${world}} --dtype fp8 --ranks ${world} --tokens 128 --verify-rows 8)
     epfuse_add_run_test(${impl} ${case}_vary50 300 --one-gpu
       ${small} --ranks ${world} --tokens 128 --iters 50 --vary --verify-every 10 --verify-rows 16)
+    if(impl STREQUAL "fused")  # x quantised by the caller, sent to the peers as it is
+      epfuse_add_run_test(${impl} ${case}_xfp8 120 --one-gpu ${small} --x-fp8 --ranks ${world} --routing one-rank
+        --tokens ${uneven_${world}})
+    endif()
   endforeach()
 endfunction()
 
