@@ -12,14 +12,8 @@ namespace epfuse::padding {
 namespace {
 
 LayerConfig sized(int hidden, int intermediate, WeightFormat format) {
-  LayerConfig cfg;
-  cfg.hidden = hidden;
-  cfg.intermediate = intermediate;
-  cfg.num_experts = 8;
-  cfg.topk = 2;
-  cfg.max_tokens_per_rank = 16;
-  cfg.weight_format = format;
-  return cfg;
+  return {.hidden = hidden, .intermediate = intermediate, .num_experts = 8, .topk = 2, .max_tokens_per_rank = 16,
+          .weight_format = format};
 }
 
 TEST(Padding, SizesEachImplementationRuns) {
