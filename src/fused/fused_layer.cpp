@@ -471,9 +471,10 @@ class FusedLayer final : public MoeLayer {
   // 128-row block's K-block scales padded to 4 floats, the kernel's 16-byte reads); TMA views of the codes.
   void init_fp8(const ExpertWeights& weights, const std::string& who) {
     const int local = dims_.local_experts(), H = cfg_.hidden, I = cfg_.intermediate;
-    EPFUSE_REQUIRE(H % 256 == 0 && I % 128 == 0, ErrorCode::kUnsupported,
-                   who + "the fused FP8 layer needs hidden % 256 == 0 and intermediate % 128 == 0 (hidden=" +
-                       std::to_string(H) + ", intermediate=" + std::to_string(I) + "); use impl unfused");
+    // Other sizes reach this layer padded (padding.h, MoeLayer::create).
+    EPFUSE_REQUIRE(H % 256 == 0 && I % 128 == 0, ErrorCode::kInternal,
+                   who + "the fused FP8 kernel got hidden=" + std::to_string(H) + ", intermediate=" +
+                       std::to_string(I) + " (needs hidden % 256 == 0 and intermediate % 128 == 0: unpadded)");
     if (const std::string problem = unfused::check_fp8_weight_pointers(cfg_, local, weights); !problem.empty())
       throw Error(ErrorCode::kInvalidArgument, who + "MoeLayer::create: " + problem);
     const size_t scale_bytes = cfg_.scale_format == ScaleFormat::kFp32 ? sizeof(float) : 1;
