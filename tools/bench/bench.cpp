@@ -389,6 +389,7 @@ int bench_command(int argc, char** argv) {
   fmt::print("ceilings ({}): GEMM {:.0f} TFLOP/s, HBM {:.0f} GB/s, NVLink {:.0f} GB/s\n", info.ceilings_source,
              info.ceilings.gemm_tflops, info.ceilings.hbm_gbps, info.ceilings.nvlink_gbps);
   if (!torch_note.empty()) fmt::print("torch: skipped: {}\n", torch_note);
+  if (o.x_fp8) fmt::print("FP8 rows: x quantised by the caller (--x-fp8: e4m3 codes and 1x128 scales, not bf16 x)\n");
   std::fputs(render_table(rows).c_str(), stdout);
   std::fflush(stdout);
   if (!o.json_path.empty()) write_file(o.json_path, tools::dump_json(report_json(info, rows)) + "\n");

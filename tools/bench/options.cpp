@@ -89,6 +89,9 @@ BenchOptions parse_bench_options(const std::vector<std::string>& args) {
       .add("--impl", impls, "implementations (unfused, fused); unbuilt ones are skipped with a note")
       .add("--dtype", dtypes, "expert weights per case: bf16, fp8 (e4m3, 128x128 block scales)")
       .add("--scales", scales, "FP8 block scales: fp32 or ue8m0")
+      .add("--x-fp8", o.x_fp8,
+           "FP8 rows hand the layer x already quantised (codes and 1x128 scales,\nTokenBatch::x_fp8), as "
+           "MegaMoE takes it; the unfused chain refuses it")
       .add("--peers", o.peers_dir,
            "DeepGEMM/MegaMoE peers' folder (../shared/peers/README.md: prepared by\nprepare_deepgemm.sh, scripts "
            "in DIR/scripts): runs its GEMM-alone and\nMegaMoE steps after the layers, their rows in the same table")

@@ -37,6 +37,7 @@ struct BenchOptions {
   int verify_rows = 8;  // sampled rows per rank compared with the float64 reference
   double tolerance = 2e-2;
   TorchMode torch = TorchMode::kAuto;
+  bool x_fp8 = false;  // FP8 rows get x quantised by the caller (TokenBatch::x_fp8)
   std::optional<Ceilings> ceilings;  // nullopt: measure on every GPU in the run
   std::string json_path;
   std::string worker_dir;  // internal: set in the rank processes the parent launches
