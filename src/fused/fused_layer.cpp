@@ -477,16 +477,10 @@ class FusedLayer final : public MoeLayer {
                        std::to_string(I) + " (needs hidden % 256 == 0 and intermediate % 128 == 0: unpadded)");
     if (const std::string problem = unfused::check_fp8_weight_pointers(cfg_, local, weights); !problem.empty())
       throw Error(ErrorCode::kInvalidArgument, who + "MoeLayer::create: " + problem);
-    const size_t scale_bytes = cfg_.scale_format == ScaleFormat::kFp32 ? sizeof(float) : 1;
     const auto convert = [&](const void* device, int64_t count, int rows, int k, const char* name) {
-      std::vector<uint8_t> host(static_cast<size_t>(count) * scale_bytes);
-      EPFUSE_CUDA_CHECK(cudaMemcpy(host.data(), device, host.size(), cudaMemcpyDeviceToHost));
-      std::vector<float> blocked;
-      try {
-        blocked = unfused::to_cublaslt_block_scales(host.data(), cfg_.scale_format, local, rows, k, name);
-      } catch (const Error& e) {
-        throw Error(e.code(), who + "MoeLayer::create: " + e.what());
-      }
+      const std::vector<float> blocked = unfused::read_block_scales(device, count, cfg_.scale_format, local, rows, k,
+                                                                    name, who + "MoeLayer::create: ")
+                                             .blocked;
       detail::DeviceArray<float> out(blocked.size());
       EPFUSE_CUDA_CHECK(cudaMemcpy(out.get(), blocked.data(), blocked.size() * sizeof(float), cudaMemcpyHostToDevice));
       return out;

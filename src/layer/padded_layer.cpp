@@ -78,17 +78,11 @@ class PaddedWeights {
   static detail::DeviceBuffer pad_scales(const LayerConfig& cfg, const void* scales, int64_t count, CheckedAs checked,
                                          Blocks b, int rows_pad, int cols_pad, const char* name,
                                          const std::string& who) {
-    const size_t elem = cfg.scale_format == ScaleFormat::kFp32 ? sizeof(float) : 1;
-    std::vector<uint8_t> host(static_cast<size_t>(count) * elem);
-    EPFUSE_CUDA_CHECK(cudaMemcpy(host.data(), scales, host.size(), cudaMemcpyDeviceToHost));
-    try {
-      unfused::to_cublaslt_block_scales(host.data(), cfg.scale_format, checked.matrices, checked.rows,
-                                        b.cols * fp8::kBlock, name);
-    } catch (const Error& e) {
-      throw Error(e.code(), who + "MoeLayer::create: " + e.what());
-    }
+    const unfused::CheckedScales caller = unfused::read_block_scales(
+        scales, count, cfg.scale_format, checked.matrices, checked.rows, b.cols * fp8::kBlock, name,
+        who + "MoeLayer::create: ");
     const std::vector<uint8_t> padded =
-        padding::pad_block_scales(host.data(), cfg.scale_format, b.matrices, b.rows, b.cols, rows_pad, cols_pad);
+        padding::pad_block_scales(caller.raw.data(), cfg.scale_format, b.matrices, b.rows, b.cols, rows_pad, cols_pad);
     detail::DeviceBuffer out(padded.size());
     EPFUSE_CUDA_CHECK(cudaMemcpy(out.as(), padded.data(), padded.size(), cudaMemcpyHostToDevice));
     return out;
@@ -125,7 +119,7 @@ class PaddedLayer final : public MoeLayer {
       return;
     }
     detail::DeviceGuard guard(comm_.device());
-    const int H = cfg_.hidden, Hp = run_hidden_;
+    const int H = cfg_.hidden, Hp = inner_->config().hidden;
     stage_->before(stream);
     TokenBatch padded = in;
     if (fp8_x) {
@@ -134,8 +128,8 @@ class PaddedLayer final : public MoeLayer {
       const int groups = fp8::num_blocks(H), groups_pad = Hp / fp8::kBlock;
       auto* codes = reinterpret_cast<uint8_t*>(stage_->x());
       auto* scales = reinterpret_cast<float*>(codes + static_cast<size_t>(T) * Hp);
-      EPFUSE_CUDA_CHECK(cudaMemsetAsync(codes, 0, static_cast<size_t>(T) * (Hp + groups_pad * sizeof(float)), stream));
-      EPFUSE_CUDA_CHECK(cudaMemcpy2DAsync(codes, Hp, in.x_fp8, H, H, T, cudaMemcpyDeviceToDevice, stream));
+      padding::copy_resized(in.x_fp8, 1, T, H, codes, T, Hp, 1, stream);
+      EPFUSE_CUDA_CHECK(cudaMemsetAsync(scales, 0, static_cast<size_t>(T) * groups_pad * sizeof(float), stream));
       EPFUSE_CUDA_CHECK(cudaMemcpy2DAsync(scales, groups_pad * sizeof(float), in.x_scales, groups * sizeof(float),
                                           groups * sizeof(float), T, cudaMemcpyDeviceToDevice, stream));
       padded.x = nullptr;
@@ -163,7 +157,6 @@ class PaddedLayer final : public MoeLayer {
 
   LayerConfig cfg_;
   Communicator& comm_;
-  int run_hidden_ = 0;
   std::unique_ptr<PaddedWeights> weights_;
   std::shared_ptr<padding::Stage> stage_;
   bool own_stage_ = false;
@@ -193,7 +186,6 @@ std::unique_ptr<MoeLayer> make_padded_layer(Impl impl, const LayerConfig& cfg, C
                                             const MakeLayer& make_inner) {
   const LayerConfig run = padding::padded_config(cfg, impl);
   auto layer = std::make_unique<PaddedLayer>(cfg, comm);
-  layer->run_hidden_ = run.hidden;
   const std::string who = "rank " + std::to_string(comm.rank()) + ": ";
   detail::agree_on_step(comm, "MoeLayer::create (padded to hidden " + std::to_string(run.hidden) +
                                   ", intermediate " + std::to_string(run.intermediate) + ")",

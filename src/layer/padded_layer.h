@@ -16,8 +16,8 @@ namespace epfuse {
 // Makes the wrapped layer from the padded config and padded weights (collective).
 using MakeLayer = std::function<std::unique_ptr<MoeLayer>(const LayerConfig&, const ExpertWeights&)>;
 
-// Collective. cfg as the caller gave it (agreed on every rank already); `stage`: the staging rows
-// shared with the other padded layers of a workspace, or null for rows of the layer's own. Reads
+// Collective. cfg as the caller gave it (agreed on every rank already); `shared_stage`: gives the
+// staging rows shared with the other padded layers of a workspace, or is empty for rows of the layer's own. Reads
 // the caller's weights once (synchronously: they must be written before the call), checks them like
 // the layers do (FP8 scale counts and values against cfg's unpadded shapes) and keeps padded copies.
 std::unique_ptr<MoeLayer> make_padded_layer(Impl impl, const LayerConfig& cfg, Communicator& comm,

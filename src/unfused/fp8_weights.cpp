@@ -4,6 +4,9 @@
 #include <cstdio>
 #include <cstring>
 
+#include <cuda_runtime.h>
+
+#include "common/check.h"
 #include "common/fp8.h"
 #include "epfuse/error.h"
 #include "unfused/fp8_layout.h"
@@ -81,6 +84,19 @@ std::vector<float> to_cublaslt_block_scales(const void* scales, ScaleFormat form
         out[(static_cast<size_t>(m) * rows + r) * padded + c] = value;
       }
   return out;
+}
+
+CheckedScales read_block_scales(const void* device_scales, int64_t count, ScaleFormat format, int matrices, int rows,
+                                int k, const std::string& name, const std::string& prefix) {
+  CheckedScales s;
+  s.raw.resize(static_cast<size_t>(count) * (format == ScaleFormat::kFp32 ? sizeof(float) : 1));
+  EPFUSE_CUDA_CHECK(cudaMemcpy(s.raw.data(), device_scales, s.raw.size(), cudaMemcpyDeviceToHost));
+  try {
+    s.blocked = to_cublaslt_block_scales(s.raw.data(), format, matrices, rows, k, name);
+  } catch (const Error& e) {
+    throw Error(e.code(), prefix + e.what());
+  }
+  return s;
 }
 
 }  // namespace epfuse::unfused

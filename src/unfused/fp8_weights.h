@@ -1,6 +1,7 @@
 // Host side of the FP8 expert weights (LayerConfig::weight_format = kFp8Block128, epfuse/types.h):
 // the checks made at layer creation and the conversion of the caller's block scales into the layout
-// cuBLASLt reads (fp8_layout.h). Pure host functions, unit-tested on the CPU.
+// cuBLASLt reads (fp8_layout.h). Host functions, unit-tested on the CPU (read_block_scales also copies
+// from the device).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -27,5 +28,15 @@ std::string check_fp8_weight_pointers(const LayerConfig& cfg, int experts_per_ra
 // is not a normal float and 255 is NaN), naming it as `name`[matrix][row][col] with its value.
 std::vector<float> to_cublaslt_block_scales(const void* scales, ScaleFormat format, int matrices, int rows, int k,
                                             const std::string& name);
+
+// What every FP8 layer does with the caller's scales at creation: reads `count` of them from the device
+// (a synchronous copy) and checks them through to_cublaslt_block_scales (`matrices` x `rows` x
+// ceil(k/128), named `name`; its error prefixed with `prefix`, e.g. "rank 0: MoeLayer::create: ").
+struct CheckedScales {
+  std::vector<uint8_t> raw;    // as the caller holds them (float or UE8M0 bytes)
+  std::vector<float> blocked;  // cuBLASLt's layout
+};
+CheckedScales read_block_scales(const void* device_scales, int64_t count, ScaleFormat format, int matrices, int rows,
+                                int k, const std::string& name, const std::string& prefix);
 
 }  // namespace epfuse::unfused

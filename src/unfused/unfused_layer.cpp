@@ -183,16 +183,9 @@ void UnfusedLayer::init_fp8(const ExpertWeights& weights) {
   if (const std::string problem = check_fp8_weight_pointers(cfg_, local, weights); !problem.empty())
     throw Error(ErrorCode::kInvalidArgument, who + problem);
   fp8_ = true;
-  const size_t scale_bytes = cfg_.scale_format == ScaleFormat::kFp32 ? sizeof(float) : 1;
   const auto convert = [&](const void* device, int64_t count, int matrices, int rows, int k, const char* name) {
-    std::vector<uint8_t> host(static_cast<size_t>(count) * scale_bytes);
-    EPFUSE_CUDA_CHECK(cudaMemcpy(host.data(), device, host.size(), cudaMemcpyDeviceToHost));
-    std::vector<float> blocked;
-    try {
-      blocked = to_cublaslt_block_scales(host.data(), cfg_.scale_format, matrices, rows, k, name);
-    } catch (const Error& e) {
-      throw Error(e.code(), who + e.what());
-    }
+    const std::vector<float> blocked =
+        read_block_scales(device, count, cfg_.scale_format, matrices, rows, k, name, who).blocked;
     detail::DeviceBuffer out(blocked.size() * sizeof(float));
     EPFUSE_CUDA_CHECK(cudaMemcpy(out.as(), blocked.data(), out.bytes(), cudaMemcpyHostToDevice));
     return out;
