@@ -105,44 +105,78 @@ __device__ void publish_task(const FusedContext<Transport>& c, int layout_tasks)
 // Task: wait for every sender's counts, check their input status, build the expert plan (rows per
 // expert, m-blocks of block_m rows, where each expert row sits), the GEMM schedule and the arrival
 // targets; then publish plan_epoch.
+// The plan is built in shared memory when it fits (collect_scratch_ints within the `scratch_bytes` the
+// tile leaves free before the GEMM phase): the whole CTA reads the counts and arrival bases in, runs
+// plan_expert one expert per thread, thread 0 the prefix sums and the schedule (serial by nature), and
+// the whole CTA copies the plan out before the release. Thread 0 alone on global memory took 40 us for
+// 64 experts (bench/NOTES.md, session 9).
+EPFUSE_HD size_t collect_scratch_ints(const FusedDims& d) {
+  return plan_ints(d) + static_cast<size_t>(d.world) * d.local_experts() + d.local_experts();
+}
+
 template <class Transport>
-__device__ void collect_task(const FusedContext<Transport>& c, int block_m, int nblocks1, int nblocks2) {
+__device__ void collect_task(const FusedContext<Transport>& c, int block_m, int nblocks1, int nblocks2, void* smem,
+                             int scratch_bytes) {
   const FusedParams& prm = *c.prm;
   const FusedDims& d = prm.dims;
-  const int L = c.local_experts;
-  for (int src = 0; src < d.world; ++src) {
+  const int L = c.local_experts, W = d.world;
+  for (int src = 0; src < W; ++src) {
     const uint32_t* flag = local_ptr<uint32_t>(c, count_flag_offset(prm.sym, prm.capacity, c.parity, src));
     if (!cta_wait(prm, c.ctl, c.site(Phase::kCollect, WaitKind::kCounts, src), c.epoch,
                   [&] { return ld_acquire_sys(flag); }, [&](uint32_t v) { return flag_is_current(v, c.epoch); }))
       return;
   }
+  __shared__ int peer_bad;
   if (threadIdx.x == 0) {
-    bool peer_bad = false;
-    for (int src = 0; src < d.world; ++src) {
+    peer_bad = 0;
+    for (int src = 0; src < W; ++src) {
       const uint32_t status = __ldcg(local_ptr<uint32_t>(c, count_status_offset(prm.sym, prm.capacity, c.parity, src)));
       if (status != 0) {
         record_error(c.ctl, ErrorRecord{static_cast<int32_t>(ErrorKind::kPeerBadInput), prm.rank,
                                         static_cast<int32_t>(Phase::kCollect), 0, src, 0, 0, status});
-        peer_bad = true;
+        peer_bad = 1;
       }
     }
-    if (peer_bad) {
-      raise_abort(c.ctl);
-    } else {
-      // This parity's messages, [world][capacity L]; the acquires above ordered them.
-      const uint32_t* counts = local_ptr<uint32_t>(c, count_msg_offset(prm.sym, prm.capacity, c.parity, 0, 0));
-      const int mblocks = build_expert_plan(counts, prm.capacity.local_experts(), d.world, L, block_m, c.plan);
-      build_gemm_schedule(c.plan, L, nblocks1, nblocks2, /*lag=*/static_cast<int>(gridDim.x));
-      for (int e = 0; e < L; ++e) {
-        const uint32_t target = c.arrival_base[e] + static_cast<uint32_t>(c.plan.rows[e]);
-        c.plan.target[e] = target;
-        c.arrival_base[e] = target;
-      }
-      c.ctl->mblocks = static_cast<uint32_t>(mblocks);
-      st_release_gpu(&c.ctl->plan_epoch, c.epoch);
-    }
+    if (peer_bad) raise_abort(c.ctl);
+  }
+  // This parity's messages, [world][capacity L]; the acquires above ordered them.
+  const uint32_t* msgs = local_ptr<uint32_t>(c, count_msg_offset(prm.sym, prm.capacity, c.parity, 0, 0));
+  const bool in_smem = collect_scratch_ints(d) * sizeof(int) <= static_cast<size_t>(scratch_bytes);
+  int* plan_smem = static_cast<int*>(smem);
+  uint32_t* counts_smem = reinterpret_cast<uint32_t*>(plan_smem + plan_ints(d));  // [world][L]
+  uint32_t* bases_smem = counts_smem + W * L;                                    // [L]
+  if (in_smem) {
+    const int stride = prm.capacity.local_experts();
+    for (int i = threadIdx.x; i < W * L; i += blockDim.x) counts_smem[i] = __ldcg(msgs + (i / L) * stride + i % L);
+    for (int e = threadIdx.x; e < L; e += blockDim.x) bases_smem[e] = c.arrival_base[e];
   }
   __syncthreads();
+  if (peer_bad) return;
+  const ExpertPlan p = in_smem ? plan_view(plan_smem, W, L) : c.plan;
+  const uint32_t* counts = in_smem ? counts_smem : msgs;
+  const int count_stride = in_smem ? L : prm.capacity.local_experts();
+  uint32_t* bases = in_smem ? bases_smem : c.arrival_base;
+  for (int e = threadIdx.x; e < L; e += blockDim.x) plan_expert(counts, count_stride, W, e, block_m, p);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const int mblocks = plan_prefixes(counts, count_stride, W, L, p);
+    // target is filled below: until then it is the schedule's scratch.
+    build_gemm_schedule(p, L, nblocks1, nblocks2, /*lag=*/static_cast<int>(gridDim.x), reinterpret_cast<int*>(p.target));
+    for (int e = 0; e < L; ++e) {
+      const uint32_t target = bases[e] + static_cast<uint32_t>(p.rows[e]);
+      p.target[e] = target;
+      bases[e] = target;
+    }
+    c.ctl->mblocks = static_cast<uint32_t>(mblocks);
+  }
+  if (in_smem) {
+    __syncthreads();
+    // plan_view: c.plan.rows is the base of the plan's plan_ints(d) ints, laid out as in shared memory.
+    for (int i = threadIdx.x; i < static_cast<int>(plan_ints(d)); i += blockDim.x) c.plan.rows[i] = plan_smem[i];
+    for (int e = threadIdx.x; e < L; e += blockDim.x) c.arrival_base[e] = bases_smem[e];
+  }
+  __syncthreads();  // every store of the plan is issued before thread 0's release
+  if (threadIdx.x == 0) st_release_gpu(&c.ctl->plan_epoch, c.epoch);
 }
 
 }  // namespace epfuse::device

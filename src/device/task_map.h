@@ -4,14 +4,17 @@
 // peer, so tasks taken in id order by co-resident CTAs can never deadlock; docs/fused_design.md):
 //   layout    [token blocks of kLayoutTokens]   count slots, take tickets
 //   publish   [1]                               send per-expert counts (and input status) to receivers
-//   dispatch  [token blocks of kDispatchTokens] push rows + entries, count arrivals at receivers
 //   collect   [1]                               read every sender's counts, build the expert plan
+//   dispatch  [token blocks of kDispatchTokens] push rows + entries, count arrivals at receivers
 //   gemm      [the GEMM schedule]               Linear1 and Linear2 tiles, interleaved by expert:
 //     linear1 (m-block, n-block of 2I)            wait arrivals of the expert, Linear1+SwiGLU -> h
 //     linear2 (m-block, n-block of H)             wait the m-block's Linear1 tiles, Linear2 -> home
 //   combine   [token blocks of kCombineTokens]  wait the token's tiles, reduce its k slots -> y
 // The first four phases are sized by this rank's token count; the GEMM phase by the schedule the
-// collect task builds (known only once every sender's counts are in).
+// collect task builds (known only once every sender's counts are in). The collect task comes before the
+// dispatch tasks (it waits only for the publish tasks) so that it builds the plan while they run; after
+// them it started only once a CTA was free of dispatch work, 60 us into a dsv3 T = 4096 call
+// (bench/NOTES.md, session 9).
 #pragma once
 #include <cstdint>
 
@@ -112,30 +115,45 @@ EPFUSE_HD int exclusive_prefix(const uint32_t* counts, int n, int* out) {
 
 EPFUSE_HD int mblocks_of(int rows, int block_m) { return (rows + block_m - 1) / block_m; }
 
+// The plan in two steps, so that the device runs the first one expert per thread (layout.cuh
+// collect_task): the collect task's thread 0 alone took 8.5 us for the whole plan of 64 experts and
+// 21 us for the schedule (bench/NOTES.md, session 9).
 // counts: [world][count_stride] as received, the first local_experts of each row used (the count
-// messages are laid out for the workspace's capacity, count_stride >= local_experts). Fills everything
-// but target; returns the m-block count.
-EPFUSE_HD int build_expert_plan(const uint32_t* counts, int count_stride, int world, int local_experts, int block_m,
-                                const ExpertPlan& p) {
+// messages are laid out for the workspace's capacity, count_stride >= local_experts).
+// Step 1, expert e alone: where its rows come from (src_prefix, rows), and its m-block count, held in
+// mb_start[e] until step 2.
+EPFUSE_HD void plan_expert(const uint32_t* counts, int count_stride, int world, int e, int block_m, const ExpertPlan& p) {
+  int* pre = p.src_prefix + e * (world + 1);
+  int rows = 0;
+  for (int s = 0; s < world; ++s) {
+    pre[s] = rows;
+    rows += static_cast<int>(counts[s * count_stride + e]);
+  }
+  pre[world] = rows;
+  p.rows[e] = rows;
+  p.mb_start[e] = mblocks_of(rows, block_m);
+}
+// Step 2, once step 1 ran for every expert: the prefix sums over experts (entry_off, pair_off,
+// mb_start). Returns the m-block count.
+EPFUSE_HD int plan_prefixes(const uint32_t* counts, int count_stride, int world, int local_experts, const ExpertPlan& p) {
   for (int s = 0; s < world; ++s)
     exclusive_prefix(counts + s * count_stride, local_experts, p.entry_off + s * local_experts);
   int pairs = 0, mblocks = 0;
   for (int e = 0; e < local_experts; ++e) {
-    int* pre = p.src_prefix + e * (world + 1);
-    int rows = 0;
-    for (int s = 0; s < world; ++s) {
-      pre[s] = rows;
-      rows += static_cast<int>(counts[s * count_stride + e]);
-    }
-    pre[world] = rows;
-    p.rows[e] = rows;
+    const int rows = p.rows[e], mb = p.mb_start[e];
     p.pair_off[e] = pairs;
     p.mb_start[e] = mblocks;
     pairs += rows;
-    mblocks += mblocks_of(rows, block_m);
+    mblocks += mb;
   }
   p.mb_start[local_experts] = mblocks;
   return mblocks;
+}
+// Both steps. Fills everything but target; returns the m-block count.
+EPFUSE_HD int build_expert_plan(const uint32_t* counts, int count_stride, int world, int local_experts, int block_m,
+                                const ExpertPlan& p) {
+  for (int e = 0; e < local_experts; ++e) plan_expert(counts, count_stride, world, e, block_m, p);
+  return plan_prefixes(counts, count_stride, world, local_experts, p);
 }
 // counts: [world][L] contiguous.
 EPFUSE_HD int build_expert_plan(const uint32_t* counts, int world, int local_experts, int block_m,
@@ -167,31 +185,38 @@ EPFUSE_HD RowSource row_source(const ExpertPlan& p, int world, int local_experts
 //    combine stores then spread over the GEMM phase instead of bunching at its end.
 // Every Linear2 segment comes after its expert's Linear1 segment, so waits still target smaller ids.
 // Returns the GEMM task count.
+// l1_end: scratch of local_experts ints (where each Linear1 segment ended). One pass over the experts,
+// the placement state in registers: the collect task's thread 0 builds it (2-3 dependent shared-memory
+// reads per expert; reading back the segments it had written took 21 us for 64 experts).
 inline constexpr int kSegLinear1 = 0, kSegLinear2 = 1;
-EPFUSE_HD int build_gemm_schedule(const ExpertPlan& p, int local_experts, int nblocks1, int nblocks2, int lag) {
+EPFUSE_HD int build_gemm_schedule(const ExpertPlan& p, int local_experts, int nblocks1, int nblocks2, int lag,
+                                  int* l1_end) {
   int n = 0, pos = 0;
-  int pending = 0;  // the first segment not yet checked for a Linear1 whose Linear2 is unplaced
-  auto emit = [&](int expert, int kind) {
+  int next = 0;  // the first expert whose Linear2 segment is unplaced (those before it: placed, or no rows)
+  auto emit = [&](int expert, int kind, int tasks) {
     p.seg_start[n] = pos;
     p.seg_code[n] = expert * 2 + kind;
     ++n;
-    pos += (p.mb_start[expert + 1] - p.mb_start[expert]) * (kind == kSegLinear1 ? nblocks1 : nblocks2);
+    pos += tasks;
   };
-  auto place_linear2 = [&](bool all) {
-    for (; pending < n; ++pending) {
-      if (p.seg_code[pending] % 2 != kSegLinear1) continue;
-      const int expert = p.seg_code[pending] / 2;
-      const int l1_end = p.seg_start[pending] + (p.mb_start[expert + 1] - p.mb_start[expert]) * nblocks1;
-      if (!all && pos - l1_end < lag) return;
-      emit(expert, kSegLinear2);
+  // The Linear2 segments of experts next..last (whose Linear1 segments are placed), in expert order,
+  // while each has `lag` tasks behind its Linear1 (all: regardless).
+  auto place_linear2 = [&](int last, bool all) {
+    for (; next <= last; ++next) {
+      const int mblocks = p.mb_start[next + 1] - p.mb_start[next];
+      if (mblocks == 0) continue;
+      if (!all && pos - l1_end[next] < lag) return;
+      emit(next, kSegLinear2, mblocks * nblocks2);
     }
   };
   for (int e = 0; e < local_experts; ++e) {
-    if (p.mb_start[e + 1] == p.mb_start[e]) continue;
-    emit(e, kSegLinear1);
-    place_linear2(false);
+    const int mblocks = p.mb_start[e + 1] - p.mb_start[e];
+    if (mblocks == 0) continue;
+    emit(e, kSegLinear1, mblocks * nblocks1);
+    l1_end[e] = pos;
+    place_linear2(e, false);
   }
-  place_linear2(true);
+  place_linear2(local_experts - 1, true);
   p.seg_start[n] = pos;
   *p.segments = n;
   return pos;
@@ -217,10 +242,10 @@ EPFUSE_HD Task decode_task(const TaskSpace& s, const ExpertPlan& plan, int id) {
   id -= s.layout;
   if (id < 1) return {Phase::kPublish, 0, {}};
   id -= 1;
-  if (id < s.dispatch) return {Phase::kDispatch, id, {}};
-  id -= s.dispatch;
   if (id < 1) return {Phase::kCollect, 0, {}};
   id -= 1;
+  if (id < s.dispatch) return {Phase::kDispatch, id, {}};
+  id -= s.dispatch;
   if (id < s.gemm) {
     int kind = kSegLinear1;
     const GemmTile tile = gemm_tile(plan, id, &kind);

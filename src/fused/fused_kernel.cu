@@ -124,6 +124,14 @@ __device__ void warp_specialised_roles(const device::FusedContext<Transport>& c,
   }
 }
 
+// Shared memory a tile leaves free for the tasks before its GEMM phase (the collect task's plan): all of
+// its GEMM's, or what precedes a ring's mbarriers (initialised once per launch).
+template <class Gemm>
+constexpr int scratch_before_gemm() {
+  if constexpr (requires { Gemm::kBarrierOffset; }) return static_cast<int>(Gemm::kBarrierOffset);
+  else return static_cast<int>(Gemm::kSmemBytes);
+}
+
 // The role tiles of a warp-specialised tile GEMM: bf16 (TileGemmTma) or FP8 (TileGemmTmaFp8).
 template <class Gemm>
 using RoleTilesOf = std::conditional_t<device::WarpSpecialisedFp8Tile<Gemm>, device::WarpSpecialisedFp8Tiles<Gemm>,
@@ -158,7 +166,9 @@ __global__ void __launch_bounds__(Gemm::kThreads, 1) fused_moe_kernel(const __gr
       case Phase::kLayout: device::layout_task(c, task.index, smem); break;
       case Phase::kPublish: device::publish_task(c, scheduler.space().layout); break;
       case Phase::kDispatch: device::dispatch_task<kFp8>(c, task.index, scheduler.space().layout, smem); break;
-      case Phase::kCollect: device::collect_task(c, Gemm::kBlockM, nblocks1, nblocks2); break;
+      case Phase::kCollect:
+        device::collect_task(c, Gemm::kBlockM, nblocks1, nblocks2, smem, scratch_before_gemm<Gemm>());
+        break;
       case Phase::kLinear1:
         if constexpr (!kRoles) Tiles::linear1(c, task.tile, smem);
         break;

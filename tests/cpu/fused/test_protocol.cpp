@@ -126,12 +126,25 @@ TEST(FusedTaskMap, DecodeCoversEveryTaskOnce) {
       MblockPlan st(mblocks);
       const int L = static_cast<int>(mblocks.size());
       const int total_mb = st.plan.mb_start[L];
-      const TaskSpace s = with_gemm_tasks(make_task_space(tokens), build_gemm_schedule(st.plan, L, 3, 2, 4));
+      std::vector<int> l1_end(L);
+      const TaskSpace s = with_gemm_tasks(make_task_space(tokens), build_gemm_schedule(st.plan, L, 3, 2, 4, l1_end.data()));
       ASSERT_EQ(s.gemm, total_mb * 5);
       std::map<Phase, std::vector<int>> seen;
       std::set<std::tuple<Phase, int, int>> tiles;
-      // Linear1 and Linear2 interleave: compare phases with both GEMM kinds as one rank.
-      auto rank = [](Phase p) { return p == Phase::kLinear2 ? static_cast<int>(Phase::kLinear1) : static_cast<int>(p); };
+      // Ids run layout, publish, collect, dispatch, GEMM (Linear1 and Linear2 interleaved), combine.
+      auto rank = [](Phase p) {
+        switch (p) {
+          case Phase::kLayout: return 0;
+          case Phase::kPublish: return 1;
+          case Phase::kCollect: return 2;
+          case Phase::kDispatch: return 3;
+          case Phase::kLinear1:
+          case Phase::kLinear2: return 4;
+          case Phase::kCombine: return 5;
+          case Phase::kDone: return 6;
+        }
+        return 7;
+      };
       for (int id = 0; id < s.total(); ++id) {
         const Task t = decode_task(s, st.plan, id);
         ASSERT_NE(t.phase, Phase::kDone);
@@ -203,7 +216,8 @@ TEST(FusedSchedule, BijectiveNblockMajorAndLagged) {
         if (trial == 3) std::fill(mblocks.begin(), mblocks.end(), 4);
         MblockPlan st(mblocks);
         const int nb1 = 1 + static_cast<int>(rng() % 6), nb2 = 1 + static_cast<int>(rng() % 6);
-        const int total = build_gemm_schedule(st.plan, L, nb1, nb2, lag);
+        std::vector<int> l1_end(L);
+        const int total = build_gemm_schedule(st.plan, L, nb1, nb2, lag, l1_end.data());
         ASSERT_EQ(total, st.plan.mb_start[L] * (nb1 + nb2));
         std::set<std::tuple<int, int, int>> tiles;
         std::vector<int> l1_last(L, -1), l2_first(L, -1);
