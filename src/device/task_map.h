@@ -185,9 +185,9 @@ EPFUSE_HD RowSource row_source(const ExpertPlan& p, int world, int local_experts
 //    combine stores then spread over the GEMM phase instead of bunching at its end.
 // Every Linear2 segment comes after its expert's Linear1 segment, so waits still target smaller ids.
 // Returns the GEMM task count.
-// l1_end: scratch of local_experts ints (where each Linear1 segment ended). One pass over the experts,
-// the placement state in registers: the collect task's thread 0 builds it (2-3 dependent shared-memory
-// reads per expert; reading back the segments it had written took 21 us for 64 experts).
+// l1_end: scratch of local_experts ints (where each Linear1 segment ended). One pass over the experts
+// that reads only mb_start and l1_end: the collect task's thread 0 builds it, and reading back the
+// segments it had written (the previous pass) took 21 us for 64 experts; this one 14.6 us.
 inline constexpr int kSegLinear1 = 0, kSegLinear2 = 1;
 EPFUSE_HD int build_gemm_schedule(const ExpertPlan& p, int local_experts, int nblocks1, int nblocks2, int lag,
                                   int* l1_end) {
