@@ -247,12 +247,13 @@ struct WarpSpecialisedTiles {
   }
 
   // ---- math warpgroups ----
-  // The tile's k-loop; false (group-uniform, recorded) when its pipeline ran out of time.
+  // The k-loop of a tile of `rows` real rows; false (group-uniform, recorded) when its pipeline ran out
+  // of time.
   template <class Transport>
-  __device__ static bool mainloop(const FusedContext<Transport>& c, const GemmTile& tile, Phase phase, int K,
+  __device__ static bool mainloop(const FusedContext<Transport>& c, const GemmTile& tile, Phase phase, int K, int rows,
                                   typename Gemm::RingPos& ring, void* smem, typename Gemm::Accum& acc,
                                   const ThreadGroup& g) {
-    const bool ok = Gemm::mainloop(ring, K, smem, acc, c.limit(c.prm->timeout_ns));
+    const bool ok = Gemm::mainloop(ring, K, rows, smem, acc, c.limit(c.prm->timeout_ns));
     if (!ok) pipeline_failed(c, phase, tile);
     return !g.sync_or(!ok);
   }
@@ -264,7 +265,7 @@ struct WarpSpecialisedTiles {
     const int H = c.prm->dims.hidden, I = c.prm->dims.intermediate;
     const GemmTile& tile = posted.task.tile;
     typename Gemm::Accum acc;
-    if (!mainloop(c, tile, Phase::kLinear1, H, ring, smem, acc, g)) return sh.queue.release(s, g);
+    if (!mainloop(c, tile, Phase::kLinear1, H, posted.rows, ring, smem, acc, g)) return sh.queue.release(s, g);
     Epilogue::linear1(c, acc, tile, posted.h_row, I, posted.rows, sh.queue.table[s], sh.stage, g);
     sh.queue.release(s, g);
     if (g.leader()) l1_tile_done(c, tile);
@@ -276,7 +277,8 @@ struct WarpSpecialisedTiles {
                                  typename Gemm::RingPos& ring, void* smem, const ThreadGroup& g) {
     const GemmTile& tile = posted.task.tile;
     typename Gemm::Accum acc;
-    if (!mainloop(c, tile, Phase::kLinear2, c.prm->dims.intermediate, ring, smem, acc, g)) return sh.queue.release(s, g);
+    if (!mainloop(c, tile, Phase::kLinear2, c.prm->dims.intermediate, posted.rows, ring, smem, acc, g))
+      return sh.queue.release(s, g);
     const int rows = posted.rows;
     const RowTable& t = sh.queue.table[s];
     // Thread r signals row r once the tile's stores are out; read its home and token before the slot goes.

@@ -10,8 +10,9 @@
 //     (codes [N][I] bytes, scales [N][fp8_scale_stride(I)] floats in the private h region, regions.h).
 //   Linear2 tile: A = the m-block's FP8 h rows and scales, B = w2's FP8 codes + block scales; the
 //     epilogue is the bf16 one (StagedPasses::linear2: bf16 rows into the homes' combine slots).
-// The host runs this tile for every FP8 config (also at small T: padding rows are not loaded and cost
-// only MMA time), for H % 256 == 0 and I % 128 == 0 (the layer refuses others, kUnsupported).
+// The host runs this tile for every FP8 config (also at small T: padding rows are not loaded, and a
+// math warpgroup whose 64 rows are all padding runs no MMA), for H % 256 == 0 and I % 128 == 0 (the
+// layer refuses others, kUnsupported).
 #pragma once
 #include <cstdint>
 
@@ -118,8 +119,8 @@ struct WarpSpecialisedFp8Tiles : WarpSpecialisedTiles<Gemm_, 32> {
     const int H = prm.dims.hidden, I = prm.dims.intermediate;
     const GemmTile& tile = posted.task.tile;
     typename Gemm::Accum acc;
-    if (!Base::mainloop(c, tile, Phase::kLinear1, H, ring, smem, acc, g)) return sh.queue.release(s, g);
     const int rows = posted.rows;
+    if (!Base::mainloop(c, tile, Phase::kLinear1, H, rows, ring, smem, acc, g)) return sh.queue.release(s, g);
     const RowTable& t = sh.queue.table[s];
     const float clamp = prm.swiglu_clamp;
     // hv[i]: the m64n128 fragment's value i (wgmma_accum_coord(ct, i, 1, kBlockN)): visit_gate_up visits

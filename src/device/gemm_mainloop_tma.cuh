@@ -143,10 +143,13 @@ struct TileGemmTma {
             make_sw128_kmajor_desc(stage_b(base, 0))};
   }
 
-  // Math thread (threads kProducerThreads..): acc = the tile's product over K. False (in this thread)
-  // when a wait for a stage ran out; the caller makes that group-uniform.
-  __device__ static bool mainloop(RingPos& pos, int K, void* smem, Accum& acc, const WaitLimit& limit) {
+  // Math thread (threads kProducerThreads..): acc = the tile's product over K, for a tile of `rows` real
+  // rows (the rest padding): a warpgroup whose 64 rows are all padding runs no MMA (Ring::pass; its acc
+  // stays zero). False (in this thread) when a wait for a stage ran out; the caller makes that
+  // group-uniform.
+  __device__ static bool mainloop(RingPos& pos, int K, int rows, void* smem, Accum& acc, const WaitLimit& limit) {
     const auto [ct, base, desc_a0, desc_b0] = start_math(smem, acc);
+    if ((ct / 128) * kWgmmaM >= rows) return Ring::pass(base, pos, K / kBlockK, ct % 32 == 0, limit);
     const int num_k_blocks = K / kBlockK;
     bool ok = true;
     int held = -1;  // the stage whose MMAs may still be running

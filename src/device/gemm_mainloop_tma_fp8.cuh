@@ -158,12 +158,16 @@ struct TileGemmTmaFp8 {
     return true;
   }
 
-  // Math thread (threads kProducerThreads..): acc = the tile's product over K (supports_k). False (in
-  // this thread) when a wait for a stage ran out; the caller makes that group-uniform.
-  __device__ static bool mainloop(RingPos& pos, int K, void* smem, Accum& acc, const WaitLimit& limit) {
+  // Math thread (threads kProducerThreads..): acc = the tile's product over K (supports_k), for a tile
+  // of `rows` real rows (the rest padding): a warpgroup whose 64 rows are all padding runs no MMA and
+  // only passes the stages through (Ring::pass; its acc stays zero), which leaves the tensor cores to
+  // the other at small T, where the tile is a weight stream. False (in this thread) when a wait for a
+  // stage ran out; the caller makes that group-uniform.
+  __device__ static bool mainloop(RingPos& pos, int K, int rows, void* smem, Accum& acc, const WaitLimit& limit) {
     const auto [ct, base, desc_a0, desc_b0] = Bf16::start_math(smem, acc);
     float scratch[kBlockN / 4];
     const int group_row0 = (ct / 128) * kWgmmaM;
+    if (group_row0 >= rows) return Ring::pass(base, pos, num_k_blocks(K), ct % 32 == 0, limit);
     // This thread's accumulator rows (wgmma_c_coord: r and r + 8) within the tile: their scale groups.
     const int row = group_row0 + wgmma_c_coord(ct % 128, 0).row;
     const uint32_t scale_a0 = stage_scale_a(base, 0) + static_cast<uint32_t>(row * 16);

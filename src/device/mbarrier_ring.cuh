@@ -51,6 +51,16 @@ struct MbarRing {
   __device__ static bool wait_full(uint32_t smem, const RingPos& pos, const WaitLimit& limit) {
     return mbar_wait(full_bar(smem, stage(pos)), (pos.kb / kStages) & 1u, limit);
   }
+  // Math warp that reads none of the next num_kb k-blocks (its rows of the tile are all padding): waits
+  // for each and releases it at once (lane 0: the warp's one arrival), so that its position and its
+  // share of every release stay in step with the warps that do read them. False when a wait ran out.
+  __device__ static bool pass(uint32_t smem, RingPos& pos, int num_kb, bool lane0, const WaitLimit& limit) {
+    for (int kb = 0; kb < num_kb; ++kb, ++pos.kb) {
+      if (!wait_full(smem, pos, limit)) return false;
+      if (lane0) ptx::mbar_arrive(empty_bar(smem, stage(pos)));
+    }
+    return true;
+  }
 };
 
 }  // namespace epfuse::device

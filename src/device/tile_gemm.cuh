@@ -24,8 +24,9 @@
 //   load_tile(pos, a_rows, b, K, smem, limit): producer thread p < kProducerThreads issues every k-block
 //     of one tile: its kProducerRows A rows (producer_row(p, i); nullptr: padding) and, thread 0, the
 //     weight boxes of BOperand b. False when a wait for a free stage ran out (limit, wait.cuh).
-//   mainloop(pos, K, smem, acc, limit): the math threads (kProducerThreads ..) consume the ring. False
-//     (in this thread) when a wait for a stage ran out.
+//   mainloop(pos, K, rows, smem, acc, limit): the math threads (kProducerThreads ..) consume the ring
+//     for a tile of `rows` real rows (a math warpgroup with none runs no MMA). False (in this thread)
+//     when a wait for a stage ran out.
 //   visit_cols<c0, c1>(acc, f), visit_gate_up<c0, c1>(acc, f): the accumulators of columns [c0, c1),
 //     pairs as visit's, and gate column col with up column col + kBlockN / 2 (SwiGLU, epilogue.cuh).
 //   Each side keeps its own RingPos, carried from tile to tile.
@@ -88,7 +89,7 @@ concept WarpSpecialisedRoles =
       { G::kProducerRows } -> std::convertible_to<int>;
       { G::producer_row(0, 0) } -> std::same_as<int>;
       { G::init(smem) } -> std::same_as<void>;
-      { G::mainloop(pos, K, smem, acc, limit) } -> std::same_as<bool>;
+      { G::mainloop(pos, K, K, smem, acc, limit) } -> std::same_as<bool>;
       { G::template visit_cols<0, 8>(cacc, pair) } -> std::same_as<void>;
       { G::template visit_gate_up<0, 8>(cacc, quad) } -> std::same_as<void>;
     };

@@ -113,11 +113,11 @@ __global__ void __launch_bounds__(Tile::kThreads, 1) fp8_tma_tile_kernel(const _
     Tile::RingPos pos;
     for (int t = blockIdx.x; t < p.tiles; t += gridDim.x) {
       Tile::Accum acc;
-      if (!Tile::mainloop(pos, p.K, smem, acc, limit)) {
+      const int rows = p.tile_rows[t];
+      if (!Tile::mainloop(pos, p.K, rows, smem, acc, limit)) {
         record_failure(p, 1, t);
         break;
       }
-      const int rows = p.tile_rows[t];
       float* o = p.out + static_cast<int64_t>(t) * kM * kN;
       Tile::visit_cols<0, kN>(acc, [&](int r, int c, float v0, float v1) {
         if (r < rows) o[r * kN + c] = v0, o[r * kN + c + 1] = v1;
@@ -393,8 +393,9 @@ int main(int argc, char** argv) {
               Tile::kThreads, Tile::kSmemBytes, Tile::kProducerRegs, Tile::kConsumerRegs);
   bool ok = true;
   try {
-    // Expert 0: m-blocks of 128 and 72 rows, expert 1: one of 37; two n-blocks each: 6 tiles, 3 per CTA.
-    for (int K : {256, 2048, 2880, 7168}) ok = run_case(K, seed + K, 2, {200, 37}, 256) && ok;
+    // Expert 0: m-blocks of 128 and 72 rows, experts 1-3: one of 37, 64, 65 (the second math warpgroup
+    // runs no MMA in the tiles of 37 and 64 rows); two n-blocks each: 12 tiles, 6 per CTA.
+    for (int K : {256, 2048, 2880, 7168}) ok = run_case(K, seed + K, 2, {200, 37, 64, 65}, 256) && ok;
     int sms = 0;
     EPFUSE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
     // dsv3-like Linear1 (H = 7168) on every SM: SMs / 4 experts of 1024 rows and 512 gate/up columns,
