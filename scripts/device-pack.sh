@@ -4,6 +4,8 @@
 # tests' executables stay here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+command -v rsync >/dev/null || { echo "device-pack: needs rsync (apt-get install rsync)" >&2; exit 1; }
+[ -f build/CMakeCache.txt ] || { echo "device-pack: no build in build/ (bash scripts/build.sh first)" >&2; exit 1; }
 rm -rf .carry/build && mkdir -p .carry
 (cd build && ctest -N >/dev/null)  # gtest lists are generated at ctest time: make them exist before copying
 # The CPU tests' executables stay here (the device runs the GPU ones); their ctest files travel.
