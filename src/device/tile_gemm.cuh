@@ -80,7 +80,7 @@ concept AllThreadTile =
 template <class G>
 concept WarpSpecialisedRoles =
     TileGemmShape<G> &&
-    requires(typename G::RingPos& pos, int K, void* smem, typename G::Accum& acc, const typename G::Accum& cacc,
+    requires(typename G::RingPos& pos, int K, int rows, void* smem, typename G::Accum& acc, const typename G::Accum& cacc,
              const WaitLimit& limit, tile_concept::PairVisitor pair, tile_concept::QuadVisitor quad) {
       { G::kProducerThreads } -> std::convertible_to<int>;
       { G::kConsumerThreads } -> std::convertible_to<int>;
@@ -89,7 +89,7 @@ concept WarpSpecialisedRoles =
       { G::kProducerRows } -> std::convertible_to<int>;
       { G::producer_row(0, 0) } -> std::same_as<int>;
       { G::init(smem) } -> std::same_as<void>;
-      { G::mainloop(pos, K, K, smem, acc, limit) } -> std::same_as<bool>;
+      { G::mainloop(pos, K, rows, smem, acc, limit) } -> std::same_as<bool>;
       { G::template visit_cols<0, 8>(cacc, pair) } -> std::same_as<void>;
       { G::template visit_gate_up<0, 8>(cacc, quad) } -> std::same_as<void>;
     };
