@@ -6,7 +6,8 @@
 // Both sides count the k-blocks they passed since init() (RingPos, carried from tile to tile in a
 // register): k-block kb uses stage kb % kStages in round kb / kStages. The barriers sit at byte
 // kBarrierOffset of the tile's dynamic shared memory, full[kStages] then empty[kStages].
-// Only index arithmetic and the waits: what a stage holds and who fills it is the tile's business.
+// Only index arithmetic, the waits, and a math warp's pass over stages it does not read: what a stage
+// holds and who fills it is the tile's business.
 #pragma once
 #include <cstdint>
 
