@@ -149,8 +149,8 @@ struct TileGemmTma {
   // group-uniform.
   __device__ static bool mainloop(RingPos& pos, int K, int rows, void* smem, Accum& acc, const WaitLimit& limit) {
     const auto [ct, base, desc_a0, desc_b0] = start_math(smem, acc);
-    if ((ct / 128) * kWgmmaM >= rows) return Ring::pass(base, pos, K / kBlockK, ct % 32 == 0, limit);
     const int num_k_blocks = K / kBlockK;
+    if ((ct / 128) * kWgmmaM >= rows) return Ring::pass(base, pos, num_k_blocks, ct % 32 == 0, limit);
     bool ok = true;
     int held = -1;  // the stage whose MMAs may still be running
     for (int kb = 0; kb < num_k_blocks; ++kb, ++pos.kb) {
