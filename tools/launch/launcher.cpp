@@ -398,8 +398,17 @@ int launch(const LaunchOptions& opts, const std::vector<std::string>& argv) {
       }
       std::vector<std::string> env = rank_environment(opts, i, port);
       std::vector<char*> c_env = c_strings(env);
+      // The launcher's signals stay blocked across fork(): until exec_rank resets the handlers, the child
+      // runs the launcher's handler, and a SIGTERM sent to its group then (another rank failed at once)
+      // reached the launcher's signal pipe as if the launcher had been interrupted. Blocked, it waits
+      // for the child's unmask and takes the default action there.
+      sigset_t launcher_signals, saved_mask;
+      sigemptyset(&launcher_signals);
+      for (int sig : SignalScope::kSignals) sigaddset(&launcher_signals, sig);
+      ::sigprocmask(SIG_BLOCK, &launcher_signals, &saved_mask);
       pid_t pid = ::fork();
       if (pid == 0) exec_rank(path->c_str(), c_argv.data(), c_env.data(), out_pipe[1], err_pipe[1]);
+      ::sigprocmask(SIG_SETMASK, &saved_mask, nullptr);
       ::close(out_pipe[1]);
       ::close(err_pipe[1]);
       if (pid < 0) {
