@@ -6,17 +6,21 @@ USETMAXREG instructions: before the first (the launch's budget, cuobjdump -res-u
 each USETMAXREG to the first EXIT after it (that role's budget: the instruction's operand). Prints the
 highest register each region names and whether code in a role's region branches or calls outside it
 (code reached that way runs under that role's budget too). A register at or above a budget would
-fault at run time. Needs cuobjdump on PATH (the CUDA toolkit's, or Triton's copy).
+fault at run time. Finds cuobjdump as spill_report.py does.
 Usage: setmaxnreg_check.py BINARY [SUBSTR]
 """
+import os
 import re
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from spill_report import tool  # noqa: E402  (cuobjdump: $CUOBJDUMP, PATH, the toolkit, Triton's copy)
+
 
 def functions(binary, substr):
-    sass = subprocess.run(["cuobjdump", "-sass", binary], capture_output=True, text=True, check=True).stdout
-    res = subprocess.run(["cuobjdump", "-res-usage", binary], capture_output=True, text=True, check=True).stdout
+    sass = subprocess.run([tool("cuobjdump"), "-sass", binary], capture_output=True, text=True, check=True).stdout
+    res = subprocess.run([tool("cuobjdump"), "-res-usage", binary], capture_output=True, text=True, check=True).stdout
     regs = {}
     name = None
     for line in res.splitlines():
@@ -62,7 +66,7 @@ def main():
             continue
         regions = [(0, marks[0][0], launch_regs, "launch")]
         for a, budget in marks:
-            end = next((b for b, t in ins if b > a and re.fullmatch(r"(@!?U?P\d+\s+)?EXIT", t.strip()) and "@" not in t), ins[-1][0])
+            end = next((b for b, t in ins if b > a and t.strip() == "EXIT"), ins[-1][0])
             regions.append((a, end + 16, budget, f"setmaxnreg at {a:#x}"))
         for lo, hi, budget, what in regions:
             top, where = max_reg(ins, lo, hi)
@@ -80,8 +84,8 @@ def main():
                     continue
                 target = int(m.group(2), 16)
                 seen.add(target)
-                end = next((b for b, u in ins if b >= target and (u.strip() == "RET.REL.NODEC" or u.startswith("RET")
-                                                                   or re.fullmatch(r"BRA \S+", u.strip()))), ins[-1][0])
+                end = next((b for b, u in ins if b >= target and (u.startswith("RET") or re.fullmatch(r"BRA \S+", u.strip()))),
+                           ins[-1][0])
                 top_out, where_out = max_reg(ins, target, end + 16)
                 over_out = budget is not None and top_out >= budget
                 bad += over_out

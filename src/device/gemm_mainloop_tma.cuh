@@ -143,6 +143,10 @@ struct TileGemmTma {
             make_sw128_kmajor_desc(stage_b(base, 0))};
   }
 
+  // Whether math thread ct's warpgroup holds only padding in a tile of `rows` real rows (its 64 rows all
+  // at or past `rows`): such a warpgroup runs no MMA and passes the stages through (Ring::pass).
+  __device__ static bool padding_group(int ct, int rows) { return (ct / 128) * kWgmmaM >= rows; }
+
   // Math thread (threads kProducerThreads..): acc = the tile's product over K, for a tile of `rows` real
   // rows (the rest padding): a warpgroup whose 64 rows are all padding runs no MMA (Ring::pass; its acc
   // stays zero). False (in this thread) when a wait for a stage ran out; the caller makes that
@@ -150,7 +154,7 @@ struct TileGemmTma {
   __device__ static bool mainloop(RingPos& pos, int K, int rows, void* smem, Accum& acc, const WaitLimit& limit) {
     const auto [ct, base, desc_a0, desc_b0] = start_math(smem, acc);
     const int num_k_blocks = K / kBlockK;
-    if ((ct / 128) * kWgmmaM >= rows) return Ring::pass(base, pos, num_k_blocks, ct % 32 == 0, limit);
+    if (padding_group(ct, rows)) return Ring::pass(base, pos, num_k_blocks, ct % 32 == 0, limit);
     bool ok = true;
     int held = -1;  // the stage whose MMAs may still be running
     for (int kb = 0; kb < num_k_blocks; ++kb, ++pos.kb) {

@@ -168,7 +168,7 @@ struct TileGemmTmaFp8 {
     float scratch[kBlockN / 4];
     const int group_row0 = (ct / 128) * kWgmmaM;
     const int num_kb = num_k_blocks(K);
-    if (group_row0 >= rows) return Ring::pass(base, pos, num_kb, ct % 32 == 0, limit);
+    if (Bf16::padding_group(ct, rows)) return Ring::pass(base, pos, num_kb, ct % 32 == 0, limit);
     // This thread's accumulator rows (wgmma_c_coord: r and r + 8) within the tile: their scale groups.
     const int row = group_row0 + wgmma_c_coord(ct % 128, 0).row;
     const uint32_t scale_a0 = stage_scale_a(base, 0) + static_cast<uint32_t>(row * 16);
