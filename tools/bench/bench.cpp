@@ -207,7 +207,7 @@ struct DeepGemmPeers {
   PeerOutput out;
 };
 
-// `--peers DIR`: DIR/scripts/run_deepgemm_peers.sh DIR gemm megamoe (bench/peers.h), output parsed.
+// `--peers DIR`: DIR/scripts/run_deepgemm_peers.sh DIR <--peer-steps> (bench/peers.h), output parsed.
 DeepGemmPeers run_deepgemm_peers(const BenchOptions& o, int world) {
   DeepGemmPeers p;
   p.ran = true;
@@ -219,7 +219,9 @@ DeepGemmPeers run_deepgemm_peers(const BenchOptions& o, int world) {
   }
   std::string env = "EXTRA=" + shell_quote(gemm_alone_extra_shapes(o.cases, world)) + " ";
   if (world > 1) env += "MEGAMOE_RANKS=" + std::to_string(world) + " ";
-  const std::string cmd = env + "bash " + shell_quote(script) + " " + shell_quote(o.peers_dir) + " gemm megamoe 2>&1";
+  std::string cmd = env + "bash " + shell_quote(script) + " " + shell_quote(o.peers_dir);
+  for (const std::string& step : o.peer_steps) cmd += " " + step;
+  cmd += " 2>&1";
   fmt::print("epfuse bench: the DeepGEMM/MegaMoE peers: {} (their builds take minutes)\n", cmd);
   std::fflush(stdout);
   FILE* pipe = ::popen(cmd.c_str(), "r");
@@ -231,6 +233,9 @@ DeepGemmPeers run_deepgemm_peers(const BenchOptions& o, int world) {
   std::deque<std::string> log;
   char buf[4096];
   while (std::fgets(buf, sizeof buf, pipe)) {
+    // echoed as they come, so a run cut off by a time limit still shows the peers' rows so far
+    fmt::print("  peers| {}", buf);
+    std::fflush(stdout);
     text += buf;
     log.push_back(buf);
     if (log.size() > kPeerLogLines) log.pop_front();
@@ -341,12 +346,6 @@ int bench_command(int argc, char** argv) {
     if (!peer.ok) fmt::print(stderr, "\nepfuse bench: the PyTorch peer failed: {}", peer.why);
   }
   progress.finish();
-  DeepGemmPeers deepgemm;
-  if (!o.peers_dir.empty() && ranks.records.ceilings) {
-    deepgemm = run_deepgemm_peers(o, world);
-    if (!deepgemm.ok) fmt::print(stderr, "epfuse bench: the DeepGEMM/MegaMoE peers failed: {}\n", deepgemm.why);
-    for (const std::string& e : deepgemm.out.errors) fmt::print(stderr, "epfuse bench: peers: {}\n", e);
-  }
 
   RunInfo info;
   info.device = device_name();
@@ -357,42 +356,58 @@ int bench_command(int argc, char** argv) {
   info.ceilings = ranks.records.ceilings.value_or(Ceilings{});
   info.ceilings_source = ranks.records.ceilings_source;
 
-  // Per case: the implementations in --impl order, then PyTorch.
-  std::vector<BenchRow> rows;
-  for (const BenchCase& c : o.cases) {
-    for (const BenchRow& r : ranks.records.rows)
-      if (same_case(r, c)) rows.push_back(r);
-    for (BenchRow r : peer.rows)
-      if (same_case(r, c)) {
+  // The table and JSON of the layers, PyTorch and the DeepGEMM/MegaMoE peers' rows in `deepgemm`.
+  const auto publish = [&](DeepGemmPeers deepgemm) {
+    // Per case: the implementations in --impl order, then PyTorch, then the peers of the same work.
+    std::vector<BenchRow> rows;
+    for (const BenchCase& c : o.cases) {
+      for (const BenchRow& r : ranks.records.rows)
+        if (same_case(r, c)) rows.push_back(r);
+      for (BenchRow r : peer.rows)
+        if (same_case(r, c)) {
+          fill_expected_load(r, info.ceilings);
+          rows.push_back(std::move(r));
+        }
+      for (BenchRow& r : deepgemm.out.rows)
+        if (!r.impl.empty() && same_work(r, c, world)) {
+          BenchRow row = r;
+          row.config = c.config;
+          r.impl.clear();  // taken
+          fill_expected_load(row, info.ceilings);
+          rows.push_back(std::move(row));
+        }
+    }
+    for (BenchRow& r : deepgemm.out.rows)  // the peers' other shapes, after the cases
+      if (!r.impl.empty()) {
         fill_expected_load(r, info.ceilings);
         rows.push_back(std::move(r));
       }
-    for (BenchRow& r : deepgemm.out.rows)
-      if (!r.impl.empty() && same_work(r, c, world)) {
-        BenchRow row = r;
-        row.config = c.config;
-        r.impl.clear();  // taken
-        fill_expected_load(row, info.ceilings);
-        rows.push_back(std::move(row));
-      }
-  }
-  for (BenchRow& r : deepgemm.out.rows)  // the peers' other shapes, after the cases
-    if (!r.impl.empty()) {
-      fill_expected_load(r, info.ceilings);
-      rows.push_back(std::move(r));
-    }
-  for (BenchRow& r : rows) derive_row(r);
-  fill_speedups(rows);
+    for (BenchRow& r : rows) derive_row(r);
+    fill_speedups(rows);
 
-  fmt::print("\nepfuse bench: {} x {}, {} warm-up + {} timed forwards over {} input sets per row, routing {}\n",
-             info.device, world, o.warmup, o.iters, o.sets, to_string(o.routing));
-  fmt::print("ceilings ({}): GEMM {:.0f} TFLOP/s, HBM {:.0f} GB/s, NVLink {:.0f} GB/s\n", info.ceilings_source,
-             info.ceilings.gemm_tflops, info.ceilings.hbm_gbps, info.ceilings.nvlink_gbps);
-  if (!torch_note.empty()) fmt::print("torch: skipped: {}\n", torch_note);
-  if (o.x_fp8) fmt::print("FP8 rows: x quantised by the caller (--x-fp8: e4m3 codes and 1x128 scales, not bf16 x)\n");
-  std::fputs(render_table(rows).c_str(), stdout);
-  std::fflush(stdout);
-  if (!o.json_path.empty()) write_file(o.json_path, tools::dump_json(report_json(info, rows)) + "\n");
+    fmt::print("\nepfuse bench: {} x {}, {} warm-up + {} timed forwards over {} input sets per row, routing {}\n",
+               info.device, world, o.warmup, o.iters, o.sets, to_string(o.routing));
+    fmt::print("ceilings ({}): GEMM {:.0f} TFLOP/s, HBM {:.0f} GB/s, NVLink {:.0f} GB/s\n", info.ceilings_source,
+               info.ceilings.gemm_tflops, info.ceilings.hbm_gbps, info.ceilings.nvlink_gbps);
+    if (!torch_note.empty()) fmt::print("torch: skipped: {}\n", torch_note);
+    if (o.x_fp8) fmt::print("FP8 rows: x quantised by the caller (--x-fp8: e4m3 codes and 1x128 scales, not bf16 x)\n");
+    std::fputs(render_table(rows).c_str(), stdout);
+    std::fflush(stdout);
+    if (!o.json_path.empty()) write_file(o.json_path, tools::dump_json(report_json(info, rows)) + "\n");
+    return rows;
+  };
+
+  DeepGemmPeers deepgemm;
+  if (!o.peers_dir.empty() && ranks.records.ceilings) {
+    // The layers' rows first (table and JSON): the peers' builds take minutes, and a run cut off there
+    // keeps them.
+    fmt::print("\nepfuse bench: the rows before the DeepGEMM/MegaMoE peers:");
+    publish(deepgemm);
+    deepgemm = run_deepgemm_peers(o, world);
+    if (!deepgemm.ok) fmt::print(stderr, "epfuse bench: the DeepGEMM/MegaMoE peers failed: {}\n", deepgemm.why);
+    for (const std::string& e : deepgemm.out.errors) fmt::print(stderr, "epfuse bench: peers: {}\n", e);
+  }
+  const std::vector<BenchRow> rows = publish(deepgemm);
 
   if (ranks.exit_code != 0) return fail("a rank process failed; the table holds the rows finished before it");
   if (o.torch == TorchMode::kOn && !peer.ok) return fail("--torch on and the PyTorch peer failed");

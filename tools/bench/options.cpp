@@ -95,6 +95,7 @@ BenchOptions parse_bench_options(const std::vector<std::string>& args) {
       .add("--peers", o.peers_dir,
            "DeepGEMM/MegaMoE peers' folder (../shared/peers/README.md: prepared by\nprepare_deepgemm.sh, scripts "
            "in DIR/scripts): runs its GEMM-alone and\nMegaMoE steps after the layers, their rows in the same table")
+      .add("--peer-steps", o.peer_steps, "which of the peers' steps --peers runs: gemm, megamoe")
       .add("--ranks", o.ranks, "GPUs, one process each (0: all)")
       .add("--routing", routing, "uniform, skewed, one-expert, dropped or one-rank (torch runs uniform only)")
       .add("--warmup", o.warmup, "untimed forwards before timing")
@@ -134,6 +135,10 @@ BenchOptions parse_bench_options(const std::vector<std::string>& args) {
     if (!dup) o.impls.push_back(name);
   }
   if (o.impls.empty()) throw UsageError("--impl: no implementation given");
+  for (const std::string& step : o.peer_steps)
+    if (step != "gemm" && step != "megamoe")
+      throw UsageError("--peer-steps: unknown step '" + step + "' (gemm, megamoe)");
+  if (o.peer_steps.empty()) throw UsageError("--peer-steps: no step given");
   for (int t : tokens)
     if (t < 1) throw UsageError("--tokens: item " + std::to_string(t) + " must be >= 1");
 

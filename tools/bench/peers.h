@@ -1,6 +1,6 @@
 // The DeepGEMM and MegaMoE peers (../shared/peers/README.md): `epfuse bench --peers DIR` runs
-// DIR/scripts/run_deepgemm_peers.sh DIR gemm megamoe on this machine after the layers and turns its
-// output into rows of the same table and JSON:
+// DIR/scripts/run_deepgemm_peers.sh DIR gemm megamoe (or the --peer-steps given) on this machine after
+// the layers and turns its output into rows of the same table and JSON:
 //   deepgemm-bf16-gemm, deepgemm-fp8-gemm  DeepGEMM's m-grouped contiguous GEMMs alone (Linear1 +
 //       Linear2, no SwiGLU, no communication; deepgemm_gemm_alone.py), bf16 and FP8 (1x128 activation,
 //       128x128 weight scales) on one GPU's share of a layer: its line's E / 4 local experts with
