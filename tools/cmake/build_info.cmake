@@ -1,6 +1,7 @@
-# Writes OUTPUT with the short commit of SOURCE_DIR ("unknown" outside a git checkout), touching
-# it only when the commit changed so that nothing rebuilds needlessly.
-execute_process(COMMAND git rev-parse --short HEAD
+# Writes OUTPUT with the short commit of SOURCE_DIR, "-dirty" when tracked files differ from it
+# ("unknown" outside a git checkout), touching it only when that changed so that nothing rebuilds
+# needlessly.
+execute_process(COMMAND git describe --always --dirty --abbrev=7
                 WORKING_DIRECTORY ${SOURCE_DIR}
                 OUTPUT_VARIABLE commit OUTPUT_STRIP_TRAILING_WHITESPACE
                 RESULT_VARIABLE rc ERROR_QUIET)
