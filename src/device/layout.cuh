@@ -161,7 +161,8 @@ __device__ void collect_task(const FusedContext<Transport>& c, int block_m, int 
   if (threadIdx.x == 0) {
     const int mblocks = plan_prefixes(counts, count_stride, W, L, p);
     // target is filled below: until then it is the schedule's scratch.
-    build_gemm_schedule(p, L, nblocks1, nblocks2, /*lag=*/static_cast<int>(gridDim.x), reinterpret_cast<int*>(p.target));
+    build_gemm_schedule(p, L, nblocks1, nblocks2, schedule_lag(W, static_cast<int>(gridDim.x)),
+                        reinterpret_cast<int*>(p.target));
     for (int e = 0; e < L; ++e) {
       const uint32_t target = bases[e] + static_cast<uint32_t>(p.rows[e]);
       p.target[e] = target;

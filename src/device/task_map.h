@@ -222,6 +222,13 @@ EPFUSE_HD int build_gemm_schedule(const ExpertPlan& p, int local_experts, int nb
   return pos;
 }
 
+// The lag build_gemm_schedule gets from the collect task: one wave of CTAs, which spreads the Linear2
+// tiles' combine stores to other ranks over the GEMM phase. At world 1 there are none, and every Linear1
+// segment first packs the CTAs better where experts have few m-blocks: a placed Linear2 segment counts
+// toward the next one's lag, so one wave in, every Linear2 segment so far went ahead of the remaining
+// Linear1 segments, whose Linear2 tiles then ended the phase (bench/NOTES.md, session 12).
+EPFUSE_HD int schedule_lag(int world, int ctas) { return world == 1 ? 1 << 30 : ctas; }
+
 // GEMM task `index` (< the schedule's total): its segment by binary search, then n-block major.
 EPFUSE_HD GemmTile gemm_tile(const ExpertPlan& p, int index, int* kind) {
   int lo = 0, hi = *p.segments - 1;

@@ -203,6 +203,33 @@ TEST(FusedDispatch, ItemsCoverEveryPairOnceAndSpreadRowsOverWarps) {
   }
 }
 
+// schedule_lag: at world 1 every Linear1 tile comes before every Linear2 tile; at other worlds the lag
+// is the CTA count, so at qwen3-30b's per-GPU decode shape (32 experts of one m-block, 6 and 8 n-blocks,
+// 132 CTAs) Linear2 segments start one wave in, ahead of the remaining Linear1 segments.
+TEST(FusedSchedule, WorldOnePlacesEveryLinear1First) {
+  MblockPlan st(std::vector<int>(32, 1));
+  std::vector<int> l1_end(32);
+  for (int world : {1, 2, 4}) {
+    const int total = build_gemm_schedule(st.plan, 32, 6, 8, schedule_lag(world, 132), l1_end.data());
+    ASSERT_EQ(total, 32 * 14);
+    int last_l1 = -1, first_l2 = total;
+    for (int i = 0; i < total; ++i) {
+      int kind = -1;
+      gemm_tile(st.plan, i, &kind);
+      if (kind == kSegLinear1) last_l1 = i;
+      if (kind == kSegLinear2) first_l2 = std::min(first_l2, i);
+    }
+    if (world == 1) {
+      EXPECT_EQ(last_l1, 32 * 6 - 1);
+      EXPECT_EQ(first_l2, 32 * 6);
+    } else {
+      EXPECT_EQ(schedule_lag(world, 132), 132);
+      EXPECT_LT(first_l2, last_l1) << "world " << world;
+      EXPECT_GE(first_l2, 132);
+    }
+  }
+}
+
 // The schedule's promises (task_map.h): a bijection onto the tiles, n-block major within a segment,
 // every Linear2 tile after all Linear1 tiles of its expert, Linear2 segments in expert order, each at
 // least `lag` tasks past the end of its Linear1 or after the last Linear1 segment.
