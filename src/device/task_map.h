@@ -174,6 +174,34 @@ EPFUSE_HD RowSource row_source(const ExpertPlan& p, int world, int local_experts
 }
 
 // ---- the GEMM schedule ----
+inline constexpr int kSegLinear1 = 0, kSegLinear2 = 1;
+
+// The schedule with every Linear1 segment first, asked for by lag = kLinear1First (schedule_lag, world 1):
+// the order of an endless lag, except that an expert without rows keeps its two segments, empty
+// (gemm_tile takes the last segment that starts at or before a task, never an empty one), so that segment
+// e (expert e's Linear1) and L + e (its Linear2) follow from mb_start alone, with no chain from one
+// expert to the next: the serial pass took the collect task's thread 0 7-15 us at 32-64 experts, on the
+// way to the first tile (bench/NOTES.md, sessions 9 and 12).
+EPFUSE_HD void linear1_first_segments(const ExpertPlan& p, int local_experts, int nblocks1, int nblocks2, int e) {
+  const int L = local_experts, mblocks = p.mb_start[L];
+  p.seg_start[e] = p.mb_start[e] * nblocks1;
+  p.seg_code[e] = e * 2 + kSegLinear1;
+  p.seg_start[L + e] = mblocks * nblocks1 + p.mb_start[e] * nblocks2;
+  p.seg_code[L + e] = e * 2 + kSegLinear2;
+  if (e == 0) {
+    p.seg_start[2 * L] = mblocks * (nblocks1 + nblocks2);
+    *p.segments = 2 * L;
+  }
+}
+
+// The lag the collect task asks for. Its one wave of CTAs spreads the Linear2 tiles' combine stores to
+// other ranks over the GEMM phase. World 1 has none, and there the lag cost time where experts have few
+// m-blocks: a placed Linear2 segment counts toward the next one's lag, so one wave in every Linear2
+// segment so far went ahead of the remaining Linear1 segments, whose Linear2 tiles then ended the phase
+// (bench/NOTES.md, session 12).
+inline constexpr int kLinear1First = 0x7fffffff;
+EPFUSE_HD int schedule_lag(int world, int ctas) { return world == 1 ? kLinear1First : ctas; }
+
 // Order of the GEMM tasks (built after build_expert_plan by the collect task):
 //  - within an expert, n-block major: consecutive tasks share one weight n-block and walk the expert's
 //    m-blocks, so the CTAs in flight read a few weight tiles at a time and L2 keeps them (m-block major
@@ -184,13 +212,16 @@ EPFUSE_HD RowSource row_source(const ExpertPlan& p, int world, int local_experts
 //    when its tiles are taken), the rest after the last Linear1 segment. The Linear2 tiles' remote
 //    combine stores then spread over the GEMM phase instead of bunching at its end.
 // Every Linear2 segment comes after its expert's Linear1 segment, so waits still target smaller ids.
-// Returns the GEMM task count.
+// lag = kLinear1First: linear1_first_segments instead. Returns the GEMM task count.
 // l1_end: scratch of local_experts ints (where each Linear1 segment ended). One pass over the experts
 // that reads only mb_start and l1_end: the collect task's thread 0 builds it, and reading back the
 // segments it had written (the previous pass) took 21 us for 64 experts; this one 14.6 us.
-inline constexpr int kSegLinear1 = 0, kSegLinear2 = 1;
 EPFUSE_HD int build_gemm_schedule(const ExpertPlan& p, int local_experts, int nblocks1, int nblocks2, int lag,
                                   int* l1_end) {
+  if (lag == kLinear1First) {
+    for (int e = 0; e < local_experts; ++e) linear1_first_segments(p, local_experts, nblocks1, nblocks2, e);
+    return p.mb_start[local_experts] * (nblocks1 + nblocks2);
+  }
   int n = 0, pos = 0;
   int next = 0;  // the first expert whose Linear2 segment is unplaced (those before it: placed, or no rows)
   auto emit = [&](int expert, int kind, int tasks) {
@@ -221,13 +252,6 @@ EPFUSE_HD int build_gemm_schedule(const ExpertPlan& p, int local_experts, int nb
   *p.segments = n;
   return pos;
 }
-
-// The lag build_gemm_schedule gets from the collect task: one wave of CTAs, which spreads the Linear2
-// tiles' combine stores to other ranks over the GEMM phase. At world 1 there are none, and every Linear1
-// segment first packs the CTAs better where experts have few m-blocks: a placed Linear2 segment counts
-// toward the next one's lag, so one wave in, every Linear2 segment so far went ahead of the remaining
-// Linear1 segments, whose Linear2 tiles then ended the phase (bench/NOTES.md, session 12).
-EPFUSE_HD int schedule_lag(int world, int ctas) { return world == 1 ? 1 << 30 : ctas; }
 
 // GEMM task `index` (< the schedule's total): its segment by binary search, then n-block major.
 EPFUSE_HD GemmTile gemm_tile(const ExpertPlan& p, int index, int* kind) {
