@@ -230,15 +230,12 @@ DeepGemmPeers run_deepgemm_peers(const BenchOptions& o, int world) {
     return p;
   }
   std::string text;
-  std::deque<std::string> log;
   char buf[4096];
   while (std::fgets(buf, sizeof buf, pipe)) {
     // echoed as they come, so a run cut off by a time limit still shows the peers' rows so far
     fmt::print("  peers| {}", buf);
     std::fflush(stdout);
     text += buf;
-    log.push_back(buf);
-    if (log.size() > kPeerLogLines) log.pop_front();
   }
   const int status = ::pclose(pipe);
   p.out = parse_peer_output(text, world);
@@ -246,8 +243,7 @@ DeepGemmPeers run_deepgemm_peers(const BenchOptions& o, int world) {
   if (!p.ok) {
     p.why = "run_deepgemm_peers.sh exited with status " +
             std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : status) + " and " +
-            std::to_string(p.out.rows.size()) + " rows; its last lines:\n";
-    for (const std::string& l : log) p.why += "  " + l;
+            std::to_string(p.out.rows.size()) + " rows (its output is above, '  peers| ')\n";
   }
   return p;
 }
