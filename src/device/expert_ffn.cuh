@@ -16,6 +16,7 @@
 #include "device/context.cuh"
 #include "device/epilogue.cuh"
 #include "device/gemm_mainloop.cuh"
+#include "device/gemm_maps_wgmma.h"
 #include "device/ptx.cuh"
 #include "device/scheduler.cuh"
 #include "device/thread_group.cuh"
@@ -236,11 +237,10 @@ struct WarpSpecialisedTiles {
                                               typename Gemm::RingPos& ring, void* smem) {
     const FusedParams& prm = *c.prm;
     const bool l1 = task.phase == Phase::kLinear1;
-    // Rows of prm.w13_map ([L * 2I, H]: gate rows, then up rows I further) or prm.w2_map ([L * H, I]).
-    const int row0 = l1 ? task.tile.expert * 2 * I + task.tile.nblock * (kBlockN / 2)
-                        : task.tile.expert * H + task.tile.nblock * kBlockN;
+    static_assert(kBlockN == 2 * kWeightBoxRows, "two weight boxes per stage (tma_weight_rows)");
+    const TmaWeightRows r = tma_weight_rows(l1, task.tile.expert, task.tile.nblock, H, I);
     const typename Gemm::BOperand b{l1 ? static_cast<const void*>(&prm.w13_map) : static_cast<const void*>(&prm.w2_map),
-                                    row0, row0 + (l1 ? I : kBlockN / 2)};
+                                    r.row0, r.row1};
     const bool loaded = Gemm::load_tile(ring, a_rows, b, l1 ? H : I, smem, c.limit(prm.timeout_ns));
     if (!loaded) pipeline_failed(c, task.phase, task.tile);
     return !g.sync_or(!loaded);

@@ -95,11 +95,9 @@ struct WarpSpecialisedFp8Tiles : WarpSpecialisedTiles<Gemm_, 32> {
                                               void* smem) {
     const FusedParams& prm = *c.prm;
     const bool l1 = task.phase == Phase::kLinear1;
-    // Rows of w13 ([L * 2I, H]: gate rows, then up rows I further) or w2 ([L * H, I]); every 128-row
-    // half of a tile is one weight block row (I % 128 == 0, H % 256 == 0).
-    const int row0 = l1 ? task.tile.expert * 2 * I + task.tile.nblock * (kBlockN / 2)
-                        : task.tile.expert * H + task.tile.nblock * kBlockN;
-    const int row1 = row0 + (l1 ? I : kBlockN / 2);
+    // Every 128-row half of a tile is one weight block row (I % 128 == 0, H % 256 == 0).
+    static_assert(kBlockN == 2 * kWeightBoxRows && kWeightBoxRows == fp8::kBlock, "a box is one weight block row");
+    const auto [row0, row1] = tma_weight_rows(l1, task.tile.expert, task.tile.nblock, H, I);
     const float* scales = l1 ? prm.fp8.w13_scales : prm.fp8.w2_scales;
     const int kb = l1 ? prm.fp8.w13_kb : prm.fp8.w2_kb;
     const typename Gemm::BOperand b{l1 ? static_cast<const void*>(&prm.w13_map) : static_cast<const void*>(&prm.w2_map),

@@ -26,6 +26,19 @@ inline constexpr int kWgmmaM = 64;                           // rows of one wgmm
 // warp-specialised 128x256 tile loads two per stage.
 inline constexpr int kWeightBoxRows = 128;
 
+// The weight rows of a warp-specialised 128x256 tile, two boxes of kWeightBoxRows per stage: tile columns
+// [0, 128) from rows [row0, row0 + 128) and [128, 256) from [row1, row1 + 128). Linear1 (w13 as
+// [L * 2I, H]: an expert's gate rows, then its up rows I further): n-block nblock's gate rows and the
+// same outputs' up rows; Linear2 (w2 as [L * H, I]): 256 consecutive rows.
+struct TmaWeightRows {
+  int row0;
+  int row1;
+};
+EPFUSE_HD TmaWeightRows tma_weight_rows(bool linear1, int expert, int nblock, int H, int I) {
+  const int row0 = linear1 ? (expert * 2 * I + nblock * kWeightBoxRows) : (expert * H + nblock * 2 * kWeightBoxRows);
+  return {row0, row0 + (linear1 ? I : kWeightBoxRows)};
+}
+
 // The hardware's view: the physical shared-memory byte address of logical byte address `addr` under
 // the 128-byte swizzle (absolute address bits, hence the 1024-byte alignment of every atom).
 EPFUSE_HD uint32_t sw128_physical(uint32_t addr) { return addr ^ (((addr >> 7) & 7u) << 4); }

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <random>
 #include <set>
+#include <utility>
 #include <vector>
 
 #include "device/gemm_maps.h"
@@ -361,6 +362,40 @@ TEST(GemmWgmmaHeuristics, Sm90Choice) {
         for (const fused::GemmTileShape& f : fused::kFusedTileShapes) fused_shape = fused_shape || f == s;
         EXPECT_TRUE(fused_shape);
       }
+}
+
+
+// The weight rows of the 128x256 TMA tiles (tma_weight_rows): over an expert's n-blocks, Linear1's
+// first boxes cover its gate rows [2 I e, 2 I e + I) once and its second boxes the up rows I further,
+// with the same outputs in both (row1 - row0 = I); Linear2's two boxes cover w2's rows [H e, H e + H) once.
+TEST(GemmTmaMaps, WeightRowsCoverEachExpertOnce) {
+  for (const auto [H, I] : {std::pair{7168, 2048}, std::pair{2048, 768}, std::pair{4096, 14336}, std::pair{256, 128}})
+    for (int e : {0, 1, 5}) {
+      std::set<int> gate, up, w2;
+      for (int nb = 0; nb < 2 * I / 256; ++nb) {
+        const TmaWeightRows r = tma_weight_rows(true, e, nb, H, I);
+        EXPECT_EQ(r.row1 - r.row0, I);
+        for (int j = 0; j < kWeightBoxRows; ++j) {
+          EXPECT_TRUE(gate.insert(r.row0 + j).second);
+          EXPECT_TRUE(up.insert(r.row1 + j).second);
+        }
+      }
+      for (int nb = 0; nb < H / 256; ++nb) {
+        const TmaWeightRows r = tma_weight_rows(false, e, nb, H, I);
+        for (int j = 0; j < kWeightBoxRows; ++j) {
+          EXPECT_TRUE(w2.insert(r.row0 + j).second);
+          EXPECT_TRUE(w2.insert(r.row1 + j).second);
+        }
+      }
+      ASSERT_EQ(static_cast<int>(gate.size()), I);
+      EXPECT_EQ(*gate.begin(), 2 * I * e);
+      EXPECT_EQ(*gate.rbegin(), 2 * I * e + I - 1);
+      EXPECT_EQ(*up.begin(), 2 * I * e + I);
+      EXPECT_EQ(*up.rbegin(), 2 * I * (e + 1) - 1);
+      ASSERT_EQ(static_cast<int>(w2.size()), H);
+      EXPECT_EQ(*w2.begin(), H * e);
+      EXPECT_EQ(*w2.rbegin(), H * (e + 1) - 1);
+    }
 }
 
 }  // namespace
