@@ -90,7 +90,8 @@ class TaskScheduler {
 // warpgroup prepares a task (waits for its inputs, fills its row table), posts it to a slot and issues
 // its operand loads; the math warpgroups take the slots in order and free each when done with it.
 //   full[s]:  the producer posted item[s] (table[s] is filled): 1 arrival.
-//   empty[s]: the math warps are done with item[s] and table[s]: 1 arrival.
+//   empty[s]: the math warps are done with item[s] and table[s]: 1 arrival (their leader's, after a
+//             barrier that every math thread reaches only once it has read item[s]: math_role).
 // With two slots the producer runs at most one task ahead: it claims task n + 1 only after issuing every
 // load of task n, so the math warps never wait for a producer stuck in a later task's wait, and taking
 // ids in order still cannot deadlock (a task waits only for smaller ids; docs/fused_design.md).
