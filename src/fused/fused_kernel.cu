@@ -89,12 +89,10 @@ __device__ void math_role(const device::FusedContext<Transport>& c, TaskSchedule
   typename Gemm::RingPos ring;
   for (uint32_t n = 0;; ++n) {
     const int s = sh.queue.slot(n);
-    // Each thread reads the posted item before the group's barrier, not after: a task that is no GEMM
-    // tile (combine) frees its slot as soon as the leader is past the barrier, and the producer then
-    // writes the next task into the slot while a slower warp may not have read this one yet. That warp
-    // then ran another task than its siblings: a combine task twice (the second waits for signals of a
-    // call to come, then times out) or kDone, whose barriers met its siblings' barrier.red ("an illegal
-    // instruction"; bench/NOTES.md, session 13). After a failed wait the copy is not used.
+    // Each thread copies the posted item before the group's barrier: a combine task frees its slot as
+    // soon as the leader is past the barrier, and the producer may then overwrite it before a slower
+    // warp has read it, which would run another task than its siblings (bench/NOTES.md, session 13: a
+    // combine twice, or kDone against their barriers). After a failed wait the copy is not used.
     const bool posted_ok = sh.queue.wait_posted(c, n);
     const typename Tiles::Posted posted = sh.queue.item[s];
     const bool failed = g.sync_or(!posted_ok);

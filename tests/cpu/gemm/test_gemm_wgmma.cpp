@@ -364,7 +364,6 @@ TEST(GemmWgmmaHeuristics, Sm90Choice) {
       }
 }
 
-
 // The weight rows of the 128x256 TMA tiles (tma_weight_rows): over an expert's n-blocks, Linear1's
 // first boxes cover its gate rows [2 I e, 2 I e + I) once and its second boxes the up rows I further,
 // with the same outputs in both (row1 - row0 = I); Linear2's two boxes cover w2's rows [H e, H e + H) once.
