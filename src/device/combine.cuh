@@ -92,7 +92,7 @@ __device__ void combine_task(const FusedContext<Transport>& c, int block, const 
       const uint32_t base = c.token_base[t];
       const uint32_t* signal = local_ptr<uint32_t>(c, token_signal_offset(prm.sym, prm.capacity, c.parity, t));
       ok = bounded_wait(prm, c.ctl, c.site(Phase::kCombine, WaitKind::kTokenTiles, t), expected,
-                        [&] { return ld_acquire_sys(signal); },
+                        [&] { return peer_acquire(c, signal); },
                         [&](uint32_t v) { return counter_reached(v, base, expected); })
                ? 1 : 0;
       if (ok) c.token_base[t] = base + expected;

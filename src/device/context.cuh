@@ -72,4 +72,23 @@ __device__ __forceinline__ T* local_ptr(const FusedContext<Transport>& c, size_t
   return static_cast<T*>(Transport::local(*c.prm, offset));
 }
 
+// The flags and counters between ranks (counts, arrivals, token signals): .sys scope where a peer is
+// another GPU, .gpu where every rank of the call is on this GPU (Transport::one_gpu). A .sys release
+// waits for the CTA's stores to be visible system-wide, which behind a full memory pipe takes
+// microseconds (bench/NOTES.md, session 14).
+template <class Transport>
+__device__ __forceinline__ uint32_t peer_acquire(const FusedContext<Transport>& c, const uint32_t* p) {
+  return Transport::one_gpu(*c.prm) ? ld_acquire_gpu(p) : ld_acquire_sys(p);
+}
+template <class Transport>
+__device__ __forceinline__ void peer_release_add(const FusedContext<Transport>& c, uint32_t* p, uint32_t v) {
+  if (Transport::one_gpu(*c.prm)) red_add_release_gpu(p, v);
+  else red_add_release_sys(p, v);
+}
+template <class Transport>
+__device__ __forceinline__ void peer_release_store(const FusedContext<Transport>& c, uint32_t* p, uint32_t v) {
+  if (Transport::one_gpu(*c.prm)) st_release_gpu(p, v);
+  else st_release_sys(p, v);
+}
+
 }  // namespace epfuse::device

@@ -79,7 +79,7 @@ __device__ void dispatch_task(const FusedContext<Transport>& c, int block, int l
   for (int e = threadIdx.x; e < E; e += blockDim.x) {
     const uint32_t n = sent[e];
     if (n != 0)
-      red_add_release_sys(peer_ptr<uint32_t>(c, expert_rank(e, L), arrival_offset(prm.sym, prm.capacity, c.parity, expert_local(e, L))), n);
+      peer_release_add(c, peer_ptr<uint32_t>(c, expert_rank(e, L), arrival_offset(prm.sym, prm.capacity, c.parity, expert_local(e, L))), n);
   }
 }
 

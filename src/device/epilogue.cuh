@@ -81,7 +81,7 @@ __device__ __forceinline__ int4* combine_chunk(const FusedContext<Transport>& c,
 template <class Transport>
 __device__ __forceinline__ void signal_home(const FusedContext<Transport>& c, int home, int token, uint32_t units) {
   const FusedParams& prm = *c.prm;
-  red_add_release_sys(peer_ptr<uint32_t>(c, home, token_signal_offset(prm.sym, prm.capacity, c.parity, token)), units);
+  peer_release_add(c, peer_ptr<uint32_t>(c, home, token_signal_offset(prm.sym, prm.capacity, c.parity, token)), units);
 }
 // After a Linear1 tile's stores (one thread, behind a barrier of the threads that stored).
 template <class Transport>

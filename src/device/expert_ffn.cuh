@@ -20,6 +20,7 @@
 #include "device/ptx.cuh"
 #include "device/scheduler.cuh"
 #include "device/thread_group.cuh"
+#include "device/trace.cuh"
 #include "device/wait.cuh"
 
 namespace epfuse::device {
@@ -89,7 +90,7 @@ __device__ __forceinline__ bool wait_tile_inputs(const FusedContext<Transport>& 
     const uint32_t base = c.plan.target[tile.expert] - rows;
     const uint32_t* arrived = local_ptr<uint32_t>(c, arrival_offset(prm.sym, prm.capacity, c.parity, tile.expert));
     return group_wait(g, prm, c.ctl, c.site(Phase::kLinear1, WaitKind::kArrivals, tile.expert), rows,
-                      [&] { return ld_acquire_sys(arrived); }, [&](uint32_t v) { return counter_reached(v, base, rows); });
+                      [&] { return peer_acquire(c, arrived); }, [&](uint32_t v) { return counter_reached(v, base, rows); });
   }
   const uint32_t* done = c.l1_done + tile.mblock;
   const uint32_t need = static_cast<uint32_t>(l1_tiles);
@@ -229,19 +230,25 @@ struct WarpSpecialisedTiles {
     for (int i = 0; i < Gemm::kProducerRows; ++i) a_rows[i] = t.a[Gemm::producer_row(g.rank(), i)];
   }
 
-  // Issues every operand load of a prepared GEMM tile into the ring. False (group-uniform, recorded)
-  // when a wait for a free stage ran out.
+  // The weight operand of a GEMM tile.
+  __device__ static typename Gemm::BOperand b_operand(const FusedParams& prm, const Task& task) {
+    const bool l1 = task.phase == Phase::kLinear1;
+    static_assert(kBlockN == 2 * kWeightBoxRows, "two weight boxes per stage (tma_weight_rows)");
+    const TmaWeightRows r =
+        tma_weight_rows(l1, task.tile.expert, task.tile.nblock, prm.dims.hidden, prm.dims.intermediate);
+    return {l1 ? static_cast<const void*>(&prm.w13_map) : static_cast<const void*>(&prm.w2_map), r.row0, r.row1};
+  }
+
+  // Issues every operand load of a prepared GEMM tile into the ring, but the weights of its first
+  // `preloaded` k-blocks (preload). False (group-uniform, recorded) when a wait for a free stage ran out.
   template <class Transport>
   __device__ __forceinline__ static bool load(const FusedContext<Transport>& c, const ThreadGroup& g, const Task& task,
                                               const __nv_bfloat16* const (&a_rows)[Gemm::kProducerRows], int H, int I,
-                                              typename Gemm::RingPos& ring, void* smem) {
+                                              typename Gemm::RingPos& ring, void* smem, int preloaded) {
     const FusedParams& prm = *c.prm;
     const bool l1 = task.phase == Phase::kLinear1;
-    static_assert(kBlockN == 2 * kWeightBoxRows, "two weight boxes per stage (tma_weight_rows)");
-    const TmaWeightRows r = tma_weight_rows(l1, task.tile.expert, task.tile.nblock, H, I);
-    const typename Gemm::BOperand b{l1 ? static_cast<const void*>(&prm.w13_map) : static_cast<const void*>(&prm.w2_map),
-                                    r.row0, r.row1};
-    const bool loaded = Gemm::load_tile(ring, a_rows, b, l1 ? H : I, smem, c.limit(prm.timeout_ns));
+    const bool loaded =
+        Gemm::load_tile(ring, a_rows, b_operand(prm, task), l1 ? H : I, smem, c.limit(prm.timeout_ns), preloaded);
     if (!loaded) pipeline_failed(c, task.phase, task.tile);
     return !g.sync_or(!loaded);
   }
@@ -255,6 +262,7 @@ struct WarpSpecialisedTiles {
                                   const ThreadGroup& g) {
     const bool ok = Gemm::mainloop(ring, K, rows, smem, acc, c.limit(c.prm->timeout_ns));
     if (!ok) pipeline_failed(c, phase, tile);
+    if constexpr (trace::kOn) if (g.leader()) trace::stamp(trace::math_record(), trace::kLoopEnd);
     return !g.sync_or(!ok);
   }
 
@@ -285,9 +293,38 @@ struct WarpSpecialisedTiles {
     const int own = g.rank();
     const int home = own < rows ? t.home[own] : 0, token = own < rows ? t.token[own] : 0;
     Epilogue::linear2(c, acc, tile, rows, t, sh.stage, g);
+    trace::math_stamp(g.leader(), trace::kEpiStored);
     sh.queue.release(s, g);
     if (own < rows) signal_home(c, home, token, signal_units(kBlockN));
   }
 };
+
+// Producer warpgroup of a warp-specialised CTA, before it waits for a GEMM tile's inputs: thread 0
+// issues the weights of the tile's first k-blocks (Gemm::load_weights), which need no inputs, so that
+// they stream while the tile waits for its rows (the dispatch's, or its expert's Linear1 tiles). Returns
+// how many k-blocks (load's `preloaded`), or -1 (group-uniform, recorded) when a wait for a free stage
+// ran out.
+template <class Tiles, class Transport>
+__device__ __forceinline__ int preload_weights(const FusedContext<Transport>& c, const ThreadGroup& g, const Task& task,
+                                               const typename Tiles::Gemm::RingPos& ring, void* smem) {
+  using Gemm = typename Tiles::Gemm;
+  const FusedParams& prm = *c.prm;
+  const int K = task.phase == Phase::kLinear1 ? prm.dims.hidden : prm.dims.intermediate;
+  bool ok = true;
+  if (g.leader()) {
+    ok = Gemm::load_weights(ring, Tiles::b_operand(prm, task), K, smem, c.limit(prm.timeout_ns));
+    if (!ok) pipeline_failed(c, task.phase, task.tile);
+  }
+  return g.sync_or(!ok) ? -1 : Gemm::preload_blocks(K);
+}
+
+// Producer warpgroup: after preload_weights, when the tile will not be loaded (its inputs' wait failed).
+template <class Tiles, class Transport>
+__device__ __forceinline__ void drop_weights(const FusedContext<Transport>& c, const Task& task,
+                                             const typename Tiles::Gemm::RingPos& ring, void* smem) {
+  const FusedParams& prm = *c.prm;
+  const int K = task.phase == Phase::kLinear1 ? prm.dims.hidden : prm.dims.intermediate;
+  Tiles::Gemm::drop_weights(ring, K, smem, c.limit(prm.timeout_ns));
+}
 
 }  // namespace epfuse::device

@@ -89,21 +89,29 @@ struct WarpSpecialisedFp8Tiles : WarpSpecialisedTiles<Gemm_, 32> {
                        : reinterpret_cast<const float*>(srow + fp8_x_scale_offset(H));
   }
 
-  template <class Transport>
-  __device__ __forceinline__ static bool load(const FusedContext<Transport>& c, const ThreadGroup& g, const Task& task,
-                                              const ARows& a_rows, int H, int I, typename Gemm::RingPos& ring,
-                                              void* smem) {
-    const FusedParams& prm = *c.prm;
+  // The weight operand of a GEMM tile: w13's or w2's codes and the block scales of its two 128-row halves.
+  __device__ static typename Gemm::BOperand b_operand(const FusedParams& prm, const Task& task) {
     const bool l1 = task.phase == Phase::kLinear1;
     // Every 128-row half of a tile is one weight block row (I % 128 == 0, H % 256 == 0).
     static_assert(kBlockN == 2 * kWeightBoxRows && kWeightBoxRows == fp8::kBlock, "a box is one weight block row");
-    const auto [row0, row1] = tma_weight_rows(l1, task.tile.expert, task.tile.nblock, H, I);
+    const auto [row0, row1] = tma_weight_rows(l1, task.tile.expert, task.tile.nblock, prm.dims.hidden, prm.dims.intermediate);
     const float* scales = l1 ? prm.fp8.w13_scales : prm.fp8.w2_scales;
     const int kb = l1 ? prm.fp8.w13_kb : prm.fp8.w2_kb;
-    const typename Gemm::BOperand b{l1 ? static_cast<const void*>(&prm.w13_map) : static_cast<const void*>(&prm.w2_map),
-                                    row0, row1, scales + static_cast<int64_t>(row0 / fp8::kBlock) * kb,
-                                    scales + static_cast<int64_t>(row1 / fp8::kBlock) * kb};
-    const bool loaded = Gemm::load_tile(ring, a_rows.a, a_rows.scale, b, l1 ? H : I, smem, c.limit(prm.timeout_ns));
+    return {l1 ? static_cast<const void*>(&prm.w13_map) : static_cast<const void*>(&prm.w2_map), row0, row1,
+            scales + static_cast<int64_t>(row0 / fp8::kBlock) * kb, scales + static_cast<int64_t>(row1 / fp8::kBlock) * kb};
+  }
+
+  // Issues every operand load of a prepared GEMM tile into the ring, but the weights of its first
+  // `preloaded` k-blocks (preload_weights). False (group-uniform, recorded) when a wait for a free stage
+  // ran out.
+  template <class Transport>
+  __device__ __forceinline__ static bool load(const FusedContext<Transport>& c, const ThreadGroup& g, const Task& task,
+                                              const ARows& a_rows, int H, int I, typename Gemm::RingPos& ring,
+                                              void* smem, int preloaded) {
+    const FusedParams& prm = *c.prm;
+    const bool l1 = task.phase == Phase::kLinear1;
+    const bool loaded = Gemm::load_tile(ring, a_rows.a, a_rows.scale, b_operand(prm, task), l1 ? H : I, smem,
+                                        c.limit(prm.timeout_ns), preloaded);
     if (!loaded) pipeline_failed(c, task.phase, task.tile);
     return !g.sync_or(!loaded);
   }
@@ -134,6 +142,7 @@ struct WarpSpecialisedFp8Tiles : WarpSpecialisedTiles<Gemm_, 32> {
     uint8_t code[kOutCols / 2];
     float scale[2];
     quantize_fragment_rows(hv, prm.fp8.scale_format, code, scale);
+    trace::math_stamp(g.leader(), trace::kEpiMath);
     auto* stage = reinterpret_cast<uint8_t*>(sh.stage);
     float* hs = h_scales(prm, c.h) + posted.h_row * fp8_scale_stride(I) + tile.nblock;
     uint8_t* hq = h_codes(c.h) + posted.h_row * I + tile.nblock * kOutCols;
@@ -156,6 +165,7 @@ struct WarpSpecialisedFp8Tiles : WarpSpecialisedTiles<Gemm_, 32> {
       }
       g.sync();  // stores issued (ordered before the leader's release) and the staging tile free
     });
+    trace::math_stamp(g.leader(), trace::kEpiStored);
     sh.queue.release(s, g);
     if (g.leader()) l1_tile_done(c, tile);
   }

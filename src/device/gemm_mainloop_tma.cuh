@@ -36,6 +36,7 @@
 #include "device/mbarrier.cuh"
 #include "device/mbarrier_ring.cuh"
 #include "device/ptx.cuh"
+#include "device/trace.cuh"
 #include "device/wait.cuh"
 #include "device/wgmma.cuh"
 
@@ -95,33 +96,66 @@ struct TileGemmTma {
   // The tile rows producer thread p copies (chunk producer_chunk of each; gemm_maps_wgmma.h).
   __device__ static int producer_row(int p, int i) { return device::producer_row(p, i, kProducerThreads, kChunksPerRow); }
 
+  // The tile's first k-blocks whose weights load_weights issues ahead of its A rows: as many as the ring
+  // holds.
+  EPFUSE_HD static constexpr int preload_blocks(int K) { return K / kBlockK < kStages ? K / kBlockK : kStages; }
+
+  // Producer thread 0, before the tile's inputs are in: the weight boxes of its first preload_blocks(K)
+  // k-blocks (weights need no inputs, so they stream while the producer waits for the tile's A rows).
+  // pos is not advanced: load_tile(..., preloaded) then adds those k-blocks' A rows. False when a wait
+  // for a free stage ran out.
+  __device__ static bool load_weights(RingPos pos, const BOperand& b, int K, void* smem, const WaitLimit& limit) {
+    const uint32_t base = ptx::smem_u32(smem);
+    for (int kb = 0; kb < preload_blocks(K); ++kb, ++pos.kb) {
+      if (!Ring::wait_free(base, pos, limit)) return false;
+      load_b(base, Ring::stage(pos), b, kb);
+    }
+    return true;
+  }
+
+  // Every producer thread, when load_weights ran for a tile whose A rows will never come (its inputs'
+  // wait failed): arrives on those stages in place of its copies and waits until the boxes are in, so
+  // that no bulk copy into shared memory outlives the CTA. The ring is not used again.
+  __device__ static void drop_weights(RingPos pos, int K, void* smem, const WaitLimit& limit) {
+    const uint32_t base = ptx::smem_u32(smem);
+    for (int kb = 0; kb < preload_blocks(K); ++kb, ++pos.kb) {
+      const uint32_t full = Ring::full_bar(base, Ring::stage(pos));
+      ptx::cp_async_mbar_arrive_noinc(full);
+      mbar_wait(full, (pos.kb / kStages) & 1u, limit);
+    }
+  }
+
   // Producer thread p (0..127): issues every k-block of one tile, copying its chunk of A rows
-  // producer_row(p, i) from a_rows[i] (nullptr: a padding row) and, thread 0, the weight boxes. False
-  // when a wait for a free stage ran out.
+  // producer_row(p, i) from a_rows[i] (nullptr: a padding row) and, thread 0, the weight boxes but for
+  // the first `preloaded` k-blocks (load_weights issued them). False when a wait for a free stage ran out.
   __device__ static bool load_tile(RingPos& pos, const __nv_bfloat16* const (&a_rows)[kProducerRows], const BOperand& b,
-                                   int K, void* smem, const WaitLimit& limit) {
+                                   int K, void* smem, const WaitLimit& limit, int preloaded = 0) {
     const int p = static_cast<int>(threadIdx.x);
     const int chunk = producer_chunk(p, kChunksPerRow);
     const uint32_t base = ptx::smem_u32(smem);
     for (int kb = 0; kb < K / kBlockK; ++kb, ++pos.kb) {
       const int s = Ring::stage(pos);
       if (!Ring::wait_free(base, pos, limit)) return false;
-      const int k0 = kb * kBlockK;
-      if (p == 0) {
-        const uint32_t sb = stage_b(base, s);
-        ptx::mbar_arrive_expect_tx(Ring::full_bar(base, s), kStageBytesB);
-        ptx::tma_load_2d(sb, b.map, Ring::full_bar(base, s), k0, b.row0);
-        ptx::tma_load_2d(sb + kBoxRows * kSw128RowBytes, b.map, Ring::full_bar(base, s), k0, b.row1);
-      }
+      if (p == 0 && kb >= preloaded) load_b(base, s, b, kb);
       const uint32_t sa = stage_a(base, s);
 #pragma unroll
       for (int i = 0; i < kProducerRows; ++i)
         if (a_rows[i] != nullptr)
           ptx::cp_async_16(sa + 2u * static_cast<uint32_t>(smem_chunk_offset(producer_row(p, i), chunk, kBlockK)),
-                           a_rows[i] + k0 + chunk * kChunkElems);
+                           a_rows[i] + kb * kBlockK + chunk * kChunkElems);
       ptx::cp_async_mbar_arrive_noinc(Ring::full_bar(base, s));
     }
     return true;
+  }
+
+  // Thread 0 of the producers: k-block kb's weight boxes into stage s (the expect_tx arrival is one of
+  // the stage's full arrivals).
+  __device__ static void load_b(uint32_t base, int s, const BOperand& b, int kb) {
+    const uint32_t full = Ring::full_bar(base, s);
+    const uint32_t sb = stage_b(base, s);
+    ptx::mbar_arrive_expect_tx(full, kStageBytesB);
+    ptx::tma_load_2d(sb, b.map, full, kb * kBlockK, b.row0);
+    ptx::tma_load_2d(sb + kBoxRows * kSw128RowBytes, b.map, full, kb * kBlockK, b.row1);
   }
 
   // What a math thread's k-loop starts from (this tile's and the FP8 tile's): its index among the math
@@ -160,6 +194,7 @@ struct TileGemmTma {
     for (int kb = 0; kb < num_k_blocks; ++kb, ++pos.kb) {
       const int s = Ring::stage(pos);
       if (!(ok = Ring::wait_full(base, pos, limit))) break;
+      trace::first_full(ct, kb);
       // The A rows came through cp.async (generic proxy); wgmma reads through the async proxy.
       ptx::fence_proxy_async_shared();
       ptx::fence_accumulators(acc.v);

@@ -38,6 +38,7 @@
 #include "device/mbarrier.cuh"
 #include "device/mbarrier_ring.cuh"
 #include "device/ptx.cuh"
+#include "device/trace.cuh"
 #include "device/wait.cuh"
 #include "device/wgmma.cuh"
 
@@ -118,12 +119,42 @@ struct TileGemmTmaFp8 {
   __device__ static int producer_row(int p, int i) { return Bf16::producer_row(p, i); }
   __device__ static int producer_scale_row(int p) { return producer_row(p, producer_chunk(p, kChunksPerRow)); }
 
+  // The tile's first k-blocks whose weights load_weights issues ahead of its A rows: as many as the ring
+  // holds.
+  EPFUSE_HD static constexpr int preload_blocks(int K) { return num_k_blocks(K) < kStages ? num_k_blocks(K) : kStages; }
+
+  // Producer thread 0, before the tile's inputs are in: the weight boxes and block scales of its first
+  // preload_blocks(K) k-blocks (weights need no inputs, so they stream while the producer waits for the
+  // tile's A rows). pos is not advanced: load_tile(..., preloaded) then adds those k-blocks' A rows.
+  // False when a wait for a free stage ran out.
+  __device__ static bool load_weights(RingPos pos, const BOperand& b, int K, void* smem, const WaitLimit& limit) {
+    const uint32_t base = ptx::smem_u32(smem);
+    for (int kb = 0; kb < preload_blocks(K); ++kb, ++pos.kb) {
+      if (!Ring::wait_free(base, pos, limit)) return false;
+      load_b(base, Ring::stage(pos), b, kb);
+    }
+    return true;
+  }
+
+  // Every producer thread, when load_weights ran for a tile whose A rows will never come (its inputs'
+  // wait failed): arrives on those stages in place of its copies and waits until the boxes are in, so
+  // that no bulk copy into shared memory outlives the CTA. The ring is not used again.
+  __device__ static void drop_weights(RingPos pos, int K, void* smem, const WaitLimit& limit) {
+    const uint32_t base = ptx::smem_u32(smem);
+    for (int kb = 0; kb < preload_blocks(K); ++kb, ++pos.kb) {
+      const uint32_t full = Ring::full_bar(base, Ring::stage(pos));
+      ptx::cp_async_mbar_arrive_noinc(full);
+      mbar_wait(full, (pos.kb / kStages) & 1u, limit);
+    }
+  }
+
   // Producer thread p (0..127): issues every k-block of one tile, copying its chunk of A rows
   // producer_row(p, i) from a_rows[i] (nullptr: a padding row), the scales of row producer_scale_row(p)
   // from a_scale_row (its ceil(K/128) scales, padded to fp8_scale_stride(K); nullptr: a padding row) and,
-  // thread 0, the weight boxes and their scales. K: supports_k. False when a wait for a free stage ran out.
+  // thread 0, the weight boxes and their scales, but for the first `preloaded` k-blocks (load_weights
+  // issued them). K: supports_k. False when a wait for a free stage ran out.
   __device__ static bool load_tile(RingPos& pos, const uint8_t* const (&a_rows)[kProducerRows], const float* a_scale_row,
-                                   const BOperand& b, int K, void* smem, const WaitLimit& limit) {
+                                   const BOperand& b, int K, void* smem, const WaitLimit& limit, int preloaded = 0) {
     const int p = static_cast<int>(threadIdx.x);
     const int chunk = producer_chunk(p, kChunksPerRow);
     const uint32_t base = ptx::smem_u32(smem);
@@ -132,18 +163,9 @@ struct TileGemmTmaFp8 {
     for (int kb = 0; kb < num_kb; ++kb, ++pos.kb) {
       const int s = Ring::stage(pos);
       if (!Ring::wait_free(base, pos, limit)) return false;
-      const int k0 = kb * kBlockK;
-      const uint32_t full = Ring::full_bar(base, s);
-      if (p == 0) {
-        const uint32_t sb = stage_b(base, s);
-        ptx::mbar_arrive_expect_tx(full, kStageBytesB);  // box bytes, zero-filled columns included
-        ptx::tma_load_2d(sb, b.map, full, k0, b.row0);
-        ptx::tma_load_2d(sb + kBoxRows * kSw128RowBytes, b.map, full, k0, b.row1);
-        ptx::cp_async_4(stage_scale_b(base, s), b.scale0 + kb);
-        ptx::cp_async_4(stage_scale_b(base, s) + 4u, b.scale1 + kb);
-      }
+      if (p == 0 && kb >= preloaded) load_b(base, s, b, kb);
       const uint32_t sa = stage_a(base, s);
-      const int k = k0 + chunk * kChunkBytes;
+      const int k = kb * kBlockK + chunk * kChunkBytes;
       const uint32_t src_bytes = k < K ? kChunkBytes : 0u;  // the second half of a last block of 64: zeros
 #pragma unroll
       for (int i = 0; i < kProducerRows; ++i) {
@@ -153,7 +175,7 @@ struct TileGemmTmaFp8 {
                                  a_rows[i] + k, src_bytes);
       }
       if (a_scale_row != nullptr) ptx::cp_async_16(stage_scale_a(base, s) + scale_dst, a_scale_row + (kb & ~3));
-      ptx::cp_async_mbar_arrive_noinc(full);
+      ptx::cp_async_mbar_arrive_noinc(Ring::full_bar(base, s));
     }
     return true;
   }
@@ -176,6 +198,7 @@ struct TileGemmTmaFp8 {
     for (int kb = 0; kb < num_kb; ++kb, ++pos.kb) {
       const int s = Ring::stage(pos);
       if (!(ok = Ring::wait_full(base, pos, limit))) break;
+      trace::first_full(ct, kb);
       // The A rows came through cp.async (generic proxy); wgmma reads through the async proxy.
       ptx::fence_proxy_async_shared();
       const uint32_t sa = scale_a0 + static_cast<uint32_t>(s * kStageBytesScaleA + (kb & 3) * 4);
@@ -206,6 +229,19 @@ struct TileGemmTmaFp8 {
   }
 
  private:
+  // Thread 0 of the producers: k-block kb's weight boxes and their block scales into stage s (the
+  // expect_tx arrival is one of the stage's full arrivals; the scales' cp.async complete with this
+  // thread's cp.async arrival).
+  __device__ static void load_b(uint32_t base, int s, const BOperand& b, int kb) {
+    const uint32_t full = Ring::full_bar(base, s);
+    const uint32_t sb = stage_b(base, s);
+    const int k0 = kb * kBlockK;
+    ptx::mbar_arrive_expect_tx(full, kStageBytesB);  // box bytes, zero-filled columns included
+    ptx::tma_load_2d(sb, b.map, full, k0, b.row0);
+    ptx::tma_load_2d(sb + kBoxRows * kSw128RowBytes, b.map, full, k0, b.row1);
+    ptx::cp_async_4(stage_scale_b(base, s), b.scale0 + kb);
+    ptx::cp_async_4(stage_scale_b(base, s) + 4u, b.scale1 + kb);
+  }
   // Columns [128 h, 128 h + 128) of the tile: 64 registers, an m64n128 accumulator.
   __device__ static float (&half(Accum& acc, int h))[kBlockN / 4] {
     return *reinterpret_cast<float(*)[kBlockN / 4]>(acc.v + h * (kBlockN / 4));

@@ -98,7 +98,7 @@ __device__ void publish_task(const FusedContext<Transport>& c, int layout_tasks)
     *peer_ptr<uint32_t>(c, dst, count_status_offset(prm.sym, prm.capacity, c.parity, prm.rank)) = status;
   __syncthreads();
   for (int dst = threadIdx.x; dst < d.world; dst += blockDim.x)
-    st_release_sys(peer_ptr<uint32_t>(c, dst, count_flag_offset(prm.sym, prm.capacity, c.parity, prm.rank)), c.epoch);
+    peer_release_store(c, peer_ptr<uint32_t>(c, dst, count_flag_offset(prm.sym, prm.capacity, c.parity, prm.rank)), c.epoch);
   if (threadIdx.x == 0 && status != 0) raise_abort(c.ctl);
 }
 
@@ -123,7 +123,7 @@ __device__ void collect_task(const FusedContext<Transport>& c, int block_m, int 
   for (int src = 0; src < W; ++src) {
     const uint32_t* flag = local_ptr<uint32_t>(c, count_flag_offset(prm.sym, prm.capacity, c.parity, src));
     if (!cta_wait(prm, c.ctl, c.site(Phase::kCollect, WaitKind::kCounts, src), c.epoch,
-                  [&] { return ld_acquire_sys(flag); }, [&](uint32_t v) { return flag_is_current(v, c.epoch); }))
+                  [&] { return peer_acquire(c, flag); }, [&](uint32_t v) { return flag_is_current(v, c.epoch); }))
       return;
   }
   __shared__ int peer_bad;

@@ -21,9 +21,13 @@
 //
 // WarpSpecialisedTile (TileGemmTma: wgmma fed by an mbarrier ring, gemm_mainloop_tma.cuh):
 //   init(smem): once per launch, by the whole CTA (arms the ring; synchronises the CTA).
-//   load_tile(pos, a_rows, b, K, smem, limit): producer thread p < kProducerThreads issues every k-block
-//     of one tile: its kProducerRows A rows (producer_row(p, i); nullptr: padding) and, thread 0, the
-//     weight boxes of BOperand b. False when a wait for a free stage ran out (limit, wait.cuh).
+//   load_tile(pos, a_rows, b, K, smem, limit, preloaded): producer thread p < kProducerThreads issues
+//     every k-block of one tile: its kProducerRows A rows (producer_row(p, i); nullptr: padding) and,
+//     thread 0, the weight boxes of BOperand b but for the first `preloaded` k-blocks. False when a wait
+//     for a free stage ran out (limit, wait.cuh).
+//   load_weights(pos, b, K, smem, limit): producer thread 0, before a tile's inputs are in: the weights
+//     of its first preload_blocks(K) k-blocks (then load_tile with preloaded = preload_blocks(K));
+//     drop_weights(pos, K, smem, limit): every producer thread, when those k-blocks' A rows never come.
 //   mainloop(pos, K, rows, smem, acc, limit): the math threads (kProducerThreads ..) consume the ring
 //     for a tile of `rows` real rows (a math warpgroup with none runs no MMA). False (in this thread)
 //     when a wait for a stage ran out.
@@ -31,7 +35,7 @@
 //     pairs as visit's, and gate column col with up column col + kBlockN / 2 (SwiGLU, epilogue.cuh).
 //   Each side keeps its own RingPos, carried from tile to tile.
 // WarpSpecialisedFp8Tile (TileGemmTmaFp8, gemm_mainloop_tma_fp8.cuh): the same roles over e4m3 codes with
-//   block scales; load_tile(pos, a_rows, a_scale_row, b, K, smem, limit) also copies the 1x128 scales
+//   block scales; load_tile(pos, a_rows, a_scale_row, b, K, smem, limit, preloaded) also copies the 1x128 scales
 //   of row producer_scale_row(p), b carries the two weight blocks' scales; K: supports_k (multiples of 64).
 #pragma once
 #include <concepts>
@@ -80,8 +84,9 @@ concept AllThreadTile =
 template <class G>
 concept WarpSpecialisedRoles =
     TileGemmShape<G> &&
-    requires(typename G::RingPos& pos, int K, int rows, void* smem, typename G::Accum& acc, const typename G::Accum& cacc,
-             const WaitLimit& limit, tile_concept::PairVisitor pair, tile_concept::QuadVisitor quad) {
+    requires(typename G::RingPos& pos, const typename G::BOperand& b, int K, int rows, void* smem,
+             typename G::Accum& acc, const typename G::Accum& cacc, const WaitLimit& limit,
+             tile_concept::PairVisitor pair, tile_concept::QuadVisitor quad) {
       { G::kProducerThreads } -> std::convertible_to<int>;
       { G::kConsumerThreads } -> std::convertible_to<int>;
       { G::kProducerRegs } -> std::convertible_to<int>;
@@ -89,6 +94,9 @@ concept WarpSpecialisedRoles =
       { G::kProducerRows } -> std::convertible_to<int>;
       { G::producer_row(0, 0) } -> std::same_as<int>;
       { G::init(smem) } -> std::same_as<void>;
+      { G::preload_blocks(K) } -> std::same_as<int>;
+      { G::load_weights(pos, b, K, smem, limit) } -> std::same_as<bool>;
+      { G::drop_weights(pos, K, smem, limit) } -> std::same_as<void>;
       { G::mainloop(pos, K, rows, smem, acc, limit) } -> std::same_as<bool>;
       { G::template visit_cols<0, 8>(cacc, pair) } -> std::same_as<void>;
       { G::template visit_gate_up<0, 8>(cacc, quad) } -> std::same_as<void>;
@@ -99,7 +107,7 @@ concept WarpSpecialisedTile =
     WarpSpecialisedRoles<G> &&
     requires(typename G::RingPos& pos, const __nv_bfloat16* const (&a_rows)[G::kProducerRows],
              const typename G::BOperand& b, int K, void* smem, const WaitLimit& limit) {
-      { G::load_tile(pos, a_rows, b, K, smem, limit) } -> std::same_as<bool>;
+      { G::load_tile(pos, a_rows, b, K, smem, limit, 0) } -> std::same_as<bool>;
     };
 
 // The FP8 tile (gemm_mainloop_tma_fp8.cuh): A rows are e4m3 codes, and producer thread p also copies
@@ -112,7 +120,7 @@ concept WarpSpecialisedFp8Tile =
              const typename G::BOperand& b, int K, void* smem, const WaitLimit& limit) {
       { G::producer_scale_row(0) } -> std::same_as<int>;
       { G::supports_k(K) } -> std::same_as<bool>;
-      { G::load_tile(pos, a_rows, a_scale_row, b, K, smem, limit) } -> std::same_as<bool>;
+      { G::load_tile(pos, a_rows, a_scale_row, b, K, smem, limit, 0) } -> std::same_as<bool>;
     };
 
 // A tile GEMM the fused kernel can run: exactly one of the three kinds.

@@ -16,9 +16,14 @@
 #include "fused/fused_kernel.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <iterator>
+#include <map>
+#include <tuple>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include <cuda_runtime.h>
 
@@ -36,6 +41,7 @@
 #include "device/profile.cuh"
 #include "device/scheduler.cuh"
 #include "device/tile_gemm.cuh"
+#include "device/trace.cuh"
 
 namespace epfuse::fused {
 namespace {
@@ -60,20 +66,31 @@ __device__ void producer_role(const device::FusedContext<Transport>& c, TaskSche
   typename Gemm::RingPos ring;
   for (uint32_t n = 0;; ++n) {
     const int s = queue.slot(n);
+    const int rec = device::trace::kPreRecords + static_cast<int>(n);
+    if constexpr (device::trace::kOn) {
+      if (g.leader()) device::trace::describe(rec, task), device::trace::stamp(rec, device::trace::kTaken);
+    }
     if (g.sync_or(!queue.wait_free(c, n))) break;
     const bool gemm = Tiles::is_gemm(task.phase);
-    bool ok = true;
     typename Tiles::ARows a_rows = {};  // this thread's A operands of the tile
     device::TileRows w{};
-    if (gemm && (ok = device::wait_tile_inputs(c, g, task.phase, task.tile, 2 * I / Gemm::kBlockN)))
-      Tiles::prepare(c, g, task, I, queue.table[s], a_rows, w);
+    // The weights of the tile's first k-blocks go out before its inputs are in (they need none).
+    const int preloaded = gemm ? device::preload_weights<Tiles>(c, g, task, ring, smem) : 0;
+    if constexpr (device::trace::kOn) if (g.leader()) device::trace::stamp(rec, device::trace::kWeights);
+    bool ok = preloaded >= 0;
+    if (gemm && ok && !(ok = device::wait_tile_inputs(c, g, task.phase, task.tile, 2 * I / Gemm::kBlockN)))
+      device::drop_weights<Tiles>(c, task, ring, smem);
+    if (gemm && ok) Tiles::prepare(c, g, task, I, queue.table[s], a_rows, w);
+    if constexpr (device::trace::kOn) if (g.leader()) device::trace::stamp(rec, device::trace::kInputs);
     if (g.leader()) {
       queue.item[s] = {ok ? task : Task{Phase::kDone, 0, {}}, w.rows,
                        gemm ? static_cast<int64_t>(c.plan.pair_off[w.expert]) + w.row0 : 0};
       queue.post(s);
+      if constexpr (device::trace::kOn) device::trace::stamp(rec, device::trace::kPosted);
     }
     if (!ok || task.phase == Phase::kDone) break;
-    if (gemm && !Tiles::load(c, g, task, a_rows, H, I, ring, smem)) break;
+    if (gemm && !Tiles::load(c, g, task, a_rows, H, I, ring, smem, preloaded)) break;
+    if constexpr (device::trace::kOn) if (g.leader()) device::trace::stamp(rec, device::trace::kLoaded);
     task = scheduler.next(g);
   }
   device::ptx::cp_async_wait_all();  // leave no copy in flight behind an exited thread
@@ -97,6 +114,10 @@ __device__ void math_role(const device::FusedContext<Transport>& c, TaskSchedule
     const typename Tiles::Posted posted = sh.queue.item[s];
     const bool failed = g.sync_or(!posted_ok);
     const Task& task = posted.task;
+    const int rec = device::trace::kPreRecords + static_cast<int>(n);
+    if constexpr (device::trace::kOn) {
+      if (g.leader()) device::trace::math_record() = rec, device::trace::stamp(rec, device::trace::kMathStart);
+    }
     profiler.after_next(static_cast<int>(Phase::kDone), g);
     if (failed || task.phase == Phase::kDone) break;
     // A GEMM tile frees its slot once its epilogue no longer reads the row table, before its release
@@ -110,6 +131,7 @@ __device__ void math_role(const device::FusedContext<Transport>& c, TaskSchedule
         break;
     }
     profiler.after_task(static_cast<int>(task.phase), g);
+    if constexpr (device::trace::kOn) if (g.leader()) device::trace::stamp(rec, device::trace::kEnd);
   }
   profiler.flush(g);
   scheduler.finish(g);
@@ -160,9 +182,13 @@ __global__ void __launch_bounds__(Gemm::kThreads, 1) fused_moe_kernel(const __gr
   const int nblocks2 = prm.dims.hidden / Gemm::kBlockN;
   TaskScheduler scheduler(c);
   TaskProfiler profiler(prm.profile);
-  for (;;) {
+  for (int pre = 0;; ++pre) {
     const Task task = scheduler.next();
     profiler.after_next(static_cast<int>(Phase::kDone));
+    if constexpr (device::trace::kOn) {
+      if (threadIdx.x == 0 && !(kRoles && task.phase >= Phase::kLinear1) && pre < device::trace::kPreRecords)
+        device::trace::describe(pre, task), device::trace::stamp(pre, device::trace::kMathStart);
+    }
     if constexpr (kRoles) {
       if (task.phase >= Phase::kLinear1) return warp_specialised_roles<RoleTiles>(c, scheduler, profiler, task, smem);
     }
@@ -184,6 +210,9 @@ __global__ void __launch_bounds__(Gemm::kThreads, 1) fused_moe_kernel(const __gr
       case Phase::kDone: break;
     }
     profiler.after_task(static_cast<int>(task.phase));
+    if constexpr (device::trace::kOn) {
+      if (threadIdx.x == 0 && pre < device::trace::kPreRecords) device::trace::stamp(pre, device::trace::kEnd);
+    }
   }
   profiler.flush();
   scheduler.finish();
@@ -279,8 +308,63 @@ int prepare_fused_kernel(Transport transport, const GemmTileShape& tile, const d
 
 int lsa_team_size(ncclComm_t comm) { return ncclTeamLsa(comm).nRanks; }
 
+#ifdef EPFUSE_TRACE
+// The diagnostic timeline (device/trace.cuh): of each distinct problem (rank, dims, tokens, kernel) this
+// process launches, launch number EPFUSE_TRACE_LAUNCH (default 20, so after warm-up) is recorded and
+// appended to the CSV file EPFUSE_TRACE_FILE (no file: nothing is recorded). One row per task record
+// written; its columns are scripts/trace_report.py's FIELDS.
+class LaunchTrace {
+ public:
+  // Before a launch: whether to record it (then the records are cleared).
+  bool before(const device::FusedParams& prm, const GemmTileShape& tile, cudaStream_t stream) {
+    const char* file = std::getenv("EPFUSE_TRACE_FILE");
+    if (file == nullptr) return false;
+    const char* nth = std::getenv("EPFUSE_TRACE_LAUNCH");
+    const int target = nth != nullptr ? std::atoi(nth) : 20;
+    const auto key = std::make_tuple(prm.rank, prm.dims.hidden, prm.dims.intermediate, prm.dims.num_experts,
+                                     prm.dims.world, prm.num_tokens, static_cast<int>(tile.mma));
+    if (++launches_[key] != target) return false;
+    void* records = nullptr;
+    EPFUSE_CUDA_CHECK(cudaGetSymbolAddress(&records, device::trace::g_records));
+    EPFUSE_CUDA_CHECK(cudaMemsetAsync(records, 0, sizeof(device::trace::g_records), stream));
+    return true;
+  }
+  // After a recorded launch: waits for it and appends its records.
+  void after(const device::FusedParams& prm, const GemmTileShape& tile, int grid, cudaStream_t stream) {
+    using device::trace::Record;
+    EPFUSE_CUDA_CHECK(cudaStreamSynchronize(stream));
+    std::vector<Record> rec(static_cast<size_t>(device::trace::kMaxCtas) * device::trace::kMaxRecords);
+    EPFUSE_CUDA_CHECK(cudaMemcpyFromSymbol(rec.data(), device::trace::g_records, rec.size() * sizeof(Record)));
+    std::FILE* f = std::fopen(std::getenv("EPFUSE_TRACE_FILE"), "a");
+    if (f == nullptr) throw Error(ErrorCode::kInvalidArgument, "EPFUSE_TRACE_FILE cannot be opened");
+    uint64_t t0 = ~0ull;
+    for (const Record& r : rec)
+      for (uint64_t t : r.t)
+        if (t != 0) t0 = std::min(t0, t);
+    for (int cta = 0; cta < std::min(grid, device::trace::kMaxCtas); ++cta)
+      for (int i = 0; i < device::trace::kMaxRecords; ++i) {
+        const Record& r = rec[static_cast<size_t>(cta) * device::trace::kMaxRecords + i];
+        if (std::all_of(std::begin(r.t), std::end(r.t), [](uint64_t t) { return t == 0; })) continue;
+        std::fprintf(f, "%d,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d", prm.rank, prm.dims.hidden, prm.dims.intermediate,
+                     prm.dims.num_experts, prm.num_tokens, static_cast<int>(tile.mma), cta, r.smid, i, r.phase, r.index,
+                     r.expert, r.mblock, r.nblock);
+        for (uint64_t t : r.t) std::fprintf(f, ",%lld", t == 0 ? -1ll : static_cast<long long>(t - t0));
+        std::fprintf(f, "\n");
+      }
+    std::fclose(f);
+  }
+
+ private:
+  std::map<std::tuple<int, int, int, int, int, int, int>, int> launches_;
+};
+#endif
+
 void launch_fused_kernel(Transport transport, const GemmTileShape& tile, const device::FusedParams& prm, int grid,
                          cudaStream_t stream) {
+#ifdef EPFUSE_TRACE
+  static LaunchTrace trace;
+  const bool traced = trace.before(prm, tile, stream);
+#endif
   with_shape(tile, [&](auto gemm) {
     const KernelShape ks = fused_kernel_shape(tile, prm.dims);
     with_kernel<decltype(gemm)>(transport, [&](auto kernel) {
@@ -288,6 +372,9 @@ void launch_fused_kernel(Transport transport, const GemmTileShape& tile, const d
       EPFUSE_CUDA_CHECK_LAUNCH();
     });
   });
+#ifdef EPFUSE_TRACE
+  if (traced) trace.after(prm, tile, grid, stream);
+#endif
 }
 
 }  // namespace epfuse::fused

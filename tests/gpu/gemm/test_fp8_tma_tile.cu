@@ -102,7 +102,19 @@ __global__ void __launch_bounds__(Tile::kThreads, 1) fp8_tma_tile_kernel(const _
       const float* a_scale = rs >= 0 ? p.x_scales + static_cast<int64_t>(rs) * p.S : nullptr;
       const int2 w = p.tile_w[t];
       const Tile::BOperand b{&wmap, w.x, w.y, p.w_scales + (w.x / 128) * p.kblocks, p.w_scales + (w.y / 128) * p.kblocks};
-      if (!Tile::load_tile(pos, a_rows, a_scale, b, p.K, smem, limit)) {
+      // Every second tile of a CTA takes the fused kernel's path for tiles that wait for their inputs:
+      // thread 0 issues the first k-blocks' weights ahead (load_weights), then load_tile adds their A rows.
+      int preloaded = 0;
+      if ((t / gridDim.x) % 2 == 1) {
+        bool ok = true;
+        if (t_id == 0) ok = Tile::load_weights(pos, b, p.K, smem, limit);
+        if (dev::ptx::named_barrier_or(1, Tile::kProducerThreads, !ok)) {
+          record_failure(p, 0, t);
+          break;
+        }
+        preloaded = Tile::preload_blocks(p.K);
+      }
+      if (!Tile::load_tile(pos, a_rows, a_scale, b, p.K, smem, limit, preloaded)) {
         record_failure(p, 0, t);
         break;
       }

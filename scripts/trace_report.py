@@ -1,0 +1,110 @@
+#!/usr/bin/env python3
+"""Summarises the fused kernel's task timeline (a build with -DEPFUSE_TRACE=ON, run with
+EPFUSE_TRACE_FILE=F; src/device/trace.cuh): per problem, when each phase ran, and where a GEMM tile's
+time goes (waiting for its inputs, for its first stage, the k-loop, the epilogue).
+
+usage: trace_report.py TRACE.csv [--tiles] [--sm N]
+  --tiles  one line per GEMM tile as well
+  --sm N   the task sequence of the CTA on SM N
+"""
+import argparse
+import collections
+import csv
+import statistics
+
+PHASES = ["layout", "publish", "dispatch", "collect", "linear1", "linear2", "combine", "done"]
+STAMPS = ["taken", "weights", "inputs", "posted", "loaded", "math_start", "first_full", "loop_end", "end", "epi_math",
+          "epi_stored"]
+FIELDS = ["rank", "H", "I", "E", "T", "mma", "cta", "smid", "rec", "phase", "index", "expert", "mblock", "nblock"] + STAMPS
+
+
+def load(path):
+    problems = collections.OrderedDict()
+    with open(path) as f:
+        for row in csv.reader(f):
+            if not row:
+                continue
+            r = dict(zip(FIELDS, (int(v) for v in row)))
+            key = (r["rank"], r["H"], r["I"], r["E"], r["T"], r["mma"])
+            problems.setdefault(key, []).append(r)
+    return problems
+
+
+def us(ns):
+    return ns / 1000.0
+
+
+def span(rows, a, b):
+    """Per-row durations b - a in us where both stamps exist."""
+    return [us(r[b] - r[a]) for r in rows if r[a] >= 0 and r[b] >= 0]
+
+
+def fmt(values):
+    if not values:
+        return "-"
+    return f"{statistics.median(values):7.2f} {min(values):7.2f} {max(values):7.2f}"
+
+
+def report(key, rows, tiles, sm):
+    rank, H, I, E, T, mma = key
+    end = max(r[s] for r in rows for s in STAMPS if r[s] >= 0)
+    kernel = {0: "mma.sync", 1: "wgmma", 2: "bf16 TMA", 3: "FP8 TMA"}.get(mma, str(mma))
+    print(f"== rank {rank} H={H} I={I} E={E} T={T} {kernel}: {len(rows)} task records, last stamp at {us(end):.1f} us")
+    print(f"{'phase':10s} {'tasks':>5s} {'first start':>11s} {'last end':>9s}")
+    for p, name in enumerate(PHASES):
+        ph = [r for r in rows if r["phase"] == p]
+        if not ph:
+            continue
+        starts = [r["math_start"] if r["math_start"] >= 0 else r["taken"] for r in ph]
+        ends = [r["end"] for r in ph if r["end"] >= 0]
+        print(f"{name:10s} {len(ph):5d} {us(min(starts)):11.1f} {us(max(ends)) if ends else -1:9.1f}")
+    print("GEMM tiles, us (median min max):")
+    print(f"{'phase':8s} {'weights->inputs':>23s} {'inputs->posted':>23s} {'posted->math':>23s} "
+          f"{'math->1st stage':>23s} {'k-loop':>23s} {'epilogue':>23s} {'whole (math)':>23s} {'epi: values':>23s} "
+          f"{'epi: stores issued':>23s} {'epi: release+signal':>23s}")
+    for p in (4, 5):
+        ph = [r for r in rows if r["phase"] == p]
+        if not ph:
+            continue
+        cols = [span(ph, "weights", "inputs"), span(ph, "inputs", "posted"), span(ph, "posted", "math_start"),
+                span(ph, "math_start", "first_full"), span(ph, "first_full", "loop_end"), span(ph, "loop_end", "end"),
+                span(ph, "math_start", "end"), span(ph, "loop_end", "epi_math"), span(ph, "loop_end", "epi_stored"),
+                span(ph, "epi_stored", "end")]
+        print(f"{PHASES[p]:8s} " + " ".join(f"{fmt(c):>23s}" for c in cols))
+    # Busy time of the math warps per SM: from the first GEMM task's start to the last one's end.
+    per_cta = collections.defaultdict(list)
+    for r in rows:
+        per_cta[r["cta"]].append(r)
+    idle = []
+    for cta, rs in per_cta.items():
+        g = sorted((r for r in rs if r["phase"] in (4, 5, 6) and r["math_start"] >= 0 and r["end"] >= 0),
+                   key=lambda r: r["math_start"])
+        for a, b in zip(g, g[1:]):
+            idle.append(us(b["math_start"] - a["end"]))
+    if idle:
+        print(f"math gaps between consecutive tasks of a CTA, us: median {statistics.median(idle):.2f}, "
+              f"sum over CTAs {sum(idle):.1f}, max {max(idle):.2f}")
+    if tiles:
+        for r in sorted((r for r in rows if r["phase"] in (4, 5)), key=lambda r: r["math_start"]):
+            st = " ".join(f"{us(r[s]):7.1f}" if r[s] >= 0 else "      -" for s in STAMPS)
+            print(f"  {PHASES[r['phase']]:8s} e{r['expert']:<3d} m{r['mblock']:<3d} n{r['nblock']:<3d} "
+                  f"cta {r['cta']:3d} sm {r['smid']:3d}  {st}")
+    if sm is not None:
+        for r in sorted((r for r in rows if r["smid"] == sm), key=lambda r: r["rec"]):
+            st = " ".join(f"{us(r[s]):7.1f}" if r[s] >= 0 else "      -" for s in STAMPS)
+            print(f"  rec {r['rec']:2d} {PHASES[r['phase']]:8s} idx {r['index']:4d} e{r['expert']} n{r['nblock']}  {st}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("trace")
+    ap.add_argument("--tiles", action="store_true")
+    ap.add_argument("--sm", type=int)
+    a = ap.parse_args()
+    print("stamps: " + ", ".join(STAMPS))
+    for key, rows in load(a.trace).items():
+        report(key, rows, a.tiles, a.sm)
+
+
+if __name__ == "__main__":
+    main()
