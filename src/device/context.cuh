@@ -72,22 +72,28 @@ __device__ __forceinline__ T* local_ptr(const FusedContext<Transport>& c, size_t
   return static_cast<T*>(Transport::local(*c.prm, offset));
 }
 
-// The flags and counters between ranks (counts, arrivals, token signals): .sys scope where a peer is
-// another GPU, .gpu where every rank of the call is on this GPU (Transport::one_gpu). A .sys release
-// waits for the CTA's stores to be visible system-wide, which behind a full memory pipe takes
-// microseconds (bench/NOTES.md, session 14).
+// The flags and counters between ranks (counts, arrivals, token signals): .sys scope, as a peer may be
+// another GPU; .gpu at world 1, where every one of them stays in this kernel. A .sys release waits for
+// the CTA's stores to be visible system-wide, which behind an SM's queued weight loads takes
+// microseconds (bench/NOTES.md, session 14). (The one-GPU loopback world keeps .sys: with .gpu its
+// world-4 bad-input fault run failed 2 of 13 times, a rank's count message missing for a second;
+// not explained yet.)
+template <class Transport>
+__device__ __forceinline__ bool signals_stay_local(const FusedContext<Transport>& c) {
+  return c.prm->dims.world == 1;
+}
 template <class Transport>
 __device__ __forceinline__ uint32_t peer_acquire(const FusedContext<Transport>& c, const uint32_t* p) {
-  return Transport::one_gpu(*c.prm) ? ld_acquire_gpu(p) : ld_acquire_sys(p);
+  return signals_stay_local(c) ? ld_acquire_gpu(p) : ld_acquire_sys(p);
 }
 template <class Transport>
 __device__ __forceinline__ void peer_release_add(const FusedContext<Transport>& c, uint32_t* p, uint32_t v) {
-  if (Transport::one_gpu(*c.prm)) red_add_release_gpu(p, v);
+  if (signals_stay_local(c)) red_add_release_gpu(p, v);
   else red_add_release_sys(p, v);
 }
 template <class Transport>
 __device__ __forceinline__ void peer_release_store(const FusedContext<Transport>& c, uint32_t* p, uint32_t v) {
-  if (Transport::one_gpu(*c.prm)) st_release_gpu(p, v);
+  if (signals_stay_local(c)) st_release_gpu(p, v);
   else st_release_sys(p, v);
 }
 

@@ -2,8 +2,7 @@
 // a flag or counter with release semantics; readers poll with acquire loads, then read the data.
 // Scope: .sys for anything a peer GPU writes or reads (NVLink peer-mapped memory through LSA
 // pointers), .gpu for flags only this GPU's CTAs use; the signals between ranks go through
-// context.cuh's peer_acquire / peer_release_add / peer_release_store, which take .gpu where every rank
-// is on this GPU. A release after __syncthreads() covers the
+// context.cuh's peer_acquire / peer_release_add / peer_release_store, which take .gpu at world 1. A release after __syncthreads() covers the
 // stores of every thread of the CTA (bar.sync orders them before it; the release is cumulative).
 #pragma once
 #include <cstdint>

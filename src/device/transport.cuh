@@ -5,8 +5,6 @@
 //   LsaTransport:      one process per GPU; rank r's window through NCCL's LSA (NVLink) mapping.
 //   LoopbackTransport: every rank in one process on one GPU (LoopbackWorld in epfuse/communicator.h);
 //                      rank r's window is slice r of one allocation, at slices + r * stride.
-// one_gpu(prm): whether every rank of the call is on this GPU, so that the signals between ranks need
-// only .gpu scope (context.cuh peer_release_add and friends).
 #pragma once
 #include <cstddef>
 
@@ -23,7 +21,6 @@ struct LsaTransport {
   __device__ __forceinline__ static void* local(const FusedParams& prm, size_t offset) {
     return ncclGetLocalPointer(prm.window, offset);
   }
-  __device__ __forceinline__ static bool one_gpu(const FusedParams& prm) { return prm.dims.world == 1; }
 };
 
 struct LoopbackTransport {
@@ -33,7 +30,6 @@ struct LoopbackTransport {
   __device__ __forceinline__ static void* local(const FusedParams& prm, size_t offset) {
     return peer(prm, prm.rank, offset);
   }
-  __device__ __forceinline__ static bool one_gpu(const FusedParams&) { return true; }
 };
 
 }  // namespace epfuse::device
