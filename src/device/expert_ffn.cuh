@@ -240,7 +240,7 @@ struct WarpSpecialisedTiles {
   }
 
   // Issues every operand load of a prepared GEMM tile into the ring, but the weights of its first
-  // `preloaded` k-blocks (preload). False (group-uniform, recorded) when a wait for a free stage ran out.
+  // `preloaded` k-blocks (preload_weights). False (group-uniform, recorded) when a wait for a free stage ran out.
   template <class Transport>
   __device__ __forceinline__ static bool load(const FusedContext<Transport>& c, const ThreadGroup& g, const Task& task,
                                               const __nv_bfloat16* const (&a_rows)[Gemm::kProducerRows], int H, int I,
@@ -262,7 +262,7 @@ struct WarpSpecialisedTiles {
                                   const ThreadGroup& g) {
     const bool ok = Gemm::mainloop(ring, K, rows, smem, acc, c.limit(c.prm->timeout_ns));
     if (!ok) pipeline_failed(c, phase, tile);
-    if constexpr (trace::kOn) if (g.leader()) trace::stamp(trace::math_record(), trace::kLoopEnd);
+    trace::math_stamp(g.leader(), trace::kLoopEnd);
     return !g.sync_or(!ok);
   }
 

@@ -129,23 +129,13 @@ struct TileGemmTmaFp8 {
   // False when a wait for a free stage ran out.
   __device__ static bool load_weights(RingPos pos, const BOperand& b, int K, void* smem, const WaitLimit& limit) {
     const uint32_t base = ptx::smem_u32(smem);
-    for (int kb = 0; kb < preload_blocks(K); ++kb, ++pos.kb) {
-      if (!Ring::wait_free(base, pos, limit)) return false;
-      load_b(base, Ring::stage(pos), b, kb);
-    }
-    return true;
+    return Ring::issue_ahead(base, pos, preload_blocks(K), limit, [&](int s, int kb) { load_b(base, s, b, kb); });
   }
 
   // Every producer thread, when load_weights ran for a tile whose A rows will never come (its inputs'
-  // wait failed): arrives on those stages in place of its copies and waits until the boxes are in, so
-  // that no bulk copy into shared memory outlives the CTA. The ring is not used again.
+  // wait failed): Ring::drain_ahead over those stages (the scales' cp.async complete with it).
   __device__ static void drop_weights(RingPos pos, int K, void* smem, const WaitLimit& limit) {
-    const uint32_t base = ptx::smem_u32(smem);
-    for (int kb = 0; kb < preload_blocks(K); ++kb, ++pos.kb) {
-      const uint32_t full = Ring::full_bar(base, Ring::stage(pos));
-      ptx::cp_async_mbar_arrive_noinc(full);
-      mbar_wait(full, (pos.kb / kStages) & 1u, limit);
-    }
+    Ring::drain_ahead(ptx::smem_u32(smem), pos, preload_blocks(K), limit);
   }
 
   // Producer thread p (0..127): issues every k-block of one tile, copying its chunk of A rows

@@ -6,7 +6,8 @@
 // Both sides count the k-blocks they passed since init() (RingPos, carried from tile to tile in a
 // register): k-block kb uses stage kb % kStages in round kb / kStages. The barriers sit at byte
 // kBarrierOffset of the tile's dynamic shared memory, full[kStages] then empty[kStages].
-// Only index arithmetic, the waits, and a math warp's pass over stages it does not read: what a stage
+// Only index arithmetic, the waits, a math warp's pass over stages it does not read, and the producer's
+// issue ahead of a tile's other operands (and its drain when they never come): what a stage
 // holds and who fills it is the tile's business.
 #pragma once
 #include <cstdint>
@@ -52,6 +53,27 @@ struct MbarRing {
   __device__ static bool wait_full(uint32_t smem, const RingPos& pos, const WaitLimit& limit) {
     return mbar_wait(full_bar(smem, stage(pos)), (pos.kb / kStages) & 1u, limit);
   }
+  // Producer, one thread: issue(stage, i) for the next n k-blocks from pos (i = 0 .. n - 1), each once
+  // its stage is free; pos is not advanced (the tile's loader adds the rest of those stages later).
+  // False when a wait ran out.
+  template <class Issue>
+  __device__ static bool issue_ahead(uint32_t smem, RingPos pos, int n, const WaitLimit& limit, Issue issue) {
+    for (int i = 0; i < n; ++i, ++pos.kb) {
+      if (!wait_free(smem, pos, limit)) return false;
+      issue(stage(pos), i);
+    }
+    return true;
+  }
+  // Every producer thread, after issue_ahead for stages whose other operands will never come: arrives
+  // on them in place of its copies (a cp.async arrival, as the loaders') and waits for their phases, so
+  // that no bulk copy into shared memory outlives the CTA. The ring is not used again.
+  __device__ static void drain_ahead(uint32_t smem, RingPos pos, int n, const WaitLimit& limit) {
+    for (int i = 0; i < n; ++i, ++pos.kb) {
+      ptx::cp_async_mbar_arrive_noinc(full_bar(smem, stage(pos)));
+      mbar_wait(full_bar(smem, stage(pos)), (pos.kb / kStages) & 1u, limit);
+    }
+  }
+
   // Math warp that reads none of the next num_kb k-blocks (its rows of the tile are all padding): waits
   // for each and releases it at once (lane 0: the warp's one arrival), so that its position and its
   // share of every release stay in step with the warps that do read them. False when a wait ran out.

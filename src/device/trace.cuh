@@ -1,10 +1,9 @@
 // A diagnostic timeline of the fused kernel, compiled in only with -DEPFUSE_TRACE=ON (CMake option; a
 // separate build: the stamps change register allocation, so its times are not the release kernel's).
 // Per CTA, one record per task: %globaltimer stamps at each step of a task's way through the CTA
-// (taken, inputs ready, posted, loads issued, math start, first stage full, k-loop end, end), written by
-// the leaders of the roles. The host copies the records of chosen launches out and writes them as CSV
-// (fused_kernel.cu trace_after_launch; scripts/trace_report.py reads them). Without EPFUSE_TRACE every
-// call below is an empty inline function.
+// (Stamp), written by the leaders of the roles. The host copies the records of chosen launches out and
+// writes them as CSV (fused_kernel.cu LaunchTrace; scripts/trace_report.py reads them). Without
+// EPFUSE_TRACE every call below is an empty inline function, and kOn guards the rest.
 #pragma once
 #include <cstdint>
 
