@@ -58,6 +58,14 @@ def report(key, rows, tiles, sm):
         starts = [r["math_start"] if r["math_start"] >= 0 else r["taken"] for r in ph]
         ends = [r["end"] for r in ph if r["end"] >= 0]
         print(f"{name:10s} {len(ph):5d} {us(min(starts)):11.1f} {us(max(ends)) if ends else -1:9.1f}")
+    print("tasks before the GEMM phase, us (median min max):")
+    print(f"{'phase':8s} {'start->inputs':>23s} {'inputs->written':>23s} {'written->end':>23s} {'whole':>23s}")
+    for p in (2, 3):  # dispatch: inputs = layout done, written = rows and entries; collect: inputs = counts in
+        ph = [r for r in rows if r["phase"] == p]
+        if ph:
+            cols = [span(ph, "math_start", "inputs"), span(ph, "inputs", "epi_stored"), span(ph, "epi_stored", "end"),
+                    span(ph, "math_start", "end")]
+            print(f"{PHASES[p]:8s} " + " ".join(f"{fmt(c):>23s}" for c in cols))
     print("GEMM tiles, us (median min max):")
     print(f"{'phase':8s} {'weights->inputs':>23s} {'inputs->posted':>23s} {'posted->math':>23s} "
           f"{'math->1st stage':>23s} {'k-loop':>23s} {'epilogue':>23s} {'whole (math)':>23s} {'epi: values':>23s} "

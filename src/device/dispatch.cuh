@@ -10,6 +10,7 @@
 #include "device/layout.cuh"
 #include "device/ptx.cuh"
 #include "device/routing.h"
+#include "device/trace.cuh"
 #include "device/wait.cuh"
 
 namespace epfuse::device {
@@ -27,6 +28,7 @@ __device__ void dispatch_task(const FusedContext<Transport>& c, int block, int l
   const FusedDims& d = prm.dims;
   const int k = d.topk, E = d.num_experts, L = c.local_experts, H = d.hidden;
   if (!wait_layout_done(c, Phase::kDispatch, layout_tasks, /*abortable=*/true)) return;
+  trace::stamp_current(threadIdx.x == 0, trace::kInputs);
   int* entry_base = static_cast<int*>(smem);                            // [E]: my first entry per expert
   uint32_t* sent = reinterpret_cast<uint32_t*>(entry_base + E);         // [E]: pairs this block sends
   for (int dst = threadIdx.x; dst < d.world; dst += blockDim.x)
@@ -76,6 +78,7 @@ __device__ void dispatch_task(const FusedContext<Transport>& c, int block, int l
     atomicAdd(&sent[e], 1u);
   }
   __syncthreads();
+  trace::stamp_current(threadIdx.x == 0, trace::kEpiStored);
   for (int e = threadIdx.x; e < E; e += blockDim.x) {
     const uint32_t n = sent[e];
     if (n != 0)

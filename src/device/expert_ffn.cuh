@@ -262,7 +262,7 @@ struct WarpSpecialisedTiles {
                                   const ThreadGroup& g) {
     const bool ok = Gemm::mainloop(ring, K, rows, smem, acc, c.limit(c.prm->timeout_ns));
     if (!ok) pipeline_failed(c, phase, tile);
-    trace::math_stamp(g.leader(), trace::kLoopEnd);
+    trace::stamp_current(g.leader(), trace::kLoopEnd);
     return !g.sync_or(!ok);
   }
 
@@ -293,7 +293,7 @@ struct WarpSpecialisedTiles {
     const int own = g.rank();
     const int home = own < rows ? t.home[own] : 0, token = own < rows ? t.token[own] : 0;
     Epilogue::linear2(c, acc, tile, rows, t, sh.stage, g);
-    trace::math_stamp(g.leader(), trace::kEpiStored);
+    trace::stamp_current(g.leader(), trace::kEpiStored);
     sh.queue.release(s, g);
     if (own < rows) signal_home(c, home, token, signal_units(kBlockN));
   }

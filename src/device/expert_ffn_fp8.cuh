@@ -142,7 +142,7 @@ struct WarpSpecialisedFp8Tiles : WarpSpecialisedTiles<Gemm_, 32> {
     uint8_t code[kOutCols / 2];
     float scale[2];
     quantize_fragment_rows(hv, prm.fp8.scale_format, code, scale);
-    trace::math_stamp(g.leader(), trace::kEpiMath);
+    trace::stamp_current(g.leader(), trace::kEpiMath);
     auto* stage = reinterpret_cast<uint8_t*>(sh.stage);
     float* hs = h_scales(prm, c.h) + posted.h_row * fp8_scale_stride(I) + tile.nblock;
     uint8_t* hq = h_codes(c.h) + posted.h_row * I + tile.nblock * kOutCols;
@@ -165,7 +165,7 @@ struct WarpSpecialisedFp8Tiles : WarpSpecialisedTiles<Gemm_, 32> {
       }
       g.sync();  // stores issued (ordered before the leader's release) and the staging tile free
     });
-    trace::math_stamp(g.leader(), trace::kEpiStored);
+    trace::stamp_current(g.leader(), trace::kEpiStored);
     sh.queue.release(s, g);
     if (g.leader()) l1_tile_done(c, tile);
   }

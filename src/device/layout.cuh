@@ -7,6 +7,7 @@
 
 #include "device/context.cuh"
 #include "device/routing.h"
+#include "device/trace.cuh"
 #include "device/wait.cuh"
 
 namespace epfuse::device {
@@ -126,6 +127,7 @@ __device__ void collect_task(const FusedContext<Transport>& c, int block_m, int 
                   [&] { return peer_acquire(c, flag); }, [&](uint32_t v) { return flag_is_current(v, c.epoch); }))
       return;
   }
+  trace::stamp_current(threadIdx.x == 0, trace::kInputs);
   __shared__ int peer_bad;
   if (threadIdx.x == 0) {
     peer_bad = 0;

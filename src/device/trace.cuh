@@ -16,7 +16,8 @@ namespace epfuse::device::trace {
 enum Stamp : int {
   kTaken = 0,   // the CTA (producer) has the task id
   kWeights,     // producer: the queue slot is free and the tile's first weights are issued
-  kInputs,      // producer: the tile's inputs are there (dispatch rows / the expert's Linear1 tiles)
+  kInputs,      // producer: the tile's inputs are there (dispatch rows / the expert's Linear1 tiles);
+                //   dispatch: the layout is done; collect: every rank's counts are in
   kPosted,      // producer: posted to the math warps (pre-role tasks: unused)
   kLoaded,      // producer: every operand load of the tile issued
   kMathStart,   // math: took the posted task (pre-role tasks: start)
@@ -24,7 +25,8 @@ enum Stamp : int {
   kLoopEnd,     // math: the k-loop is done
   kEnd,         // the task is done (epilogue, signals)
   kEpiMath,     // math: Linear1's h values (and FP8 codes) are in registers
-  kEpiStored,   // math: the epilogue's stores are issued (before the release / signals)
+  kEpiStored,   // math: the epilogue's stores are issued (before the release / signals); dispatch:
+                //   every row and entry of the task is written (before the arrival adds)
   kStamps
 };
 
@@ -41,8 +43,9 @@ struct Record {
 inline constexpr bool kOn = true;
 __device__ Record g_records[kMaxCtas][kMaxRecords];
 
-// The math leader's current record (read by the mainloop's first-stage stamp).
-__device__ __forceinline__ int& math_record() {
+// The record of the task the stamping thread's group runs: thread 0's before the roles, the math
+// leader's after (read by the stamps inside the tasks).
+__device__ __forceinline__ int& current_record() {
   __shared__ int r;
   return r;
 }
@@ -68,22 +71,22 @@ __device__ __forceinline__ void describe(int record, const Task& task) {
   r.smid = static_cast<int32_t>(smid());
 }
 
-// The math group's leader stamps step s of its current task.
-__device__ __forceinline__ void math_stamp(bool leader, Stamp s) {
-  if (leader) stamp(math_record(), s);
+// The group's leader (thread 0 before the roles, the math leader after) stamps step s of its task.
+__device__ __forceinline__ void stamp_current(bool leader, Stamp s) {
+  if (leader) stamp(current_record(), s);
 }
 // The math leader stamps its first full stage (called by every math thread of the k-loop).
 __device__ __forceinline__ void first_full(int math_thread, int kb) {
-  if (math_thread == 0 && kb == 0) stamp(math_record(), kFirstFull);
+  if (math_thread == 0 && kb == 0) stamp(current_record(), kFirstFull);
 }
 #else
 inline constexpr bool kOn = false;
-__device__ __forceinline__ int& math_record() {
+__device__ __forceinline__ int& current_record() {
   __shared__ int r;
   return r;
 }
 __device__ __forceinline__ void stamp(int, Stamp) {}
-__device__ __forceinline__ void math_stamp(bool, Stamp) {}
+__device__ __forceinline__ void stamp_current(bool, Stamp) {}
 __device__ __forceinline__ void describe(int, const Task&) {}
 __device__ __forceinline__ void first_full(int, int) {}
 #endif

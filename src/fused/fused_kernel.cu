@@ -116,7 +116,7 @@ __device__ void math_role(const device::FusedContext<Transport>& c, TaskSchedule
     const Task& task = posted.task;
     const int rec = device::trace::kPreRecords + static_cast<int>(n);
     if constexpr (device::trace::kOn) {
-      if (g.leader()) device::trace::math_record() = rec, device::trace::stamp(rec, device::trace::kMathStart);
+      if (g.leader()) device::trace::current_record() = rec, device::trace::stamp(rec, device::trace::kMathStart);
     }
     profiler.after_next(static_cast<int>(Phase::kDone), g);
     if (failed || task.phase == Phase::kDone) break;
@@ -186,8 +186,11 @@ __global__ void __launch_bounds__(Gemm::kThreads, 1) fused_moe_kernel(const __gr
     const Task task = scheduler.next();
     profiler.after_next(static_cast<int>(Phase::kDone));
     if constexpr (device::trace::kOn) {
-      if (threadIdx.x == 0 && !(kRoles && task.phase >= Phase::kLinear1) && pre < device::trace::kPreRecords)
-        device::trace::describe(pre, task), device::trace::stamp(pre, device::trace::kMathStart);
+      if (threadIdx.x == 0 && !(kRoles && task.phase >= Phase::kLinear1)) {
+        const int rec = pre < device::trace::kPreRecords ? pre : -1;  // (stamp and describe skip -1)
+        device::trace::current_record() = rec;
+        device::trace::describe(rec, task), device::trace::stamp(rec, device::trace::kMathStart);
+      }
     }
     if constexpr (kRoles) {
       if (task.phase >= Phase::kLinear1) return warp_specialised_roles<RoleTiles>(c, scheduler, profiler, task, smem);
