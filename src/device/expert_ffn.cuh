@@ -304,12 +304,17 @@ struct WarpSpecialisedTiles {
 // they stream while the tile waits for its rows (the dispatch's, or its expert's Linear1 tiles). Returns
 // how many k-blocks (load's `preloaded`), or -1 (group-uniform, recorded) when a wait for a free stage
 // ran out.
+// K of a GEMM tile: H for Linear1, I for Linear2.
+__device__ __forceinline__ int tile_k(const FusedDims& d, Phase phase) {
+  return phase == Phase::kLinear1 ? d.hidden : d.intermediate;
+}
+
 template <class Tiles, class Transport>
 __device__ __forceinline__ int preload_weights(const FusedContext<Transport>& c, const ThreadGroup& g, const Task& task,
                                                const typename Tiles::Gemm::RingPos& ring, void* smem) {
   using Gemm = typename Tiles::Gemm;
   const FusedParams& prm = *c.prm;
-  const int K = task.phase == Phase::kLinear1 ? prm.dims.hidden : prm.dims.intermediate;
+  const int K = tile_k(prm.dims, task.phase);
   bool ok = true;
   if (g.leader()) {
     ok = Gemm::load_weights(ring, Tiles::b_operand(prm, task), K, smem, c.limit(prm.timeout_ns));
@@ -323,8 +328,7 @@ template <class Tiles, class Transport>
 __device__ __forceinline__ void drop_weights(const FusedContext<Transport>& c, const Task& task,
                                              const typename Tiles::Gemm::RingPos& ring, void* smem) {
   const FusedParams& prm = *c.prm;
-  const int K = task.phase == Phase::kLinear1 ? prm.dims.hidden : prm.dims.intermediate;
-  Tiles::Gemm::drop_weights(ring, K, smem, c.limit(prm.timeout_ns));
+  Tiles::Gemm::drop_weights(ring, tile_k(prm.dims, task.phase), smem, c.limit(prm.timeout_ns));
 }
 
 }  // namespace epfuse::device

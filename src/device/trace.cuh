@@ -3,7 +3,7 @@
 // Per CTA, one record per task: %globaltimer stamps at each step of a task's way through the CTA
 // (Stamp), written by the leaders of the roles. The host copies the records of chosen launches out and
 // writes them as CSV (fused_kernel.cu LaunchTrace; scripts/trace_report.py reads them). Without
-// EPFUSE_TRACE every call below is an empty inline function, and kOn guards the rest.
+// EPFUSE_TRACE every call below is an empty inline function.
 #pragma once
 #include <cstdint>
 
@@ -71,6 +71,14 @@ __device__ __forceinline__ void describe(int record, const Task& task) {
   r.smid = static_cast<int32_t>(smid());
 }
 
+// The group's leader (thread 0 before the roles, the math leader after), when it takes a task: the task
+// becomes its current record, described and stamped kMathStart (record -1: none).
+__device__ __forceinline__ void open_task(bool leader, int record, const Task& task) {
+  if (!leader) return;
+  current_record() = record;
+  describe(record, task);
+  stamp(record, kMathStart);
+}
 // The group's leader (thread 0 before the roles, the math leader after) stamps step s of its task.
 __device__ __forceinline__ void stamp_current(bool leader, Stamp s) {
   if (leader) stamp(current_record(), s);
@@ -81,11 +89,8 @@ __device__ __forceinline__ void first_full(int math_thread, int kb) {
 }
 #else
 inline constexpr bool kOn = false;
-__device__ __forceinline__ int& current_record() {
-  __shared__ int r;
-  return r;
-}
 __device__ __forceinline__ void stamp(int, Stamp) {}
+__device__ __forceinline__ void open_task(bool, int, const Task&) {}
 __device__ __forceinline__ void stamp_current(bool, Stamp) {}
 __device__ __forceinline__ void describe(int, const Task&) {}
 __device__ __forceinline__ void first_full(int, int) {}

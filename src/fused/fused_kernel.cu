@@ -67,30 +67,28 @@ __device__ void producer_role(const device::FusedContext<Transport>& c, TaskSche
   for (uint32_t n = 0;; ++n) {
     const int s = queue.slot(n);
     const int rec = device::trace::kPreRecords + static_cast<int>(n);
-    if constexpr (device::trace::kOn) {
-      if (g.leader()) device::trace::describe(rec, task), device::trace::stamp(rec, device::trace::kTaken);
-    }
+    if (g.leader()) device::trace::describe(rec, task), device::trace::stamp(rec, device::trace::kTaken);
     if (g.sync_or(!queue.wait_free(c, n))) break;
     const bool gemm = Tiles::is_gemm(task.phase);
     typename Tiles::ARows a_rows = {};  // this thread's A operands of the tile
     device::TileRows w{};
     // The weights of the tile's first k-blocks go out before its inputs are in (they need none).
     const int preloaded = gemm ? device::preload_weights<Tiles>(c, g, task, ring, smem) : 0;
-    if constexpr (device::trace::kOn) if (g.leader()) device::trace::stamp(rec, device::trace::kWeights);
+    if (g.leader()) device::trace::stamp(rec, device::trace::kWeights);
     bool ok = preloaded >= 0;
     if (gemm && ok && !(ok = device::wait_tile_inputs(c, g, task.phase, task.tile, 2 * I / Gemm::kBlockN)))
       device::drop_weights<Tiles>(c, task, ring, smem);
     if (gemm && ok) Tiles::prepare(c, g, task, I, queue.table[s], a_rows, w);
-    if constexpr (device::trace::kOn) if (g.leader()) device::trace::stamp(rec, device::trace::kInputs);
+    if (g.leader()) device::trace::stamp(rec, device::trace::kInputs);
     if (g.leader()) {
       queue.item[s] = {ok ? task : Task{Phase::kDone, 0, {}}, w.rows,
                        gemm ? static_cast<int64_t>(c.plan.pair_off[w.expert]) + w.row0 : 0};
       queue.post(s);
-      if constexpr (device::trace::kOn) device::trace::stamp(rec, device::trace::kPosted);
+      device::trace::stamp(rec, device::trace::kPosted);
     }
     if (!ok || task.phase == Phase::kDone) break;
     if (gemm && !Tiles::load(c, g, task, a_rows, H, I, ring, smem, preloaded)) break;
-    if constexpr (device::trace::kOn) if (g.leader()) device::trace::stamp(rec, device::trace::kLoaded);
+    if (g.leader()) device::trace::stamp(rec, device::trace::kLoaded);
     task = scheduler.next(g);
   }
   device::ptx::cp_async_wait_all();  // leave no copy in flight behind an exited thread
@@ -115,9 +113,7 @@ __device__ void math_role(const device::FusedContext<Transport>& c, TaskSchedule
     const bool failed = g.sync_or(!posted_ok);
     const Task& task = posted.task;
     const int rec = device::trace::kPreRecords + static_cast<int>(n);
-    if constexpr (device::trace::kOn) {
-      if (g.leader()) device::trace::current_record() = rec, device::trace::stamp(rec, device::trace::kMathStart);
-    }
+    device::trace::open_task(g.leader(), rec, task);
     profiler.after_next(static_cast<int>(Phase::kDone), g);
     if (failed || task.phase == Phase::kDone) break;
     // A GEMM tile frees its slot once its epilogue no longer reads the row table, before its release
@@ -131,7 +127,7 @@ __device__ void math_role(const device::FusedContext<Transport>& c, TaskSchedule
         break;
     }
     profiler.after_task(static_cast<int>(task.phase), g);
-    if constexpr (device::trace::kOn) if (g.leader()) device::trace::stamp(rec, device::trace::kEnd);
+    if (g.leader()) device::trace::stamp(rec, device::trace::kEnd);
   }
   profiler.flush(g);
   scheduler.finish(g);
@@ -185,13 +181,8 @@ __global__ void __launch_bounds__(Gemm::kThreads, 1) fused_moe_kernel(const __gr
   for (int pre = 0;; ++pre) {
     const Task task = scheduler.next();
     profiler.after_next(static_cast<int>(Phase::kDone));
-    if constexpr (device::trace::kOn) {
-      if (threadIdx.x == 0 && !(kRoles && task.phase >= Phase::kLinear1)) {
-        const int rec = pre < device::trace::kPreRecords ? pre : -1;  // (stamp and describe skip -1)
-        device::trace::current_record() = rec;
-        device::trace::describe(rec, task), device::trace::stamp(rec, device::trace::kMathStart);
-      }
-    }
+    const int rec = pre < device::trace::kPreRecords ? pre : -1;  // the roles' tasks have their own records
+    device::trace::open_task(threadIdx.x == 0 && !(kRoles && task.phase >= Phase::kLinear1), rec, task);
     if constexpr (kRoles) {
       if (task.phase >= Phase::kLinear1) return warp_specialised_roles<RoleTiles>(c, scheduler, profiler, task, smem);
     }
@@ -213,9 +204,7 @@ __global__ void __launch_bounds__(Gemm::kThreads, 1) fused_moe_kernel(const __gr
       case Phase::kDone: break;
     }
     profiler.after_task(static_cast<int>(task.phase));
-    if constexpr (device::trace::kOn) {
-      if (threadIdx.x == 0 && pre < device::trace::kPreRecords) device::trace::stamp(pre, device::trace::kEnd);
-    }
+    if (threadIdx.x == 0) device::trace::stamp(rec, device::trace::kEnd);
   }
   profiler.flush();
   scheduler.finish();
