@@ -14,7 +14,7 @@ import statistics
 
 PHASES = ["layout", "publish", "dispatch", "collect", "linear1", "linear2", "combine", "done"]
 STAMPS = ["taken", "weights", "inputs", "posted", "loaded", "math_start", "first_full", "loop_end", "end", "epi_math",
-          "epi_stored"]
+          "epi_stored", "loop_synced", "epi_swiglu"]
 FIELDS = ["rank", "H", "I", "E", "T", "mma", "cta", "smid", "rec", "phase", "index", "expert", "mblock", "nblock"] + STAMPS
 
 
@@ -25,6 +25,8 @@ def load(path):
             if not row:
                 continue
             r = dict(zip(FIELDS, (int(v) for v in row)))
+            for s in STAMPS:  # traces of builds with fewer stamps
+                r.setdefault(s, -1)
             key = (r["rank"], r["H"], r["I"], r["E"], r["T"], r["mma"])
             problems.setdefault(key, []).append(r)
     return problems
@@ -79,6 +81,14 @@ def report(key, rows, tiles, sm):
                 span(ph, "math_start", "end"), span(ph, "loop_end", "epi_math"), span(ph, "loop_end", "epi_stored"),
                 span(ph, "epi_stored", "end")]
         print(f"{PHASES[p]:8s} " + " ".join(f"{fmt(c):>23s}" for c in cols))
+    print("GEMM epilogue steps, us (median min max):")
+    print(f"{'phase':8s} {'k-loop end->synced':>23s} {'synced->swiglu':>23s} {'swiglu->values':>23s}")
+    for p in (4, 5):
+        ph = [r for r in rows if r["phase"] == p]
+        if ph:
+            cols = [span(ph, "loop_end", "loop_synced"), span(ph, "loop_synced", "epi_swiglu"),
+                    span(ph, "epi_swiglu", "epi_math")]
+            print(f"{PHASES[p]:8s} " + " ".join(f"{fmt(c):>23s}" for c in cols))
     # Busy time of the math warps per SM: from the first GEMM task's start to the last one's end.
     per_cta = collections.defaultdict(list)
     for r in rows:

@@ -263,7 +263,9 @@ struct WarpSpecialisedTiles {
     const bool ok = Gemm::mainloop(ring, K, rows, smem, acc, c.limit(c.prm->timeout_ns));
     if (!ok) pipeline_failed(c, phase, tile);
     trace::stamp_current(g.leader(), trace::kLoopEnd);
-    return !g.sync_or(!ok);
+    const bool failed = g.sync_or(!ok);
+    trace::stamp_current(g.leader(), trace::kLoopSynced);
+    return !failed;
   }
 
   // The Linear1 tile posted in slot s.

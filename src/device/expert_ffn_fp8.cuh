@@ -139,6 +139,7 @@ struct WarpSpecialisedFp8Tiles : WarpSpecialisedTiles<Gemm_, 32> {
       hv[j + 1] = swiglu(g1, u1, clamp) * weight;
       j += 2;
     });
+    trace::stamp_current(g.leader(), trace::kEpiSwiglu);
     uint8_t code[kOutCols / 2];
     float scale[2];
     quantize_fragment_rows(hv, prm.fp8.scale_format, code, scale);

@@ -27,6 +27,8 @@ enum Stamp : int {
   kEpiMath,     // math: Linear1's h values (and FP8 codes) are in registers
   kEpiStored,   // math: the epilogue's stores are issued (before the release / signals); dispatch:
                 //   every row and entry of the task is written (before the arrival adds)
+  kLoopSynced,  // math: both math warpgroups are past the k-loop (the group barrier after it)
+  kEpiSwiglu,   // math: Linear1's SwiGLU values are in registers (FP8: before their quantisation)
   kStamps
 };
 
