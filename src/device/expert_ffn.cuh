@@ -231,7 +231,9 @@ struct WarpSpecialisedTiles {
   }
 
   // The weight operand of a GEMM tile.
-  __device__ static typename Gemm::BOperand b_operand(const FusedParams& prm, const Task& task) {
+  template <class Transport>
+  __device__ static typename Gemm::BOperand b_operand(const FusedContext<Transport>& c, const Task& task) {
+    const FusedParams& prm = *c.prm;
     const bool l1 = task.phase == Phase::kLinear1;
     static_assert(kBlockN == 2 * kWeightBoxRows, "two weight boxes per stage (tma_weight_rows)");
     const TmaWeightRows r =
@@ -248,7 +250,7 @@ struct WarpSpecialisedTiles {
     const FusedParams& prm = *c.prm;
     const bool l1 = task.phase == Phase::kLinear1;
     const bool loaded =
-        Gemm::load_tile(ring, a_rows, b_operand(prm, task), l1 ? H : I, smem, c.limit(prm.timeout_ns), preloaded);
+        Gemm::load_tile(ring, a_rows, b_operand(c, task), l1 ? H : I, smem, c.limit(prm.timeout_ns), preloaded);
     if (!loaded) pipeline_failed(c, task.phase, task.tile);
     return !g.sync_or(!loaded);
   }
@@ -301,16 +303,16 @@ struct WarpSpecialisedTiles {
   }
 };
 
-// Producer warpgroup of a warp-specialised CTA, before it waits for a GEMM tile's inputs: thread 0
-// issues the weights of the tile's first k-blocks (Gemm::load_weights), which need no inputs, so that
-// they stream while the tile waits for its rows (the dispatch's, or its expert's Linear1 tiles). Returns
-// how many k-blocks (load's `preloaded`), or -1 (group-uniform, recorded) when a wait for a free stage
-// ran out.
 // K of a GEMM tile: H for Linear1, I for Linear2.
 __device__ __forceinline__ int tile_k(const FusedDims& d, Phase phase) {
   return phase == Phase::kLinear1 ? d.hidden : d.intermediate;
 }
 
+// Producer warpgroup of a warp-specialised CTA, before it waits for a GEMM tile's inputs: thread 0
+// issues the weights of the tile's first k-blocks (Gemm::load_weights), which need no inputs, so that
+// they stream while the tile waits for its rows (the dispatch's, or its expert's Linear1 tiles). Returns
+// how many k-blocks (load's `preloaded`), or -1 (group-uniform, recorded) when a wait for a free stage
+// ran out.
 template <class Tiles, class Transport>
 __device__ __forceinline__ int preload_weights(const FusedContext<Transport>& c, const ThreadGroup& g, const Task& task,
                                                const typename Tiles::Gemm::RingPos& ring, void* smem) {
@@ -319,7 +321,7 @@ __device__ __forceinline__ int preload_weights(const FusedContext<Transport>& c,
   const int K = tile_k(prm.dims, task.phase);
   bool ok = true;
   if (g.leader()) {
-    ok = Gemm::load_weights(ring, Tiles::b_operand(prm, task), K, smem, c.limit(prm.timeout_ns));
+    ok = Gemm::load_weights(ring, Tiles::b_operand(c, task), K, smem, c.limit(prm.timeout_ns));
     if (!ok) pipeline_failed(c, task.phase, task.tile);
   }
   return g.sync_or(!ok) ? -1 : Gemm::preload_blocks(K);

@@ -89,8 +89,11 @@ struct WarpSpecialisedFp8Tiles : WarpSpecialisedTiles<Gemm_, 32> {
                        : reinterpret_cast<const float*>(srow + fp8_x_scale_offset(H));
   }
 
-  // The weight operand of a GEMM tile: w13's or w2's codes and the block scales of its two 128-row halves.
-  __device__ static typename Gemm::BOperand b_operand(const FusedParams& prm, const Task& task) {
+  // The weight operand of a GEMM tile: w13's or w2's codes and the block scales of its two 128-row halves
+  // (evict_first when this call reads the expert's weights once).
+  template <class Transport>
+  __device__ static typename Gemm::BOperand b_operand(const FusedContext<Transport>& c, const Task& task) {
+    const FusedParams& prm = *c.prm;
     const bool l1 = task.phase == Phase::kLinear1;
     // Every 128-row half of a tile is one weight block row (I % 128 == 0, H % 256 == 0).
     static_assert(kBlockN == 2 * kWeightBoxRows && kWeightBoxRows == fp8::kBlock, "a box is one weight block row");
@@ -98,7 +101,8 @@ struct WarpSpecialisedFp8Tiles : WarpSpecialisedTiles<Gemm_, 32> {
     const float* scales = l1 ? prm.fp8.w13_scales : prm.fp8.w2_scales;
     const int kb = l1 ? prm.fp8.w13_kb : prm.fp8.w2_kb;
     return {l1 ? static_cast<const void*>(&prm.w13_map) : static_cast<const void*>(&prm.w2_map), row0, row1,
-            scales + static_cast<int64_t>(row0 / fp8::kBlock) * kb, scales + static_cast<int64_t>(row1 / fp8::kBlock) * kb};
+            scales + static_cast<int64_t>(row0 / fp8::kBlock) * kb, scales + static_cast<int64_t>(row1 / fp8::kBlock) * kb,
+            weights_read_once(c.plan, task.tile.expert)};
   }
 
   // Issues every operand load of a prepared GEMM tile into the ring, but the weights of its first
@@ -110,7 +114,7 @@ struct WarpSpecialisedFp8Tiles : WarpSpecialisedTiles<Gemm_, 32> {
                                               void* smem, int preloaded) {
     const FusedParams& prm = *c.prm;
     const bool l1 = task.phase == Phase::kLinear1;
-    const bool loaded = Gemm::load_tile(ring, a_rows.a, a_rows.scale, b_operand(prm, task), l1 ? H : I, smem,
+    const bool loaded = Gemm::load_tile(ring, a_rows.a, a_rows.scale, b_operand(c, task), l1 ? H : I, smem,
                                         c.limit(prm.timeout_ns), preloaded);
     if (!loaded) pipeline_failed(c, task.phase, task.tile);
     return !g.sync_or(!loaded);

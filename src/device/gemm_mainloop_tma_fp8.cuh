@@ -94,6 +94,7 @@ struct TileGemmTmaFp8 {
     int row1;
     const float* scale0;
     const float* scale1;
+    bool evict_first = false;  // read once this call (weights_read_once): boxes loaded with an L2 evict_first hint
   };
   using RingPos = device::RingPos;
 
@@ -227,8 +228,13 @@ struct TileGemmTmaFp8 {
     const uint32_t sb = stage_b(base, s);
     const int k0 = kb * kBlockK;
     ptx::mbar_arrive_expect_tx(full, kStageBytesB);  // box bytes, zero-filled columns included
-    ptx::tma_load_2d(sb, b.map, full, k0, b.row0);
-    ptx::tma_load_2d(sb + kBoxRows * kSw128RowBytes, b.map, full, k0, b.row1);
+    if (b.evict_first) {
+      ptx::tma_load_2d_evict_first(sb, b.map, full, k0, b.row0);
+      ptx::tma_load_2d_evict_first(sb + kBoxRows * kSw128RowBytes, b.map, full, k0, b.row1);
+    } else {
+      ptx::tma_load_2d(sb, b.map, full, k0, b.row0);
+      ptx::tma_load_2d(sb + kBoxRows * kSw128RowBytes, b.map, full, k0, b.row1);
+    }
     ptx::cp_async_4(stage_scale_b(base, s), b.scale0 + kb);
     ptx::cp_async_4(stage_scale_b(base, s) + 4u, b.scale1 + kb);
   }

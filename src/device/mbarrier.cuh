@@ -47,6 +47,15 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const void* map, uint3
       "l"(map), "r"(bar), "r"(c0), "r"(c1)
       : "memory");
 }
+// tma_load_2d with an L2 eviction-priority hint: evict_first marks the box's lines as the first to go, so
+// a stream read once does not push out what is read again (the kernel's code, rows, plan, flags).
+__device__ __forceinline__ void tma_load_2d_evict_first(uint32_t dst, const void* map, uint32_t bar, int c0, int c1) {
+  asm volatile(
+      "{\n .reg .b64 policy;\n createpolicy.fractional.L2::evict_first.b64 policy, 1.0;\n"
+      " cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%3, %4}], [%2], policy;\n}\n" ::"r"(dst),
+      "l"(map), "r"(bar), "r"(c0), "r"(c1)
+      : "memory");
+}
 __device__ __forceinline__ void prefetch_tensor_map(const void* map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(map) : "memory");
 }

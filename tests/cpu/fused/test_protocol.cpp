@@ -336,6 +336,12 @@ TEST(FusedPlan, EmptyHotAndMixedExperts) {
   EXPECT_EQ(r.entry, 69);
 }
 
+TEST(FusedPlan, WeightsReadOnceExactlyForOneMblock) {
+  const MblockPlan st({0, 1, 2, 1, 5});
+  const bool expected[] = {false, true, false, true, false};
+  for (int e = 0; e < 5; ++e) EXPECT_EQ(weights_read_once(st.plan, e), expected[e]) << "expert " << e;
+}
+
 TEST(FusedPlan, AllEmpty) {
   const FusedDims d{2, 128, 128, 8, 1, 0};
   PlanStore st(d);

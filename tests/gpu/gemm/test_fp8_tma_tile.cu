@@ -101,7 +101,10 @@ __global__ void __launch_bounds__(Tile::kThreads, 1) fp8_tma_tile_kernel(const _
       const int rs = list[Tile::producer_scale_row(t_id)];
       const float* a_scale = rs >= 0 ? p.x_scales + static_cast<int64_t>(rs) * p.S : nullptr;
       const int2 w = p.tile_w[t];
-      const Tile::BOperand b{&wmap, w.x, w.y, p.w_scales + (w.x / 128) * p.kblocks, p.w_scales + (w.y / 128) * p.kblocks};
+      // Every third tile loads its weights with the L2 evict_first hint (the fused kernel's experts whose
+      // weights a call reads once).
+      const Tile::BOperand b{&wmap, w.x, w.y, p.w_scales + (w.x / 128) * p.kblocks, p.w_scales + (w.y / 128) * p.kblocks,
+                             t % 3 == 2};
       // Every second tile of a CTA takes the fused kernel's path for tiles that wait for their inputs:
       // thread 0 issues the first k-blocks' weights ahead (load_weights), then load_tile adds their A rows.
       int preloaded = 0;
