@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Session 15, call 2 (one GPU): (1) the instruction-fetch microbenchmark (.carry/micro/ifetch.cu);
+# (2) A/B, FP8 (and bf16 at T=4096), head (860f032) vs warm (the math group runs each GEMM epilogue once
+# on a tile of no rows before its first task), two rounds; (3) the timeline of warm + stamps at T=128.
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+nvidia-smi --query-gpu=name,clocks.sm --format=csv,noheader
+export NCCL_NVLS_ENABLE=0 LD_LIBRARY_PATH=/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib:${LD_LIBRARY_PATH:-}
+timeout 60 .carry/micro/ifetch 2>&1 | tee "$OUT/ifetch.log"
+bench() {  # tag bin dtype shape H I E k T
+  local tag=$1 bin=$2 dt=$3; shift 3
+  timeout 100 $bin bench --impl fused --dtype $dt --ranks 1 --torch off --ceilings gemm=790,hbm=4250,nvlink=350,fp8=1447 \
+    --hidden $2 --intermediate $3 --experts $4 --topk $5 --tokens $6 --json "$OUT/ab-$tag-$1-$dt-r$round.json" 2>&1 \
+    | grep -E "^custom|illegal instruction|timed out|rror" | grep -v "freeing\|~Symm\|~Comm\|destroying" | sed "s/^/$tag r$round $1: /" | cut -c1-150
+}
+for round in 1 2; do for tag in head warm; do
+  bin=.carry/v15/$tag/epfuse
+  bench $tag $bin fp8 qwen3 2048 768 32 8 128
+  bench $tag $bin bf16,fp8 qwen3 2048 768 32 8 4096
+  bench $tag $bin fp8 dsv3 7168 2048 64 8 128,1024
+done; done 2>&1 | tee "$OUT/ab.log"
+for shape in "qwen3 2048 768 32 8" "dsv3 7168 2048 64 8"; do set -- $shape
+  EPFUSE_TRACE_FILE=$OUT/trace-warm-$1.csv timeout 90 .carry/trace/epfuse bench --impl fused --dtype fp8 --ranks 1 --torch off \
+    --ceilings gemm=790,hbm=4250,nvlink=350,fp8=1447 --hidden $2 --intermediate $3 --experts $4 --topk $5 --tokens 128 \
+    2>&1 | grep -E "^custom|rror" | sed "s/^/trace warm $1: /" | cut -c1-170
+done 2>&1 | tee "$OUT/trace.log"
+gzip -f $OUT/*.csv
+(cd "$OUT" && tar czf json.tgz *.json && rm -f *.json)
