@@ -137,7 +137,8 @@ struct ExpertTiles {
     const int n_out0 = tile.nblock * (kBlockN / 2);
     typename Gemm::Accum acc;
     Gemm::mainloop([&](int i) { return t.a[i]; },
-                   swiglu_b_row(prm.w13 + static_cast<int64_t>(w.expert) * 2 * I * H, H, I, n_out0), H, smem, acc);
+                   swiglu_b_row(prm.w13 + static_cast<int64_t>(w.expert) * 2 * I * H, H, I, n_out0), H, smem, acc,
+                   weights_read_once(c.plan, w.expert));
     Epilogue::linear1(c, acc, tile, w, t, n_out0, I, smem);
   }
 
@@ -156,7 +157,7 @@ struct ExpertTiles {
     const int n0 = tile.nblock * kBlockN;
     typename Gemm::Accum acc;
     Gemm::mainloop([&](int i) { return t.a[i]; }, dense_b_row(prm.w2 + static_cast<int64_t>(w.expert) * H * I, I, n0),
-                   I, smem, acc);
+                   I, smem, acc, weights_read_once(c.plan, w.expert));
     Epilogue::linear2(c, acc, w, t, n0, smem);
   }
 };

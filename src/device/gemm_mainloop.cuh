@@ -51,9 +51,12 @@ struct TileGemm {
     float v[kMmaM][kMmaN][4];
   };
 
+  // b_read_once: the caller reads these weights once this call (task_map.h weights_read_once): their
+  // copies carry an L2 evict_first policy.
   template <class ARow, class BRow>
-  __device__ static void mainloop(ARow a_row, BRow b_row, int K, void* smem, Accum& acc) {
+  __device__ static void mainloop(ARow a_row, BRow b_row, int K, void* smem, Accum& acc, bool b_read_once = false) {
     const int tid = static_cast<int>(threadIdx.x);
+    const uint64_t b_policy = ptx::make_l2_evict_first();
     auto* smem_a = static_cast<__nv_bfloat16*>(smem);
     auto* smem_b = smem_a + kStages * kStageElemsA;
     const uint32_t smem_a_u32 = ptx::smem_u32(smem_a);
@@ -109,7 +112,8 @@ struct TileGemm {
         if (copy_a & (1u << i)) ptx::cp_async_16(base_a + 2u * load_offset(tid + i * kThreads), src_a[i] + k0);
 #pragma unroll
       for (int i = 0; i < kLoadsB; ++i)
-        ptx::cp_async_16(base_b + 2u * load_offset(tid + i * kThreads), src_b[i] + k0);
+        if (b_read_once) ptx::cp_async_16(base_b + 2u * load_offset(tid + i * kThreads), src_b[i] + k0, b_policy);
+        else ptx::cp_async_16(base_b + 2u * load_offset(tid + i * kThreads), src_b[i] + k0);
     };
 
     // Prologue: kStages - 1 k-blocks in flight. Always commit (possibly empty groups) so the group count

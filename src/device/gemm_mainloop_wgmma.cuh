@@ -69,9 +69,12 @@ struct TileGemmWgmma {
     float v[kGroupTileN / 2];
   };
 
+  // b_read_once: the caller reads these weights once this call (task_map.h weights_read_once): their
+  // copies carry an L2 evict_first policy.
   template <class ARow, class BRow>
-  __device__ static void mainloop(ARow a_row, BRow b_row, int K, void* smem, Accum& acc) {
+  __device__ static void mainloop(ARow a_row, BRow b_row, int K, void* smem, Accum& acc, bool b_read_once = false) {
     const int tid = static_cast<int>(threadIdx.x);
+    const uint64_t b_policy = ptx::make_l2_evict_first();
     // Stages from the first 1024-byte boundary: the swizzle works on absolute address bits.
     const uint32_t smem_u32 = ptx::smem_u32(smem);
     const uint32_t base_a = sw128_align(smem_u32);
@@ -121,7 +124,8 @@ struct TileGemmWgmma {
         if (copy_a & (1u << i)) ptx::cp_async_16(stage_a + 2u * load_offset(tid + i * kThreads), src_a[i] + k0);
 #pragma unroll
       for (int i = 0; i < kLoadsB; ++i)
-        ptx::cp_async_16(stage_b + 2u * load_offset(tid + i * kThreads), src_b[i] + k0);
+        if (b_read_once) ptx::cp_async_16(stage_b + 2u * load_offset(tid + i * kThreads), src_b[i] + k0, b_policy);
+        else ptx::cp_async_16(stage_b + 2u * load_offset(tid + i * kThreads), src_b[i] + k0);
     };
 
     // Prologue: kStages - 2 k-blocks in flight. Always commit (possibly empty groups) so that

@@ -47,9 +47,9 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
 
-// L2 eviction policies (createpolicy) for the cache_hint form of cp_async_16. No kernel uses them today:
-// the FP8 tile's weight boxes carry their own evict_first policy (mbarrier.cuh tma_load_2d_evict_first,
-// for the experts a call reads once).
+// L2 eviction policies (createpolicy) for the cache_hint form of cp_async_16: the all-thread tiles'
+// weights that a call reads once (task_map.h weights_read_once; the FP8 tile's TMA boxes carry their own,
+// mbarrier.cuh tma_load_2d_evict_first).
 __device__ __forceinline__ uint64_t make_l2_evict_first() {
   uint64_t policy;
   asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
