@@ -20,7 +20,7 @@ __device__ __forceinline__ void cp_async_16(uint32_t smem_dst, const void* gmem_
   asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16;\n" ::"r"(smem_dst), "l"(gmem_src)
                : "memory");
 }
-// Same, with an L2 cache policy (from make_l2_evict_first/last) for operands read once or many times.
+// Same, with an L2 cache policy (make_l2_evict_first / make_l2_evict_normal).
 __device__ __forceinline__ void cp_async_16(uint32_t smem_dst, const void* gmem_src, uint64_t l2_policy) {
   asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;\n" ::"r"(smem_dst),
                "l"(gmem_src), "l"(l2_policy)
@@ -47,17 +47,12 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
 
-// L2 eviction policies (createpolicy) for the cache_hint form of cp_async_16: the all-thread tiles'
-// weights that a call reads once (task_map.h weights_read_once; the FP8 tile's TMA boxes carry their own,
-// mbarrier.cuh tma_load_2d_evict_first).
+// The L2 evict_first policy (createpolicy) for the cache_hint form of cp_async_16: the all-thread
+// tiles' weights that a call reads once (task_map.h weights_read_once), so that they do not push out what
+// the next launch reads again. (The FP8 tile's TMA boxes: mbarrier.cuh tma_load_2d_evict_first.)
 __device__ __forceinline__ uint64_t make_l2_evict_first() {
   uint64_t policy;
   asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
-  return policy;
-}
-__device__ __forceinline__ uint64_t make_l2_evict_last() {
-  uint64_t policy;
-  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(policy));
   return policy;
 }
 
