@@ -102,7 +102,7 @@ TEST(GemmWgmmaMaps, Sw128MatchesXorSwizzleOfBlockK64) {
 
 // CUTLASS's CLayout_64xN: (thread (4, 8, 4) : (128, 1, 16), value (2, 2, N/8) : (64, 8, 512)) -> m + 64 n.
 TEST(GemmWgmmaMaps, AccumulatorFragmentMatchesClayout64xN) {
-  for (int n : {128, 256})
+  for (int n : {64, 128, 256})
     for (int t = 0; t < 128; ++t)
       for (int reg = 0; reg < n / 2; ++reg) {
         const int t0 = t % 4, t1 = (t / 4) % 8, t2 = t / 32;
@@ -112,6 +112,27 @@ TEST(GemmWgmmaMaps, AccumulatorFragmentMatchesClayout64xN) {
         EXPECT_EQ(c.row, offset % 64) << "t " << t << " reg " << reg;
         EXPECT_EQ(c.col, offset / 64) << "t " << t << " reg " << reg;
       }
+}
+
+// The FP8 tile runs a warpgroup's 64 x 256 as four n64 quarters (gemm_fp8.cuh
+// fp8_block_mma_promote_quarters): quarter q's register i must be register 32 q + i of the 64 x 256
+// accumulators (same row, column + 64 q), and B rows [64 q, 64 q + 64) must be what a descriptor
+// advanced by 64 q rows of 128 bytes reads as its rows [0, 64).
+TEST(GemmWgmmaMaps, N64QuartersAreSlicesOfTheN256Tile) {
+  for (int t = 0; t < 128; ++t)
+    for (int q = 0; q < 4; ++q)
+      for (int i = 0; i < 32; ++i) {
+        const FragCoord quarter = wgmma_c_coord(t, i), whole = wgmma_c_coord(t, 32 * q + i);
+        EXPECT_EQ(whole.row, quarter.row) << "t " << t << " q " << q << " reg " << i;
+        EXPECT_EQ(whole.col, quarter.col + 64 * q) << "t " << t << " q " << q << " reg " << i;
+      }
+  const uint64_t desc = make_sw128_kmajor_desc(0x8000);
+  for (int q = 0; q < 4; ++q)
+    for (int row = 0; row < 64; ++row)
+      for (int k = 0; k < kWgmmaK; ++k)
+        EXPECT_EQ(sw128_kmajor_element_addr(desc_advance(desc, static_cast<uint32_t>(q * 64 * kSw128RowBytes)), row, k),
+                  sw128_kmajor_element_addr(desc, 64 * q + row, k))
+            << "q " << q << " row " << row << " k " << k;
 }
 
 TEST(GemmWgmmaMaps, AccumulatorsCoverTileOnce) {
@@ -368,7 +389,7 @@ TEST(GemmWgmmaHeuristics, Sm90Choice) {
 // first boxes cover its gate rows [2 I e, 2 I e + I) once and its second boxes the up rows I further,
 // with the same outputs in both (row1 - row0 = I); Linear2's two boxes cover w2's rows [H e, H e + H) once.
 TEST(GemmTmaMaps, WeightRowsCoverEachExpertOnce) {
-  for (const auto [H, I] : {std::pair{7168, 2048}, std::pair{2048, 768}, std::pair{4096, 14336}, std::pair{256, 128}})
+  for (const auto& [H, I] : {std::pair{7168, 2048}, std::pair{2048, 768}, std::pair{4096, 14336}, std::pair{256, 128}})
     for (int e : {0, 1, 5}) {
       std::set<int> gate, up, w2;
       for (int nb = 0; nb < 2 * I / 256; ++nb) {
