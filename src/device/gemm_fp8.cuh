@@ -36,7 +36,6 @@ __device__ __forceinline__ void wgmma_m64n128k32_e4m3_f32(float (&d)[64], uint64
       : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 }
 
-
 // D[64 x 64] (+)= A[64 x 32] * B[64 x 32]^T, e4m3 operands K-major in shared memory (descriptors).
 __device__ __forceinline__ void wgmma_m64n64k32_e4m3_f32(float (&d)[32], uint64_t desc_a, uint64_t desc_b,
                                                          int scale_d) {

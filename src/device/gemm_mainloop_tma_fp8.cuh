@@ -201,8 +201,8 @@ struct TileGemmTmaFp8 {
       const uint64_t desc_a = uniform_u64(desc_advance(desc_a0, static_cast<uint32_t>(s * kStageBytesA)));
       const uint64_t desc_b = uniform_u64(desc_advance(desc_b0, static_cast<uint32_t>(s * kStageBytesB)));
       fp8_block_mma_promote_quarters(acc.v, scratch_a, scratch_b, desc_a, desc_b, row_scale, col_scale0, col_scale1);
-      // Both halves' MMAs finished (the promotion waits for them) and every lane's scale reads are
-      // done (__syncwarp orders them before lane 0's release of the stage).
+      // All the k-block's MMAs finished (its last promotion waits for them) and every lane's scale
+      // reads are done (__syncwarp orders them before lane 0's release of the stage).
       __syncwarp();
       if (ct % 32 == 0) ptx::mbar_arrive(Ring::empty_bar(base, s));
     }

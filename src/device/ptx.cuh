@@ -20,7 +20,7 @@ __device__ __forceinline__ void cp_async_16(uint32_t smem_dst, const void* gmem_
   asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16;\n" ::"r"(smem_dst), "l"(gmem_src)
                : "memory");
 }
-// Same, with an L2 cache policy (make_l2_evict_first / make_l2_evict_normal).
+// Same, with an L2 cache policy (make_l2_evict_first).
 __device__ __forceinline__ void cp_async_16(uint32_t smem_dst, const void* gmem_src, uint64_t l2_policy) {
   asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;\n" ::"r"(smem_dst),
                "l"(gmem_src), "l"(l2_policy)
