@@ -12,7 +12,7 @@
 # sass (the fused kernels GEMM loops against EPFUSE_BASE_BIN), fp8 (the unfused FP8 chain's GPU tests
 # and world-1 run matrix), fp8-fused (the fused FP8 layer's tests and run matrix), profile-fp8 (ncu on the
 # fused FP8 kernel and the FP8 tile alone), pytest (tests/python on the GPU), fp8-bench (bf16 and FP8 rows on the per-GPU shapes; EPFUSE_PEERS=DIR adds --peers),
-# ab (a focused A/B of the fused layer, this build's or EPFUSE_NEW_BIN, against EPFUSE_BASE_BIN; EPFUSE_AB_SHAPE, EPFUSE_AB_ROUNDS, EPFUSE_AB_ARGS
+# ab (a focused A/B of the fused layer, this build's or EPFUSE_NEW_BIN, against EPFUSE_BASE_BIN; EPFUSE_AB_SHAPES, EPFUSE_AB_ROUNDS, EPFUSE_AB_ARGS
 # e.g. --dtype fp8).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -85,13 +85,20 @@ for step in "$@"; do
     pytest)  # the Python package's tests on this GPU (EPFUSE_PYTEST_ARGS, e.g. "-k fp8"), the carried libepfuse_c.so
       (cd "$repo" && EPFUSE_LIB="$repo/.carry/build/src/capi/libepfuse_c.so" PYTHONPATH=python EPFUSE_TORCH_RESULTS="$OUT/torch.json" \
         timeout 400 python3 -m pytest tests/python -q -rs -p no:logging -p no:cacheprovider ${EPFUSE_PYTEST_ARGS:-}) 2>&1 | tee "$OUT/pytest.log" | tail -25 ;;
-    ab)  # A/B of the fused layer against EPFUSE_BASE_BIN on $EPFUSE_AB_SHAPE (default dsv3 at T = 1024, 4096),
-      # EPFUSE_AB_ROUNDS rounds (default 3), the base first in each: the spread between rounds is the noise
-      read -r h i e k t <<<"${EPFUSE_AB_SHAPE:-7168 2048 64 8 1024,4096}"
+    ab)  # A/B of the fused layer against EPFUSE_BASE_BIN on EPFUSE_AB_SHAPES ("name H I E k T,T..;..."; default
+      # dsv3 at T = 1024, 4096; EPFUSE_AB_SHAPE "H I E k T" still names one), EPFUSE_AB_ROUNDS rounds (default 3),
+      # the base first in each: the spread between rounds is the noise. Sessions' call scripts each wrote this
+      # loop again (bench/results/logs/session1[4-6]); they can call this step instead.
+      shapes=${EPFUSE_AB_SHAPES:-$([ -n "${EPFUSE_AB_SHAPE:-}" ] && echo "custom $EPFUSE_AB_SHAPE" || echo "dsv3 7168 2048 64 8 1024,4096")}
       for round in $(seq 1 "${EPFUSE_AB_ROUNDS:-3}"); do for tag in base new; do
         bin=$([ $tag = new ] && echo "${EPFUSE_NEW_BIN:-tools/epfuse}" || echo "$EPFUSE_BASE_BIN")
-        timeout 120 $bin bench --impl fused --ranks 1 --torch off --ceilings gemm=790,hbm=4250,nvlink=350 --hidden $h \
-          --intermediate $i --experts $e --topk $k --tokens $t ${EPFUSE_AB_ARGS:-} --json "$OUT/ab-$tag-$h-r$round.json" 2>&1 | grep -E " fused |rror" | sed "s/^/$tag r$round: /"
+        IFS=';' read -ra list <<<"$shapes"
+        for shape in "${list[@]}"; do
+          read -r name h i e k t <<<"$shape"
+          timeout 120 $bin bench --impl fused --ranks 1 --torch off --ceilings gemm=790,hbm=4250,nvlink=350,fp8=1447 --hidden $h \
+            --intermediate $i --experts $e --topk $k --tokens $t ${EPFUSE_AB_ARGS:-} --json "$OUT/ab-$tag-$name-r$round.json" 2>&1 \
+            | grep -E " fused |illegal|timed out|rror" | sed "s/^/$tag r$round $name: /"
+        done
       done; done 2>&1 | tee "$OUT/ab.log" ;;
     sass)  # the LSA kernels' SASS against the base binary's (scripts/sass_compare.py)
       cuobjdump -sass tools/epfuse > "$OUT/sass-new.txt" && cuobjdump -sass "$EPFUSE_BASE_BIN" > "$OUT/sass-base.txt" &&
