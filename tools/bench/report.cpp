@@ -281,6 +281,7 @@ tools::Json report_json(const RunInfo& info, const std::vector<BenchRow>& rows) 
           {"date", info.date},
           {"commit", info.commit},
           {"command", info.command},
+          {"timing", kTimingMethod},
           {"ceilings",
            {{"gemm_tflops", info.ceilings.gemm_tflops},
             {"fp8_gemm_tflops", info.ceilings.fp8_gemm_tflops},

@@ -87,7 +87,11 @@ struct RunInfo {
   Ceilings ceilings;
   std::string ceilings_source;  // "measured" or "flags"
 };
-// {"device", "gpus", "date", "commit", "command", "ceilings": {...}, "rows": [...]}
+// How a row's times are taken (bench/README.md "What it measures"), in the JSON as "timing".
+inline constexpr const char* kTimingMethod =
+    "cudaEvents around each call on its stream, after a stream sync, a barrier of the ranks and a "
+    "200 us GPU delay (the host's launch work falls inside the delay); per iteration the slowest rank";
+// {"device", "gpus", "date", "commit", "command", "timing", "ceilings": {...}, "rows": [...]}
 tools::Json report_json(const RunInfo& info, const std::vector<BenchRow>& rows);
 
 }  // namespace epfuse::bench

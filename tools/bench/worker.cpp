@@ -9,6 +9,7 @@
 
 #include "bench/ceilings.h"
 #include "bench/gemm_alone.h"
+#include "bench/gpu_delay.h"
 #include "bench/report.h"
 #include "bench/stats.h"
 #include "common/check.h"
@@ -220,9 +221,12 @@ void run_worker(const BenchOptions& o) {
       const std::vector<double> ms = tools::time_iterations(
           job->stream(), o.iters, [&](int i) { job->forward(sets[i % sets.size()]); },
           [&](int) {
-            // Ranks start each timed call together; the wait stays outside the events.
+            // Ranks start each timed call together; the wait stays outside the events. The GPU delay
+            // then keeps the stream busy while the host launches the forward, so the start event fires
+            // when the GPU reaches the forward, not when the host began it (gpu_delay.h).
             EPFUSE_CUDA_CHECK(cudaStreamSynchronize(job->stream()));
             comm->barrier();
+            gpu_delay(job->stream(), kLaunchLeadUs);
           });
       const Summary layer_ms = slowest_rank(*comm, ms);
       time_phases(*job, sets, row);

@@ -156,7 +156,7 @@ TEST(Report, TableAndJsonCarryEveryRow) {
 
   RunInfo info{"NVIDIA H200", "2026-11-21T10:00:00Z", "abc1234", "epfuse bench", 4, kFacts, "flags"};
   const std::string json = tools::dump_json(report_json(info, rows));
-  for (const char* key : {"\"device\"", "\"gpus\"", "\"date\"", "\"commit\"", "\"command\"", "\"ceilings\"",
+  for (const char* key : {"\"device\"", "\"gpus\"", "\"date\"", "\"commit\"", "\"command\"", "\"timing\"", "\"ceilings\"",
                           "\"rows\"", "\"config\"", "\"hidden\"", "\"intermediate\"", "\"experts\"", "\"topk\"",
                           "\"tokens_per_rank\"", "\"routing\"", "\"impl\"", "\"median_ms\"", "\"p10_ms\"",
                           "\"p90_ms\"", "\"tflops_per_gpu\"", "\"nvlink_gbps\"", "\"floor_ms\"", "\"verified\"",
