@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Session 17, call 4 (one GPU): issue 13's world-1 table in one call on the landing build (.carry/build: d414c1d, whose fused kernels are 770437d's; every row timed with the 200 us GPU delay ahead):
+# fused and unfused, bf16 and FP8, on the per-GPU shapes; the last bench (dsv3) also runs DeepGEMM's
+# grouped GEMMs alone and MegaMoE SM90 FP8 (--peers; their rows for every shape land in its table and JSON).
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+nvidia-smi --query-gpu=name,clocks.sm --format=csv,noheader
+mkdir -p .peers && tar xzf .carry/peers.tgz -C .peers
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export LD_LIBRARY_PATH=/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib:${LD_LIBRARY_PATH:-} PATH=/opt/torch/.venv/bin:$PATH
+start=$(date +%s)
+for shape in "qwen3 2048 768 32 8 128,4096,16384 70" "mixtral 4096 14336 2 2 4096 100" "dsv3 7168 2048 64 8 128,1024,4096 0"; do
+  set -- $shape
+  limit=$7; [ "$limit" = 0 ] && limit=$(( 585 - ($(date +%s) - start) ))
+  peers=$([ "$1" = dsv3 ] && echo "--peers $PWD/.peers")
+  timeout $limit .carry/build/tools/epfuse bench --impl unfused,fused --dtype bf16,fp8 --ranks 1 --torch off \
+    --ceilings gemm=790,hbm=4250,nvlink=350,fp8=1447 --hidden $2 --intermediate $3 --experts $4 --topk $5 --tokens $6 \
+    $peers --json "$OUT/table-$1.json" > "$OUT/table-$1.log" 2>&1
+  echo "$1: rc=$? after $(( $(date +%s) - start )) s"
+  grep -E "^(custom|qwen3|mixtral|dsv3|deepgemm|megamoe)" "$OUT/table-$1.log" | cut -c1-160 | tail -40
+done
