@@ -1,8 +1,8 @@
-// 1-GPU correctness test of the block-scaled FP8 MMA (device/gemm_fp8.cuh): one warpgroup computes a
-// 64 x 128 tile of A [64, K] . B [128, K]^T from e4m3 codes, with 1x128 scales per A row and K block and
-// two B scales per K block (one for the even n8 column blocks, one for the odd: the gate / up
-// interleave of Linear1's tiles), K in {128, 512, 2880 (a partial last block of 64), 7168}, promotion
-// per 128-K block into fp32. Against a float64 sum over the decoded codes on fresh random inputs, the
+// 1-GPU correctness test of the block-scaled FP8 MMA (device/gemm_fp8.cuh fp8_block_mma_promote_quarters,
+// the fused FP8 tile's k-block): one warpgroup computes a 64 x 256 tile of A [64, K] . B [256, K]^T from
+// e4m3 codes, with 1x128 scales per A row and K block and two B scales per K block (one for columns
+// [0, 128), one for [128, 256): the two weight blocks of a tile, Linear1's gate and up), K in {128, 512,
+// 2880 (a partial last block of 64), 7168}, promotion per 128-K block into fp32. Against a float64 sum over the decoded codes on fresh random inputs, the
 // output poisoned (NaN) before the launch, with a per-row and an overall bound.
 // Also the device quantisation of activations (device/fp8_quantize.cuh) against common/fp8.h's, bit for
 // bit: codes and scales of rows of n in {128, 2880, 7168} channels, fp32 and UE8M0 scales; and of a
@@ -35,7 +35,8 @@ using epfuse::detail::uniform_pm1;
 namespace dev = epfuse::device;
 
 constexpr int kM = dev::kWgmmaM;  // one warpgroup's rows
-constexpr int kN = 128;
+constexpr int kN = 256;
+constexpr int kHalfN = kN / 2;  // columns of one B block scale
 constexpr int kChunks = dev::kSw128RowBytes / 16;
 
 // Copies rows [0, rows) x K block kb of the K-major e4m3 matrix src (row stride K bytes) into the
@@ -51,15 +52,15 @@ __device__ void load_block(const uint8_t* src, int rows, int K, int kb, uint8_t*
 }
 
 __global__ void __launch_bounds__(128) fp8_tile_kernel(const uint8_t* a, const float* a_scale, const uint8_t* b,
-                                                      const float* b_scale_even, const float* b_scale_odd, int K,
+                                                      const float* b_scale0, const float* b_scale1, int K,
                                                       float* out) {
   __shared__ __align__(1024) uint8_t stage_a[kM * dev::kSw128RowBytes];
   __shared__ __align__(1024) uint8_t stage_b[kN * dev::kSw128RowBytes];
   const int kblocks = epfuse::fp8::num_blocks(K);
   const int row0 = dev::wgmma_c_coord(threadIdx.x, 0).row;  // and row0 + 8
-  float acc[64], scratch[64];
+  float acc[kN / 2], scratch_a[kN / 8], scratch_b[kN / 8];
 #pragma unroll
-  for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
+  for (int i = 0; i < kN / 2; ++i) acc[i] = 0.0f;
   const uint64_t desc_a = dev::make_sw128_kmajor_desc(static_cast<uint32_t>(__cvta_generic_to_shared(stage_a)));
   const uint64_t desc_b = dev::make_sw128_kmajor_desc(static_cast<uint32_t>(__cvta_generic_to_shared(stage_b)));
   for (int kb = 0; kb < kblocks; ++kb) {
@@ -68,13 +69,12 @@ __global__ void __launch_bounds__(128) fp8_tile_kernel(const uint8_t* a, const f
     dev::ptx::fence_proxy_async_shared();
     __syncthreads();
     const float row_scale[2] = {a_scale[row0 * kblocks + kb], a_scale[(row0 + 8) * kblocks + kb]};
-    const float even = b_scale_even[kb], odd = b_scale_odd[kb];
-    dev::fp8_block_mma_promote(acc, scratch, desc_a, desc_b, row_scale,
-                               [&](int reg) { return (reg / 4) % 2 == 0 ? even : odd; });
+    dev::fp8_block_mma_promote_quarters(acc, scratch_a, scratch_b, desc_a, desc_b, row_scale, b_scale0[kb],
+                                        b_scale1[kb]);
     __syncthreads();  // every warp's MMAs done reading the stage before the next copy
   }
 #pragma unroll
-  for (int i = 0; i < 64; ++i) {
+  for (int i = 0; i < kN / 2; ++i) {
     const epfuse::device::FragCoord c = dev::wgmma_c_coord(threadIdx.x, i);
     out[c.row * kN + c.col] = acc[i];
   }
@@ -102,16 +102,16 @@ bool run_case(int K, uint64_t seed) {
   const std::vector<uint8_t> a = random_codes(seed, Stream::kX, static_cast<size_t>(kM) * K, 12.0f);
   const std::vector<uint8_t> b = random_codes(seed, Stream::kW13, static_cast<size_t>(kN) * K, 3.0f);
   const std::vector<float> sa = random_scales(seed, Stream::kTopkWeight, static_cast<size_t>(kM) * kblocks);
-  const std::vector<float> sb_even = random_scales(seed, Stream::kW2, kblocks);
-  const std::vector<float> sb_odd = random_scales(seed ^ 0x9e3779b97f4a7c15ull, Stream::kW2, kblocks);
+  const std::vector<float> sb0 = random_scales(seed, Stream::kW2, kblocks);
+  const std::vector<float> sb1 = random_scales(seed ^ 0x9e3779b97f4a7c15ull, Stream::kW2, kblocks);
 
   DeviceBuffer d_a(a.size()), d_b(b.size()), d_sa(sa.size() * sizeof(float)), d_se(kblocks * sizeof(float)),
       d_so(kblocks * sizeof(float)), d_out(static_cast<size_t>(kM) * kN * sizeof(float));
   EPFUSE_CUDA_CHECK(cudaMemcpy(d_a.as(), a.data(), a.size(), cudaMemcpyHostToDevice));
   EPFUSE_CUDA_CHECK(cudaMemcpy(d_b.as(), b.data(), b.size(), cudaMemcpyHostToDevice));
   EPFUSE_CUDA_CHECK(cudaMemcpy(d_sa.as(), sa.data(), d_sa.bytes(), cudaMemcpyHostToDevice));
-  EPFUSE_CUDA_CHECK(cudaMemcpy(d_se.as(), sb_even.data(), d_se.bytes(), cudaMemcpyHostToDevice));
-  EPFUSE_CUDA_CHECK(cudaMemcpy(d_so.as(), sb_odd.data(), d_so.bytes(), cudaMemcpyHostToDevice));
+  EPFUSE_CUDA_CHECK(cudaMemcpy(d_se.as(), sb0.data(), d_se.bytes(), cudaMemcpyHostToDevice));
+  EPFUSE_CUDA_CHECK(cudaMemcpy(d_so.as(), sb1.data(), d_so.bytes(), cudaMemcpyHostToDevice));
   EPFUSE_CUDA_CHECK(cudaMemset(d_out.as(), 0xff, d_out.bytes()));  // NaN: unwritten elements show
   fp8_tile_kernel<<<1, 128>>>(d_a.as<uint8_t>(), d_sa.as<float>(), d_b.as<uint8_t>(), d_se.as<float>(),
                               d_so.as<float>(), K, d_out.as<float>());
@@ -120,7 +120,7 @@ bool run_case(int K, uint64_t seed) {
   std::vector<float> out(static_cast<size_t>(kM) * kN);
   EPFUSE_CUDA_CHECK(cudaMemcpy(out.data(), d_out.as(), d_out.bytes(), cudaMemcpyDeviceToHost));
 
-  // float64 reference over the decoded codes, scale per (row, K block) x (column parity of n8, K block).
+  // float64 reference over the decoded codes, scale per (row, K block) x (column half, K block).
   double err2 = 0, ref2 = 0, worst_row = 0;
   int worst = -1, nan = 0;
   for (int r = 0; r < kM; ++r) {
@@ -132,7 +132,7 @@ bool run_case(int K, uint64_t seed) {
         for (int k = kb * 128; k < std::min(K, kb * 128 + 128); ++k)
           block += double(epfuse::fp8::e4m3_to_float(a[size_t(r) * K + k])) *
                    double(epfuse::fp8::e4m3_to_float(b[size_t(n) * K + k]));
-        sum += block * sa[r * kblocks + kb] * ((n / 8) % 2 == 0 ? sb_even[kb] : sb_odd[kb]);
+        sum += block * sa[r * kblocks + kb] * (n < kHalfN ? sb0[kb] : sb1[kb]);
       }
       const double got = out[size_t(r) * kN + n];
       if (!std::isfinite(got)) ++nan;
