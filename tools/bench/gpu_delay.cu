@@ -1,19 +1,14 @@
 #include "bench/gpu_delay.h"
 
 #include "common/check.h"
+#include "device/signals.cuh"
 
 namespace epfuse::bench {
 namespace {
 
-__device__ uint64_t globaltimer_ns() {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-
 __global__ void delay_kernel(uint64_t ns) {
-  const uint64_t end = globaltimer_ns() + ns;
-  while (globaltimer_ns() < end) {
+  const uint64_t end = device::globaltimer_ns() + ns;
+  while (device::globaltimer_ns() < end) {
   }
 }
 
