@@ -112,8 +112,7 @@ struct TileGemm {
         if (copy_a & (1u << i)) ptx::cp_async_16(base_a + 2u * load_offset(tid + i * kThreads), src_a[i] + k0);
 #pragma unroll
       for (int i = 0; i < kLoadsB; ++i)
-        if (b_read_once) ptx::cp_async_16(base_b + 2u * load_offset(tid + i * kThreads), src_b[i] + k0, b_policy);
-        else ptx::cp_async_16(base_b + 2u * load_offset(tid + i * kThreads), src_b[i] + k0);
+        ptx::cp_async_16(base_b + 2u * load_offset(tid + i * kThreads), src_b[i] + k0, b_read_once, b_policy);
     };
 
     // Prologue: kStages - 1 k-blocks in flight. Always commit (possibly empty groups) so the group count

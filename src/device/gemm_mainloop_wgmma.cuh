@@ -124,8 +124,7 @@ struct TileGemmWgmma {
         if (copy_a & (1u << i)) ptx::cp_async_16(stage_a + 2u * load_offset(tid + i * kThreads), src_a[i] + k0);
 #pragma unroll
       for (int i = 0; i < kLoadsB; ++i)
-        if (b_read_once) ptx::cp_async_16(stage_b + 2u * load_offset(tid + i * kThreads), src_b[i] + k0, b_policy);
-        else ptx::cp_async_16(stage_b + 2u * load_offset(tid + i * kThreads), src_b[i] + k0);
+        ptx::cp_async_16(stage_b + 2u * load_offset(tid + i * kThreads), src_b[i] + k0, b_read_once, b_policy);
     };
 
     // Prologue: kStages - 2 k-blocks in flight. Always commit (possibly empty groups) so that

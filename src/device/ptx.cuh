@@ -26,6 +26,12 @@ __device__ __forceinline__ void cp_async_16(uint32_t smem_dst, const void* gmem_
                "l"(gmem_src), "l"(l2_policy)
                : "memory");
 }
+// The two above by a flag: with the L2 policy l2_policy when `hinted`, the plain copy otherwise (the
+// all-thread tiles' weight copies, hinted when a call reads them once: task_map.h weights_read_once).
+__device__ __forceinline__ void cp_async_16(uint32_t smem_dst, const void* gmem_src, bool hinted, uint64_t l2_policy) {
+  if (hinted) cp_async_16(smem_dst, gmem_src, l2_policy);
+  else cp_async_16(smem_dst, gmem_src);
+}
 // Same, reading only src_bytes (0 or 16) of the source and zero-filling the rest: a chunk past the end
 // of a row (the partial last K block of the FP8 tile) lands as zeros without touching memory.
 __device__ __forceinline__ void cp_async_16_zfill(uint32_t smem_dst, const void* gmem_src, uint32_t src_bytes) {

@@ -2,8 +2,9 @@
 // the fused FP8 tile's k-block): one warpgroup computes a 64 x 256 tile of A [64, K] . B [256, K]^T from
 // e4m3 codes, with 1x128 scales per A row and K block and two B scales per K block (one for columns
 // [0, 128), one for [128, 256): the two weight blocks of a tile, Linear1's gate and up), K in {128, 512,
-// 2880 (a partial last block of 64), 7168}, promotion per 128-K block into fp32. Against a float64 sum over the decoded codes on fresh random inputs, the
-// output poisoned (NaN) before the launch, with a per-row and an overall bound.
+// 2880 (a partial last block of 64), 7168}, promotion per 128-K block into fp32. Against a float64 sum
+// over the decoded codes on fresh random inputs, the output poisoned (NaN) before the launch, with a
+// per-row and an overall bound.
 // Also the device quantisation of activations (device/fp8_quantize.cuh) against common/fp8.h's, bit for
 // bit: codes and scales of rows of n in {128, 2880, 7168} channels, fp32 and UE8M0 scales; and of a
 // warpgroup's 64 x 128 accumulator fragment (Linear1's h in its epilogue), row by row.
@@ -105,16 +106,16 @@ bool run_case(int K, uint64_t seed) {
   const std::vector<float> sb0 = random_scales(seed, Stream::kW2, kblocks);
   const std::vector<float> sb1 = random_scales(seed ^ 0x9e3779b97f4a7c15ull, Stream::kW2, kblocks);
 
-  DeviceBuffer d_a(a.size()), d_b(b.size()), d_sa(sa.size() * sizeof(float)), d_se(kblocks * sizeof(float)),
-      d_so(kblocks * sizeof(float)), d_out(static_cast<size_t>(kM) * kN * sizeof(float));
+  DeviceBuffer d_a(a.size()), d_b(b.size()), d_sa(sa.size() * sizeof(float)), d_s0(kblocks * sizeof(float)),
+      d_s1(kblocks * sizeof(float)), d_out(static_cast<size_t>(kM) * kN * sizeof(float));
   EPFUSE_CUDA_CHECK(cudaMemcpy(d_a.as(), a.data(), a.size(), cudaMemcpyHostToDevice));
   EPFUSE_CUDA_CHECK(cudaMemcpy(d_b.as(), b.data(), b.size(), cudaMemcpyHostToDevice));
   EPFUSE_CUDA_CHECK(cudaMemcpy(d_sa.as(), sa.data(), d_sa.bytes(), cudaMemcpyHostToDevice));
-  EPFUSE_CUDA_CHECK(cudaMemcpy(d_se.as(), sb0.data(), d_se.bytes(), cudaMemcpyHostToDevice));
-  EPFUSE_CUDA_CHECK(cudaMemcpy(d_so.as(), sb1.data(), d_so.bytes(), cudaMemcpyHostToDevice));
+  EPFUSE_CUDA_CHECK(cudaMemcpy(d_s0.as(), sb0.data(), d_s0.bytes(), cudaMemcpyHostToDevice));
+  EPFUSE_CUDA_CHECK(cudaMemcpy(d_s1.as(), sb1.data(), d_s1.bytes(), cudaMemcpyHostToDevice));
   EPFUSE_CUDA_CHECK(cudaMemset(d_out.as(), 0xff, d_out.bytes()));  // NaN: unwritten elements show
-  fp8_tile_kernel<<<1, 128>>>(d_a.as<uint8_t>(), d_sa.as<float>(), d_b.as<uint8_t>(), d_se.as<float>(),
-                              d_so.as<float>(), K, d_out.as<float>());
+  fp8_tile_kernel<<<1, 128>>>(d_a.as<uint8_t>(), d_sa.as<float>(), d_b.as<uint8_t>(), d_s0.as<float>(),
+                              d_s1.as<float>(), K, d_out.as<float>());
   EPFUSE_CUDA_CHECK_LAUNCH();
   EPFUSE_CUDA_CHECK(cudaDeviceSynchronize());
   std::vector<float> out(static_cast<size_t>(kM) * kN);
