@@ -34,7 +34,7 @@ enum Stamp : int {
 
 inline constexpr int kMaxCtas = 264;
 inline constexpr int kPreRecords = 8;  // tasks a CTA runs before it splits into roles
-inline constexpr int kMaxRecords = 64;
+inline constexpr int kMaxRecords = 128;  // a CTA runs ~70 tasks at mixtral T = 4096
 
 struct Record {
   uint64_t t[kStamps];
