@@ -5,11 +5,13 @@
 //     (l1_tile_done), which Linear2 tiles wait for.
 //   Linear2: bf16 rows into their home ranks' combine slots (token, top-k slot) over NVLink; then one
 //     release add per row on the token's signal at home (signal_home), which the combine waits for.
-// Both stage the bf16 outputs in shared memory and write whole 16-byte chunks (store_staged):
+// Both write whole 16-byte chunks:
 //   - the all-thread tiles (TileGemm, TileGemmWgmma) stage the whole tile in the ring their mainloop
-//     left free (Linear1: gate and up interleaved per 8 columns, visit_swiglu);
-//   - the warp-specialised tile (TileGemmTma) stages 64 columns a pass beside the ring, which stays busy
-//     with the next tile's loads (StagedPasses; gate and up as column halves, visit_gate_up).
+//     left free (store_staged; Linear1: gate and up interleaved per 8 columns, visit_swiglu);
+//   - the warp-specialised tiles (TileGemmTma, TileGemmTmaFp8) store straight from the accumulators,
+//     a quad of lanes transposing its words (FragmentStores, fragment_store.cuh; gate and up as column
+//     halves): no shared memory, no barrier but the one after the stores. The FP8 Linear1 epilogue
+//     (expert_ffn_fp8.cuh) stores its h codes the same way.
 // The row table (expert_ffn.cuh RowTableOf: each row's top-k weight, home, token and slot) is the
 // caller's.
 #pragma once
@@ -19,6 +21,7 @@
 #include <cuda_bf16.h>
 
 #include "device/context.cuh"
+#include "device/fragment_store.cuh"
 #include "device/gemm_maps.h"
 #include "device/ptx.cuh"
 #include "device/routing.h"
@@ -137,63 +140,69 @@ struct TileEpilogue {
   }
 };
 
-// ---- the warp-specialised tile (TileGemmTma): the math warps stage 64 columns a pass ----
-// The caller frees its task slot between the stores and the signals (the release adds wait ~1 us for
-// the CTA's stores; only the adding threads wait).
-// kPassCols_: 64 for TileGemmTma; the FP8 kernel (expert_ffn_fp8.cuh) stages 32 a pass, as its larger
-// ring leaves less shared memory.
-template <class Gemm, int kPassCols_ = 64>
-struct StagedPasses {
-  static constexpr int kBlockM = Gemm::kBlockM;
+// ---- the warp-specialised tiles' stores straight from the accumulators (fragment_store.cuh) ----
+// Gemm: a tile whose math warpgroup t / 128 holds rows [64 t, 64 t + 64) x kBlockN columns in the
+// wgmma_c_coord layout (TileGemmTma, TileGemmTmaFp8): register 4 b + 2 h + e is column 8 b + 2 (lane % 4)
+// + e of row r + 8 h (r: this thread's first row).
+template <class Gemm>
+struct FragmentStores {
   static constexpr int kBlockN = Gemm::kBlockN;
-  static constexpr int kPassCols = kPassCols_;                    // output columns per pass
-  static constexpr int kStageStride = stage_stride(kPassCols);   // padded: one accumulator store's 8 rows on distinct banks
-  static constexpr int kPassChunks = kPassCols / kChunkElems;
-  static constexpr int kStageElems = kBlockM * kStageStride;     // the staging tile, beside the ring
 
-  // Writes one staged pass (rows x kPassCols) in 16-byte chunks to dst(row, chunk), then frees the
-  // staging tile.
-  template <class Dst>
-  __device__ static void store_pass(const __nv_bfloat16* stage, int rows, const ThreadGroup& g, Dst dst) {
-    g.sync();  // the pass is staged
-    store_staged<kPassChunks, kStageStride>(stage, rows, g.rank(), g.count, dst);
+  // Rows [0, rows) of h from row h_row on (row stride I), output columns [nblock * kBlockN / 2, ...): gate in
+  // tile columns [0, kBlockN / 2), up in [kBlockN / 2, kBlockN) (register reg + kBlockN / 4 is reg's up
+  // value), times each row's top-k weight (row table t); then a barrier of g.
+  template <class Transport, class Table>
+  __device__ static void linear1(const FusedContext<Transport>& c, const typename Gemm::Accum& acc, const GemmTile& tile,
+                                 int64_t h_row, int I, int rows, const Table& t, const ThreadGroup& g) {
+    const int ct = static_cast<int>(threadIdx.x) - Gemm::kProducerThreads, lane = ct % 32;
+    const float clamp = c.prm->swiglu_clamp;
+    __nv_bfloat16* h = c.h + h_row * I + tile.nblock * (kBlockN / 2);
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int row = wgmma_accum_coord(ct, 2 * half, 1, kBlockN).row;
+      const bool real = row < rows;
+      const float weight = real ? t.weight[row] : 0.0f;
+#pragma unroll
+      for (int group = 0; group < kBlockN / 64; ++group) {
+        uint32_t w[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const int reg = 4 * (4 * group + j) + 2 * half, up = reg + kBlockN / 4;
+          w[j] = ptx::pack_bf16x2(swiglu(acc.v[reg], acc.v[up], clamp) * weight,
+                                  swiglu(acc.v[reg + 1], acc.v[up + 1], clamp) * weight);
+        }
+        quad_transpose(w);
+        if (real) store_chunk(h + static_cast<int64_t>(row) * I + bf16_quad_chunk_col(lane, group), w);
+      }
+    }
     g.sync();
   }
 
-  // Rows [0, rows) of h from row h_row on (row stride I), output columns [nblock * kBlockN / 2, ...):
-  // gate in tile columns [0, kBlockN / 2), up in [kBlockN / 2, kBlockN).
-  template <class Transport, class Table>
-  __device__ static void linear1(const FusedContext<Transport>& c, const typename Gemm::Accum& acc, const GemmTile& tile,
-                                 int64_t h_row, int I, int rows, const Table& t, __nv_bfloat16* stage, const ThreadGroup& g) {
-    const FusedParams& prm = *c.prm;
-    const float clamp = prm.swiglu_clamp;
-    __nv_bfloat16* h = c.h + h_row * I + tile.nblock * (kBlockN / 2);
-    static_for<kBlockN / 2 / kPassCols>([&]<int P>() {
-      Gemm::template visit_gate_up<P * kPassCols, (P + 1) * kPassCols>(
-          acc, [&](int row, int col, float g0, float g1, float u0, float u1) {
-            const float weight = row < rows ? t.weight[row] : 0.0f;
-            *reinterpret_cast<uint32_t*>(stage + row * kStageStride + col - P * kPassCols) =
-                ptx::pack_bf16x2(swiglu(g0, u0, clamp) * weight, swiglu(g1, u1, clamp) * weight);
-          });
-      store_pass(stage, rows, g, [&](int row, int chunk) {
-        return reinterpret_cast<int4*>(h + static_cast<int64_t>(row) * I + P * kPassCols + chunk * kChunkElems);
-      });
-    });
-  }
-
-  // Rows [0, rows), output columns [nblock * kBlockN, ...) of each row's combine slot.
+  // Tile rows [0, rows), output columns [nblock * kBlockN, ...) of each row's combine slot (row table t),
+  // bf16; then a barrier of g (every store issued: the caller's release adds and slot release follow).
   template <class Transport, class Table>
   __device__ static void linear2(const FusedContext<Transport>& c, const typename Gemm::Accum& acc, const GemmTile& tile,
-                                 int rows, const Table& t, __nv_bfloat16* stage, const ThreadGroup& g) {
+                                 int rows, const Table& t, const ThreadGroup& g) {
+    const int ct = static_cast<int>(threadIdx.x) - Gemm::kProducerThreads, lane = ct % 32;
     const int n0 = tile.nblock * kBlockN;
-    static_for<kBlockN / kPassCols>([&]<int P>() {
-      Gemm::template visit_cols<P * kPassCols, (P + 1) * kPassCols>(acc, [&](int row, int col, float v0, float v1) {
-        *reinterpret_cast<uint32_t*>(stage + row * kStageStride + col - P * kPassCols) = ptx::pack_bf16x2(v0, v1);
-      });
-      store_pass(stage, rows, g, [&](int row, int chunk) {
-        return combine_chunk(c, t.home[row], t.token[row], t.slot[row], n0 + P * kPassCols + chunk * kChunkElems);
-      });
-    });
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = wgmma_accum_coord(ct, 2 * h, 1, kBlockN).row;
+      const bool real = row < rows;
+      int4* dst = real ? combine_chunk(c, t.home[row], t.token[row], t.slot[row], n0) : nullptr;
+#pragma unroll
+      for (int group = 0; group < kBlockN / 32; ++group) {
+        uint32_t w[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const int reg = 4 * (4 * group + j) + 2 * h;
+          w[j] = ptx::pack_bf16x2(acc.v[reg], acc.v[reg + 1]);
+        }
+        quad_transpose(w);
+        if (real) store_chunk(dst + bf16_quad_chunk_col(lane, group) / kChunkElems, w);
+      }
+    }
+    g.sync();
   }
 };
 

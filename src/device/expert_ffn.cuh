@@ -167,15 +167,14 @@ struct ExpertTiles {
 //   producer warpgroup (warps 0-3): prepare (waits for a tile's inputs, fills its row table) and load
 //     (issues all its operand loads into the ring);
 //   math warpgroups (warps 4-11): linear1 / linear2 (the wgmma k-loop, then the epilogue: epilogue.cuh
-//     StagedPasses of kEpilogueCols columns a pass), freeing the task's slot once the epilogue no longer
-//     reads the row table.
+//     FragmentStores, from the registers), freeing the task's slot once the epilogue no longer reads
+//     the row table.
 // The FP8 tiles (expert_ffn_fp8.cuh) derive from these and replace the operand and Linear1 parts.
-template <class Gemm_, int kEpilogueCols = 64>
+template <class Gemm_>
 struct WarpSpecialisedTiles {
   using Gemm = Gemm_;
   static constexpr int kBlockM = Gemm::kBlockM;
   static constexpr int kBlockN = Gemm::kBlockN;
-  using Epilogue = StagedPasses<Gemm, kEpilogueCols>;
   static_assert(kBlockN % kSignalCols == 0, "a Linear2 tile signals whole column groups");
   static_assert(kBlockM >= kMinBlockM, "l1_done is sized for m-blocks of at least kMinBlockM rows");
   static_assert(kBlockM <= Gemm::kConsumerThreads, "one math thread signals each tile row");
@@ -193,7 +192,6 @@ struct WarpSpecialisedTiles {
   };
   using Queue = TaskQueue<Posted, RowTable>;
   struct Shared {
-    __nv_bfloat16 stage[Epilogue::kStageElems];
     Queue queue;
   };
   static constexpr int kSharedOffset = (Gemm::kSmemBytes + 15) / 16 * 16;
@@ -279,7 +277,7 @@ struct WarpSpecialisedTiles {
     const GemmTile& tile = posted.task.tile;
     typename Gemm::Accum acc;
     if (!mainloop(c, tile, Phase::kLinear1, H, posted.rows, ring, smem, acc, g)) return sh.queue.release(s, g);
-    Epilogue::linear1(c, acc, tile, posted.h_row, I, posted.rows, sh.queue.table[s], sh.stage, g);
+    FragmentStores<Gemm>::linear1(c, acc, tile, posted.h_row, I, posted.rows, sh.queue.table[s], g);
     sh.queue.release(s, g);
     if (g.leader()) l1_tile_done(c, tile);
   }
@@ -297,7 +295,7 @@ struct WarpSpecialisedTiles {
     // Thread r signals row r once the tile's stores are out; read its home and token before the slot goes.
     const int own = g.rank();
     const int home = own < rows ? t.home[own] : 0, token = own < rows ? t.token[own] : 0;
-    Epilogue::linear2(c, acc, tile, rows, t, sh.stage, g);
+    FragmentStores<Gemm>::linear2(c, acc, tile, rows, t, g);
     trace::stamp_current(g.leader(), trace::kEpiStored);
     sh.queue.release(s, g);
     if (own < rows) signal_home(c, home, token, signal_units(kBlockN));

@@ -9,7 +9,7 @@
 //     amax over the quad, quantised (quantize_fragment_rows: common/fp8.h's arithmetic) into FP8 h
 //     (codes [N][I] bytes, scales [N][fp8_scale_stride(I)] floats in the private h region, regions.h).
 //   Linear2 tile: A = the m-block's FP8 h rows and scales, B = w2's FP8 codes + block scales; the
-//     epilogue is the bf16 one (StagedPasses::linear2: bf16 rows into the homes' combine slots).
+//     epilogue is the bf16 one (FragmentStores::linear2: bf16 rows into the homes' combine slots).
 // The host runs this tile for every FP8 config (also at small T: padding rows are not loaded, and a
 // math warpgroup whose 64 rows are all padding runs no MMA), for H % 256 == 0 and I % 128 == 0 (the
 // layer refuses others, kUnsupported).
@@ -20,19 +20,16 @@
 
 #include "device/expert_ffn.cuh"
 #include "device/fp8_quantize.cuh"
+#include "device/fragment_store.cuh"
 #include "device/gemm_mainloop_tma_fp8.cuh"
 #include "device/regions.h"
 
 namespace epfuse::device {
 
 template <class Gemm_>
-struct WarpSpecialisedFp8Tiles : WarpSpecialisedTiles<Gemm_, 32> {
-  // Linear2 stages 32 columns a pass (bf16 TileGemmTma: 64): the FP8 ring is 8 KiB larger, and with 64
-  // the CTA would need 230,624 bytes of dynamic shared memory, over the 232,448 per block less the
-  // kernel's 2 KiB of static shared variables.
-  using Base = WarpSpecialisedTiles<Gemm_, 32>;  // roles, queue, staging, the math k-loop, Linear2
+struct WarpSpecialisedFp8Tiles : WarpSpecialisedTiles<Gemm_> {
+  using Base = WarpSpecialisedTiles<Gemm_>;  // roles, queue, the math k-loop, Linear2
   using Gemm = Gemm_;
-  using Epilogue = typename Base::Epilogue;
   using RowTable = typename Base::RowTable;  // a[i]: the row's FP8 codes (as bytes), scales follow (x) or apart (h)
   using Posted = typename Base::Posted;
   using Shared = typename Base::Shared;
@@ -41,12 +38,7 @@ struct WarpSpecialisedFp8Tiles : WarpSpecialisedTiles<Gemm_, 32> {
   static constexpr int kOutCols = kBlockN / 2;  // h columns of a Linear1 tile: one 1x128 group per row
   static_assert(kOutCols == fp8::kBlock, "a Linear1 tile's h row is one 1x128 group");
   // 232,448 bytes per block less the kernel's static shared variables (2 KiB: profile, scheduler).
-  static_assert(Base::kSmemBytes + 2048 <= 227 * 1024, "ring + staging + row tables fit one SM");
-  // The h codes are staged in passes of 64 columns (rows of 64 code bytes, padded by 16), in the
-  // staging tile.
-  static constexpr int kHPassCols = 64;
-  static constexpr int kHStageStride = kHPassCols + 16;
-  static_assert(kBlockM * kHStageStride <= Epilogue::kStageElems * 2, "an FP8 h pass fits the staging tile");
+  static_assert(Base::kSmemBytes + 2048 <= 227 * 1024, "ring + row tables fit one SM");
 
   // A producer thread's A operands: its rows' codes and the scales of its scale row.
   struct ARows {
@@ -148,28 +140,28 @@ struct WarpSpecialisedFp8Tiles : WarpSpecialisedTiles<Gemm_, 32> {
     float scale[2];
     quantize_fragment_rows(hv, prm.fp8.scale_format, code, scale);
     trace::stamp_current(g.leader(), trace::kEpiMath);
-    auto* stage = reinterpret_cast<uint8_t*>(sh.stage);
     float* hs = h_scales(prm, c.h) + posted.h_row * fp8_scale_stride(I) + tile.nblock;
     uint8_t* hq = h_codes(c.h) + posted.h_row * I + tile.nblock * kOutCols;
-    const int ct = static_cast<int>(threadIdx.x) - Gemm::kProducerThreads;
-    constexpr int kChunks = kHPassCols / 16;
-    // Fragment values [32 P, 32 P + 32) are the columns [64 P, 64 P + 64) (n8 block i / 4).
-    static_for<kOutCols / kHPassCols>([&]<int P>() {
+    const int ct = static_cast<int>(threadIdx.x) - Gemm::kProducerThreads, lane = ct % 32;
+    // Straight from the registers (fragment_store.cuh): code 4 b + 2 h + e is column 8 b + 2 (lane % 4) + e
+    // of row r + 8 h; a word holds a row's two codes of blocks 2 m and 2 m + 1.
+    const auto pair = [&](int b, int h) { return static_cast<uint32_t>(code[4 * b + 2 * h]) | (static_cast<uint32_t>(code[4 * b + 2 * h + 1]) << 8); };
 #pragma unroll
-      for (int i = P * 32; i < P * 32 + 32; i += 2) {
-        const FragCoord f = wgmma_accum_coord(ct, i, 1, kBlockN);
-        *reinterpret_cast<uint16_t*>(stage + f.row * kHStageStride + f.col - P * kHPassCols) =
-            static_cast<uint16_t>(code[i] | (static_cast<uint16_t>(code[i + 1]) << 8));
-        if (P == 0 && f.col == 0 && f.row < rows) hs[static_cast<int64_t>(f.row) * fp8_scale_stride(I)] = scale[(i >> 1) & 1];
+    for (int h = 0; h < 2; ++h) {
+      const int row = wgmma_accum_coord(ct, 2 * h, 1, kBlockN).row;
+      const bool real = row < rows;
+      if (real && lane % 4 == 0) hs[static_cast<int64_t>(row) * fp8_scale_stride(I)] = scale[h];
+#pragma unroll
+      for (int group = 0; group < kOutCols / 64; ++group) {
+        uint32_t w[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) w[k] = pair(8 * group + 2 * k, h) | (pair(8 * group + 2 * k + 1, h) << 16);
+        quad_transpose(w);
+        const Chunk16 chunk = fp8_quad_chunk(w);
+        if (real) store_chunk(hq + static_cast<int64_t>(row) * I + fp8_quad_chunk_col(lane, group), chunk.w);
       }
-      g.sync();  // the pass is staged
-      for (int q = g.rank(); q < rows * kChunks; q += g.count) {
-        const int row = q / kChunks, chunk = q % kChunks;
-        *reinterpret_cast<int4*>(hq + static_cast<int64_t>(row) * I + P * kHPassCols + chunk * 16) =
-            *reinterpret_cast<const int4*>(stage + row * kHStageStride + chunk * 16);
-      }
-      g.sync();  // stores issued (ordered before the leader's release) and the staging tile free
-    });
+    }
+    g.sync();  // every store issued (ordered before the leader's release) and the row table read
     trace::stamp_current(g.leader(), trace::kEpiStored);
     sh.queue.release(s, g);
     if (g.leader()) l1_tile_done(c, tile);

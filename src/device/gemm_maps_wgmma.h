@@ -86,6 +86,47 @@ EPFUSE_HD FragCoord wgmma_c_coord(int thread_in_group, int reg) {
   return FragCoord{(thread_in_group / 32) * 16 + c.row, (reg / 4) * 8 + c.col};
 }
 
+// ---- the epilogues' stores straight from the accumulator fragment (fragment_store.cuh) ----
+// Within an n8 block the 4 lanes of a quad hold one row's 8 columns, 2 each (wgmma_c_coord). A 4 x 4
+// transpose of 32-bit words across the quad, in two shuffle rounds, leaves each lane 16 contiguous bytes
+// of the row. Lane q (= lane % 4) starts with w[j], its word of block j of a group of 4; round r
+// exchanges two words with lane q ^ (2 >> r): quad_send picks them, quad_take puts the partner's in
+// place. After both rounds w[i] is lane i's word of block q.
+EPFUSE_HD void quad_send(const uint32_t (&w)[4], int q, int round, uint32_t (&out)[2]) {
+  const bool high = round == 0 ? (q & 2) != 0 : (q & 1) != 0;
+  // Round 0: lanes 0, 1 send blocks 2, 3 (lanes 2, 3: blocks 0, 1). Round 1: even lanes send words 1, 3
+  // (odd lanes: 0, 2).
+  out[0] = round == 0 ? (high ? w[0] : w[2]) : (high ? w[0] : w[1]);
+  out[1] = round == 0 ? (high ? w[1] : w[3]) : (high ? w[2] : w[3]);
+}
+EPFUSE_HD void quad_take(uint32_t (&w)[4], int q, int round, const uint32_t (&in)[2]) {
+  const bool high = round == 0 ? (q & 2) != 0 : (q & 1) != 0;
+  // Selects, not indices computed at run time: w stays in registers.
+  const int a = round == 0 ? 1 : 2;  // the other word the high lane takes, besides w[0]
+  w[0] = high ? in[0] : w[0];
+  w[a] = high ? in[1] : w[a];
+  w[3 - a] = high ? w[3 - a] : in[0];  // round 0: w[2]; round 1: w[1]
+  w[3] = high ? w[3] : in[1];
+}
+// The lane each round exchanges with (shuffle xor).
+EPFUSE_HD int quad_partner_mask(int round) { return round == 0 ? 2 : 1; }
+
+// bf16 (one word = a row's 2 columns of one block): after the transpose of blocks [4 g, 4 g + 4) lane l
+// holds the 8 columns (16 bytes) of block 4 g + l % 4.
+EPFUSE_HD int bf16_quad_chunk_col(int lane, int group) { return 8 * (4 * group + lane % 4); }
+// FP8 codes (one word = a row's 2 codes of block 2 m, then 2 of block 2 m + 1): after the transpose of
+// words [4 g, 4 g + 4) (blocks [8 g, 8 g + 8)) lane l holds the words of blocks 8 g + 2 (l % 4) and the
+// next; fp8_quad_chunk orders their bytes into columns [64 g + 16 (l % 4), + 16).
+EPFUSE_HD int fp8_quad_chunk_col(int lane, int group) { return 64 * group + 16 * (lane % 4); }
+EPFUSE_HD uint32_t low_halves(uint32_t a, uint32_t b) { return (a & 0xffffu) | (b << 16); }
+EPFUSE_HD uint32_t high_halves(uint32_t a, uint32_t b) { return (a >> 16) | (b & 0xffff0000u); }
+struct Chunk16 {
+  uint32_t w[4];
+};
+EPFUSE_HD Chunk16 fp8_quad_chunk(const uint32_t (&w)[4]) {
+  return {{low_halves(w[0], w[1]), low_halves(w[2], w[3]), high_halves(w[0], w[1]), high_halves(w[2], w[3])}};
+}
+
 // Tile coordinates of accumulator register reg of CTA thread tid when warpgroup g = tid / 128 owns the
 // group tile (g / groups_n, g % groups_n) of kWgmmaM x group_tile_n elements.
 EPFUSE_HD FragCoord wgmma_accum_coord(int tid, int reg, int groups_n, int group_tile_n) {

@@ -4,9 +4,11 @@
 // ownership (against CUTLASS's CLayout_64xN formula), and an emulation of a whole CTA tile:
 // cp.async placement as gemm_mainloop_wgmma.cuh does it, wgmma operand reads through the descriptors
 // it builds, accumulators handed out by the PTX fragment layout and read back through visit /
-// visit_col16's maps. A wrong encoding or map gives a wrong matrix, not just a wrong index.
+// visit_col16's maps; the epilogues' quad-transposed stores from the registers (quad_send / quad_take).
+// A wrong encoding or map gives a wrong matrix, not just a wrong index.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <random>
@@ -112,6 +114,92 @@ TEST(GemmWgmmaMaps, AccumulatorFragmentMatchesClayout64xN) {
         EXPECT_EQ(c.row, offset % 64) << "t " << t << " reg " << reg;
         EXPECT_EQ(c.col, offset / 64) << "t " << t << " reg " << reg;
       }
+}
+
+// The epilogues' stores from the registers (fragment_store.cuh): a quad's two shuffle rounds emulated
+// with quad_send / quad_take over a warpgroup's 64 x 256 fragment (values laid out by wgmma_c_coord), each
+// lane's chunk written where bf16_quad_chunk_col / fp8_quad_chunk_col put it, as the epilogues do. Every
+// (row, column) must be written exactly once, with its own value.
+void emulate_quad_rounds(std::vector<std::array<uint32_t, 4>>& lanes) {  // one entry per lane of a warp
+  for (int round = 0; round < 2; ++round) {
+    std::vector<std::array<uint32_t, 2>> sent(lanes.size());
+    for (size_t l = 0; l < lanes.size(); ++l) {
+      uint32_t w[4] = {lanes[l][0], lanes[l][1], lanes[l][2], lanes[l][3]}, out[2];
+      quad_send(w, static_cast<int>(l % 4), round, out);
+      sent[l] = {out[0], out[1]};
+    }
+    for (size_t l = 0; l < lanes.size(); ++l) {
+      const size_t partner = l ^ static_cast<size_t>(quad_partner_mask(round));
+      uint32_t w[4] = {lanes[l][0], lanes[l][1], lanes[l][2], lanes[l][3]};
+      const uint32_t in[2] = {sent[partner][0], sent[partner][1]};
+      quad_take(w, static_cast<int>(l % 4), round, in);
+      lanes[l] = {w[0], w[1], w[2], w[3]};
+    }
+  }
+}
+
+TEST(GemmWgmmaMaps, QuadStoresPutEveryBf16ValueInItsColumn) {
+  constexpr int kN = 256;
+  const auto value = [](int row, int col) { return static_cast<uint16_t>(1 + row * kN + col); };  // distinct, never 0
+  std::vector<uint16_t> out(64 * kN, 0);
+  for (int warp = 0; warp < 4; ++warp)
+    for (int h = 0; h < 2; ++h)
+      for (int group = 0; group < kN / 32; ++group) {
+        std::vector<std::array<uint32_t, 4>> lanes(32);
+        for (int lane = 0; lane < 32; ++lane)
+          for (int j = 0; j < 4; ++j) {  // the word of block 4 group + j: registers reg, reg + 1
+            const int reg = 4 * (4 * group + j) + 2 * h;
+            const FragCoord a = wgmma_c_coord(32 * warp + lane, reg), b = wgmma_c_coord(32 * warp + lane, reg + 1);
+            ASSERT_EQ(a.row, b.row);
+            ASSERT_EQ(b.col, a.col + 1);
+            lanes[lane][j] = value(a.row, a.col) | (static_cast<uint32_t>(value(b.row, b.col)) << 16);
+          }
+        emulate_quad_rounds(lanes);
+        for (int lane = 0; lane < 32; ++lane) {
+          const int row = wgmma_c_coord(32 * warp + lane, 2 * h).row, col = bf16_quad_chunk_col(lane, group);
+          for (int e = 0; e < 8; ++e) {  // the 16-byte chunk: 8 bf16, little-endian words
+            uint16_t& slot = out[row * kN + col + e];
+            EXPECT_EQ(slot, 0) << "written twice: row " << row << " col " << col + e;
+            slot = static_cast<uint16_t>(lanes[lane][e / 2] >> (16 * (e % 2)));
+          }
+        }
+      }
+  for (int row = 0; row < 64; ++row)
+    for (int col = 0; col < kN; ++col) ASSERT_EQ(out[row * kN + col], value(row, col)) << "row " << row << " col " << col;
+}
+
+TEST(GemmWgmmaMaps, QuadStoresPutEveryFp8CodeInItsColumn) {
+  constexpr int kCols = 128;  // a Linear1 tile's h columns: the gate half's 16 blocks, one code each
+  const auto code = [](int row, int col) { return static_cast<uint8_t>(1 + (row * 7 + col * 13) % 251); };
+  std::vector<int> out(64 * kCols, -1);
+  for (int warp = 0; warp < 4; ++warp)
+    for (int h = 0; h < 2; ++h)
+      for (int group = 0; group < kCols / 64; ++group) {
+        std::vector<std::array<uint32_t, 4>> lanes(32);
+        for (int lane = 0; lane < 32; ++lane)
+          for (int k = 0; k < 4; ++k) {  // blocks 8 group + 2 k and the next, a row's 2 codes of each
+            uint32_t word = 0;
+            for (int half = 0; half < 2; ++half) {
+              const int reg = 4 * (8 * group + 2 * k + half) + 2 * h;
+              const FragCoord a = wgmma_c_coord(32 * warp + lane, reg), b = wgmma_c_coord(32 * warp + lane, reg + 1);
+              word |= (static_cast<uint32_t>(code(a.row, a.col)) | (static_cast<uint32_t>(code(b.row, b.col)) << 8)) << (16 * half);
+            }
+            lanes[lane][k] = word;
+          }
+        emulate_quad_rounds(lanes);
+        for (int lane = 0; lane < 32; ++lane) {
+          const uint32_t w[4] = {lanes[lane][0], lanes[lane][1], lanes[lane][2], lanes[lane][3]};
+          const Chunk16 chunk = fp8_quad_chunk(w);
+          const int row = wgmma_c_coord(32 * warp + lane, 2 * h).row, col = fp8_quad_chunk_col(lane, group);
+          for (int e = 0; e < 16; ++e) {
+            int& slot = out[row * kCols + col + e];
+            EXPECT_EQ(slot, -1) << "written twice: row " << row << " col " << col + e;
+            slot = static_cast<int>((chunk.w[e / 4] >> (8 * (e % 4))) & 0xffu);
+          }
+        }
+      }
+  for (int row = 0; row < 64; ++row)
+    for (int col = 0; col < kCols; ++col) ASSERT_EQ(out[row * kCols + col], code(row, col)) << "row " << row << " col " << col;
 }
 
 // The FP8 tile runs a warpgroup's 64 x 256 as four n64 quarters (gemm_fp8.cuh
