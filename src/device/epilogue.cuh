@@ -16,7 +16,6 @@
 // caller's.
 #pragma once
 #include <cstdint>
-#include <utility>
 
 #include <cuda_bf16.h>
 
@@ -50,13 +49,6 @@ __device__ __forceinline__ void visit_swiglu(const typename Gemm::Accum& acc, fl
   Gemm::visit_col16(acc, [&](int row, int col, float g0, float g1, float u0, float u1) {
     f(row, swiglu_out_col(col), swiglu(g0, u0, clamp), swiglu(g1, u1, clamp));
   });
-}
-
-// f.template operator()<I>() for I = 0 .. kN - 1: passes over accumulator registers need compile-time
-// register indices.
-template <int kN, class F>
-__device__ __forceinline__ void static_for(F&& f) {
-  [&]<int... Is>(std::integer_sequence<int, Is...>) { (f.template operator()<Is>(), ...); }(std::make_integer_sequence<int, kN>{});
 }
 
 // Row stride (elements) of a bf16 output tile of `cols` columns staged in smem: 8 elements (16 bytes)

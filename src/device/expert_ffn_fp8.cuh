@@ -145,7 +145,9 @@ struct WarpSpecialisedFp8Tiles : WarpSpecialisedTiles<Gemm_> {
     const int ct = static_cast<int>(threadIdx.x) - Gemm::kProducerThreads, lane = ct % 32;
     // Straight from the registers (fragment_store.cuh): code 4 b + 2 h + e is column 8 b + 2 (lane % 4) + e
     // of row r + 8 h; a word holds a row's two codes of blocks 2 m and 2 m + 1.
-    const auto pair = [&](int b, int h) { return static_cast<uint32_t>(code[4 * b + 2 * h]) | (static_cast<uint32_t>(code[4 * b + 2 * h + 1]) << 8); };
+    const auto pair = [&](int b, int h) {
+      return static_cast<uint32_t>(code[4 * b + 2 * h]) | (static_cast<uint32_t>(code[4 * b + 2 * h + 1]) << 8);
+    };
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int row = wgmma_accum_coord(ct, 2 * h, 1, kBlockN).row;
