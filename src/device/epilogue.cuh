@@ -29,16 +29,32 @@
 
 namespace epfuse::device {
 
-// silu(min(gate, c)) * clamp(up, -c, c), clamp only when c > 0 (DeepSeek's swiglu_limit), in fp32.
-__device__ __forceinline__ float swiglu(float gate, float up, float clamp) {
+// DeepSeek's swiglu_limit: gate = min(gate, c), up = clamp(up, -c, c), only when c > 0.
+__device__ __forceinline__ void swiglu_limit(float& gate, float& up, float clamp) {
   if (clamp > 0.0f) {
     gate = fminf(gate, clamp);
     up = fminf(fmaxf(up, -clamp), clamp);
   }
+}
+
+// silu(min(gate, c)) * clamp(up, -c, c), clamp only when c > 0, in fp32.
+__device__ __forceinline__ float swiglu(float gate, float up, float clamp) {
+  swiglu_limit(gate, up, clamp);
   // __fdividef / __expf: approximate division and exponent (a few instructions each; relative error
   // ~1e-6, far below bf16's 4e-3). gate -> -inf: the denominator overflows to inf and the quotient is
   // 0, the limit of silu.
   return __fdividef(gate, 1.0f + __expf(-gate)) * up;
+}
+
+// swiglu with silu(g) = g * (0.5 + 0.5 tanh(g / 2)) on tanh.approx: one MUFU an output where swiglu
+// takes two (ex2, rcp), in the FP8 Linear1 epilogue, whose SwiGLU the MUFU bounds (bench/NOTES.md,
+// sessions 18-19). tanh.approx's error (2^-11 relative) is far below the e4m3 step of the h it feeds
+// (2^-4 relative), not below bf16's: FP8 only.
+__device__ __forceinline__ float swiglu_fp8(float gate, float up, float clamp) {
+  swiglu_limit(gate, up, clamp);
+  float t;
+  asm("tanh.approx.f32 %0, %1;" : "=f"(t) : "f"(0.5f * gate));
+  return gate * fmaf(0.5f, t, 0.5f) * up;
 }
 
 // f(row, out_col, h0, h1): SwiGLU outputs out_col and out_col + 1 (relative to n_out0, out_col even) of
@@ -149,24 +165,22 @@ struct FragmentStores {
     const int ct = static_cast<int>(threadIdx.x) - Gemm::kProducerThreads, lane = ct % 32;
     const float clamp = c.prm->swiglu_clamp;
     __nv_bfloat16* h = c.h + h_row * I + tile.nblock * (kBlockN / 2);
+    float weight[2];
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int row = wgmma_accum_coord(ct, 2 * half, 1, kBlockN).row;
-      const bool real = row < rows;
-      const float weight = real ? t.weight[row] : 0.0f;
-#pragma unroll
-      for (int group = 0; group < kBlockN / 64; ++group) {
-        uint32_t w[4];
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const int reg = 4 * (4 * group + j) + 2 * half, up = reg + kBlockN / 4;
-          w[j] = ptx::pack_bf16x2(swiglu(acc.v[reg], acc.v[up], clamp) * weight,
-                                  swiglu(acc.v[reg + 1], acc.v[up + 1], clamp) * weight);
-        }
-        quad_transpose(w);
-        if (real) store_chunk(h + static_cast<int64_t>(row) * I + bf16_quad_chunk_col(lane, group), w);
-      }
+      weight[half] = row < rows ? t.weight[row] : 0.0f;
     }
+    store_fragment_rows<kBlockN, kBlockN / 64>(
+        ct, rows,
+        [&](int half, int group, int j) {
+          const int reg = 4 * (4 * group + j) + 2 * half, up = reg + kBlockN / 4;
+          return ptx::pack_bf16x2(swiglu(acc.v[reg], acc.v[up], clamp) * weight[half],
+                                  swiglu(acc.v[reg + 1], acc.v[up + 1], clamp) * weight[half]);
+        },
+        [&](int, int row, int group, const uint32_t (&w)[4]) {
+          store_chunk(h + static_cast<int64_t>(row) * I + bf16_quad_chunk_col(lane, group), w);
+        });
     g.sync();
   }
 
@@ -177,23 +191,21 @@ struct FragmentStores {
                                  int rows, const Table& t, const ThreadGroup& g) {
     const int ct = static_cast<int>(threadIdx.x) - Gemm::kProducerThreads, lane = ct % 32;
     const int n0 = tile.nblock * kBlockN;
+    int4* dst[2];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int row = wgmma_accum_coord(ct, 2 * h, 1, kBlockN).row;
-      const bool real = row < rows;
-      int4* dst = real ? combine_chunk(c, t.home[row], t.token[row], t.slot[row], n0) : nullptr;
-#pragma unroll
-      for (int group = 0; group < kBlockN / 32; ++group) {
-        uint32_t w[4];
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const int reg = 4 * (4 * group + j) + 2 * h;
-          w[j] = ptx::pack_bf16x2(acc.v[reg], acc.v[reg + 1]);
-        }
-        quad_transpose(w);
-        if (real) store_chunk(dst + bf16_quad_chunk_col(lane, group) / kChunkElems, w);
-      }
+    for (int half = 0; half < 2; ++half) {
+      const int row = wgmma_accum_coord(ct, 2 * half, 1, kBlockN).row;
+      dst[half] = row < rows ? combine_chunk(c, t.home[row], t.token[row], t.slot[row], n0) : nullptr;
     }
+    store_fragment_rows<kBlockN, kBlockN / 32>(
+        ct, rows,
+        [&](int half, int group, int j) {
+          const int reg = 4 * (4 * group + j) + 2 * half;
+          return ptx::pack_bf16x2(acc.v[reg], acc.v[reg + 1]);
+        },
+        [&](int half, int, int group, const uint32_t (&w)[4]) {
+          store_chunk(dst[half] + bf16_quad_chunk_col(lane, group) / kChunkElems, w);
+        });
     g.sync();
   }
 };

@@ -131,8 +131,8 @@ struct WarpSpecialisedFp8Tiles : WarpSpecialisedTiles<Gemm_> {
     int j = 0;
     Gemm::template visit_gate_up<0, kOutCols>(acc, [&](int row, int, float g0, float g1, float u0, float u1) {
       const float weight = row < rows ? t.weight[row] : 0.0f;
-      hv[j] = swiglu(g0, u0, clamp) * weight;
-      hv[j + 1] = swiglu(g1, u1, clamp) * weight;
+      hv[j] = swiglu_fp8(g0, u0, clamp) * weight;
+      hv[j + 1] = swiglu_fp8(g1, u1, clamp) * weight;
       j += 2;
     });
     trace::stamp_current(g.leader(), trace::kEpiSwiglu);
@@ -151,18 +151,13 @@ struct WarpSpecialisedFp8Tiles : WarpSpecialisedTiles<Gemm_> {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int row = wgmma_accum_coord(ct, 2 * h, 1, kBlockN).row;
-      const bool real = row < rows;
-      if (real && lane % 4 == 0) hs[static_cast<int64_t>(row) * fp8_scale_stride(I)] = scale[h];
-#pragma unroll
-      for (int group = 0; group < kOutCols / 64; ++group) {
-        uint32_t w[4];
-#pragma unroll
-        for (int k = 0; k < 4; ++k) w[k] = pair(8 * group + 2 * k, h) | (pair(8 * group + 2 * k + 1, h) << 16);
-        quad_transpose(w);
-        const Chunk16 chunk = fp8_quad_chunk(w);
-        if (real) store_chunk(hq + static_cast<int64_t>(row) * I + fp8_quad_chunk_col(lane, group), chunk.w);
-      }
+      if (row < rows && lane % 4 == 0) hs[static_cast<int64_t>(row) * fp8_scale_stride(I)] = scale[h];
     }
+    store_fragment_rows<kBlockN, kOutCols / 64>(
+        ct, rows, [&](int h, int group, int k) { return pair(8 * group + 2 * k, h) | (pair(8 * group + 2 * k + 1, h) << 16); },
+        [&](int, int row, int group, const uint32_t (&w)[4]) {
+          store_chunk(hq + static_cast<int64_t>(row) * I + fp8_quad_chunk_col(lane, group), fp8_quad_chunk(w).w);
+        });
     g.sync();  // every store issued (ordered before the leader's release) and the row table read
     trace::stamp_current(g.leader(), trace::kEpiStored);
     sh.queue.release(s, g);

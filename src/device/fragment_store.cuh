@@ -25,6 +25,27 @@ __device__ __forceinline__ void quad_transpose(uint32_t (&w)[4]) {
   }
 }
 
+// The stores of this thread's part of a warpgroup's 64 x kBlockN accumulator tile: for each of its two
+// rows (half 0: r, half 1: r + 8; wgmma_c_coord) and each group of 4 words, word(half, group, j) gives
+// word j, the quad transposes them (every lane takes part) and, when the row is one of the tile's `rows`
+// real rows, store(half, row, group, w) writes the lane's 16 bytes. ct: the thread within the math
+// warpgroups.
+template <int kBlockN, int kGroups, class Word, class Store>
+__device__ __forceinline__ void store_fragment_rows(int ct, int rows, Word word, Store store) {
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int row = wgmma_accum_coord(ct, 2 * half, 1, kBlockN).row;
+#pragma unroll
+    for (int group = 0; group < kGroups; ++group) {
+      uint32_t w[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) w[j] = word(half, group, j);
+      quad_transpose(w);
+      if (row < rows) store(half, row, group, w);
+    }
+  }
+}
+
 __device__ __forceinline__ void store_chunk(void* dst, const uint32_t (&w)[4]) {
   *reinterpret_cast<int4*>(dst) = make_int4(static_cast<int>(w[0]), static_cast<int>(w[1]), static_cast<int>(w[2]),
                                             static_cast<int>(w[3]));
