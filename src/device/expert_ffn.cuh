@@ -78,24 +78,52 @@ struct RowTableOf {
   }
 };
 
-// Waits (group g) until a tile's inputs are in: a Linear1 tile needs every sender's rows of its expert
-// (arrivals), a Linear2 tile every Linear1 tile of its m-block (l1_tiles of them, into h). False when
-// the wait was abandoned (recorded).
+// The counter a tile's inputs are counted on: a Linear1 tile needs every sender's rows of its expert
+// (arrivals: `need` rows past `base`), a Linear2 tile every Linear1 tile of its m-block (l1_done:
+// `need` = l1_tiles of them, into h).
+struct TileInputs {
+  const uint32_t* counter;
+  bool arrivals;
+  uint32_t base, need;
+  WaitSite site;
+
+  template <class Transport>
+  __device__ uint32_t load(const FusedContext<Transport>& c) const {
+    return arrivals ? peer_acquire(c, counter) : ld_acquire_gpu(counter);
+  }
+  __device__ bool in(uint32_t v) const { return arrivals ? counter_reached(v, base, need) : v >= need; }
+};
 template <class Transport>
-__device__ __forceinline__ bool wait_tile_inputs(const FusedContext<Transport>& c, const ThreadGroup& g, Phase phase,
-                                                 const GemmTile& tile, int l1_tiles) {
+__device__ __forceinline__ TileInputs tile_inputs(const FusedContext<Transport>& c, Phase phase, const GemmTile& tile,
+                                                  int l1_tiles) {
   const FusedParams& prm = *c.prm;
   if (phase == Phase::kLinear1) {
     const uint32_t rows = static_cast<uint32_t>(c.plan.rows[tile.expert]);
-    const uint32_t base = c.plan.target[tile.expert] - rows;
-    const uint32_t* arrived = local_ptr<uint32_t>(c, arrival_offset(prm.sym, prm.capacity, c.parity, tile.expert));
-    return group_wait(g, prm, c.ctl, c.site(Phase::kLinear1, WaitKind::kArrivals, tile.expert), rows,
-                      [&] { return peer_acquire(c, arrived); }, [&](uint32_t v) { return counter_reached(v, base, rows); });
+    return {local_ptr<uint32_t>(c, arrival_offset(prm.sym, prm.capacity, c.parity, tile.expert)), true,
+            c.plan.target[tile.expert] - rows, rows, c.site(Phase::kLinear1, WaitKind::kArrivals, tile.expert)};
   }
-  const uint32_t* done = c.l1_done + tile.mblock;
-  const uint32_t need = static_cast<uint32_t>(l1_tiles);
-  return group_wait(g, prm, c.ctl, c.site(Phase::kLinear2, WaitKind::kLinear1, tile.mblock, tile.expert), need,
-                    [&] { return ld_acquire_gpu(done); }, [&](uint32_t v) { return v >= need; });
+  return {c.l1_done + tile.mblock, false, 0u, static_cast<uint32_t>(l1_tiles),
+          c.site(Phase::kLinear2, WaitKind::kLinear1, tile.mblock, tile.expert)};
+}
+
+// Waits (group g) until a tile's inputs are in (tile_inputs). False when the wait was abandoned
+// (recorded).
+template <class Transport>
+__device__ __forceinline__ bool wait_tile_inputs(const FusedContext<Transport>& c, const ThreadGroup& g, Phase phase,
+                                                 const GemmTile& tile, int l1_tiles) {
+  const TileInputs t = tile_inputs(c, phase, tile, l1_tiles);
+  return group_wait(g, *c.prm, c.ctl, t.site, t.need, [&] { return t.load(c); }, [&](uint32_t v) { return t.in(v); });
+}
+// Whether a tile's inputs are in now (one poll by g's leader; every thread of g gets the answer).
+template <class Transport>
+__device__ __forceinline__ bool tile_inputs_in(const FusedContext<Transport>& c, const ThreadGroup& g, Phase phase,
+                                               const GemmTile& tile, int l1_tiles) {
+  bool in = false;
+  if (g.leader()) {
+    const TileInputs t = tile_inputs(c, phase, tile, l1_tiles);
+    in = t.in(t.load(c));
+  }
+  return g.sync_or(in);
 }
 
 // A tile's operand pipeline ran out of time (one thread calls it): record it and stop; the abort ends

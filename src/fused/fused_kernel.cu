@@ -72,11 +72,16 @@ __device__ void producer_role(const device::FusedContext<Transport>& c, TaskSche
     const bool gemm = Tiles::is_gemm(task.phase);
     typename Tiles::ARows a_rows = {};  // this thread's A operands of the tile
     device::TileRows w{};
-    // The weights of the tile's first k-blocks go out before its inputs are in (they need none).
-    const int preloaded = gemm ? device::preload_weights<Tiles>(c, g, task, ring, smem) : 0;
+    const int l1_tiles = 2 * I / Gemm::kBlockN;
+    // Inputs not in yet: the weights of the tile's first k-blocks go out first (they need none) and
+    // stream while it waits. Inputs in (most tiles): no preload, which would wait for the stages the
+    // math warps' current tile still holds before the row table could be read and the tile posted
+    // (bench/NOTES.md, session 19: ~2 us of every tile's hand-over).
+    const bool in = gemm && device::tile_inputs_in(c, g, task.phase, task.tile, l1_tiles);
+    const int preloaded = gemm && !in ? device::preload_weights<Tiles>(c, g, task, ring, smem) : 0;
     if (g.leader()) device::trace::stamp(rec, device::trace::kWeights);
     bool ok = preloaded >= 0;
-    if (gemm && ok && !(ok = device::wait_tile_inputs(c, g, task.phase, task.tile, 2 * I / Gemm::kBlockN)))
+    if (gemm && !in && ok && !(ok = device::wait_tile_inputs(c, g, task.phase, task.tile, l1_tiles)))
       device::drop_weights<Tiles>(c, task, ring, smem);
     if (gemm && ok) Tiles::prepare(c, g, task, I, queue.table[s], a_rows, w);
     if (g.leader()) device::trace::stamp(rec, device::trace::kInputs);
@@ -87,9 +92,13 @@ __device__ void producer_role(const device::FusedContext<Transport>& c, TaskSche
       device::trace::stamp(rec, device::trace::kPosted);
     }
     if (!ok || task.phase == Phase::kDone) break;
+    // The next id is taken before this tile's loads, its decoding (and any wait) after them: the
+    // atomic's round trip runs under the loads, and the math warps never wait for a producer held in
+    // a later task's wait (scheduler.cuh TaskQueue).
+    const uint32_t claimed = scheduler.claim(g);
     if (gemm && !Tiles::load(c, g, task, a_rows, H, I, ring, smem, preloaded)) break;
     if (g.leader()) device::trace::stamp(rec, device::trace::kLoaded);
-    task = scheduler.next(g);
+    task = scheduler.next(g, claimed);
   }
   device::ptx::cp_async_wait_all();  // leave no copy in flight behind an exited thread
 }
