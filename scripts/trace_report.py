@@ -47,6 +47,27 @@ def fmt(values):
     return f"{statistics.median(values):7.2f} {min(values):7.2f} {max(values):7.2f}"
 
 
+def handover(per_cta):
+    """Per GEMM phase, the median time of each step of the hand-over from tile a to the next tile b of
+    the same phase in one CTA, relative to a's k-loop end, in time order: when the producer issued a's
+    last load, took b, had its weights and inputs, posted it; when the math warps ended a and started
+    b, and b's first stage was full (bench/NOTES.md, session 19)."""
+    steps = collections.defaultdict(lambda: collections.defaultdict(list))
+    for rs in per_cta.values():
+        g = sorted((r for r in rs if r["phase"] in (4, 5) and r["math_start"] >= 0), key=lambda r: r["rec"])
+        for a, b in zip(g, g[1:]):
+            if a["phase"] != b["phase"] or a["loop_end"] < 0:
+                continue
+            t0 = a["loop_end"]
+            for name, r, stamp in (("a.loaded", a, "loaded"), ("a.end", a, "end"), ("b.taken", b, "taken"),
+                                   ("b.weights", b, "weights"), ("b.inputs", b, "inputs"), ("b.posted", b, "posted"),
+                                   ("b.math_start", b, "math_start"), ("b.first_full", b, "first_full")):
+                if r[stamp] >= 0:
+                    steps[a["phase"]][name].append(r[stamp] - t0)
+    return {p: sorted(((n, statistics.median(v)) for n, v in d.items()), key=lambda x: x[1])
+            for p, d in sorted(steps.items())}
+
+
 def report(key, rows, tiles, sm):
     rank, H, I, E, T, mma = key
     end = max(r[s] for r in rows for s in STAMPS if r[s] >= 0)
@@ -102,6 +123,11 @@ def report(key, rows, tiles, sm):
     if idle:
         print(f"math gaps between consecutive tasks of a CTA, us: median {statistics.median(idle):.2f}, "
               f"sum over CTAs {sum(idle):.1f}, max {max(idle):.2f}")
+    chain = handover(per_cta)
+    if chain:
+        print("hand-over between consecutive tiles of one phase in a CTA, us from tile a's k-loop end (medians):")
+        for p, steps in chain.items():
+            print(f"{PHASES[p]:8s} " + "  ".join(f"{name}={us(t):.2f}" for name, t in steps))
     if tiles:
         for r in sorted((r for r in rows if r["phase"] in (4, 5)), key=lambda r: r["math_start"]):
             st = " ".join(f"{us(r[s]):7.1f}" if r[s] >= 0 else "      -" for s in STAMPS)
