@@ -168,7 +168,7 @@ struct FragmentStores {
     float weight[2];
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const int row = wgmma_accum_coord(ct, 2 * half, 1, kBlockN).row;
+      const int row = fragment_row<kBlockN>(ct, half);
       weight[half] = row < rows ? t.weight[row] : 0.0f;
     }
     store_fragment_rows<kBlockN, kBlockN / 64>(
@@ -194,7 +194,7 @@ struct FragmentStores {
     int4* dst[2];
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const int row = wgmma_accum_coord(ct, 2 * half, 1, kBlockN).row;
+      const int row = fragment_row<kBlockN>(ct, half);
       dst[half] = row < rows ? combine_chunk(c, t.home[row], t.token[row], t.slot[row], n0) : nullptr;
     }
     store_fragment_rows<kBlockN, kBlockN / 32>(

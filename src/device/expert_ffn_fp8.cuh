@@ -150,7 +150,7 @@ struct WarpSpecialisedFp8Tiles : WarpSpecialisedTiles<Gemm_> {
     };
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int row = wgmma_accum_coord(ct, 2 * h, 1, kBlockN).row;
+      const int row = fragment_row<kBlockN>(ct, h);
       if (row < rows && lane % 4 == 0) hs[static_cast<int64_t>(row) * fp8_scale_stride(I)] = scale[h];
     }
     store_fragment_rows<kBlockN, kOutCols / 64>(

@@ -25,6 +25,13 @@ __device__ __forceinline__ void quad_transpose(uint32_t (&w)[4]) {
   }
 }
 
+// The tile row of this thread's accumulator half (half 0: r, half 1: r + 8; wgmma_c_coord) in a tile of
+// kBlockN columns: what store_fragment_rows stores, and what its callers look up per row beforehand.
+template <int kBlockN>
+__device__ __forceinline__ int fragment_row(int ct, int half) {
+  return wgmma_accum_coord(ct, 2 * half, 1, kBlockN).row;
+}
+
 // The stores of this thread's part of a warpgroup's 64 x kBlockN accumulator tile: for each of its two
 // rows (half 0: r, half 1: r + 8; wgmma_c_coord) and each group of 4 words, word(half, group, j) gives
 // word j, the quad transposes them (every lane takes part) and, when the row is one of the tile's `rows`
@@ -34,7 +41,7 @@ template <int kBlockN, int kGroups, class Word, class Store>
 __device__ __forceinline__ void store_fragment_rows(int ct, int rows, Word word, Store store) {
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
-    const int row = wgmma_accum_coord(ct, 2 * half, 1, kBlockN).row;
+    const int row = fragment_row<kBlockN>(ct, half);
 #pragma unroll
     for (int group = 0; group < kGroups; ++group) {
       uint32_t w[4];
