@@ -40,16 +40,7 @@ if [ $(( $(date +%s) - start )) -lt 500 ]; then
   timeout 60 .carry/build/tools/epfuse bench --impl fused --dtype fp8 --ranks 1 --torch off --ceilings $CEIL \
     --hidden 4096 --intermediate 14336 --experts 2 --topk 2 --tokens 4096 --iters 200 --json "$W/clocks-mixtral.json" 2>&1 | grep -E " fused |rror" | cut -c1-150
   kill $smi
-  python3 - "$W/clocks-mixtral.csv" <<'PY'
-import sys, collections
-rows = [l.strip().split(", ") for l in open(sys.argv[1]) if l.count(",") >= 4]
-busy = [r for r in rows if r[2].endswith("W") and float(r[2][:-2]) > 300]
-print(f"{len(rows)} samples, {len(busy)} above 300 W")
-for name, i in (("clock MHz", 1), ("power W", 2)):
-    v = sorted(float(r[i].split()[0]) for r in busy)
-    if v: print(f"  {name}: min {v[0]:.0f} p10 {v[len(v)//10]:.0f} median {v[len(v)//2]:.0f} p90 {v[9*len(v)//10]:.0f} max {v[-1]:.0f}")
-print("  throttle reasons:", collections.Counter(r[4] for r in busy).most_common(4))
-PY
+  python3 scripts/clock_summary.py "$W/clocks-mixtral.csv"
   gzip -f "$W/clocks-mixtral.csv"
 fi
 echo "end: $(( $(date +%s) - start )) s"

@@ -15,16 +15,7 @@ for b in base d1a d1r base; do
   timeout 60 .carry/s20/$b-epfuse bench --impl fused --dtype fp8 --ranks 1 --torch off --ceilings gemm=790,hbm=4250,nvlink=350,fp8=1447 \
     --hidden 4096 --intermediate 14336 --experts 2 --topk 2 --tokens 4096 --iters 200 --json "$W/clocks-$b.json" 2>&1 | grep -E " fused |rror" | cut -c1-100 | sed "s/^/$b: /"
   kill $smi; sleep 1
-  python3 - "$W/clocks-$b.csv" <<'PY'
-import sys, collections
-rows = [l.strip().split(", ") for l in open(sys.argv[1]) if l.count(",") >= 4]
-busy = [r for r in rows if r[2].endswith("W") and float(r[2][:-2]) > 300]
-print(f"  {len(rows)} samples, {len(busy)} above 300 W")
-for name, i in (("clock MHz", 1), ("power W", 2)):
-    v = sorted(float(r[i].split()[0]) for r in busy)
-    if v: print(f"  {name}: min {v[0]:.0f} p10 {v[len(v)//10]:.0f} median {v[len(v)//2]:.0f} p90 {v[9*len(v)//10]:.0f} max {v[-1]:.0f}")
-print("  throttle reasons:", collections.Counter(r[4] for r in busy).most_common(4))
-PY
+  python3 scripts/clock_summary.py "$W/clocks-$b.csv"
 done
 gzip -f $W/*.csv
 tar czf "$OUT/call6.tgz" -C "$W" .

@@ -16,16 +16,7 @@ export CXX=/usr/bin/g++ CC=/usr/bin/gcc CPATH=/usr/local/cuda/include/cccl TORCH
 for d in cute cutlass; do ln -sfn "$PWD/.peers/deepgemm/third-party/cutlass/include/$d" "$PWD/.peers/deepgemm/deep_gemm/include/$d"; done
 echo "built after $(( $(date +%s) - start )) s"
 summary() {
-  python3 - "$1" <<'PY'
-import sys, collections
-rows = [l.strip().split(", ") for l in open(sys.argv[1]) if l.count(",") >= 4]
-busy = [r for r in rows if r[2].endswith("W") and float(r[2][:-2]) > 300]
-print(f"  {len(rows)} samples, {len(busy)} above 300 W")
-for name, i in (("clock MHz", 1), ("power W", 2)):
-    v = sorted(float(r[i].split()[0]) for r in busy)
-    if v: print(f"  {name}: min {v[0]:.0f} p10 {v[len(v)//10]:.0f} median {v[len(v)//2]:.0f} p90 {v[9*len(v)//10]:.0f} max {v[-1]:.0f}")
-print("  throttle reasons:", collections.Counter(r[4] for r in busy).most_common(4))
-PY
+  python3 scripts/clock_summary.py "$1"
 }
 sample() { nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_throttle_reasons.active --format=csv,noheader -lms 20 > "$1" 2>&1 & }
 # DeepGEMM's first call compiles its kernels (JIT): a short run first, then the sampled one.
