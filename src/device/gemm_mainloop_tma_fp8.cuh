@@ -13,13 +13,13 @@
 //      columns [0, 128) and [row1, row1 + 128) as [128, 256) (Linear1: gate and up), plus the two block
 //      scales of that K block (scale0[kb], scale1[kb]; thread 0, 4-byte cp.async through L1: weight
 //      scales are never written by the kernel).
-// Math: each math warpgroup owns 64 rows; per k-block it runs its 64 x 256 as four n64 quarters,
-// fp8_block_mma_promote_quarters (gemm_fp8.cuh: 4 x wgmma m64n64k32 per quarter into two 32-register
-// scratches that take turns, each quarter promoted into its 32 accumulators times row scale x block
-// scale while the next quarter's MMAs run). It replaced two n128 halves of one 64-register scratch,
-// whose promotions ran with the group's MMAs drained: the FP8 layer's compute-bound rows 1-7% faster
-// (bench/NOTES.md, session 16). The accumulators are the bf16 tile's: register reg of the 128 holds the
-// same (row, column), so the epilogues' visit_cols / visit_gate_up work unchanged. The last promotion
+// Math: each math warpgroup owns 64 rows; per k-block it runs its 64 x 256 as two n128 halves,
+// fp8_block_mma_promote_halves (gemm_fp8.cuh: 4 x wgmma m64n128k32 per half into one 64-register
+// scratch, promoted into its 64 accumulators times row scale x block scale once they are done). The
+// halves replaced session 16's four n64 quarters (which hid the promotions but read A from shared
+// memory twice as often): 2-5% faster on the power-capped H100 (bench/NOTES.md, session 21). The
+// accumulators are the bf16 tile's: register reg of the 128 holds the same (row, column), so the
+// epilogues' visit_cols / visit_gate_up work unchanged. The last promotion
 // waits for all the k-block's MMAs, so a stage is free once it is done: the math warps release it at
 // once (the bf16 tile keeps one wgmma group in flight and releases the previous stage).
 // K: any multiple of 64 (supports_k). A last K block of 64 (K = 2880) is loaded as a full one: the TMA
@@ -29,7 +29,7 @@
 // Scale rows of A: ceil(K / 128) floats, 16-byte aligned, readable up to the next multiple of 4 floats
 // (regions.h fp8_scale_stride; the producer copies whole 16-byte groups).
 // Registers: 384 threads at one CTA per SM leave 168 per thread at entry; setmaxnreg gives the math
-// warps kConsumerRegs (128 accumulators + 2 x 32 scratch + addresses) and the producer kProducerRegs.
+// warps kConsumerRegs (128 accumulators + 64 scratch + addresses) and the producer kProducerRegs.
 #pragma once
 #include <cstdint>
 
@@ -180,7 +180,7 @@ struct TileGemmTmaFp8 {
   // stage ran out; the caller makes that group-uniform.
   __device__ static bool mainloop(RingPos& pos, int K, int rows, void* smem, Accum& acc, const WaitLimit& limit) {
     const auto [ct, base, desc_a0, desc_b0] = Bf16::start_math(smem, acc);
-    float scratch_a[kBlockN / 8], scratch_b[kBlockN / 8];
+    float scratch[kBlockN / 4];
     const int group_row0 = (ct / 128) * kWgmmaM;
     const int num_kb = num_k_blocks(K);
     if (Bf16::padding_group(ct, rows)) return Ring::pass(base, pos, num_kb, ct % 32 == 0, limit);
@@ -200,7 +200,7 @@ struct TileGemmTmaFp8 {
       const float col_scale1 = ld_shared_f32(stage_scale_b(base, s) + 4u);
       const uint64_t desc_a = uniform_u64(desc_advance(desc_a0, static_cast<uint32_t>(s * kStageBytesA)));
       const uint64_t desc_b = uniform_u64(desc_advance(desc_b0, static_cast<uint32_t>(s * kStageBytesB)));
-      fp8_block_mma_promote_quarters(acc.v, scratch_a, scratch_b, desc_a, desc_b, row_scale, col_scale0, col_scale1);
+      fp8_block_mma_promote_halves(acc.v, scratch, desc_a, desc_b, row_scale, col_scale0, col_scale1);
       // All the k-block's MMAs finished (its last promotion waits for them) and every lane's scale
       // reads are done (__syncwarp orders them before lane 0's release of the stage).
       __syncwarp();
@@ -239,8 +239,8 @@ struct TileGemmTmaFp8 {
     ptx::cp_async_4(stage_scale_b(base, s) + 4u, b.scale1 + kb);
   }
   // v as one value of the warp (lane 0's; every lane holds the same): ptxas then keeps the k-block's
-  // descriptor arithmetic in uniform registers. Without it the quarters' 16 descriptors took math
-  // registers and 12 accumulators spilled around the k-loop (bench/NOTES.md, session 16).
+  // descriptor arithmetic in uniform registers. Without it session 16's n64 quarters' 16 descriptors
+  // took math registers and 12 accumulators spilled around the k-loop (bench/NOTES.md, session 16).
   __device__ static uint64_t uniform_u64(uint64_t v) {
     return (static_cast<uint64_t>(__shfl_sync(~0u, static_cast<uint32_t>(v >> 32), 0)) << 32) |
            __shfl_sync(~0u, static_cast<uint32_t>(v), 0);

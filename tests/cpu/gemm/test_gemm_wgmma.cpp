@@ -202,25 +202,25 @@ TEST(GemmWgmmaMaps, QuadStoresPutEveryFp8CodeInItsColumn) {
     for (int col = 0; col < kCols; ++col) ASSERT_EQ(out[row * kCols + col], code(row, col)) << "row " << row << " col " << col;
 }
 
-// The FP8 tile runs a warpgroup's 64 x 256 as four n64 quarters (gemm_fp8.cuh
-// fp8_block_mma_promote_quarters): quarter q's register i must be register 32 q + i of the 64 x 256
-// accumulators (same row, column + 64 q), and B rows [64 q, 64 q + 64) must be what a descriptor
-// advanced by 64 q rows of 128 bytes reads as its rows [0, 64).
-TEST(GemmWgmmaMaps, N64QuartersAreSlicesOfTheN256Tile) {
+// The FP8 tile runs a warpgroup's 64 x 256 as two n128 halves (gemm_fp8.cuh
+// fp8_block_mma_promote_halves): half h's register i must be register 64 h + i of the 64 x 256
+// accumulators (same row, column + 128 h), and B rows [128 h, 128 h + 128) must be what a descriptor
+// advanced by 128 h rows of 128 bytes reads as its rows [0, 128).
+TEST(GemmWgmmaMaps, N128HalvesAreSlicesOfTheN256Tile) {
   for (int t = 0; t < 128; ++t)
-    for (int q = 0; q < 4; ++q)
-      for (int i = 0; i < 32; ++i) {
-        const FragCoord quarter = wgmma_c_coord(t, i), whole = wgmma_c_coord(t, 32 * q + i);
-        EXPECT_EQ(whole.row, quarter.row) << "t " << t << " q " << q << " reg " << i;
-        EXPECT_EQ(whole.col, quarter.col + 64 * q) << "t " << t << " q " << q << " reg " << i;
+    for (int h = 0; h < 2; ++h)
+      for (int i = 0; i < 64; ++i) {
+        const FragCoord half = wgmma_c_coord(t, i), whole = wgmma_c_coord(t, 64 * h + i);
+        EXPECT_EQ(whole.row, half.row) << "t " << t << " h " << h << " reg " << i;
+        EXPECT_EQ(whole.col, half.col + 128 * h) << "t " << t << " h " << h << " reg " << i;
       }
   const uint64_t desc = make_sw128_kmajor_desc(0x8000);
-  for (int q = 0; q < 4; ++q)
-    for (int row = 0; row < 64; ++row)
+  for (int h = 0; h < 2; ++h)
+    for (int row = 0; row < 128; ++row)
       for (int k = 0; k < kWgmmaK; ++k)
-        EXPECT_EQ(sw128_kmajor_element_addr(desc_advance(desc, static_cast<uint32_t>(q * 64 * kSw128RowBytes)), row, k),
-                  sw128_kmajor_element_addr(desc, 64 * q + row, k))
-            << "q " << q << " row " << row << " k " << k;
+        EXPECT_EQ(sw128_kmajor_element_addr(desc_advance(desc, static_cast<uint32_t>(h * 128 * kSw128RowBytes)), row, k),
+                  sw128_kmajor_element_addr(desc, 128 * h + row, k))
+            << "h " << h << " row " << row << " k " << k;
 }
 
 TEST(GemmWgmmaMaps, AccumulatorsCoverTileOnce) {

@@ -1,4 +1,4 @@
-// 1-GPU correctness test of the block-scaled FP8 MMA (device/gemm_fp8.cuh fp8_block_mma_promote_quarters,
+// 1-GPU correctness test of the block-scaled FP8 MMA (device/gemm_fp8.cuh fp8_block_mma_promote_halves,
 // the fused FP8 tile's k-block): one warpgroup computes a 64 x 256 tile of A [64, K] . B [256, K]^T from
 // e4m3 codes, with 1x128 scales per A row and K block and two B scales per K block (one for columns
 // [0, 128), one for [128, 256): the two weight blocks of a tile, Linear1's gate and up), K in {128, 512,
@@ -59,7 +59,7 @@ __global__ void __launch_bounds__(128) fp8_tile_kernel(const uint8_t* a, const f
   __shared__ __align__(1024) uint8_t stage_b[kN * dev::kSw128RowBytes];
   const int kblocks = epfuse::fp8::num_blocks(K);
   const int row0 = dev::wgmma_c_coord(threadIdx.x, 0).row;  // and row0 + 8
-  float acc[kN / 2], scratch_a[kN / 8], scratch_b[kN / 8];
+  float acc[kN / 2], scratch[kN / 4];
 #pragma unroll
   for (int i = 0; i < kN / 2; ++i) acc[i] = 0.0f;
   const uint64_t desc_a = dev::make_sw128_kmajor_desc(static_cast<uint32_t>(__cvta_generic_to_shared(stage_a)));
@@ -70,8 +70,7 @@ __global__ void __launch_bounds__(128) fp8_tile_kernel(const uint8_t* a, const f
     dev::ptx::fence_proxy_async_shared();
     __syncthreads();
     const float row_scale[2] = {a_scale[row0 * kblocks + kb], a_scale[(row0 + 8) * kblocks + kb]};
-    dev::fp8_block_mma_promote_quarters(acc, scratch_a, scratch_b, desc_a, desc_b, row_scale, b_scale0[kb],
-                                        b_scale1[kb]);
+    dev::fp8_block_mma_promote_halves(acc, scratch, desc_a, desc_b, row_scale, b_scale0[kb], b_scale1[kb]);
     __syncthreads();  // every warp's MMAs done reading the stage before the next copy
   }
 #pragma unroll
