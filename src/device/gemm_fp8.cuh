@@ -41,12 +41,13 @@ __device__ __forceinline__ void wgmma_m64n128k32_e4m3_f32(float (&d)[64], uint64
 // One warpgroup, one 128-K block of a 64 x 256 tile in two n128 halves: acc[64 h + i] += (A_block .
 // B_rows[128 h, 128 h + 128)^T)[i] * row_scale * (h == 0 ? col_scale0 : col_scale1), with B's 256 rows
 // at desc_b (K-major, 128-byte swizzle, row r at 128 r bytes). Each half's 4 MMAs go into one 64-register
-// scratch, which is then promoted with the group's MMAs drained (the other math warpgroup's keep the
-// tensor cores busy meanwhile). Four n64 quarters through two 32-register scratches that took turns
-// hid the promotions behind the group's own MMAs but read A from shared memory four times a k-block
-// instead of twice; on the power-capped H100 the halves are 2-5% faster on the compute-bound rows
-// (bench/NOTES.md, session 21). Registers: 128 accumulators + 64 scratch. Waits for all its MMAs (the
-// stage is free on return). tests/gpu/gemm/test_fp8_tile.cu checks it alone against a float64 reference.
+// scratch, which is then promoted with the group's MMAs drained (the other math warpgroup's MMAs can
+// run meanwhile). Four n64 quarters through two 32-register scratches that took turns hid the
+// promotions behind the group's own MMAs but read A from shared memory four times a k-block instead of
+// twice; on an H100 the halves were 5% faster at dsv3 T=4096 and 2% at qwen3 T=16384, mixtral (at the
+// board's power cap) unchanged (bench/NOTES.md, session 21). Registers: 128 accumulators + 64 scratch.
+// Waits for all its MMAs (the stage is free on return). tests/gpu/gemm/test_fp8_tile.cu checks it alone
+// against a float64 reference.
 __device__ __forceinline__ void fp8_block_mma_promote_halves(float (&acc)[128], float (&scratch)[64], uint64_t desc_a,
                                                              uint64_t desc_b, const float (&row_scale)[2],
                                                              float col_scale0, float col_scale1) {

@@ -17,11 +17,12 @@
 // fp8_block_mma_promote_halves (gemm_fp8.cuh: 4 x wgmma m64n128k32 per half into one 64-register
 // scratch, promoted into its 64 accumulators times row scale x block scale once they are done). The
 // halves replaced session 16's four n64 quarters (which hid the promotions but read A from shared
-// memory twice as often): 2-5% faster on the power-capped H100 (bench/NOTES.md, session 21). The
-// accumulators are the bf16 tile's: register reg of the 128 holds the same (row, column), so the
-// epilogues' visit_cols / visit_gate_up work unchanged. The last promotion
-// waits for all the k-block's MMAs, so a stage is free once it is done: the math warps release it at
-// once (the bf16 tile keeps one wgmma group in flight and releases the previous stage).
+// memory twice as often): on an H100 2-5% faster at dsv3 T=4096 and qwen3 T=16384, mixtral (at the
+// power cap) unchanged (bench/NOTES.md, session 21). The accumulators are the bf16 tile's: register
+// reg of the 128 holds the same (row, column), so the epilogues' visit_cols / visit_gate_up work
+// unchanged. The last promotion waits for all the k-block's MMAs, so a stage is free once it is done:
+// the math warps release it at once (the bf16 tile keeps one wgmma group in flight and releases the
+// previous stage).
 // K: any multiple of 64 (supports_k). A last K block of 64 (K = 2880) is loaded as a full one: the TMA
 // fills B's columns past K with zeros, the producer zero-fills A's chunks past K (cp.async src-size 0),
 // so those MMA steps add zeros; its scales are the partial block's (fp8.h block_extent). In the fused
