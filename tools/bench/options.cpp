@@ -101,6 +101,9 @@ BenchOptions parse_bench_options(const std::vector<std::string>& args) {
       .add("--warmup", o.warmup, "untimed forwards before timing")
       .add("--iters", o.iters, "timed forwards per row")
       .add("--sets", o.sets, "input sets rotated over the iterations, each with fresh routing")
+      .add("--sustained", o.sustained_ms,
+           "MS: after the timed calls, forwards back to back (no sync between them) for\nabout MS ms: ms per call, and "
+           "energy per call and mean power from the GPU's\nenergy counter (NVML) where the driver has one (0: off)")
       .add("--seed", o.seed, "weights and inputs seed")
       .add("--verify-rows", o.verify_rows, "sampled rows per rank checked against the float64 reference")
       .add("--tolerance", o.tolerance, "max relative error for verified=yes (bf16: ~5e-3 expected)")
@@ -118,6 +121,7 @@ BenchOptions parse_bench_options(const std::vector<std::string>& args) {
   if (o.warmup < 0) throw UsageError("--warmup: must be >= 0");
   if (o.iters < 1) throw UsageError("--iters: must be >= 1");
   if (o.sets < 1) throw UsageError("--sets: must be >= 1");
+  if (!(o.sustained_ms >= 0)) throw UsageError("--sustained: must be >= 0 ms (0: off)");
   if (o.verify_rows < 1) throw UsageError("--verify-rows: must be >= 1");
   const std::optional<Routing> r = parse_routing(routing);
   if (!r) throw UsageError("--routing: unknown routing '" + routing + "'");

@@ -34,6 +34,7 @@ struct BenchOptions {
   int warmup = 5;
   int iters = 50;
   int sets = 4;
+  double sustained_ms = 0;  // --sustained: a back-to-back run of about this long after the timed calls (0: none)
   uint64_t seed = 1;
   int verify_rows = 8;  // sampled rows per rank compared with the float64 reference
   double tolerance = 2e-2;

@@ -1,5 +1,6 @@
 #include "bench/report.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "epfuse/error.h"
@@ -80,6 +81,8 @@ Record row_record(const BenchRow& row) {
   r.set("iters", row.iters).set("sets", row.sets);
   r.set("median_ms", row.median_ms).set("p10_ms", row.p10_ms).set("p90_ms", row.p90_ms);
   r.set("dispatch_ms", row.dispatch_ms).set("experts_ms", row.experts_ms).set("combine_ms", row.combine_ms);
+  r.set("sustained_calls", row.sustained_calls).set("sustained_ms", row.sustained_ms);
+  r.set("sustained_joules", row.sustained_joules).set("sustained_watts", row.sustained_watts);
   r.set("gemm_alone_ms", row.gemm_alone_ms);
   r.set("gemm_alone_grouped_ms", row.gemm_alone_grouped_ms).set("gemm_alone_loop_ms", row.gemm_alone_loop_ms);
   if (!row.gemm_path.empty()) r.set("gemm_path", row.gemm_path);
@@ -114,6 +117,10 @@ BenchRow row_from_record(const Record& rec) {
   row.dispatch_ms = rec.number_or("dispatch_ms", kNaN);
   row.experts_ms = rec.number_or("experts_ms", kNaN);
   row.combine_ms = rec.number_or("combine_ms", kNaN);
+  row.sustained_calls = rec.has("sustained_calls") ? static_cast<int>(rec.integer("sustained_calls")) : 0;
+  row.sustained_ms = rec.number_or("sustained_ms", kNaN);
+  row.sustained_joules = rec.number_or("sustained_joules", kNaN);
+  row.sustained_watts = rec.number_or("sustained_watts", kNaN);
   row.gemm_alone_ms = rec.number_or("gemm_alone_ms", kNaN);
   row.gemm_alone_grouped_ms = rec.number_or("gemm_alone_grouped_ms", kNaN);
   row.gemm_alone_loop_ms = rec.number_or("gemm_alone_loop_ms", kNaN);
@@ -178,6 +185,8 @@ std::string render_table(const std::vector<BenchRow>& rows) {
   for (const std::string& i : impls) headers.push_back("x vs " + i);
   for (const char* h : {"GEMM alone ms", "GEMM TFLOP/s", "disp/exp/comb ms", "verified", "rel err"})
     headers.push_back(h);
+  const bool sustained = std::any_of(rows.begin(), rows.end(), [](const BenchRow& r) { return r.sustained_calls > 0; });
+  if (sustained) headers.push_back("sustained ms / J / W");
   tools::Table table(headers);
   for (const BenchRow& r : rows) {
     std::vector<std::string> cells{r.config, std::to_string(r.tokens_per_rank),
@@ -206,6 +215,10 @@ std::string render_table(const std::vector<BenchRow>& rows) {
                                                  : "-");
     cells.push_back(r.verified);
     cells.push_back(tools::format_sci(r.rel_err));
+    if (sustained)
+      cells.push_back(r.sustained_calls > 0 ? fixed(r.sustained_ms, 3) + " / " + fixed(r.sustained_joules, 2) + " / " +
+                                                  fixed(r.sustained_watts, 0)
+                                            : "-");
     table.add_row(cells);
   }
   return table.render();
@@ -268,6 +281,11 @@ tools::Json row_json(const BenchRow& r) {
             {"remote_bytes_per_gpu", r.remote_bytes_per_gpu},
             {"iters", r.iters},
             {"sets", r.sets}};
+  if (r.sustained_calls > 0)
+    j["sustained"] = {{"calls", r.sustained_calls},
+                      {"ms_per_call", r.sustained_ms},
+                      {"joules_per_call", r.sustained_joules},
+                      {"watts", r.sustained_watts}};
   if (!r.ran()) j["skipped"] = r.note;
   if (!r.remark.empty()) j["remark"] = r.remark;
   return j;

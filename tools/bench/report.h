@@ -31,6 +31,10 @@ struct BenchRow {
   // Measured: per iteration the slowest rank's ms; statistics over iterations.
   double median_ms = kNaN, p10_ms = kNaN, p90_ms = kNaN;
   double dispatch_ms = kNaN, experts_ms = kNaN, combine_ms = kNaN;  // phase medians, when reported
+  // --sustained: the back-to-back run (slowest rank's ms per call; per GPU, mean over ranks, joules per
+  // call and watts from the energy counter, NaN without one); sustained_calls 0: not run.
+  int sustained_calls = 0;
+  double sustained_ms = kNaN, sustained_joules = kNaN, sustained_watts = kNaN;
   double gemm_alone_ms = kNaN;  // the same cuBLAS GEMMs (W13 and W2) alone, same row counts and path
   // Both paths of the unfused expert GEMM alone (bench/gemm_alone.h), and rank 0's choice.
   double gemm_alone_grouped_ms = kNaN, gemm_alone_loop_ms = kNaN;

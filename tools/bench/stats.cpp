@@ -58,4 +58,17 @@ std::vector<double> max_over_ranks(std::span<const double> per_rank_ms, int worl
   return out;
 }
 
+SustainedFigures sustained_figures(double elapsed_ms, int calls, double joules) {
+  if (!(calls > 0 && elapsed_ms > 0))
+    throw Error(ErrorCode::kInvalidArgument, "sustained_figures: need calls > 0 and elapsed_ms > 0");
+  return {elapsed_ms / calls, joules / calls, joules / (elapsed_ms * 1e-3)};
+}
+
+int sustained_calls(double target_ms, double median_ms) {
+  if (!(target_ms > 0 && median_ms > 0))
+    throw Error(ErrorCode::kInvalidArgument, "sustained_calls: need target_ms > 0 and median_ms > 0");
+  const double calls = std::ceil(target_ms / median_ms);
+  return calls < 10 ? 10 : calls > 1e6 ? 1000000 : static_cast<int>(calls);
+}
+
 }  // namespace epfuse::bench

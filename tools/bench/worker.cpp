@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <thread>
 
 #include "bench/ceilings.h"
+#include "bench/energy.h"
 #include "bench/gemm_alone.h"
 #include "bench/gpu_delay.h"
 #include "bench/report.h"
@@ -58,6 +60,34 @@ std::vector<double> sum_over_ranks(Communicator& comm, const std::vector<double>
 // Collective: per iteration the slowest rank, then statistics over iterations.
 Summary slowest_rank(Communicator& comm, const std::vector<double>& ms) {
   return summarize(max_over_ranks(comm.all_gather(ms), comm.world_size()));
+}
+
+// --sustained: about target_ms of forwards back to back, no sync between them (as a model's layers run,
+// and as peers time a GEMM "sustained"): on the compute-bound rows the board's power limit then sets
+// the clock, which the synchronised calls above only partly reach. Collective (the ranks start
+// together; the layer synchronises them within). Energy from each rank's own GPU counter.
+void time_sustained(Communicator& comm, RankJob& job, const std::vector<InputSet>& sets, double target_ms,
+                    double median_ms, BenchRow& row) {
+  const int calls = sustained_calls(target_ms, median_ms);
+  int device = 0;
+  EPFUSE_CUDA_CHECK(cudaGetDevice(&device));
+  std::string why;
+  const std::unique_ptr<EnergyCounter> counter = EnergyCounter::open(device, &why);
+  if (!counter && comm.rank() == 0) std::fprintf(stderr, "bench: --sustained: no energy counter (%s)\n", why.c_str());
+  EPFUSE_CUDA_CHECK(cudaStreamSynchronize(job.stream()));
+  comm.barrier();
+  const std::optional<double> j0 = counter ? counter->joules() : std::nullopt;
+  const double elapsed = tools::time_iterations(job.stream(), 1, [&](int) {
+    for (int i = 0; i < calls; ++i) job.forward(sets[i % sets.size()]);
+  })[0];
+  const std::optional<double> j1 = counter ? counter->joules() : std::nullopt;
+  const SustainedFigures f = sustained_figures(elapsed, calls, j0 && j1 ? *j1 - *j0 : kNaN);
+  const int world = comm.world_size();
+  const std::vector<double> sums = sum_over_ranks(comm, {f.joules_per_call, f.watts});
+  row.sustained_calls = calls;
+  row.sustained_ms = slowest_rank(comm, {f.ms_per_call}).median;
+  row.sustained_joules = sums[0] / world;
+  row.sustained_watts = sums[1] / world;
 }
 
 // What the routing of a case's input sets asks of the GPUs: the floor (per term the slowest rank,
@@ -229,6 +259,7 @@ void run_worker(const BenchOptions& o) {
             gpu_delay(job->stream(), kLaunchLeadUs);
           });
       const Summary layer_ms = slowest_rank(*comm, ms);
+      if (o.sustained_ms > 0) time_sustained(*comm, *job, sets, o.sustained_ms, layer_ms.median, row);
       time_phases(*job, sets, row);
       // A failure during the timed calls (recorded on the device, or output gone wrong) must not leave
       // a row of times: the layer's error record is thrown here, and the output is checked once more.

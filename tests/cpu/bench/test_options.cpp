@@ -95,6 +95,7 @@ TEST(Options, RejectsBadValuesNamingTheFlag) {
   EXPECT_NE(message({"--hidden", "256"}).find("all four"), std::string::npos);
   EXPECT_NE(message({"--iters", "0"}).find("--iters"), std::string::npos);
   EXPECT_NE(message({"--sets", "0"}).find("--sets"), std::string::npos);
+  EXPECT_NE(message({"--sustained", "-1"}).find("--sustained"), std::string::npos);
   EXPECT_NE(message({"--tokens", "0"}).find("--tokens"), std::string::npos);
   EXPECT_NE(message({"--torch", "maybe"}).find("--torch"), std::string::npos);
   EXPECT_NE(message({"--routing", "zipf"}).find("--routing"), std::string::npos);

@@ -75,6 +75,20 @@ TEST(Report, RowRecordRoundTrips) {
   EXPECT_EQ(back.unwritten, 0);
 
   EXPECT_EQ(back.dtype, "bf16");
+  EXPECT_EQ(back.sustained_calls, 0);  // no --sustained run
+  EXPECT_TRUE(std::isnan(back.sustained_ms));
+
+  r.sustained_calls = 500;
+  r.sustained_ms = 3.0;
+  r.sustained_joules = 2.1;
+  r.sustained_watts = 700;
+  const BenchRow sustained = row_from_record(parse_record(row_record(r).format()));
+  EXPECT_EQ(sustained.sustained_calls, 500);
+  EXPECT_DOUBLE_EQ(sustained.sustained_ms, 3.0);
+  EXPECT_DOUBLE_EQ(sustained.sustained_joules, 2.1);
+  EXPECT_DOUBLE_EQ(sustained.sustained_watts, 700);
+  EXPECT_EQ(row_json(r)["sustained"]["joules_per_call"], 2.1);
+  EXPECT_FALSE(row_json(back).contains("sustained"));
 
   BenchCase fp8_case = facts_cases()[0];
   fp8_case.layer.weight_format = WeightFormat::kFp8Block128;
@@ -165,6 +179,15 @@ TEST(Report, TableAndJsonCarryEveryRow) {
     EXPECT_NE(json.find(key), std::string::npos) << key;
   EXPECT_NE(json.find("\"verified\": true"), std::string::npos) << json;
   EXPECT_NE(json.find("\"nvlink_gbps\": 350"), std::string::npos) << json;
+  EXPECT_EQ(table.find("sustained"), std::string::npos) << "no --sustained run, no column";
+
+  rows[0].sustained_calls = 500;
+  rows[0].sustained_ms = 2.25;
+  rows[0].sustained_joules = 1.5;
+  rows[0].sustained_watts = 667;
+  const std::string with_sustained = render_table(rows);
+  for (const char* text : {"sustained ms / J / W", "2.250 / 1.50 / 667"})
+    EXPECT_NE(with_sustained.find(text), std::string::npos) << text << "\n" << with_sustained;
 }
 
 TEST(Report, FloorTableWithoutGpu) {

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "epfuse/error.h"
 
 namespace epfuse::bench {
@@ -38,6 +40,28 @@ TEST(Stats, MaxOverRanksTakesTheSlowestRankPerIteration) {
   EXPECT_EQ(max_over_ranks(ms, 3), (std::vector<double>{4, 5, 9, 2}));
   EXPECT_EQ(max_over_ranks(ms, 1), ms);
   EXPECT_THROW(max_over_ranks(ms, 5), Error);
+}
+
+TEST(Stats, SustainedFiguresFromElapsedTimeAndEnergy) {
+  const SustainedFigures f = sustained_figures(1500.0, 500, 1050.0);  // 500 calls in 1.5 s, 1050 J
+  EXPECT_DOUBLE_EQ(f.ms_per_call, 3.0);
+  EXPECT_DOUBLE_EQ(f.joules_per_call, 2.1);
+  EXPECT_DOUBLE_EQ(f.watts, 700.0);
+  const SustainedFigures no_counter = sustained_figures(10.0, 4, std::nan(""));
+  EXPECT_DOUBLE_EQ(no_counter.ms_per_call, 2.5);
+  EXPECT_TRUE(std::isnan(no_counter.joules_per_call));
+  EXPECT_TRUE(std::isnan(no_counter.watts));
+  EXPECT_THROW(sustained_figures(0.0, 4, 1.0), Error);
+  EXPECT_THROW(sustained_figures(1.0, 0, 1.0), Error);
+}
+
+TEST(Stats, SustainedCallsCoverTheTargetWithAFloorOfTen) {
+  EXPECT_EQ(sustained_calls(1500.0, 2.9), 518);  // ceil(517.2)
+  EXPECT_EQ(sustained_calls(1500.0, 3.0), 500);
+  EXPECT_EQ(sustained_calls(10.0, 5.0), 10);     // 2 would do: at least 10
+  EXPECT_EQ(sustained_calls(1e9, 1e-3), 1000000);
+  EXPECT_THROW(sustained_calls(0.0, 1.0), Error);
+  EXPECT_THROW(sustained_calls(100.0, 0.0), Error);
 }
 
 }  // namespace
