@@ -65,15 +65,10 @@ Summary slowest_rank(Communicator& comm, const std::vector<double>& ms) {
 // --sustained: about target_ms of forwards back to back, no sync between them (as a model's layers run,
 // and as peers time a GEMM "sustained"): on the compute-bound rows the board's power limit then sets
 // the clock, which the synchronised calls above only partly reach. Collective (the ranks start
-// together; the layer synchronises them within). Energy from each rank's own GPU counter.
+// together; the layer synchronises them within). Energy from each rank's own GPU counter (null: none).
 void time_sustained(Communicator& comm, RankJob& job, const std::vector<InputSet>& sets, double target_ms,
-                    double median_ms, BenchRow& row) {
+                    double median_ms, const EnergyCounter* counter, BenchRow& row) {
   const int calls = sustained_calls(target_ms, median_ms);
-  int device = 0;
-  EPFUSE_CUDA_CHECK(cudaGetDevice(&device));
-  std::string why;
-  const std::unique_ptr<EnergyCounter> counter = EnergyCounter::open(device, &why);
-  if (!counter && comm.rank() == 0) std::fprintf(stderr, "bench: --sustained: no energy counter (%s)\n", why.c_str());
   EPFUSE_CUDA_CHECK(cudaStreamSynchronize(job.stream()));
   comm.barrier();
   const std::optional<double> j0 = counter ? counter->joules() : std::nullopt;
@@ -190,6 +185,15 @@ void run_worker(const BenchOptions& o) {
   const int total = static_cast<int>(o.cases.size() * o.impls.size()) + 1;
   sink.progress(0, total, "ceilings");
   const Ceilings ceilings = o.ceilings ? *o.ceilings : measure_ceilings(*comm, stream);
+  // --sustained: this rank's GPU energy counter, opened once for the run.
+  std::unique_ptr<EnergyCounter> energy;
+  if (o.sustained_ms > 0) {
+    int device = 0;
+    EPFUSE_CUDA_CHECK(cudaGetDevice(&device));
+    std::string why;
+    energy = EnergyCounter::open(device, &why);
+    if (!energy && rank == 0) std::fprintf(stderr, "bench: --sustained: no energy counter (%s)\n", why.c_str());
+  }
   sink.write(ceilings_record(ceilings, o.ceilings ? "flags" : "measured"));
 
   int done = 1;
@@ -259,7 +263,7 @@ void run_worker(const BenchOptions& o) {
             gpu_delay(job->stream(), kLaunchLeadUs);
           });
       const Summary layer_ms = slowest_rank(*comm, ms);
-      if (o.sustained_ms > 0) time_sustained(*comm, *job, sets, o.sustained_ms, layer_ms.median, row);
+      if (o.sustained_ms > 0) time_sustained(*comm, *job, sets, o.sustained_ms, layer_ms.median, energy.get(), row);
       time_phases(*job, sets, row);
       // A failure during the timed calls (recorded on the device, or output gone wrong) must not leave
       // a row of times: the layer's error record is thrown here, and the output is checked once more.
