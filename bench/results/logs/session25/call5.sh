@@ -10,7 +10,13 @@ W=$(mktemp -d)
 start=$(date +%s)
 nvidia-smi --query-gpu=index,name,clocks.sm,power.limit --format=csv,noheader
 tar xJf .carry/build.tar.xz -C .carry
-list=$(cd .carry/build && ctest -N -L gpu | sed -n 's/.*Test *#[0-9]*: //p')
+# The ctest files name the dev machine's build and source dirs: scripts/device-run.sh's links, first.
+src=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' .carry/build/CMakeCache.txt)
+bin=$(sed -n 's/^CMAKE_CACHEFILE_DIR:INTERNAL=//p' .carry/build/CMakeCache.txt)
+[ -e "$src" ] || { mkdir -p "$(dirname "$src")" && ln -sfn "$PWD" "$src"; }
+[ -e "$bin" ] || ln -sfn "$PWD/.carry/build" "$bin"
+(cd "$bin" && find . -name '*_tests.cmake' -exec touch {} +)
+list=$(cd "$bin" && ctest -N -L gpu | sed -n 's/.*Test *#[0-9]*: //p')
 multi=$(echo "$list" | grep -E '_w[24](_|$)' | grep -v onegpu)
 case ${SET:?} in
   multi) names=$multi ;;
