@@ -3,7 +3,8 @@
 # f0c6fe8's, src unchanged since e844625), its build carried compressed (.carry/build.tar.xz).
 #   SET=multi (call 5, nvidia-h100-x4): the entries that need 2 or 4 GPUs (run_*_w2/_w4, test_gpu_*_w2/_w4,
 #     one process a GPU over NVLink); SET=single PART=1|2 (calls 6-7, one GPU): the others (world 1 and
-#     the one-GPU multi-rank mode), every second one each.
+#     the one-GPU multi-rank mode), every second one each; SET=file NAMES=F: the entries listed in F
+#     (call 6: call5-multi-left.txt, the 59 multi-GPU entries call 5 did not reach in its 560 s).
 cd "$(dirname "$0")/../../../.."
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 W=$(mktemp -d)
@@ -21,6 +22,7 @@ multi=$(echo "$list" | grep -E '_w[24](_|$)' | grep -v onegpu)
 case ${SET:?} in
   multi) names=$multi ;;
   single) names=$(echo "$list" | grep -vxF -f <(echo "$multi") | awk -v p=${PART:?} 'NR % 2 == p % 2') ;;
+  file) names=$(cat "${NAMES:?}") ;;  # e.g. the entries a timed-out call did not reach
 esac
 echo "$SET ${PART:-}: $(echo "$names" | wc -l) entries"
 re="^($(echo "$names" | paste -sd'|'))\$"
