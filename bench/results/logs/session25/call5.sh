@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Session 25, calls 5-7: main's whole GPU test suite (the ctest entries labelled gpu; main's kernel is
+# Session 25, calls 5-8: main's whole GPU test suite (the ctest entries labelled gpu; main's kernel is
 # f0c6fe8's, src unchanged since e844625), its build carried compressed (.carry/build.tar.xz).
 #   SET=multi (call 5, nvidia-h100-x4): the entries that need 2 or 4 GPUs (run_*_w2/_w4, test_gpu_*_w2/_w4,
-#     one process a GPU over NVLink); SET=single PART=1|2 (calls 6-7, one GPU): the others (world 1 and
+#     one process a GPU over NVLink); SET=single PART=1|2 (calls 7-8, one GPU): the others (world 1 and
 #     the one-GPU multi-rank mode), every second one each; SET=file NAMES=F: the entries listed in F
 #     (call 6: call5-multi-left.txt, the 59 multi-GPU entries call 5 did not reach in its 560 s).
 cd "$(dirname "$0")/../../../.."
