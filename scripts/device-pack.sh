@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # Copies the executables and ctest files of build/ into .carry/build (ignored by git) so that a device
 # call can carry them under the 64 MiB limit: object files, static libraries, CMake internals and the CPU
-# tests' executables stay here.
+# tests' executables stay here. Also writes .carry/build.tar.xz, the same files compressed (~15x: the
+# CUDA binaries' code compresses well); carry either, device-run.sh unpacks the archive when .carry/build
+# is absent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v rsync >/dev/null || { echo "device-pack: needs rsync (apt-get install rsync)" >&2; exit 1; }
 [ -f build/CMakeCache.txt ] || { echo "device-pack: no build in build/ (bash scripts/build.sh first)" >&2; exit 1; }
-rm -rf .carry/build && mkdir -p .carry
+rm -rf .carry/build .carry/build.tar.xz && mkdir -p .carry
 (cd build && ctest -N >/dev/null)  # gtest lists are generated at ctest time: make them exist before copying
 # The CPU tests' executables stay here (the device runs the GPU ones); their ctest files travel.
 rsync -a --include 'tests/cpu/**/' --include 'tests/cpu/**.cmake' --exclude 'tests/cpu/**' --exclude '*.o' --exclude '*.a' --exclude 'CMakeFiles/' --exclude 'tests/cpu/install/work/' build/ .carry/build/
 du -sh .carry/build
+tar cJf .carry/build.tar.xz -C .carry build
+du -sh .carry/build.tar.xz

@@ -20,6 +20,8 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 export LD_LIBRARY_PATH=/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib:${LD_LIBRARY_PATH:-}
 export PATH=/opt/torch/.venv/bin:$PATH
 repo=$(cd "$(dirname "$0")/.." && pwd)
+# A call may carry the build compressed (scripts/device-pack.sh writes both).
+if [ ! -d "$repo/.carry/build" ] && [ -f "$repo/.carry/build.tar.xz" ]; then tar xJf "$repo/.carry/build.tar.xz" -C "$repo/.carry"; fi
 # ctest files hold the dev machine's absolute paths (source and build dirs): make them valid here.
 src=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$repo/.carry/build/CMakeCache.txt")
 bin=$(sed -n 's/^CMAKE_CACHEFILE_DIR:INTERNAL=//p' "$repo/.carry/build/CMakeCache.txt")
