@@ -7,6 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v rsync >/dev/null || { echo "device-pack: needs rsync (apt-get install rsync)" >&2; exit 1; }
+command -v xz >/dev/null || { echo "device-pack: needs xz (apt-get install xz-utils)" >&2; exit 1; }
 [ -f build/CMakeCache.txt ] || { echo "device-pack: no build in build/ (bash scripts/build.sh first)" >&2; exit 1; }
 rm -rf .carry/build .carry/build.tar.xz && mkdir -p .carry
 (cd build && ctest -N >/dev/null)  # gtest lists are generated at ctest time: make them exist before copying
