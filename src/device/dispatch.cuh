@@ -15,7 +15,7 @@
 
 namespace epfuse::device {
 
-// Task: dispatch tokens [b * kDispatchTokens, ...). smem: 2 * E u32.
+// Task: dispatch tokens [b * space.dispatch_tokens, ...). smem: 2 * E u32.
 // kFp8 (weight_format fp8-block128): each row is quantised on the way (one warp per row,
 // warp_quantize_row), or copied as the caller quantised it (TokenBatch::x_fp8, warp_copy_fp8_row), and
 // sent as an FP8 x row (regions.h: codes, then scales); this
@@ -23,11 +23,11 @@ namespace epfuse::device {
 // read instead of x. The entries and arrival adds are the bf16 ones, so the release add that follows
 // the block's stores also publishes the fp8_x rows to this GPU's other CTAs.
 template <bool kFp8 = false, class Transport>
-__device__ void dispatch_task(const FusedContext<Transport>& c, int block, int layout_tasks, void* smem) {
+__device__ void dispatch_task(const FusedContext<Transport>& c, int block, const TaskSpace& space, void* smem) {
   const FusedParams& prm = *c.prm;
   const FusedDims& d = prm.dims;
   const int k = d.topk, E = d.num_experts, L = c.local_experts, H = d.hidden;
-  if (!wait_layout_done(c, Phase::kDispatch, layout_tasks, /*abortable=*/true)) return;
+  if (!wait_layout_done(c, Phase::kDispatch, space.layout, /*abortable=*/true)) return;
   trace::stamp_current(threadIdx.x == 0, trace::kInputs);
   int* entry_base = static_cast<int*>(smem);                            // [E]: my first entry per expert
   uint32_t* sent = reinterpret_cast<uint32_t*>(entry_base + E);         // [E]: pairs this block sends
@@ -36,8 +36,8 @@ __device__ void dispatch_task(const FusedContext<Transport>& c, int block, int l
   for (int e = threadIdx.x; e < E; e += blockDim.x) sent[e] = 0;
   __syncthreads();
 
-  const int t0 = block * kDispatchTokens;
-  const int tokens = min(kDispatchTokens, prm.num_tokens - t0), pairs = tokens * k;
+  const int t0 = block * space.dispatch_tokens;
+  const int tokens = min(space.dispatch_tokens, prm.num_tokens - t0), pairs = tokens * k;
   // Rows: one warp per (token, owning slot) of a remote receiver, items in dispatch_item's order.
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
   for (int q = warp; q < pairs; q += warps) {

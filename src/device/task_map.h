@@ -5,7 +5,7 @@
 //   layout    [token blocks of kLayoutTokens]   count slots, take tickets
 //   publish   [1]                               send per-expert counts (and input status) to receivers
 //   collect   [1]                               read every sender's counts, build the expert plan
-//   dispatch  [token blocks of kDispatchTokens] push rows + entries, count arrivals at receivers
+//   dispatch  [token blocks of dispatch_tokens] push rows + entries, count arrivals at receivers
 //   gemm      [the GEMM schedule]               Linear1 and Linear2 tiles, interleaved by expert:
 //     linear1 (m-block, n-block of 2I)            wait arrivals of the expert, Linear1+SwiGLU -> h
 //     linear2 (m-block, n-block of H)             wait the m-block's Linear1 tiles, Linear2 -> home
@@ -23,7 +23,8 @@
 namespace epfuse::device {
 
 inline constexpr int kLayoutTokens = 64;
-inline constexpr int kDispatchTokens = 8;
+inline constexpr int kDispatchTokensMin = 8;   // tokens of a dispatch task: dispatch_tokens
+inline constexpr int kDispatchTokensMax = 32;
 inline constexpr int kCombineTokens = 8;  // one warp per token
 
 // The dispatch task's row items: item q (< tokens x k) of a task of `tokens` tokens is slot q / tokens
@@ -40,18 +41,33 @@ enum class Phase : int { kLayout, kPublish, kDispatch, kCollect, kLinear1, kLine
 
 EPFUSE_HD int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
+// Tokens of a dispatch task for num_tokens tokens on a grid of `ctas` CTAs: the largest of 32, 16 and 8
+// that still gives at least 7/8 of the CTAs a task. A task pays a fixed chain once (its claim, the
+// layout wait, the ticket prefix, the entries' dependent loads, the release add), so many tokens want
+// few tasks; a decode step's few tokens want every task on a CTA of its own. On an H100 32 tokens took
+// the dispatch phase from 53 to 38 us at mixtral T=4096 and from 150 to 110 us at qwen3 T=16384, and
+// cost T=128 7% when fixed (bench/NOTES.md, session 26).
+EPFUSE_HD int dispatch_tokens(int num_tokens, int ctas) {
+  for (int size = kDispatchTokensMax; size > kDispatchTokensMin; size /= 2)
+    if (ceil_div(num_tokens, size) >= ctas - ctas / 8) return size;
+  return kDispatchTokensMin;
+}
+
 struct TaskSpace {
   int layout = 0, dispatch = 0, combine = 0;  // from the token count
   int gemm = 0;                               // from the GEMM schedule (0 until the plan exists)
+  int dispatch_tokens = kDispatchTokensMin;   // tokens of a dispatch task
 
   EPFUSE_HD int static_tasks() const { return layout + 1 + dispatch + 1; }
   EPFUSE_HD int total() const { return static_tasks() + gemm + combine; }
 };
 
-EPFUSE_HD TaskSpace make_task_space(int num_tokens) {
+// The task counts of a rank with num_tokens tokens whose kernel runs `ctas` CTAs.
+EPFUSE_HD TaskSpace make_task_space(int num_tokens, int ctas) {
   TaskSpace s;
   s.layout = ceil_div(num_tokens, kLayoutTokens);
-  s.dispatch = ceil_div(num_tokens, kDispatchTokens);
+  s.dispatch_tokens = dispatch_tokens(num_tokens, ctas);
+  s.dispatch = ceil_div(num_tokens, s.dispatch_tokens);
   s.combine = ceil_div(num_tokens, kCombineTokens);
   return s;
 }

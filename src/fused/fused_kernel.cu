@@ -199,7 +199,7 @@ __global__ void __launch_bounds__(Gemm::kThreads, 1) fused_moe_kernel(const __gr
     switch (task.phase) {
       case Phase::kLayout: device::layout_task(c, task.index, smem); break;
       case Phase::kPublish: device::publish_task(c, scheduler.space().layout); break;
-      case Phase::kDispatch: device::dispatch_task<kFp8>(c, task.index, scheduler.space().layout, smem); break;
+      case Phase::kDispatch: device::dispatch_task<kFp8>(c, task.index, scheduler.space(), smem); break;
       case Phase::kCollect:
         device::collect_task(c, Gemm::kBlockM, nblocks1, nblocks2, smem, scratch_before_gemm<Gemm>());
         break;

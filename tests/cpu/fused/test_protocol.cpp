@@ -121,13 +121,15 @@ struct MblockPlan : PlanStore {
 
 // ---- the task map ----
 TEST(FusedTaskMap, DecodeCoversEveryTaskOnce) {
-  for (int tokens : {0, 1, 7, 8, 64, 65, 1000}) {
+  for (int tokens : {0, 1, 7, 8, 64, 65, 1000})
+  for (int ctas : {1, 132}) {  // one CTA: 32-token dispatch tasks; 132: 8-token ones (up to 1000 tokens)
     for (const std::vector<int>& mblocks : {std::vector<int>{0}, {1}, {2, 0, 3}, {0, 0}}) {
       MblockPlan st(mblocks);
       const int L = static_cast<int>(mblocks.size());
       const int total_mb = st.plan.mb_start[L];
       std::vector<int> l1_end(L);
-      const TaskSpace s = with_gemm_tasks(make_task_space(tokens), build_gemm_schedule(st.plan, L, 3, 2, 4, l1_end.data()));
+      const TaskSpace s =
+          with_gemm_tasks(make_task_space(tokens, ctas), build_gemm_schedule(st.plan, L, 3, 2, 4, l1_end.data()));
       ASSERT_EQ(s.gemm, total_mb * 5);
       std::map<Phase, std::vector<int>> seen;
       std::set<std::tuple<Phase, int, int>> tiles;
@@ -170,19 +172,48 @@ TEST(FusedTaskMap, DecodeCoversEveryTaskOnce) {
       };
       expect_range(Phase::kLayout, (tokens + kLayoutTokens - 1) / kLayoutTokens);
       expect_range(Phase::kPublish, 1);
-      expect_range(Phase::kDispatch, (tokens + kDispatchTokens - 1) / kDispatchTokens);
+      expect_range(Phase::kDispatch, (tokens + s.dispatch_tokens - 1) / s.dispatch_tokens);
       expect_range(Phase::kCollect, 1);
       expect_range(Phase::kCombine, (tokens + kCombineTokens - 1) / kCombineTokens);
     }
   }
 }
 
+// Tokens of a dispatch task (dispatch_tokens): 8, 16 or 32; the largest that leaves at least 7/8 of the
+// CTAs a task, so never fewer tasks than that unless 8-token tasks are already fewer; never smaller
+// for more tokens. The figures: the per-GPU shapes on 132 CTAs (decode at 8, T = 4096 and 16384 at 32).
+TEST(FusedTaskMap, DispatchTokensKeepTheCtasBusy) {
+  EXPECT_EQ(dispatch_tokens(128, 132), 8);
+  EXPECT_EQ(dispatch_tokens(1024, 132), 8);
+  EXPECT_EQ(dispatch_tokens(2048, 132), 16);
+  EXPECT_EQ(dispatch_tokens(4096, 132), 32);
+  EXPECT_EQ(dispatch_tokens(16384, 132), 32);
+  for (int ctas : {1, 2, 33, 66, 132})
+    for (int tokens = 0, last = kDispatchTokensMin; tokens <= 8192; tokens += 1 + tokens / 16) {
+      SCOPED_TRACE("tokens " + std::to_string(tokens) + " ctas " + std::to_string(ctas));
+      const int size = dispatch_tokens(tokens, ctas);
+      EXPECT_TRUE(size == 8 || size == 16 || size == 32);
+      EXPECT_GE(size, last);
+      last = size;
+      const int tasks = ceil_div(tokens, size);
+      if (size > kDispatchTokensMin) {
+        EXPECT_GE(tasks, ctas - ctas / 8);
+      }
+      if (size < kDispatchTokensMax) {
+        EXPECT_LT(ceil_div(tokens, 2 * size), ctas - ctas / 8);
+      }
+      const TaskSpace s = make_task_space(tokens, ctas);
+      EXPECT_EQ(s.dispatch_tokens, size);
+      EXPECT_EQ(s.dispatch, tasks);
+    }
+}
+
 // The dispatch task's row items (dispatch_item): every (token, slot) pair of a task exactly once; and
 // at world 1, where every token's row travels with slot 0, a full task's rows land on as many distinct
-// warps as there are rows (items go to warps round-robin: item q on warp q % warps). Token-major items
-// put them on 3 warps of 12 at top-8.
+// warps as there are rows, or on every warp when there are more rows (items go to warps round-robin: item
+// q on warp q % warps). Token-major items put them on 3 warps of 12 at top-8.
 TEST(FusedDispatch, ItemsCoverEveryPairOnceAndSpreadRowsOverWarps) {
-  for (int tokens : {1, 3, kDispatchTokens})
+  for (int tokens : {1, 3, kDispatchTokensMin, kDispatchTokensMax})
     for (int k : {1, 2, 8}) {
       std::set<std::pair<int, int>> seen;
       for (int q = 0; q < tokens * k; ++q) {
@@ -196,10 +227,12 @@ TEST(FusedDispatch, ItemsCoverEveryPairOnceAndSpreadRowsOverWarps) {
       EXPECT_EQ(static_cast<int>(seen.size()), tokens * k);
     }
   for (int warps : {4, 12}) {  // 12: the warp-specialised kernels' 384 threads
-    std::set<int> row_warps;
-    for (int q = 0; q < kDispatchTokens * 8; ++q)
-      if (dispatch_item(q, kDispatchTokens).slot == 0) row_warps.insert(q % warps);
-    EXPECT_EQ(static_cast<int>(row_warps.size()), std::min(kDispatchTokens, warps)) << warps << " warps";
+    for (int tokens : {kDispatchTokensMin, kDispatchTokensMax}) {
+      std::set<int> row_warps;
+      for (int q = 0; q < tokens * 8; ++q)
+        if (dispatch_item(q, tokens).slot == 0) row_warps.insert(q % warps);
+      EXPECT_EQ(static_cast<int>(row_warps.size()), std::min(tokens, warps)) << warps << " warps, " << tokens << " tokens";
+    }
   }
 }
 
