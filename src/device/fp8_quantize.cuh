@@ -48,38 +48,64 @@ __device__ __forceinline__ float warp_quantize_group(const __nv_bfloat16* x, int
 }
 
 // A warp quantises a row of n bf16 elements (n % 64 == 0): codes to q, the scale of group g to
-// scales[g]. Two groups per step (a half-warp each, 16-byte loads), kUnroll steps' loads issued before
-// any is reduced: one group at a time would wait a load and a reduction per 128 elements. x 16-byte,
-// q 8-byte aligned. A last group of 128 or 64 elements goes through warp_quantize_group.
+// scales[g]. A step is 256 elements, two groups (a half-warp each, 16-byte loads); kUnroll steps' loads
+// are issued before any is reduced, and their work is laid out so that no step waits for another:
+// the steps' amax reductions run side by side, then each lane computes one (step, group)'s scale and
+// reciprocal (a division and a reciprocal a lane, not a serial chain of them a step), which the
+// encoding takes back by shuffle; a step at a time waited on each step's shuffles, division and
+// reciprocal (on an H100 the dispatch phase 6-16% shorter, 16 steps a batch spilled: bench/NOTES.md,
+// session 26). x 16-byte, q 8-byte aligned. A last group of 128 or 64 elements goes through
+// warp_quantize_group.
+template <int kUnroll = 8>
 __device__ __forceinline__ void warp_quantize_row(const __nv_bfloat16* x, int n, uint8_t* q, float* scales,
                                                   ScaleFormat format) {
-  constexpr int kStep = 2 * fp8::kBlock, kUnroll = 8;
+  static_assert(kUnroll >= 1 && kUnroll <= 16, "one lane per (step, group) of a batch");
+  constexpr int kStep = 2 * fp8::kBlock;
   const int lane = threadIdx.x % 32, steps = n / kStep;
+  const auto unpack = [](const int4& raw, float (&v)[8]) {
+    const __nv_bfloat162* pair = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) v[2 * i] = __low2float(pair[i]), v[2 * i + 1] = __high2float(pair[i]);
+  };
   for (int s0 = 0; s0 < steps; s0 += kUnroll) {
     int4 raw[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u)
       raw[u] = s0 + u < steps ? ptx::ld_nc_na_v4(x + (s0 + u) * kStep + 8 * lane) : make_int4(0, 0, 0, 0);
+    // Each step's group amax over its half-warp (steps past the row reduce zeros and are not stored).
+    float amax[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      float v[8];
+      unpack(raw[u], v);
+      amax[u] = 0.0f;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) amax[u] = fmaxf(amax[u], fabsf(v[i]));
+    }
+#pragma unroll
+    for (int offset = 8; offset > 0; offset /= 2)
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) amax[u] = fmaxf(amax[u], __shfl_xor_sync(0xffffffffu, amax[u], offset));
+    // Lane 2 u + h takes step u's group h: lane 16 h + u of half h holds it.
+    float mine = amax[0];
+#pragma unroll
+    for (int u = 1; u < kUnroll; ++u)
+      if ((lane & 15) == u) mine = amax[u];
+    mine = __shfl_sync(0xffffffffu, mine, 16 * (lane & 1) + (lane >> 1));
+    const float scale = fp8::group_scale(mine, format);
+    const float inv = __frcp_rn(scale);  // = 1.0f / scale of the reference, without depending on -prec-div
+    if (lane < 2 * min(kUnroll, steps - s0)) scales[2 * s0 + lane] = scale;
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       if (s0 + u >= steps) break;
-      const __nv_bfloat162* pair = reinterpret_cast<const __nv_bfloat162*>(&raw[u]);
+      const float g = __shfl_sync(0xffffffffu, inv, 2 * u + lane / 16);
       float v[8];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) v[2 * i] = __low2float(pair[i]), v[2 * i + 1] = __high2float(pair[i]);
-      float amax = 0.0f;
-#pragma unroll
-      for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(v[i]));
-#pragma unroll
-      for (int offset = 8; offset > 0; offset /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
-      const float scale = fp8::group_scale(amax, format);
-      const float inv = __frcp_rn(scale);
+      unpack(raw[u], v);
       uint32_t word[2];
 #pragma unroll
       for (int w = 0; w < 2; ++w)
-        word[w] = e4m3x2(v[4 * w] * inv, v[4 * w + 1] * inv) | (e4m3x2(v[4 * w + 2] * inv, v[4 * w + 3] * inv) << 16);
+        word[w] = e4m3x2(v[4 * w] * g, v[4 * w + 1] * g) | (e4m3x2(v[4 * w + 2] * g, v[4 * w + 3] * g) << 16);
       *reinterpret_cast<uint2*>(q + (s0 + u) * kStep + 8 * lane) = make_uint2(word[0], word[1]);
-      if (lane % 16 == 0) scales[2 * (s0 + u) + lane / 16] = scale;
     }
   }
   for (int g = 2 * steps; g < fp8::num_blocks(n); ++g) {
