@@ -2,7 +2,7 @@
 """Summarises ncu's per-instruction warp-stall samples (PC sampling) of one kernel.
 
 Input: the CSV of `ncu -i REPORT --page source --csv --print-source sass` for a report taken with
---section SourceCounters (scripts/device-run.sh's callers keep it). Prints the stall reasons over all
+--section SourceCounters (scripts/remote-run.sh's callers keep it). Prints the stall reasons over all
 samples and the instructions with the most samples, or, with --range LO HI (hex, the low 20 bits of
 the addresses), every instruction of that range in order: how a loop spends its time.
 """

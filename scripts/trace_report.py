@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Summarises the fused kernel's task timeline (a build with -DEPFUSE_TRACE=ON, run with
-EPFUSE_TRACE_FILE=F; src/device/trace.cuh): per problem, when each phase ran, and where a GEMM tile's
+EPFUSE_TRACE_FILE=F; src/device/diagnostics/trace.cuh): per problem, when each phase ran, and where a GEMM tile's
 time goes (waiting for its inputs, for its first stage, the k-loop, the epilogue).
 
 usage: trace_report.py TRACE.csv [--tiles] [--sm N]

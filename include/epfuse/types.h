@@ -28,7 +28,7 @@ using bf16 = __nv_bfloat16;
 //    definition.
 //  - both, swiglu_clamp > 0 only: the clamp (fminf/fmaxf, which return the non-NaN operand) turns a NaN
 //    gate or up into the bound, so a NaN in x[t] gives a finite, meaningless row t instead of NaN
-//    (src/device/epilogue.cuh swiglu, src/unfused/experts.cu swiglu_kernel); other rows are unaffected.
+//    (src/device/ffn/epilogue.cuh swiglu, src/unfused/experts.cu swiglu_kernel); other rows are unaffected.
 struct TokenBatch {
   const bf16* x = nullptr;              // [num_tokens, hidden]
   const int32_t* topk_idx = nullptr;    // [num_tokens, topk] global expert ids; -1 = dropped slot

@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "device/task_map.h"
+#include "device/protocol/task_map.h"
 
 namespace epfuse::fused {
 namespace {

@@ -2,7 +2,7 @@
 #pragma once
 #include <string>
 
-#include "device/error_record.h"
+#include "device/diagnostics/error_record.h"
 #include "epfuse/error.h"
 
 namespace epfuse::fused {

@@ -28,20 +28,20 @@
 #include <cuda_runtime.h>
 
 #include "common/check.h"
-#include "device/combine.cuh"
-#include "device/context.cuh"
-#include "device/dispatch.cuh"
-#include "device/expert_ffn.cuh"
-#include "device/expert_ffn_fp8.cuh"
-#include "device/gemm_mainloop.cuh"
-#include "device/gemm_mainloop_wgmma.cuh"
-#include "device/gemm_mainloop_tma.cuh"
-#include "device/gemm_mainloop_tma_fp8.cuh"
-#include "device/layout.cuh"
-#include "device/profile.cuh"
-#include "device/scheduler.cuh"
-#include "device/tile_gemm.cuh"
-#include "device/trace.cuh"
+#include "device/diagnostics/profile.cuh"
+#include "device/diagnostics/trace.cuh"
+#include "device/ffn/expert_ffn.cuh"
+#include "device/ffn/expert_ffn_fp8.cuh"
+#include "device/gemm/gemm_mainloop.cuh"
+#include "device/gemm/gemm_mainloop_tma.cuh"
+#include "device/gemm/gemm_mainloop_tma_fp8.cuh"
+#include "device/gemm/gemm_mainloop_wgmma.cuh"
+#include "device/gemm/tile_gemm.cuh"
+#include "device/kernel/context.cuh"
+#include "device/kernel/scheduler.cuh"
+#include "device/phases/combine.cuh"
+#include "device/phases/dispatch.cuh"
+#include "device/phases/layout.cuh"
 
 namespace epfuse::fused {
 namespace {
@@ -181,7 +181,10 @@ __global__ void __launch_bounds__(Gemm::kThreads, 1) fused_moe_kernel(const __gr
   constexpr bool kRoles = device::WarpSpecialisedTile<Gemm> || kFp8;
   using Tiles = device::ExpertTiles<Gemm>;
   using RoleTiles = RoleTilesOf<Gemm>;
-  if constexpr (kRoles) RoleTiles::init(smem);
+  if constexpr (kRoles) {
+    static_assert(device::RoleTiles<RoleTiles, Transport>, "the roles' interface (expert_ffn.cuh RoleTiles)");
+    RoleTiles::init(smem);
+  }
   const auto c = device::FusedContext<Transport>::make(prm);
   const int nblocks1 = 2 * prm.dims.intermediate / Gemm::kBlockN;
   const int nblocks2 = prm.dims.hidden / Gemm::kBlockN;
@@ -220,11 +223,13 @@ __global__ void __launch_bounds__(Gemm::kThreads, 1) fused_moe_kernel(const __gr
 }
 
 // The kernel of one tile GEMM under the communicator's transport (transport.cuh): the only place
-// the transport is chosen, once per launch on the host.
+// the transport is chosen, once per launch on the host. World 1 over NCCL has no peer to signal.
 template <class Gemm, class Fn>
-void with_kernel(Transport transport, Fn&& fn) {
+void with_kernel(Transport transport, int world, Fn&& fn) {
   switch (transport) {
-    case Transport::kNccl: return fn(fused_moe_kernel<Gemm, device::LsaTransport>);
+    case Transport::kNccl:
+      if (world == 1) return fn(fused_moe_kernel<Gemm, device::LocalTransport>);
+      return fn(fused_moe_kernel<Gemm, device::LsaTransport>);
     case Transport::kLoopback: return fn(fused_moe_kernel<Gemm, device::LoopbackTransport>);
   }
   throw Error(ErrorCode::kInternal, "fused kernel: unknown transport " + std::to_string(static_cast<int>(transport)));
@@ -285,7 +290,7 @@ int prepare_fused_kernel(Transport transport, const GemmTileShape& tile, const d
   int blocks_per_sm = 0;
   with_shape(tile, [&](auto gemm) {
     const KernelShape ks = fused_kernel_shape(tile, dims);
-    with_kernel<decltype(gemm)>(transport, [&](auto kernel) {
+    with_kernel<decltype(gemm)>(transport, dims.world, [&](auto kernel) {
       // Static + dynamic shared memory must fit a block's opt-in limit: say so by numbers rather than
       // through cudaFuncSetAttribute's cudaErrorInvalidValue.
       cudaFuncAttributes attr{};
@@ -310,7 +315,7 @@ int prepare_fused_kernel(Transport transport, const GemmTileShape& tile, const d
 int lsa_team_size(ncclComm_t comm) { return ncclTeamLsa(comm).nRanks; }
 
 #ifdef EPFUSE_TRACE
-// The diagnostic timeline (device/trace.cuh): of each distinct problem (rank, dims, tokens, kernel) this
+// The diagnostic timeline (device/diagnostics/trace.cuh): of each distinct problem (rank, dims, tokens, kernel) this
 // process launches, launch number EPFUSE_TRACE_LAUNCH (default 20, so after warm-up) is recorded and
 // appended to the CSV file EPFUSE_TRACE_FILE (no file: nothing is recorded). One row per task record
 // written; its columns are scripts/trace_report.py's FIELDS.
@@ -368,7 +373,7 @@ void launch_fused_kernel(Transport transport, const GemmTileShape& tile, const d
 #endif
   with_shape(tile, [&](auto gemm) {
     const KernelShape ks = fused_kernel_shape(tile, prm.dims);
-    with_kernel<decltype(gemm)>(transport, [&](auto kernel) {
+    with_kernel<decltype(gemm)>(transport, prm.dims.world, [&](auto kernel) {
       kernel<<<grid, ks.threads, ks.smem_bytes, stream>>>(prm);
       EPFUSE_CUDA_CHECK_LAUNCH();
     });

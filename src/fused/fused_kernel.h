@@ -5,7 +5,7 @@
 
 #include <cuda_runtime.h>
 
-#include "device/kernel_params.h"
+#include "device/kernel/kernel_params.h"
 #include "epfuse/communicator.h"
 #include "fused/heuristics.h"
 

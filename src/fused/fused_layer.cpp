@@ -19,9 +19,10 @@
 #include "common/check.h"
 #include "common/device_buffer.h"
 #include "common/device_guard.h"
-#include "device/epoch.h"
-#include "device/gemm_maps_wgmma.h"
-#include "device/kernel_params.h"
+#include "common/fp8.h"
+#include "device/gemm/gemm_maps_wgmma.h"
+#include "device/kernel/kernel_params.h"
+#include "device/protocol/epoch.h"
 #include "epfuse/error.h"
 #include "fused/describe_error.h"
 #include "fused/fault.h"
@@ -30,7 +31,6 @@
 #include "fused/plan.h"
 #include "fused/profile.h"
 #include "fused/tensor_map.h"
-#include "common/fp8.h"
 #include "unfused/fp8_layout.h"
 #include "unfused/fp8_weights.h"
 
@@ -314,7 +314,7 @@ class FusedLayer final : public MoeLayer {
     }
   }
 
-  // Phase timing = the in-kernel profile (device/profile_record.h): per-phase CTA-time / CTAs.
+  // Phase timing = the in-kernel profile (device/diagnostics/profile_record.h): per-phase CTA-time / CTAs.
   void set_phase_timing(bool enabled) override {
     if (enabled && profile_.get() == nullptr) {
       detail::DeviceGuard guard(ws_.comm().device());

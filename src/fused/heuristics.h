@@ -1,7 +1,7 @@
 // Tile shapes of the fused kernel's expert GEMMs, chosen from the problem shape: pure functions (host
 // and device), so they can be unit-tested and printed. A shape names a TileGemm (mma.sync,
-// src/device/gemm_mainloop.cuh) or, for the kWgmma shapes, a TileGemmWgmma
-// (src/device/gemm_mainloop_wgmma.cuh); it is a compile-time property of a kernel. The fused kernel is
+// src/device/gemm/gemm_mainloop.cuh) or, for the kWgmma shapes, a TileGemmWgmma
+// (src/device/gemm/gemm_mainloop_wgmma.cuh); it is a compile-time property of a kernel. The fused kernel is
 // instantiated for kFusedTileShapes only (picked by choose_gemm_tile_sm90); the other shapes serve the
 // tile tests and benchmarks (tests/gpu/gemm).
 #pragma once

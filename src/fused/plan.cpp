@@ -3,8 +3,8 @@
 #include <cstdio>
 #include <string>
 
-#include "device/kernel_params.h"
 #include "common/check.h"
+#include "device/kernel/kernel_params.h"
 #include "epfuse/error.h"
 #include "fused/heuristics.h"
 #include "padding/padding.h"

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "device/regions.h"
+#include "device/protocol/regions.h"
 #include "epfuse/config.h"
 #include "fused/heuristics.h"
 

@@ -1,4 +1,4 @@
-// Host side of the fused kernel's optional profile (src/device/profile_record.h): the record a launch
+// Host side of the fused kernel's optional profile (src/device/diagnostics/profile_record.h): the record a launch
 // fills, turned into per-phase milliseconds per SM (CTA-ms / CTAs), the phases' spans, and a printable
 // table.
 // Pure functions: tested on the CPU (tests/cpu/fused/test_profile.cpp).
@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 
-#include "device/profile_record.h"
+#include "device/diagnostics/profile_record.h"
 #include "epfuse/layer.h"
 
 namespace epfuse::fused {

@@ -4,8 +4,8 @@
 #include <string>
 
 #include "comm/agree.h"
-#include "epfuse/communicator.h"
 #include "common/check.h"
+#include "epfuse/communicator.h"
 #include "epfuse/error.h"
 #include "epfuse/workspace.h"
 #include "fused/fused_layer.h"

@@ -1,7 +1,7 @@
 #include "bench/gpu_delay.h"
 
 #include "common/check.h"
-#include "device/signals.cuh"
+#include "device/ptx/signals.cuh"
 
 namespace epfuse::bench {
 namespace {

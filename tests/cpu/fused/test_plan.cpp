@@ -8,9 +8,9 @@
 #include <string>
 #include <string_view>
 
-#include "device/error_record.h"
-#include "device/kernel_params.h"
-#include "device/task_map.h"
+#include "device/diagnostics/error_record.h"
+#include "device/kernel/kernel_params.h"
+#include "device/protocol/task_map.h"
 #include "epfuse/error.h"
 #include "fused/describe_error.h"
 #include "fused/plan.h"

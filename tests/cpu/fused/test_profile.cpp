@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "device/task_map.h"
+#include "device/protocol/task_map.h"
 #include "fused/profile.h"
 
 namespace epfuse::fused {

@@ -16,10 +16,10 @@
 #include <utility>
 #include <vector>
 
-#include "device/regions.h"
-#include "device/epoch.h"
-#include "device/routing.h"
-#include "device/task_map.h"
+#include "device/protocol/epoch.h"
+#include "device/protocol/regions.h"
+#include "device/protocol/routing.h"
+#include "device/protocol/task_map.h"
 
 namespace epfuse::device {
 namespace {

@@ -1,4 +1,4 @@
-// The fused protocol's routing helpers (src/device/routing.h) and buffer layout (regions.h) on
+// The fused protocol's routing helpers (src/device/protocol/routing.h) and buffer layout (regions.h) on
 // the duplicate expert ids that epfuse/types.h allows: a token naming one expert in several slots
 // travels ONCE to that expert's rank (first_slot_for_rank: one row per token and receiver), but every
 // slot is its own pair there (layout_task gives each routed slot a pair index), its own combine row
@@ -10,8 +10,8 @@
 #include <set>
 #include <vector>
 
-#include "device/regions.h"
-#include "device/routing.h"
+#include "device/protocol/regions.h"
+#include "device/protocol/routing.h"
 
 namespace epfuse::device {
 namespace {

@@ -1,4 +1,4 @@
-// CPU tests of the tile GEMM's index arithmetic (src/device/gemm_maps.h) and tile-shape heuristics
+// CPU tests of the tile GEMM's index arithmetic (src/device/gemm/gemm_maps.h) and tile-shape heuristics
 // (src/fused/heuristics.h): swizzle, ldmatrix rows, mma fragment ownership, load coverage, the gate/up
 // interleave. The fragment test emulates a warp's ldmatrix + mma.m16n8k16 from the PTX ISA's fragment
 // definitions and checks the product, so a wrong map gives a wrong matrix, not just a wrong index.
@@ -9,7 +9,7 @@
 #include <set>
 #include <vector>
 
-#include "device/gemm_maps.h"
+#include "device/gemm/gemm_maps.h"
 #include "fused/heuristics.h"
 
 namespace epfuse::device {

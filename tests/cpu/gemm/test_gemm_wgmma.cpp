@@ -1,4 +1,4 @@
-// CPU tests of the wgmma tile GEMM's index arithmetic (src/device/gemm_maps_wgmma.h) and of the Hopper
+// CPU tests of the wgmma tile GEMM's index arithmetic (src/device/gemm/gemm_maps_wgmma.h) and of the Hopper
 // tile-shape choice (src/fused/heuristics.h): descriptor encoding (against an independent bit-field
 // view of the PTX ISA table), the 128-byte swizzle against gemm_maps.h's XOR swizzle, accumulator
 // ownership (against CUTLASS's CLayout_64xN formula), and an emulation of a whole CTA tile:
@@ -16,8 +16,8 @@
 #include <utility>
 #include <vector>
 
-#include "device/gemm_maps.h"
-#include "device/gemm_maps_wgmma.h"
+#include "device/gemm/gemm_maps.h"
+#include "device/gemm/gemm_maps_wgmma.h"
 #include "fused/heuristics.h"
 
 namespace epfuse::device {

@@ -16,9 +16,9 @@
 
 #include "common/check.h"
 #include "common/device_buffer.h"
-#include "device/epilogue.cuh"
-#include "device/gemm_mainloop.cuh"
-#include "device/gemm_mainloop_wgmma.cuh"
+#include "device/ffn/epilogue.cuh"
+#include "device/gemm/gemm_mainloop.cuh"
+#include "device/gemm/gemm_mainloop_wgmma.cuh"
 #include "fused/heuristics.h"
 
 namespace epfuse::test {

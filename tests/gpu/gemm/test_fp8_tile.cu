@@ -1,11 +1,11 @@
-// 1-GPU correctness test of the block-scaled FP8 MMA (device/gemm_fp8.cuh fp8_block_mma_promote_halves,
+// 1-GPU correctness test of the block-scaled FP8 MMA (device/gemm/gemm_fp8.cuh fp8_block_mma_promote_halves,
 // the fused FP8 tile's k-block): one warpgroup computes a 64 x 256 tile of A [64, K] . B [256, K]^T from
 // e4m3 codes, with 1x128 scales per A row and K block and two B scales per K block (one for columns
 // [0, 128), one for [128, 256): the two weight blocks of a tile, Linear1's gate and up), K in {128, 512,
 // 2880 (a partial last block of 64), 7168}, promotion per 128-K block into fp32. Against a float64 sum
 // over the decoded codes on fresh random inputs, the output poisoned (NaN) before the launch, with a
 // per-row and an overall bound.
-// Also the device quantisation of activations (device/fp8_quantize.cuh) against common/fp8.h's, bit for
+// Also the device quantisation of activations (device/gemm/fp8_quantize.cuh) against common/fp8.h's, bit for
 // bit: codes and scales of rows of n in {128, 2880, 7168} channels, fp32 and UE8M0 scales; and of a
 // warpgroup's 64 x 128 accumulator fragment (Linear1's h in its epilogue), row by row.
 // Exit 0 pass, 1 fail, 77 without a GPU. Usage: test_fp8_tile [seed]
@@ -24,8 +24,8 @@
 #include "common/device_buffer.h"
 #include "common/fp8.h"
 #include "common/hash.h"
-#include "device/fp8_quantize.cuh"
-#include "device/gemm_fp8.cuh"
+#include "device/gemm/fp8_quantize.cuh"
+#include "device/gemm/gemm_fp8.cuh"
 #include "standalone.h"
 
 namespace {

@@ -1,4 +1,4 @@
-// 1-GPU correctness test of the FP8 warp-specialised 128x256 tile (device/gemm_mainloop_tma_fp8.cuh,
+// 1-GPU correctness test of the FP8 warp-specialised 128x256 tile (device/gemm/gemm_mainloop_tma_fp8.cuh,
 // TileGemmTmaFp8) under its real roles: 384 threads, a producer warpgroup (setmaxnreg down) issuing
 // load_tile into the mbarrier ring and two math warpgroups (setmaxnreg up) running mainloop, dynamic
 // shared memory as the fused kernel sizes it, the ring position carried from tile to tile (several
@@ -33,11 +33,11 @@
 #include "common/device_buffer.h"
 #include "common/fp8.h"
 #include "common/hash.h"
-#include "device/fp8_quantize.cuh"
-#include "device/gemm_mainloop_tma_fp8.cuh"
-#include "device/regions.h"
-#include "device/signals.cuh"
-#include "device/tile_gemm.cuh"
+#include "device/gemm/fp8_quantize.cuh"
+#include "device/gemm/gemm_mainloop_tma_fp8.cuh"
+#include "device/gemm/tile_gemm.cuh"
+#include "device/protocol/regions.h"
+#include "device/ptx/signals.cuh"
 #include "fused/tensor_map.h"
 #include "standalone.h"
 

@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# Runs checks and benchmarks on a GPU host over a build made elsewhere and copied there as .carry/build
+# (scripts/remote-pack.sh). Usage: bash scripts/remote-run.sh STEP... ; logs go to $OUT (or /tmp/out).
+# Steps: unit (GPU unit tests, one process per GPU), run-unfused / run-fused (CLI correctness matrix,
+# one process per GPU), onegpu-unit / run-onegpu (the same with every rank on GPU 0: --one-gpu),
+# sanitize (compute-sanitizer memcheck, racecheck and synccheck on a small world-4 one-GPU run), smoke,
+# vary1000, soak (10,000 calls at world 1 and at world 4 one-GPU, $OUT/soak-w*.json), faults (the
+# fault-injection tests on one GPU: test_gpu_faults one-GPU and the CLI's run_fused_fault_onegpu_*),
+# ctest (the entries matching $EPFUSE_CTEST_REGEX),
+# bench-<impls> (impls joined by '_', e.g. bench-unfused_fused), bench-w1 (the fused layer on the
+# per-GPU shapes at world 1; with EPFUSE_BASE_BIN set, that binary's rows too, interleaved, for an A/B),
+# sass (the fused kernels GEMM loops against EPFUSE_BASE_BIN), fp8 (the unfused FP8 chain's GPU tests
+# and world-1 run matrix), fp8-fused (the fused FP8 layer's tests and run matrix), profile-fp8 (ncu on the
+# fused FP8 kernel and the FP8 tile alone), pytest (tests/python on the GPU), fp8-bench (bf16 and FP8 rows on the per-GPU shapes; EPFUSE_PEERS=DIR adds --peers),
+# ab (a focused A/B of the fused layer, this build's or EPFUSE_NEW_BIN, against EPFUSE_BASE_BIN; EPFUSE_AB_SHAPES, EPFUSE_AB_ROUNDS, EPFUSE_AB_ARGS
+# e.g. --dtype fp8).
+set -uo pipefail
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export LD_LIBRARY_PATH=/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib:${LD_LIBRARY_PATH:-}
+export PATH=/opt/torch/.venv/bin:$PATH
+repo=$(cd "$(dirname "$0")/.." && pwd)
+# The build may come compressed (scripts/remote-pack.sh writes both).
+if [ ! -d "$repo/.carry/build" ] && [ -f "$repo/.carry/build.tar.xz" ]; then tar xJf "$repo/.carry/build.tar.xz" -C "$repo/.carry"; fi
+# ctest files hold the building host's absolute paths (source and build dirs): make them valid here.
+src=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$repo/.carry/build/CMakeCache.txt")
+bin=$(sed -n 's/^CMAKE_CACHEFILE_DIR:INTERNAL=//p' "$repo/.carry/build/CMakeCache.txt")
+if [ ! -e "$src" ]; then mkdir -p "$(dirname "$src")" && ln -sfn "$repo" "$src"; fi
+[ -e "$bin" ] || ln -sfn "$repo/.carry/build" "$bin"
+cd "$bin"
+# The copy does not keep modification times in order: make gtest's discovered test lists newer than the
+# executables so ctest reads them instead of re-running discovery with this machine's CMake modules.
+find . -name '*_tests.cmake' -exec touch {} +
+nvidia-smi --query-gpu=index,name,clocks.sm,memory.used --format=csv,noheader
+for step in "$@"; do
+  echo "=== $step $(date -u +%H:%M:%S)"
+  case $step in
+    unit) ctest -L gpu -E '^run_|onegpu' --timeout 180 --output-on-failure 2>&1 | tee "$OUT/unit.log" | grep -E "Test +#|tests passed|tests failed|FAILED|Error|error" | tail -40 ;;
+    run-unfused|run-fused) impl=${step#run-}
+      ctest -L run -R "^run_${impl}_" -E onegpu --timeout 300 --output-on-failure 2>&1 | tee "$OUT/$step.log" | grep -E "tests passed|tests failed|\*\*\*|Failed|Timeout" | tail -40 ;;
+    onegpu-unit) ctest -L onegpu --timeout 600 --output-on-failure 2>&1 | tee "$OUT/onegpu-unit.log" | grep -E "Test +#|tests passed|tests failed|FAILED|Error|error" | tail -40 ;;
+    run-onegpu)
+      ctest -L run -R '^run_fused_onegpu_' --timeout 600 --output-on-failure 2>&1 | tee "$OUT/run-onegpu.log" | grep -E "tests passed|tests failed|\*\*\*|Failed|Timeout" | tail -40 ;;
+    sanitize)  # every wait bounded generously: the tools slow the kernels by orders of magnitude
+      for tool in ${EPFUSE_SANITIZERS:-memcheck racecheck synccheck}; do
+        echo "--- $tool"
+        EPFUSE_TIMEOUT_MS=600000 timeout ${EPFUSE_SANITIZER_LIMIT_S:-150} compute-sanitizer --tool $tool --error-exitcode 9 tools/epfuse run --one-gpu \
+          --impl fused --ranks 4 --hidden 256 --intermediate 256 --experts 16 --topk 4 --tokens 24,0,7,1 --routing one-rank 2>&1 | tail -25
+        echo "exit ${PIPESTATUS[0]}"
+      done 2>&1 | tee "$OUT/sanitize.log" ;;
+    bench-w1)  # the FACTS one-GPU table's shapes: one GPU's share of each world-4 config, at world 1
+      bins=("tools/epfuse"); [ -n "${EPFUSE_BASE_BIN:-}" ] && bins+=("$EPFUSE_BASE_BIN")
+      for round in 1 2; do for bin in "${bins[@]}"; do tag=$( [ "$bin" = tools/epfuse ] && echo new || echo base )
+        for shape in "dsv3 7168 2048 64 8 128,1024,4096" "qwen3 2048 768 32 8 128,4096,16384" "mixtral 4096 14336 2 2 4096"; do
+          set -- $shape
+          timeout 300 $bin bench --impl fused --ranks 1 --torch off --ceilings gemm=790,hbm=4250,nvlink=350 \
+            --hidden $2 --intermediate $3 --experts $4 --topk $5 --tokens $6 --json "$OUT/bench-w1-$tag-$1-r$round.json" 2>&1 \
+            | grep -E "fused|verified" | sed "s/^/$tag r$round $1: /"
+        done
+      done; done 2>&1 | tee "$OUT/bench-w1.log" ;;
+    fp8)  # issue 13, the unfused FP8 chain on one GPU: GEMM unit, layer tests, the world-1 run matrix, a run
+      (ctest -R '^(test_gpu_fp8_gemm|test_gpu_unfused_fp8_w1)$' --timeout 300 --output-on-failure
+       ctest -L run -R '^run_unfused_fp8_w1_' -E '_(dsv3|qwen3-30b|mixtral)$' --timeout 300 --output-on-failure
+       timeout 120 tools/epfuse run --impl unfused --dtype fp8 --ranks 1 --hidden 2048 --intermediate 768 \
+         --experts 32 --topk 8 --tokens 4096 --iters 20 --verify-rows 16 --json "$OUT/run-fp8-qwen3-w1.json" | tail -6
+      ) 2>&1 | tee "$OUT/fp8.log" | grep -E "fp8 gemm|fp8 unfused|Test +#|tests passed|tests failed|FAILED|Failed|rror|verified|cuBLASLt" | tail -80 ;;
+    fp8-fused)  # issue 13, the fused FP8 layer: its GPU tests and run matrix, world 1 and the one-GPU worlds
+      ctest -R '(test_gpu_fused_fp8_|run_fused_fp8_)' --timeout 600 --output-on-failure 2>&1 | tee "$OUT/fp8-fused.log" | grep -E "Test +#|tests passed|tests failed|FAILED|Failed|Timeout" | tail -60 ;;
+    fp8-bench)  # bf16 and FP8 rows of EPFUSE_FP8_IMPLS (default unfused,fused) on the per-GPU shapes at world 1;
+      # the peers (EPFUSE_PEERS) run once, with the first shape: their other rows follow that table
+      peers=${EPFUSE_PEERS:-}
+      for shape in "dsv3 7168 2048 64 8 128,1024,4096" "qwen3 2048 768 32 8 128,4096,16384" "mixtral 4096 14336 2 2 4096"; do
+        set -- $shape
+        timeout $([ -n "$peers" ] && echo 560 || echo 300) tools/epfuse bench --impl ${EPFUSE_FP8_IMPLS:-unfused,fused} --dtype bf16,fp8 --ranks 1 --torch off \
+          --ceilings gemm=790,hbm=4250,nvlink=350,fp8=1447 --hidden $2 --intermediate $3 --experts $4 --topk $5 --tokens $6 \
+          ${peers:+--peers $peers} --json "$OUT/bench-fp8-$1.json" 2>&1 | tail -40
+        peers=
+      done 2>&1 | tee "$OUT/fp8-bench.log" ;;
+    profile-fp8)  # ncu on the fused FP8 kernel (dsv3 T=4096, world 1) and on the FP8 tile alone: tensor-pipe
+      # activity, warp stall reasons, shared-memory traffic (one launch each; the kernel runs slowly under ncu)
+      ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu); [ -x "$ncu" ] || { echo "no ncu on this machine"; continue; }
+      sections="--section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis"
+      timeout 240 "$ncu" $sections -k regex:fused_moe_kernel --launch-skip 3 --launch-count 1 tools/epfuse run --impl fused \
+        --dtype fp8 --model dsv3 --ranks 1 --tokens 4096 --iters 5 --verify-rows 2 > "$OUT/ncu-fused-fp8.txt" 2>&1; echo "exit $?"
+      timeout 120 "$ncu" $sections -k regex:fp8_tma_tile_kernel --launch-skip 6 --launch-count 1 tests/gpu/gemm/test_fp8_tma_tile > "$OUT/ncu-fp8-tile.txt" 2>&1; echo "exit $?"
+      grep -E "Tensor|Stall|Issue Slot|Shared|Throughput|Duration|Registers" "$OUT"/ncu-*.txt | head -60 ;;
+    pytest)  # the Python package's tests on this GPU (EPFUSE_PYTEST_ARGS, e.g. "-k fp8"), the carried libepfuse_c.so
+      (cd "$repo" && EPFUSE_LIB="$repo/.carry/build/src/capi/libepfuse_c.so" PYTHONPATH=python EPFUSE_TORCH_RESULTS="$OUT/torch.json" \
+        timeout 400 python3 -m pytest tests/python -q -rs -p no:logging -p no:cacheprovider ${EPFUSE_PYTEST_ARGS:-}) 2>&1 | tee "$OUT/pytest.log" | tail -25 ;;
+    ab)  # A/B of the fused layer against EPFUSE_BASE_BIN on EPFUSE_AB_SHAPES ("name H I E k T,T..;..."; default
+      # dsv3 at T = 1024, 4096; EPFUSE_AB_SHAPE "H I E k T" still names one), EPFUSE_AB_ROUNDS rounds (default 3),
+      # the base first in each: the spread between rounds is the noise. On the power-capped
+      # rows add --sustained 1500 to EPFUSE_AB_ARGS and compare its ms a call: it repeats within 0.3%
+      # where the synchronised medians spread 3-5% (bench/NOTES.md, session 22).
+      shapes=${EPFUSE_AB_SHAPES:-$([ -n "${EPFUSE_AB_SHAPE:-}" ] && echo "custom $EPFUSE_AB_SHAPE" || echo "dsv3 7168 2048 64 8 1024,4096")}
+      for round in $(seq 1 "${EPFUSE_AB_ROUNDS:-3}"); do for tag in base new; do
+        bin=$([ $tag = new ] && echo "${EPFUSE_NEW_BIN:-tools/epfuse}" || echo "$EPFUSE_BASE_BIN")
+        IFS=';' read -ra list <<<"$shapes"
+        for shape in "${list[@]}"; do
+          read -r name h i e k t <<<"$shape"
+          timeout 120 $bin bench --impl fused --ranks 1 --torch off --ceilings gemm=790,hbm=4250,nvlink=350,fp8=1447 --hidden $h \
+            --intermediate $i --experts $e --topk $k --tokens $t ${EPFUSE_AB_ARGS:-} --json "$OUT/ab-$tag-$name-r$round.json" 2>&1 \
+            | grep -E " fused |illegal|timed out|rror" | sed "s/^/$tag r$round $name: /"
+        done
+      done; done 2>&1 | tee "$OUT/ab.log" ;;
+    sass)  # the LSA kernels' SASS against the base binary's (scripts/sass_compare.py)
+      cuobjdump -sass tools/epfuse > "$OUT/sass-new.txt" && cuobjdump -sass "$EPFUSE_BASE_BIN" > "$OUT/sass-base.txt" &&
+        python3 "$repo/scripts/sass_compare.py" "$OUT/sass-new.txt" "$OUT/sass-base.txt" 2>&1 | tee "$OUT/sass-compare.log" ;;
+    smoke)
+      for impl in unfused fused; do
+        EPFUSE_TIMEOUT_MS=5000 timeout 120 tools/epfuse run --impl $impl --ranks 4 --hidden 256 --intermediate 256 --experts 16 --topk 4 --tokens 128,0,7,1 2>&1 | tail -12
+      done ;;
+    soak)  # 10,000 calls, routing and T fresh every call, checked every 500th and the last; memory and time drift
+      # EAGER: every kernel loaded before the first call, so that memory in use measures the calls alone.
+      for w in 1 4; do flags=""; [ $w -gt 1 ] && flags="--one-gpu"
+        CUDA_MODULE_LOADING=EAGER timeout 280 tools/epfuse run --impl fused $flags --ranks $w --hidden 256 --intermediate 256 \
+          --experts 16 --topk 4 --tokens 128 --routing skewed --iters 10000 --vary --verify-every 500 \
+          --json "$OUT/soak-w$w.json" 2>&1 | tail -6
+        echo "exit ${PIPESTATUS[0]}"
+      done 2>&1 | tee "$OUT/soak.log" ;;
+    faults)  # fault injection on one GPU: the Faults tests (world 1, one-GPU worlds 2, 4) and the CLI (one-GPU world 4)
+      ctest -R '^(test_gpu_faults_w1|test_gpu_faults_onegpu_|run_fused_fault_onegpu_)' --timeout 180 --output-on-failure 2>&1 | tee "$OUT/faults.log" | grep -E "Test +#|tests passed|tests failed|FAILED|Failed|Timeout" | tail -40 ;;
+    ctest)  # the ctest entries matching $EPFUSE_CTEST_REGEX (e.g. a few regression checks)
+      ctest -R "${EPFUSE_CTEST_REGEX:?set EPFUSE_CTEST_REGEX}" --timeout 300 --output-on-failure 2>&1 | tee "$OUT/ctest.log" | grep -E "Test +#|tests passed|tests failed|FAILED|Failed|Timeout" | tail -40 ;;
+    vary1000)  # 1,000 consecutive calls, fresh routing and token counts each, checked every 100th
+      for impl in fused unfused; do for w in 1 2 4; do
+        timeout 300 tools/epfuse run --impl $impl --ranks $w --hidden 512 --intermediate 256 --experts 32 --topk 8 \
+          --tokens random --max-tokens 256 --routing dropped --iters 1000 --vary --verify-every 100 2>&1 | tail -3
+      done; done 2>&1 | tee "$OUT/vary1000.log" ;;
+    bench-*) impls=${step#bench-}  # e.g. bench-unfused_fused (no "+": $OUT names allow only [A-Za-z0-9._-])
+      # the FACTS configurations over EPFUSE_RANKS GPUs (default 4); EPFUSE_BENCH_ARGS adds flags (e.g.
+      # "--dtype bf16,fp8"); EPFUSE_PEERS=DIR adds DeepGEMM and MegaMoE on as many GPUs (--peers)
+      timeout 560 tools/epfuse bench --configs facts --impl "${impls//_/,}" --ranks "${EPFUSE_RANKS:-4}" ${EPFUSE_BENCH_ARGS:-} \
+        ${EPFUSE_PEERS:+--peers "$EPFUSE_PEERS"} --json "$OUT/bench-$impls.json" 2>&1 | tee "$OUT/bench-$impls.log" | tail -30 ;;
+    *) echo "unknown step $step" ;;
+  esac
+done

@@ -1,0 +1,132 @@
+// The expert FFN tiles of the FP8 fused kernel (weight_format fp8-block128): WarpSpecialisedTileRoles'
+// roles, queue, row tables and Linear2 epilogue over the FP8 tile TileGemmTmaFp8
+// (gemm_mainloop_tma_fp8.cuh), with FP8 operands:
+//   Linear1 tile: A = the expert's received FP8 x rows (dispatch_task<true>: a recv_rows slot, or this
+//     rank's own row in the private fp8_x region; codes then 1x128 scales, regions.h), B = w13's FP8
+//     codes by TMA (gate rows [n0, n0 + 128) and up rows [I + n0, ...)) with their two 128x128 block
+//     scales per K block. Epilogue (epilogue.cuh FragmentStores::linear1_fp8): h = silu(min(g, c)) *
+//     clamp(u, -c, c) * w_topk in fp32, one 1x128 group per row (a tile's 128 output columns), quantised
+//     into FP8 h (codes [N][I] bytes, scales [N][fp8_scale_stride(I)] floats in the private h region,
+//     regions.h).
+//   Linear2 tile: A = the m-block's FP8 h rows and scales, B = w2's FP8 codes + block scales; the
+//     epilogue is the bf16 one (FragmentStores::linear2: bf16 rows into the homes' combine slots).
+// The host runs this tile for every FP8 config (also at small T: padding rows are not loaded, and a
+// math warpgroup whose 64 rows are all padding runs no MMA), for H % 256 == 0 and I % 128 == 0 (the
+// layer refuses others, kUnsupported).
+#pragma once
+#include <cstdint>
+
+#include <cuda_bf16.h>
+
+#include "device/ffn/expert_ffn.cuh"
+#include "device/gemm/gemm_mainloop_tma_fp8.cuh"
+#include "device/protocol/regions.h"
+
+namespace epfuse::device {
+
+template <class Gemm_>
+struct WarpSpecialisedFp8Tiles : WarpSpecialisedTileRoles<Gemm_> {
+  using Base = WarpSpecialisedTileRoles<Gemm_>;  // roles, queue, the math k-loop, Linear2
+  using Gemm = Gemm_;
+  using RowTable = typename Base::RowTable;  // a[i]: the row's FP8 codes (as bytes), scales follow (x) or apart (h)
+  using Posted = typename Base::Posted;
+  using Shared = typename Base::Shared;
+  static constexpr int kBlockM = Gemm::kBlockM;
+  static constexpr int kBlockN = Gemm::kBlockN;
+  static constexpr int kOutCols = kBlockN / 2;  // h columns of a Linear1 tile: one 1x128 group per row
+  static_assert(kOutCols == fp8::kBlock, "a Linear1 tile's h row is one 1x128 group");
+  // 232,448 bytes per block less the kernel's static shared variables (2 KiB: profile, scheduler).
+  static_assert(Base::kSmemBytes + 2048 <= 227 * 1024, "ring + row tables fit one SM");
+
+  // A producer thread's A operands: its rows' codes and the scales of its scale row.
+  struct ARows {
+    const uint8_t* a[Gemm::kProducerRows];
+    const float* scale;
+  };
+
+  __device__ static uint8_t* h_codes(__nv_bfloat16* h) { return reinterpret_cast<uint8_t*>(h); }
+  __device__ static float* h_scales(const FusedParams& prm, __nv_bfloat16* h) {
+    return reinterpret_cast<float*>(reinterpret_cast<char*>(h) + fp8_h_scale_offset(prm.capacity));
+  }
+
+  // ---- producer warpgroup ----
+  template <class Transport>
+  __device__ __forceinline__ static void prepare(const FusedContext<Transport>& c, const ThreadGroup& g, const Task& task,
+                                                 int I, RowTable& t, ARows& a_rows, TileRows& w) {
+    const FusedParams& prm = *c.prm;
+    const int H = prm.dims.hidden;
+    w = tile_rows(c, task.tile, kBlockM);
+    const int64_t h_row0 = static_cast<int64_t>(c.plan.pair_off[w.expert]) + w.row0;
+    for (int i = g.rank(); i < kBlockM; i += g.count) {
+      t.fill(c, w, i);
+      if (i >= w.rows) continue;
+      const uint8_t* a;
+      if (task.phase == Phase::kLinear2) a = h_codes(c.h) + (h_row0 + i) * I;
+      else if (t.home[i] == prm.rank)  // own row: its FP8 copy in fp8_x (RowEntry row = token)
+        a = reinterpret_cast<const uint8_t*>(prm.workspace + prm.fp8.x_offset) + t.token[i] * fp8_x_row_bytes(H);
+      else a = reinterpret_cast<const uint8_t*>(t.a[i]);  // the recv_rows slot holds the FP8 row
+      t.a[i] = reinterpret_cast<const __nv_bfloat16*>(a);
+    }
+    g.sync();  // the table is complete before it is read and posted
+#pragma unroll
+    for (int i = 0; i < Gemm::kProducerRows; ++i)
+      a_rows.a[i] = reinterpret_cast<const uint8_t*>(t.a[Gemm::producer_row(g.rank(), i)]);
+    const int sr = Gemm::producer_scale_row(g.rank());
+    const uint8_t* srow = reinterpret_cast<const uint8_t*>(t.a[sr]);
+    a_rows.scale = srow == nullptr ? nullptr
+                   : task.phase == Phase::kLinear2
+                       ? h_scales(prm, c.h) + (h_row0 + sr) * fp8_scale_stride(I)
+                       : reinterpret_cast<const float*>(srow + fp8_x_scale_offset(H));
+  }
+
+  // The weight operand of a GEMM tile: w13's or w2's codes and the block scales of its two 128-row halves
+  // (evict_first when this call reads the expert's weights once).
+  template <class Transport>
+  __device__ static typename Gemm::BOperand b_operand(const FusedContext<Transport>& c, const Task& task) {
+    const FusedParams& prm = *c.prm;
+    const bool l1 = task.phase == Phase::kLinear1;
+    // Every 128-row half of a tile is one weight block row (I % 128 == 0, H % 256 == 0).
+    static_assert(kBlockN == 2 * kWeightBoxRows && kWeightBoxRows == fp8::kBlock, "a box is one weight block row");
+    const auto [row0, row1] = tma_weight_rows(l1, task.tile.expert, task.tile.nblock, prm.dims.hidden, prm.dims.intermediate);
+    const float* scales = l1 ? prm.fp8.w13_scales : prm.fp8.w2_scales;
+    const int kb = l1 ? prm.fp8.w13_kb : prm.fp8.w2_kb;
+    return {l1 ? static_cast<const void*>(&prm.w13_map) : static_cast<const void*>(&prm.w2_map), row0, row1,
+            scales + static_cast<int64_t>(row0 / fp8::kBlock) * kb, scales + static_cast<int64_t>(row1 / fp8::kBlock) * kb,
+            weights_read_once(c.plan, task.tile.expert)};
+  }
+
+  // Issues every operand load of a prepared GEMM tile into the ring, but the weights of its first
+  // `preloaded` k-blocks (preload_weights). False (group-uniform, recorded) when a wait for a free stage
+  // ran out.
+  template <class Transport>
+  __device__ __forceinline__ static bool load(const FusedContext<Transport>& c, const ThreadGroup& g, const Task& task,
+                                              const ARows& a_rows, int H, int I, typename Gemm::RingPos& ring,
+                                              void* smem, int preloaded) {
+    const FusedParams& prm = *c.prm;
+    const bool l1 = task.phase == Phase::kLinear1;
+    const bool loaded = Gemm::load_tile(ring, a_rows.a, a_rows.scale, b_operand(c, task), l1 ? H : I, smem,
+                                        c.limit(prm.timeout_ns), preloaded);
+    if (!loaded) pipeline_failed(c, task.phase, task.tile);
+    return !g.sync_or(!loaded);
+  }
+
+  // ---- math warpgroups (the k-loop wrapper and Linear2 are the bf16 tiles') ----
+  // The Linear1 tile posted in slot s: FP8 h rows [h_row, h_row + rows), group tile.nblock of each.
+  template <class Transport>
+  __device__ static void linear1(const FusedContext<Transport>& c, const Posted& posted, Shared& sh, int s,
+                                 typename Gemm::RingPos& ring, void* smem, const ThreadGroup& g) {
+    const FusedParams& prm = *c.prm;
+    const int H = prm.dims.hidden, I = prm.dims.intermediate;
+    const GemmTile& tile = posted.task.tile;
+    typename Gemm::Accum acc;
+    const int rows = posted.rows;
+    if (!Base::mainloop(c, tile, Phase::kLinear1, H, rows, ring, smem, acc, g)) return sh.queue.release(s, g);
+    FragmentStores<Gemm>::linear1_fp8(c, acc, tile, posted.h_row, I, rows, sh.queue.table[s], h_codes(c.h),
+                                      h_scales(prm, c.h), g);
+    trace::stamp_current(g.leader(), trace::kEpiStored);
+    sh.queue.release(s, g);
+    if (g.leader()) l1_tile_done(c, tile);
+  }
+};
+
+}  // namespace epfuse::device

@@ -1,0 +1,73 @@
+// Hopper (sm_90a) FP8 warpgroup MMA and the per-128-K scale promotion of block-scaled FP8 GEMMs
+// (weight_format fp8-block128, common/fp8.h): wgmma.mma_async e4m3 x e4m3 -> fp32, both operands
+// K-major in shared memory under the 128-byte swizzle. An FP8 row of 128 bytes is 128 elements of K,
+// one scale block: the bf16 tiles' shared-memory layout and descriptors (gemm_maps_wgmma.h) apply
+// unchanged, each k32 step reading 32 bytes of a row as a bf16 k16 step does.
+//
+// Why promotion: Hopper's FP8 MMA keeps a narrower accumulator than fp32 across its K steps, and the
+// operands of different K blocks carry different scales. So each 128-K block is accumulated alone
+// (4 MMAs of k32 into a scratch accumulator) and then added into the fp32 result times its scales,
+// as DeepGEMM's SM90 FP8 kernels do.
+#pragma once
+#include <cstdint>
+
+#include "device/gemm/gemm_maps_wgmma.h"
+#include "device/ptx/wgmma.cuh"
+
+namespace epfuse::device {
+
+inline constexpr int kFp8WgmmaK = 32;      // K of one wgmma.m64nNk32 e4m3 (32 bytes of a row)
+inline constexpr int kFp8BlockK = kSw128RowBytes;  // FP8 elements of K per swizzled row: one scale block
+
+namespace ptx {
+
+// D[64 x 128] (+)= A[64 x 32] * B[128 x 32]^T, e4m3 operands K-major in shared memory (descriptors);
+// FP8 wgmma has no transpose immediates. scale_d = 0 overwrites D.
+__device__ __forceinline__ void wgmma_m64n128k32_e4m3_f32(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
+                                                          int scale_d) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
+}  // namespace ptx
+
+// One warpgroup, one 128-K block of a 64 x 256 tile in two n128 halves: acc[64 h + i] += (A_block .
+// B_rows[128 h, 128 h + 128)^T)[i] * row_scale * (h == 0 ? col_scale0 : col_scale1), with B's 256 rows
+// at desc_b (K-major, 128-byte swizzle, row r at 128 r bytes). Each half's 4 MMAs go into one 64-register
+// scratch, which is then promoted with the group's MMAs drained (the other math warpgroup's MMAs can
+// run meanwhile). Four n64 quarters through two 32-register scratches that took turns hid the
+// promotions behind the group's own MMAs but read A from shared memory four times a k-block instead of
+// twice; on an H100 the halves were 5% faster at dsv3 T=4096 and 2% at qwen3 T=16384, mixtral (at the
+// board's power cap) unchanged (bench/NOTES.md, session 21). Registers: 128 accumulators + 64 scratch.
+// Waits for all its MMAs (the stage is free on return). tests/gpu/gemm/test_fp8_tile.cu checks it alone
+// against a float64 reference.
+__device__ __forceinline__ void fp8_block_mma_promote_halves(float (&acc)[128], float (&scratch)[64], uint64_t desc_a,
+                                                             uint64_t desc_b, const float (&row_scale)[2],
+                                                             float col_scale0, float col_scale1) {
+  constexpr uint32_t kHalfBytes = 128 * kSw128RowBytes;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    ptx::fence_accumulators(scratch);
+    ptx::wgmma_fence();
+#pragma unroll
+    for (int k = 0; k < kFp8BlockK / kFp8WgmmaK; ++k)
+      ptx::wgmma_m64n128k32_e4m3_f32(scratch, desc_advance(desc_a, k * kFp8WgmmaK),
+                                     desc_advance(desc_b, h * kHalfBytes + k * kFp8WgmmaK), k > 0 ? 1 : 0);
+    ptx::wgmma_commit_group();
+    ptx::wgmma_wait_group<0>();
+    ptx::fence_accumulators(scratch);
+    const float col_scale = h == 0 ? col_scale0 : col_scale1;
+    const float s0 = row_scale[0] * col_scale, s1 = row_scale[1] * col_scale;
+#pragma unroll
+    for (int i = 0; i < 64; ++i) acc[64 * h + i] = fmaf(scratch[i], ((i >> 1) & 1) ? s1 : s0, acc[64 * h + i]);
+  }
+}
+
+}  // namespace epfuse::device

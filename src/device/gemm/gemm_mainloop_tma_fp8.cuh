@@ -1,0 +1,256 @@
+// The FP8 variant of the fused kernel's warp-specialised 128x256 tile (gemm_mainloop_tma.cuh's
+// TileGemmTma), weight_format fp8-block128 (common/fp8.h): C[128, 256] = A * B^T over K with e4m3
+// codes, 1x128 scales per A row and K block, 128x128 block scales of B, fp32 accumulators.
+// A WarpSpecialisedFp8Tile (tile_gemm.cuh): the bf16 tile's roles, ring and accumulator layout, with
+// the operands of a k-block (128 elements of K, one scale block) per stage:
+//   A: the tile's 128 gathered rows, 128 bytes of K each, in the bf16 tile's swizzled stage layout
+//      (a 128-byte row is one swizzle row: 64 bf16 there, 128 e4m3 here), copied by cp.async as there
+//      (producer thread p copies chunk p % 8 of rows p / 8 + 16 i), plus each row's scale of that K
+//      block: thread p copies the 16-byte aligned group of 4 scales holding it for its row
+//      producer_scale_row(p) (cp.async.cg: a scale row written earlier in the call by another CTA or a
+//      peer is never read from a stale L1 line), 16 bytes per row per stage.
+//   B: two TMA boxes of 128 bytes x 128 rows (weight_tensor_map_fp8), rows [row0, row0 + 128) as tile
+//      columns [0, 128) and [row1, row1 + 128) as [128, 256) (Linear1: gate and up), plus the two block
+//      scales of that K block (scale0[kb], scale1[kb]; thread 0, 4-byte cp.async through L1: weight
+//      scales are never written by the kernel).
+// Math: each math warpgroup owns 64 rows; per k-block it runs its 64 x 256 as two n128 halves,
+// fp8_block_mma_promote_halves (gemm_fp8.cuh: 4 x wgmma m64n128k32 per half into one 64-register
+// scratch, promoted into its 64 accumulators times row scale x block scale once they are done). The
+// halves replaced session 16's four n64 quarters (which hid the promotions but read A from shared
+// memory twice as often): on an H100 2-5% faster at dsv3 T=4096 and qwen3 T=16384, mixtral (at the
+// power cap) unchanged (bench/NOTES.md, session 21). The accumulators are the bf16 tile's: register
+// reg of the 128 holds the same (row, column), so the epilogues' visit_cols / visit_gate_up work
+// unchanged. The last promotion waits for all the k-block's MMAs, so a stage is free once it is done:
+// the math warps release it at once (the bf16 tile keeps one wgmma group in flight and releases the
+// previous stage).
+// K: any multiple of 64 (supports_k). A last K block of 64 (K = 2880) is loaded as a full one: the TMA
+// fills B's columns past K with zeros, the producer zero-fills A's chunks past K (cp.async src-size 0),
+// so those MMA steps add zeros; its scales are the partial block's (fp8.h block_extent). In the fused
+// kernel this tile's K is a multiple of 128 anyway (H % 256 == 0 and I % 128 == 0 for its N).
+// Scale rows of A: ceil(K / 128) floats, 16-byte aligned, readable up to the next multiple of 4 floats
+// (regions.h fp8_scale_stride; the producer copies whole 16-byte groups).
+// Registers: 384 threads at one CTA per SM leave 168 per thread at entry; setmaxnreg gives the math
+// warps kConsumerRegs (128 accumulators + 64 scratch + addresses) and the producer kProducerRegs.
+#pragma once
+#include <cstdint>
+
+#include "device/diagnostics/trace.cuh"
+#include "device/gemm/gemm_fp8.cuh"
+#include "device/gemm/gemm_mainloop_tma.cuh"
+#include "device/gemm/gemm_maps.h"
+#include "device/gemm/gemm_maps_wgmma.h"
+#include "device/gemm/mbarrier_ring.cuh"
+#include "device/ptx/mbarrier.cuh"
+#include "device/ptx/ptx.cuh"
+#include "device/ptx/spin_wait.cuh"
+#include "device/ptx/wgmma.cuh"
+
+namespace epfuse::device {
+
+template <int kStages_>
+struct TileGemmTmaFp8 {
+  // The bf16 tile of the same ring depth: its stage layout, A copy map, accumulators and visitors are these.
+  using Bf16 = TileGemmTma<kStages_>;
+  static constexpr int kBlockM = Bf16::kBlockM;  // 128
+  static constexpr int kBlockN = Bf16::kBlockN;  // 256
+  static constexpr int kBlockK = kFp8BlockK;     // 128 e4m3: one 128-byte swizzle row, one scale block
+  static constexpr int kStages = kStages_;
+  static constexpr int kProducerThreads = Bf16::kProducerThreads;  // warpgroup 0
+  static constexpr int kConsumerThreads = Bf16::kConsumerThreads;  // warpgroups 1 and 2
+  static constexpr int kThreads = Bf16::kThreads;
+  // The bf16 tile's split, 64 / 216. ptxas (sm_90a, CUDA 13.0, test_fp8_tma_tile's kernel: this
+  // mainloop plus visit_cols and the h quantisation): no spills at 64 / 216, 56 / 224 and 72 / 208; the
+  // producer spills at 48 / 224 and 40 / 232, the math warps at 80 / 200 (128 accumulators + 64 scratch).
+  static constexpr int kProducerRegs = Bf16::kProducerRegs;
+  static constexpr int kConsumerRegs = Bf16::kConsumerRegs;
+  static constexpr int kBoxRows = Bf16::kBoxRows;  // TMA box rows of the weight maps (two per stage)
+  static constexpr int kChunkBytes = 16;
+  // The bf16 stages and A copy map: a row of 128 bytes, 8 chunks, 8 rows per producer thread.
+  static constexpr int kChunksPerRow = Bf16::kChunksPerRow;
+  static constexpr int kProducerRows = Bf16::kProducerRows;
+  static constexpr int kStageBytesA = Bf16::kStageBytesA;
+  static constexpr int kStageBytesB = Bf16::kStageBytesB;
+  static_assert(kStageBytesA == kBlockM * kSw128RowBytes && kStageBytesB == kBlockN * kSw128RowBytes &&
+                    kChunksPerRow * kChunkBytes == kBlockK,
+                "a stage row is one 128-K block of e4m3");
+  static constexpr int kStageBytesScaleA = kBlockM * 16;  // a 16-byte group of 4 scales per row
+  static constexpr int kStageBytesScaleB = 16;            // scale0, scale1 (8 bytes used)
+  // From the first 1024-byte boundary: A stages, B stages, A scales, B scales; then one atom of slack,
+  // then the ring's barriers.
+  static constexpr int kRingBytes = kStages * (kStageBytesA + kStageBytesB + kStageBytesScaleA + kStageBytesScaleB);
+  static constexpr int kBarrierOffset = kRingBytes + kSw128AtomBytes;
+  using Ring = MbarRing<kStages, kBarrierOffset, kProducerThreads + 1, kConsumerThreads / 32>;
+  static constexpr int kSmemBytes = kBarrierOffset + Ring::kBarrierBytes;
+
+  static_assert(kBoxRows == 128 && kBlockK == 128, "one B box is one 128 x 128 weight block");
+  static_assert(kProducerRows == kChunksPerRow, "thread p copies the scales of its row number p % 8");
+
+  // The bf16 tile's 128 accumulators: registers 32 q .. 32 q + 31 hold columns [64 q, 64 q + 64).
+  using Accum = typename Bf16::Accum;
+  // The weight operand: rows [row0, row0 + 128) and [row1, row1 + 128) of `map` (a 2-D uint8 tensor map
+  // of e4m3 codes, K inner, box 128 x kBoxRows, 128-byte swizzle: weight_tensor_map_fp8) as tile
+  // columns [0, 128) and [128, 256); scale0[kb] and scale1[kb] are their block scales for K block kb
+  // (each 128-row half is one weight block: row0 and row1 on 128-row block boundaries of the matrix).
+  struct BOperand {
+    const void* map;
+    int row0;
+    int row1;
+    const float* scale0;
+    const float* scale1;
+    bool evict_first = false;  // read once this call (weights_read_once): boxes loaded with an L2 evict_first hint
+  };
+  using RingPos = device::RingPos;
+
+  // The K sizes this tile computes: multiples of 64 (a partial last block of 64).
+  EPFUSE_HD static constexpr bool supports_k(int K) { return K > 0 && K % 64 == 0; }
+  EPFUSE_HD static constexpr int num_k_blocks(int K) { return (K + kBlockK - 1) / kBlockK; }
+
+  __device__ static uint32_t stage_a(uint32_t smem, int s) { return Bf16::stage_a(smem, s); }
+  __device__ static uint32_t stage_b(uint32_t smem, int s) { return Bf16::stage_b(smem, s); }
+  __device__ static uint32_t stage_scale_a(uint32_t smem, int s) {
+    return sw128_align(smem) + static_cast<uint32_t>(kStages * (kStageBytesA + kStageBytesB) + s * kStageBytesScaleA);
+  }
+  __device__ static uint32_t stage_scale_b(uint32_t smem, int s) {
+    return sw128_align(smem) +
+           static_cast<uint32_t>(kStages * (kStageBytesA + kStageBytesB + kStageBytesScaleA) + s * kStageBytesScaleB);
+  }
+
+  // Once per launch, by the whole CTA, before the first tile.
+  __device__ static void init(void* smem) { Ring::init(smem); }
+
+  // The tile rows producer thread p copies (chunk producer_chunk of each; gemm_maps_wgmma.h), and the
+  // one whose scales it copies (every row exactly once over the 128 threads).
+  __device__ static int producer_row(int p, int i) { return Bf16::producer_row(p, i); }
+  __device__ static int producer_scale_row(int p) { return producer_row(p, producer_chunk(p, kChunksPerRow)); }
+
+  // The tile's first k-blocks whose weights load_weights issues ahead of its A rows: as many as the ring
+  // holds.
+  EPFUSE_HD static constexpr int preload_blocks(int K) { return num_k_blocks(K) < kStages ? num_k_blocks(K) : kStages; }
+
+  // Producer thread 0, before the tile's inputs are in: the weight boxes and block scales of its first
+  // preload_blocks(K) k-blocks (weights need no inputs, so they stream while the producer waits for the
+  // tile's A rows). pos is not advanced: load_tile(..., preloaded) then adds those k-blocks' A rows.
+  // False when a wait for a free stage ran out.
+  __device__ static bool load_weights(RingPos pos, const BOperand& b, int K, void* smem, const WaitLimit& limit) {
+    const uint32_t base = ptx::smem_u32(smem);
+    return Ring::issue_ahead(base, pos, preload_blocks(K), limit, [&](int s, int kb) { load_b(base, s, b, kb); });
+  }
+
+  // Every producer thread, when load_weights ran for a tile whose A rows will never come (its inputs'
+  // wait failed): Ring::drain_ahead over those stages (the scales' cp.async complete with it).
+  __device__ static void drop_weights(RingPos pos, int K, void* smem, const WaitLimit& limit) {
+    Ring::drain_ahead(ptx::smem_u32(smem), pos, preload_blocks(K), limit);
+  }
+
+  // Producer thread p (0..127): issues every k-block of one tile, copying its chunk of A rows
+  // producer_row(p, i) from a_rows[i] (nullptr: a padding row), the scales of row producer_scale_row(p)
+  // from a_scale_row (its ceil(K/128) scales, padded to fp8_scale_stride(K); nullptr: a padding row) and,
+  // thread 0, the weight boxes and their scales, but for the first `preloaded` k-blocks (load_weights
+  // issued them). K: supports_k. False when a wait for a free stage ran out.
+  __device__ static bool load_tile(RingPos& pos, const uint8_t* const (&a_rows)[kProducerRows], const float* a_scale_row,
+                                   const BOperand& b, int K, void* smem, const WaitLimit& limit, int preloaded = 0) {
+    const int p = static_cast<int>(threadIdx.x);
+    const int chunk = producer_chunk(p, kChunksPerRow);
+    const uint32_t base = ptx::smem_u32(smem);
+    const uint32_t scale_dst = static_cast<uint32_t>(producer_scale_row(p) * 16);
+    const int num_kb = num_k_blocks(K);
+    for (int kb = 0; kb < num_kb; ++kb, ++pos.kb) {
+      const int s = Ring::stage(pos);
+      if (!Ring::wait_free(base, pos, limit)) return false;
+      if (p == 0 && kb >= preloaded) load_b(base, s, b, kb);
+      const uint32_t sa = stage_a(base, s);
+      const int k = kb * kBlockK + chunk * kChunkBytes;
+      const uint32_t src_bytes = k < K ? kChunkBytes : 0u;  // the second half of a last block of 64: zeros
+#pragma unroll
+      for (int i = 0; i < kProducerRows; ++i) {
+        const int row = producer_row(p, i);
+        if (a_rows[i] != nullptr)
+          ptx::cp_async_16_zfill(sa + static_cast<uint32_t>(row * kSw128RowBytes + swizzled_chunk(row, chunk) * kChunkBytes),
+                                 a_rows[i] + k, src_bytes);
+      }
+      if (a_scale_row != nullptr) ptx::cp_async_16(stage_scale_a(base, s) + scale_dst, a_scale_row + (kb & ~3));
+      ptx::cp_async_mbar_arrive_noinc(Ring::full_bar(base, s));
+    }
+    return true;
+  }
+
+  // Math thread (threads kProducerThreads..): acc = the tile's product over K (supports_k), for a tile
+  // of `rows` real rows (the rest padding): a warpgroup whose 64 rows are all padding runs no MMA and
+  // only passes the stages through (Ring::pass; its acc stays zero), which leaves the tensor cores to
+  // the other at small T, where the tile is a weight stream. False (in this thread) when a wait for a
+  // stage ran out; the caller makes that group-uniform.
+  __device__ static bool mainloop(RingPos& pos, int K, int rows, void* smem, Accum& acc, const WaitLimit& limit) {
+    const auto [ct, base, desc_a0, desc_b0] = Bf16::start_math(smem, acc);
+    float scratch[kBlockN / 4];
+    const int group_row0 = (ct / 128) * kWgmmaM;
+    const int num_kb = num_k_blocks(K);
+    if (Bf16::padding_group(ct, rows)) return Ring::pass(base, pos, num_kb, ct % 32 == 0, limit);
+    // This thread's accumulator rows (wgmma_c_coord: r and r + 8) within the tile: their scale groups.
+    const int row = group_row0 + wgmma_c_coord(ct % 128, 0).row;
+    const uint32_t scale_a0 = stage_scale_a(base, 0) + static_cast<uint32_t>(row * 16);
+    bool ok = true;
+    for (int kb = 0; kb < num_kb; ++kb, ++pos.kb) {
+      const int s = Ring::stage(pos);
+      if (!(ok = Ring::wait_full(base, pos, limit))) break;
+      trace::first_full(ct, kb);
+      // The A rows came through cp.async (generic proxy); wgmma reads through the async proxy.
+      ptx::fence_proxy_async_shared();
+      const uint32_t sa = scale_a0 + static_cast<uint32_t>(s * kStageBytesScaleA + (kb & 3) * 4);
+      const float row_scale[2] = {ld_shared_f32(sa), ld_shared_f32(sa + 8u * 16u)};
+      const float col_scale0 = ld_shared_f32(stage_scale_b(base, s));
+      const float col_scale1 = ld_shared_f32(stage_scale_b(base, s) + 4u);
+      const uint64_t desc_a = uniform_u64(desc_advance(desc_a0, static_cast<uint32_t>(s * kStageBytesA)));
+      const uint64_t desc_b = uniform_u64(desc_advance(desc_b0, static_cast<uint32_t>(s * kStageBytesB)));
+      fp8_block_mma_promote_halves(acc.v, scratch, desc_a, desc_b, row_scale, col_scale0, col_scale1);
+      // All the k-block's MMAs finished (its last promotion waits for them) and every lane's scale
+      // reads are done (__syncwarp orders them before lane 0's release of the stage).
+      __syncwarp();
+      if (ct % 32 == 0) ptx::mbar_arrive(Ring::empty_bar(base, s));
+    }
+    return ok;
+  }
+
+  // The epilogues' views of the accumulators, the bf16 tile's (same registers, same columns).
+  template <int kColBegin, int kColEnd, class F>
+  __device__ static void visit_cols(const Accum& acc, F f) {
+    Bf16::template visit_cols<kColBegin, kColEnd>(acc, f);
+  }
+  template <int kColBegin, int kColEnd, class F>
+  __device__ static void visit_gate_up(const Accum& acc, F f) {
+    Bf16::template visit_gate_up<kColBegin, kColEnd>(acc, f);
+  }
+
+ private:
+  // Thread 0 of the producers: k-block kb's weight boxes and their block scales into stage s (the
+  // expect_tx arrival is one of the stage's full arrivals; the scales' cp.async complete with this
+  // thread's cp.async arrival).
+  __device__ static void load_b(uint32_t base, int s, const BOperand& b, int kb) {
+    const uint32_t full = Ring::full_bar(base, s);
+    const uint32_t sb = stage_b(base, s);
+    const int k0 = kb * kBlockK;
+    ptx::mbar_arrive_expect_tx(full, kStageBytesB);  // box bytes, zero-filled columns included
+    if (b.evict_first) {
+      ptx::tma_load_2d_evict_first(sb, b.map, full, k0, b.row0);
+      ptx::tma_load_2d_evict_first(sb + kBoxRows * kSw128RowBytes, b.map, full, k0, b.row1);
+    } else {
+      ptx::tma_load_2d(sb, b.map, full, k0, b.row0);
+      ptx::tma_load_2d(sb + kBoxRows * kSw128RowBytes, b.map, full, k0, b.row1);
+    }
+    ptx::cp_async_4(stage_scale_b(base, s), b.scale0 + kb);
+    ptx::cp_async_4(stage_scale_b(base, s) + 4u, b.scale1 + kb);
+  }
+  // v as one value of the warp (lane 0's; every lane holds the same): ptxas then keeps the k-block's
+  // descriptor arithmetic in uniform registers. Without it session 16's n64 quarters' 16 descriptors
+  // took math registers and 12 accumulators spilled around the k-loop (bench/NOTES.md, session 16).
+  __device__ static uint64_t uniform_u64(uint64_t v) {
+    return (static_cast<uint64_t>(__shfl_sync(~0u, static_cast<uint32_t>(v >> 32), 0)) << 32) |
+           __shfl_sync(~0u, static_cast<uint32_t>(v), 0);
+  }
+  __device__ static float ld_shared_f32(uint32_t addr) {
+    float v;
+    asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(v) : "r"(addr) : "memory");
+    return v;
+  }
+};
+
+}  // namespace epfuse::device

@@ -1,0 +1,60 @@
+// The fused kernel's one wait. Every wait, on a flag or counter in global memory or on a shared-memory
+// mbarrier, is spin_wait: poll until the condition holds, this rank's abort flag is raised, or the
+// deadline passes. The abort flag is the one way out of every wait: a wait that runs out of time
+// records what it waited for (report_timeout, errors.cuh) and raises the flag, so every other wait of
+// the call ends too and the kernel finishes; the host turns the record into Error(kTimeout).
+//   spin_wait     the primitive (the poll, the abort test, the clock), policy-free: ptx/spin_wait.cuh,
+//                 with mbar_wait, so that the GEMM engine's rings wait the same way without the kernel
+//   bounded_wait  one thread on a 32-bit word, recording by WaitSite on timeout
+//   group_wait    a thread group (cta_wait: the CTA) on its leader's bounded_wait
+//   mbar_wait     an mbarrier phase (the GEMM ring's stages, the scheduler's task slots): spin_wait.cuh
+#pragma once
+#include <cstdint>
+
+#include "device/diagnostics/error_record.h"
+#include "device/diagnostics/profile.cuh"
+#include "device/kernel/errors.cuh"
+#include "device/kernel/kernel_params.h"
+#include "device/ptx/signals.cuh"
+#include "device/ptx/spin_wait.cuh"
+#include "device/ptx/thread_group.cuh"
+
+namespace epfuse::device {
+
+// One thread polls load() until done(value). Returns false (after recording a timeout when the
+// deadline passed) when the wait was abandoned. The deadline is the timeout, or twice it for a wait
+// behind another wait (waits_behind_a_wait). `abortable` = false only for waits that must finish
+// even after a peer failed (a rank still publishes its counts so its peers learn about errors).
+template <class Load, class Done>
+__device__ bool bounded_wait(const FusedParams& prm, FusedControl* ctl, const WaitSite& site, uint32_t expected,
+                             Load load, Done done, bool abortable = true) {
+  const WaitLimit limit{globaltimer_ns() + (waits_behind_a_wait(site.what) ? 2 : 1) * prm.timeout_ns, &ctl->abort};
+  uint32_t v = 0;
+  return spin_wait<1, 64>([&] { return done(v = load()); }, limit,
+                          [&] { report_timeout(ctl, prm.rank, site, expected, v); }, abortable);
+}
+
+// The group waits on its leader's bounded_wait; every thread of it gets the result.
+template <class Load, class Done>
+__device__ bool group_wait(const ThreadGroup& g, const FusedParams& prm, FusedControl* ctl, const WaitSite& site,
+                           uint32_t expected, Load load, Done done, bool abortable = true) {
+  // One group at a time: the CTA before the GEMM phase, a warp-specialised CTA's producer warps after it.
+  __shared__ int ok;
+  g.sync();  // `ok` may still be read from a previous wait
+  if (g.leader()) {
+    // Only a whole CTA's wait stalls its task; a warp-specialised CTA's producer waits ahead of its math warps.
+    const bool profiled = prm.profile != nullptr && g.barrier == 0;
+    const uint64_t start = profiled ? globaltimer_ns() : 0;
+    ok = bounded_wait(prm, ctl, site, expected, load, done, abortable) ? 1 : 0;
+    if (profiled) profile_add_wait(globaltimer_ns() - start);
+  }
+  g.sync();
+  return ok != 0;
+}
+template <class Load, class Done>
+__device__ bool cta_wait(const FusedParams& prm, FusedControl* ctl, const WaitSite& site, uint32_t expected,
+                         Load load, Done done, bool abortable = true) {
+  return group_wait(ThreadGroup::cta(), prm, ctl, site, expected, load, done, abortable);
+}
+
+}  // namespace epfuse::device

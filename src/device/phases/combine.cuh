@@ -1,0 +1,121 @@
+// Combine at home: for each of this rank's tokens, wait until every output tile of its
+// routed slots has arrived (monotonic counter at home; base kept here), then reduce the k slots in fp32
+// in slot order (deterministic) and store y in bf16. A token with no routed slot gets zeros.
+#pragma once
+#include <cstdint>
+
+#include <cuda_bf16.h>
+
+#include "device/kernel/context.cuh"
+#include "device/kernel/wait.cuh"
+#include "device/protocol/routing.h"
+
+namespace epfuse::device {
+
+// One warp reduces one token's routed slot rows (k rows of H bf16 at `rows`, slot j at rows + j * stride
+// elements) into y_row, in slot order (deterministic). kVecs 16-byte vectors per lane and kSlots slots
+// are loaded before the first add: with one load in flight per lane the warp waited one memory latency
+// per slot and vector (0.4-0.6 ms of combine tail at T = 4096-16384, top-8); kVecs * kSlots = 16 loads
+// in flight whatever k is.
+template <int kVecs, int kSlots>
+__device__ __forceinline__ void reduce_token(const __nv_bfloat16* rows, size_t stride, int k, uint32_t routed, int H,
+                                             __nv_bfloat16* y_row, int lane) {
+  const int vectors = H / 8;
+  for (int v0 = lane; v0 < vectors; v0 += 32 * kVecs) {
+    float sum[kVecs][8] = {};
+    for (int j0 = 0; j0 < k; j0 += kSlots) {
+      int4 raw[kVecs][kSlots];
+#pragma unroll
+      for (int u = 0; u < kVecs; ++u)
+#pragma unroll
+        for (int b = 0; b < kSlots; ++b) {
+          const int j = j0 + b, v = v0 + 32 * u;
+          raw[u][b] = j < k && (routed >> j & 1u) && v < vectors
+                          ? __ldcg(reinterpret_cast<const int4*>(rows + j * stride) + v)
+                          : int4{0, 0, 0, 0};
+        }
+#pragma unroll
+      for (int u = 0; u < kVecs; ++u)
+#pragma unroll
+        for (int b = 0; b < kSlots; ++b) {  // slot order within and across batches
+          const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw[u][b]);
+#pragma unroll
+          for (int p = 0; p < 4; ++p) {
+            const float2 f = __bfloat1622float2(pairs[p]);
+            sum[u][2 * p] += f.x;
+            sum[u][2 * p + 1] += f.y;
+          }
+        }
+    }
+#pragma unroll
+    for (int u = 0; u < kVecs; ++u) {
+      const int v = v0 + 32 * u;
+      if (v >= vectors) break;
+      int4 out;
+      __nv_bfloat162* o = reinterpret_cast<__nv_bfloat162*>(&out);
+#pragma unroll
+      for (int p = 0; p < 4; ++p) o[p] = __floats2bfloat162_rn(sum[u][2 * p], sum[u][2 * p + 1]);
+      reinterpret_cast<int4*>(y_row)[v] = out;
+    }
+  }
+}
+
+// Whether an earlier call on this workspace ended aborted (FusedControl::broken, set by its last CTA).
+__device__ __forceinline__ bool workspace_broken(const FusedParams& prm) {
+  const auto* ctl = reinterpret_cast<const FusedControl*>(prm.workspace + prm.priv.control);
+  return *reinterpret_cast<const volatile uint32_t*>(&ctl->broken) != 0;
+}
+
+// y [num_tokens][H] = bf16 NaN (0xFFFF), every CTA a share: what a call on a failed workspace returns.
+__device__ __forceinline__ void fill_y_with_nan(const FusedParams& prm) {
+  const int64_t vectors = static_cast<int64_t>(prm.num_tokens) * prm.dims.hidden / 8;
+  int4* y = reinterpret_cast<int4*>(prm.y);
+  for (int64_t v = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; v < vectors;
+       v += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    y[v] = int4{-1, -1, -1, -1};
+}
+
+// Task: tokens [b * kCombineTokens, ...), one warp of g per token.
+template <class Transport>
+__device__ void combine_task(const FusedContext<Transport>& c, int block, const ThreadGroup& g = ThreadGroup::cta()) {
+  const FusedParams& prm = *c.prm;
+  const FusedDims& d = prm.dims;
+  const int k = d.topk, H = d.hidden;
+  const int warp = g.warp(), lane = g.rank() % 32;
+  for (int t = block * kCombineTokens + warp; t < min(prm.num_tokens, (block + 1) * kCombineTokens);
+       t += g.warps()) {
+    const int32_t* idx = prm.topk_idx + static_cast<int64_t>(t) * k;
+    const uint32_t expected = token_signal_target(idx, k, d.num_experts, H);
+    int ok = 1;
+    if (lane == 0 && expected != 0) {
+      const uint64_t start = prm.profile != nullptr ? globaltimer_ns() : 0;
+      const uint32_t base = c.token_base[t];
+      const uint32_t* signal = local_ptr<uint32_t>(c, token_signal_offset(prm.sym, prm.capacity, c.parity, t));
+      ok = bounded_wait(prm, c.ctl, c.site(Phase::kCombine, WaitKind::kTokenTiles, t), expected,
+                        [&] { return peer_acquire(c, signal); },
+                        [&](uint32_t v) { return counter_reached(v, base, expected); })
+               ? 1 : 0;
+      if (ok) c.token_base[t] = base + expected;
+      // Warps wait side by side: each adds its share of the CTA's time.
+      if (prm.profile != nullptr) profile_add_wait((globaltimer_ns() - start) / g.warps());
+    }
+    ok = __shfl_sync(0xffffffffu, ok, 0);
+    if (!ok) continue;
+    // Routed slots as a mask, read once per token rather than once per vector.
+    uint32_t routed = 0;
+    for (int j = 0; j < k; ++j) routed |= slot_is_routed(idx[j], d.num_experts) ? 1u << j : 0u;
+    const __nv_bfloat16* rows = local_ptr<const __nv_bfloat16>(c, combine_row_offset(prm.sym, prm.capacity, c.parity, t, 0));
+    // A token's slot rows are consecutive, each the workspace's widest row (combine_row_offset).
+    const size_t stride = static_cast<size_t>(prm.capacity.hidden);
+    __nv_bfloat16* y_row = prm.y + static_cast<int64_t>(t) * H;
+    if (k <= 2) {
+      reduce_token<8, 2>(rows, stride, k, routed, H, y_row, lane);
+    } else if (k <= 4) {
+      reduce_token<4, 4>(rows, stride, k, routed, H, y_row, lane);
+    } else {
+      reduce_token<2, 8>(rows, stride, k, routed, H, y_row, lane);
+    }
+  }
+}
+
+}  // namespace epfuse::device

@@ -1,0 +1,185 @@
+// Layout on the GPU: per token block, which receivers and local experts its slots go to; row and pair
+// slots reserved with a ticket dispenser (one global atomic per CTA per receiver and per expert, not
+// one per slot); then the counts published to every receiver, and read back by the collect task into
+// this call's expert plan. No host involvement, nothing reset by the host.
+#pragma once
+#include <cstdint>
+
+#include "device/diagnostics/trace.cuh"
+#include "device/kernel/context.cuh"
+#include "device/kernel/wait.cuh"
+#include "device/protocol/routing.h"
+
+namespace epfuse::device {
+
+// Task: layout of tokens [b * kLayoutTokens, ...). smem: (world + E) u32.
+template <class Transport>
+__device__ void layout_task(const FusedContext<Transport>& c, int block, void* smem) {
+  const FusedParams& prm = *c.prm;
+  const FusedDims& d = prm.dims;
+  const int k = d.topk, E = d.num_experts, L = c.local_experts;
+  const int t0 = block * kLayoutTokens;
+  const int pairs = min(kLayoutTokens, prm.num_tokens - t0) * k;
+  uint32_t* cnt_rows = static_cast<uint32_t*>(smem);  // [world] then [E]: block counts, then ticket bases
+  uint32_t* cnt_pairs = cnt_rows + d.world;
+  for (int i = threadIdx.x; i < d.world + E; i += blockDim.x) cnt_rows[i] = 0;
+  __syncthreads();
+
+  // Slots within the block; the first slot of a token for a receiver owns the token's row there.
+  for (int q = threadIdx.x; q < pairs; q += blockDim.x) {
+    const int t = t0 + q / k, j = q % k;
+    const int32_t* idx = prm.topk_idx + static_cast<int64_t>(t) * k;
+    const int32_t e = idx[j];
+    int32_t row = -1, index = -1;
+    if (slot_is_invalid(e, E)) {
+      record_error(c.ctl, ErrorRecord{static_cast<int32_t>(ErrorKind::kBadExpert), prm.rank,
+                                      static_cast<int32_t>(Phase::kLayout), 0, t, j, static_cast<uint32_t>(e), 0});
+      atomicExch(&c.ctl->input_status, static_cast<uint32_t>(ErrorKind::kBadExpert));
+    } else if (slot_is_routed(e, E)) {
+      const SlotTickets draws = slot_tickets(idx, j, E, L);
+      if (draws.owns_row) row = static_cast<int32_t>(atomicAdd(&cnt_rows[draws.row_rank], 1u));
+      index = static_cast<int32_t>(atomicAdd(&cnt_pairs[draws.pair_expert], 1u));
+    }
+    c.pair_row[static_cast<int64_t>(t) * k + j] = row;
+    c.pair_index[static_cast<int64_t>(t) * k + j] = index;
+  }
+  __syncthreads();
+  // Ticket dispenser: one atomic per receiver / expert this block uses turns counts into bases.
+  for (int i = threadIdx.x; i < d.world + E; i += blockDim.x) {
+    const uint32_t n = cnt_rows[i];
+    if (n == 0) continue;
+    uint32_t* ticket = i < d.world ? c.row_tickets + i : c.pair_tickets + (i - d.world);
+    cnt_rows[i] = atomicAdd(ticket, n);
+  }
+  __syncthreads();
+  for (int q = threadIdx.x; q < pairs; q += blockDim.x) {
+    const int t = t0 + q / k, j = q % k;
+    const int32_t e = prm.topk_idx[static_cast<int64_t>(t) * k + j];
+    if (!slot_is_routed(e, E)) continue;
+    const int64_t at = static_cast<int64_t>(t) * k + j;
+    c.pair_index[at] += static_cast<int32_t>(cnt_pairs[e]);
+    if (c.pair_row[at] >= 0) c.pair_row[at] += static_cast<int32_t>(cnt_rows[expert_rank(e, L)]);
+  }
+  __syncthreads();  // the owning slots' rows are final; copy them to the token's other slots there
+  for (int q = threadIdx.x; q < pairs; q += blockDim.x) {
+    const int t = t0 + q / k, j = q % k;
+    const int32_t* idx = prm.topk_idx + static_cast<int64_t>(t) * k;
+    const int first = first_slot_for_rank(idx, j, E, L);
+    if (first >= 0 && first != j) c.pair_row[static_cast<int64_t>(t) * k + j] = c.pair_row[static_cast<int64_t>(t) * k + first];
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) red_add_release_gpu(&c.ctl->layout_done, 1u);
+}
+
+// Waits until every layout task of this call is done (their tickets are totals from then on).
+template <class Transport>
+__device__ bool wait_layout_done(const FusedContext<Transport>& c, Phase phase, int layout_tasks, bool abortable) {
+  uint32_t* done = &c.ctl->layout_done;
+  return cta_wait(*c.prm, c.ctl, c.site(phase, WaitKind::kLayoutDone), static_cast<uint32_t>(layout_tasks),
+                  [&] { return ld_acquire_gpu(done); },
+                  [&](uint32_t v) { return v >= static_cast<uint32_t>(layout_tasks); }, abortable);
+}
+
+// Task: send every receiver this rank's pair counts per local expert and its input status, then the
+// epoch flag. Runs even after an abort: a rank with bad input must still tell its peers (they then
+// fail with kInvalidArgument instead of timing out).
+template <class Transport>
+__device__ void publish_task(const FusedContext<Transport>& c, int layout_tasks) {
+  const FusedParams& prm = *c.prm;
+  const FusedDims& d = prm.dims;
+  const int L = c.local_experts;
+  if (!wait_layout_done(c, Phase::kPublish, layout_tasks, /*abortable=*/false)) return;
+  const uint32_t found = *reinterpret_cast<volatile uint32_t*>(&c.ctl->input_status);
+  const uint32_t status = found != 0 ? found : prm.host_status;
+  for (int i = threadIdx.x; i < d.world * L; i += blockDim.x) {
+    const int dst = i / L, e = i % L;
+    *peer_ptr<uint32_t>(c, dst, count_msg_offset(prm.sym, prm.capacity, c.parity, prm.rank, e)) = c.pair_tickets[i];
+  }
+  for (int dst = threadIdx.x; dst < d.world; dst += blockDim.x)
+    *peer_ptr<uint32_t>(c, dst, count_status_offset(prm.sym, prm.capacity, c.parity, prm.rank)) = status;
+  __syncthreads();
+  for (int dst = threadIdx.x; dst < d.world; dst += blockDim.x)
+    peer_release_store(c, peer_ptr<uint32_t>(c, dst, count_flag_offset(prm.sym, prm.capacity, c.parity, prm.rank)), c.epoch);
+  if (threadIdx.x == 0 && status != 0) raise_abort(c.ctl);
+}
+
+// Task: wait for every sender's counts, check their input status, build the expert plan (rows per
+// expert, m-blocks of block_m rows, where each expert row sits), the GEMM schedule and the arrival
+// targets; then publish plan_epoch.
+// The plan is built in shared memory when it fits (collect_scratch_ints within the `scratch_bytes` the
+// tile leaves free before the GEMM phase): the whole CTA reads the counts and arrival bases in, runs
+// plan_expert one expert per thread, thread 0 the prefix sums and the schedule (serial by nature), and
+// the whole CTA copies the plan out before the release. Thread 0 alone on global memory took 40 us for
+// 64 experts (bench/NOTES.md, session 9).
+EPFUSE_HD size_t collect_scratch_ints(const FusedDims& d) {
+  return plan_ints(d) + static_cast<size_t>(d.world) * d.local_experts() + d.local_experts();
+}
+
+template <class Transport>
+__device__ void collect_task(const FusedContext<Transport>& c, int block_m, int nblocks1, int nblocks2, void* smem,
+                             int scratch_bytes) {
+  const FusedParams& prm = *c.prm;
+  const FusedDims& d = prm.dims;
+  const int L = c.local_experts, W = d.world;
+  for (int src = 0; src < W; ++src) {
+    const uint32_t* flag = local_ptr<uint32_t>(c, count_flag_offset(prm.sym, prm.capacity, c.parity, src));
+    if (!cta_wait(prm, c.ctl, c.site(Phase::kCollect, WaitKind::kCounts, src), c.epoch,
+                  [&] { return peer_acquire(c, flag); }, [&](uint32_t v) { return flag_is_current(v, c.epoch); }))
+      return;
+  }
+  trace::stamp_current(threadIdx.x == 0, trace::kInputs);
+  __shared__ int peer_bad;
+  if (threadIdx.x == 0) {
+    peer_bad = 0;
+    for (int src = 0; src < W; ++src) {
+      const uint32_t status = __ldcg(local_ptr<uint32_t>(c, count_status_offset(prm.sym, prm.capacity, c.parity, src)));
+      if (status != 0) {
+        record_error(c.ctl, ErrorRecord{static_cast<int32_t>(ErrorKind::kPeerBadInput), prm.rank,
+                                        static_cast<int32_t>(Phase::kCollect), 0, src, 0, 0, status});
+        peer_bad = 1;
+      }
+    }
+    if (peer_bad) raise_abort(c.ctl);
+  }
+  // This parity's messages, [world][capacity L]; the acquires above ordered them.
+  const uint32_t* msgs = local_ptr<uint32_t>(c, count_msg_offset(prm.sym, prm.capacity, c.parity, 0, 0));
+  const bool in_smem = collect_scratch_ints(d) * sizeof(int) <= static_cast<size_t>(scratch_bytes);
+  int* plan_smem = static_cast<int*>(smem);
+  uint32_t* counts_smem = reinterpret_cast<uint32_t*>(plan_smem + plan_ints(d));  // [world][L]
+  uint32_t* bases_smem = counts_smem + W * L;                                    // [L]
+  if (in_smem) {
+    const int stride = prm.capacity.local_experts();
+    for (int i = threadIdx.x; i < W * L; i += blockDim.x) counts_smem[i] = __ldcg(msgs + (i / L) * stride + i % L);
+    for (int e = threadIdx.x; e < L; e += blockDim.x) bases_smem[e] = c.arrival_base[e];
+  }
+  __syncthreads();
+  if (peer_bad) return;
+  const ExpertPlan p = in_smem ? plan_view(plan_smem, W, L) : c.plan;
+  const uint32_t* counts = in_smem ? counts_smem : msgs;
+  const int count_stride = in_smem ? L : prm.capacity.local_experts();
+  uint32_t* bases = in_smem ? bases_smem : c.arrival_base;
+  for (int e = threadIdx.x; e < L; e += blockDim.x) plan_expert(counts, count_stride, W, e, block_m, p);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const int mblocks = plan_prefixes(counts, count_stride, W, L, p);
+    // target is filled below: until then it is the schedule's scratch.
+    build_gemm_schedule(p, L, nblocks1, nblocks2, schedule_lag(W, static_cast<int>(gridDim.x)),
+                        reinterpret_cast<int*>(p.target));
+    for (int e = 0; e < L; ++e) {
+      const uint32_t target = bases[e] + static_cast<uint32_t>(p.rows[e]);
+      p.target[e] = target;
+      bases[e] = target;
+    }
+    c.ctl->mblocks = static_cast<uint32_t>(mblocks);
+  }
+  if (in_smem) {
+    __syncthreads();
+    // plan_view: c.plan.rows is the base of the plan's plan_ints(d) ints, laid out as in shared memory.
+    for (int i = threadIdx.x; i < static_cast<int>(plan_ints(d)); i += blockDim.x) c.plan.rows[i] = plan_smem[i];
+    for (int e = threadIdx.x; e < L; e += blockDim.x) c.arrival_base[e] = bases_smem[e];
+  }
+  __syncthreads();  // every store of the plan is issued before thread 0's release
+  if (threadIdx.x == 0) st_release_gpu(&c.ctl->plan_epoch, c.epoch);
+}
+
+}  // namespace epfuse::device
