@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs on a lent GPU machine over a build made on the dev machine and carried as .carry/build
+# Runs on a GPU machine over a build made on the dev machine and carried as .carry/build
 # (see scripts/device-pack.sh). Usage: bash scripts/device-run.sh STEP... ; logs go to $OUT (or /tmp/out).
 # Steps: unit (GPU unit tests, one process per GPU), run-unfused / run-fused (CLI correctness matrix,
 # one process per GPU), onegpu-unit / run-onegpu (the same with every rank on GPU 0: --one-gpu),
@@ -90,9 +90,9 @@ for step in "$@"; do
     ab)  # A/B of the fused layer against EPFUSE_BASE_BIN on EPFUSE_AB_SHAPES ("name H I E k T,T..;..."; default
       # dsv3 at T = 1024, 4096; EPFUSE_AB_SHAPE "H I E k T" still names one), EPFUSE_AB_ROUNDS rounds (default 3),
       # the base first in each: the spread between rounds is the noise. Sessions' call scripts each wrote this
-      # loop again (bench/results/logs/session1[4-6]); they can call this step instead. On the power-capped
+      # loop again (the A/B scripts of 2026-11-27, in git history under bench/results/logs); they can call this step instead. On the power-capped
       # rows add --sustained 1500 to EPFUSE_AB_ARGS and compare its ms a call: it repeats within 0.3%
-      # where the synchronised medians spread 3-5% (bench/NOTES.md, session 22).
+      # where the synchronised medians spread 3-5% (docs/performance.md#power-cap-and-energy).
       shapes=${EPFUSE_AB_SHAPES:-$([ -n "${EPFUSE_AB_SHAPE:-}" ] && echo "custom $EPFUSE_AB_SHAPE" || echo "dsv3 7168 2048 64 8 1024,4096")}
       for round in $(seq 1 "${EPFUSE_AB_ROUNDS:-3}"); do for tag in base new; do
         bin=$([ $tag = new ] && echo "${EPFUSE_NEW_BIN:-tools/epfuse}" || echo "$EPFUSE_BASE_BIN")

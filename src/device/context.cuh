@@ -75,7 +75,7 @@ __device__ __forceinline__ T* local_ptr(const FusedContext<Transport>& c, size_t
 // The flags and counters between ranks (counts, arrivals, token signals): .sys scope, as a peer may be
 // another GPU; .gpu at world 1, where every one of them stays in this kernel. A .sys release waits for
 // the CTA's stores to be visible system-wide, which behind an SM's queued weight loads takes
-// microseconds (bench/NOTES.md, session 14). (The one-GPU loopback world keeps .sys: with .gpu its
+// microseconds (docs/performance.md#signal-scope). (The one-GPU loopback world keeps .sys: with .gpu its
 // world-4 bad-input fault run failed 2 of 13 times, a rank's count message missing for a second;
 // not explained yet.)
 template <class Transport>
