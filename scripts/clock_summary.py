@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Summarises an nvidia-smi sample file taken beside a benchmark (bench/NOTES.md, sessions 19-20: the
+"""Summarises an nvidia-smi sample file taken beside a benchmark (docs/performance.md#power-cap-and-energy: the
 compute-bound FP8 rows run at the board's power cap, so a time change needs its clock and power beside it).
 
 usage: clock_summary.py CSV

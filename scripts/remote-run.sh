@@ -91,7 +91,7 @@ for step in "$@"; do
       # dsv3 at T = 1024, 4096; EPFUSE_AB_SHAPE "H I E k T" still names one), EPFUSE_AB_ROUNDS rounds (default 3),
       # the base first in each: the spread between rounds is the noise. On the power-capped
       # rows add --sustained 1500 to EPFUSE_AB_ARGS and compare its ms a call: it repeats within 0.3%
-      # where the synchronised medians spread 3-5% (bench/NOTES.md, session 22).
+      # where the synchronised medians spread 3-5% (docs/performance.md#power-cap-and-energy).
       shapes=${EPFUSE_AB_SHAPES:-$([ -n "${EPFUSE_AB_SHAPE:-}" ] && echo "custom $EPFUSE_AB_SHAPE" || echo "dsv3 7168 2048 64 8 1024,4096")}
       for round in $(seq 1 "${EPFUSE_AB_ROUNDS:-3}"); do for tag in base new; do
         bin=$([ $tag = new ] && echo "${EPFUSE_NEW_BIN:-tools/epfuse}" || echo "$EPFUSE_BASE_BIN")

@@ -7,7 +7,7 @@ Usage: spill_report.py BINARY [KERNEL_SUBSTRING] [--base BASE_BINARY]
   source location (file, line) with its count; with --base, the same for BASE side by side.
 Why: ptxas allocates the registers of the whole persistent kernel at once, so a change in one task (for
 example the collect task, before the GEMM phase) can move spills into the math warps' epilogue loops,
-and the FP8 expert phase ran 4-7% slower for it (bench/NOTES.md, session 9). Check this before timing.
+and the FP8 expert phase ran 4-7% slower for it (docs/performance.md#register-allocation-and-spills). Check this before timing.
 Needs cuobjdump and nvdisasm: $CUOBJDUMP / $NVDISASM, else PATH, else the CUDA toolkit's bin, else the
 copies inside the triton wheel (where this machine's toolkit lacks them).
 """

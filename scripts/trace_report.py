@@ -51,7 +51,7 @@ def handover(per_cta):
     """Per GEMM phase, the median time of each step of the hand-over from tile a to the next tile b of
     the same phase in one CTA, relative to a's k-loop end, in time order: when the producer issued a's
     last load, took b, had its weights and inputs, posted it; when the math warps ended a and started
-    b, and b's first stage was full (bench/NOTES.md, session 19)."""
+    b, and b's first stage was full (docs/performance.md#task-hand-over-between-tiles)."""
     steps = collections.defaultdict(lambda: collections.defaultdict(list))
     for rs in per_cta.values():
         g = sorted((r for r in rs if r["phase"] in (4, 5) and r["math_start"] >= 0), key=lambda r: r["rec"])

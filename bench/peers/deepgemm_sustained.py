@@ -3,7 +3,7 @@ K = I; `rows` rows per local expert, contiguous layout), back to back with no sy
 --sustain-ms, the GPU's energy counter (NVML through ctypes) read before and after: ms and joules per
 iteration and the mean power, as `epfuse bench --sustained` reports them for our layer (bench/README.md,
 "Sustained"). The GEMM-alone peer of the power-capped rows, where 30-call bursts read faster than a model
-would see (bench/NOTES.md, sessions 20-22).
+would see (docs/performance.md#power-cap-and-energy).
 
 --data randn is ../shared/peers/deepgemm_gemm_alone.py's recipe (torch.randn through DeepGEMM's 1x128 /
 128x128 FP8 casts); --data uniform is our generator's distribution (src/ref/generator.h: uniform in

@@ -76,7 +76,7 @@ __device__ void producer_role(const device::FusedContext<Transport>& c, TaskSche
     // Inputs not in yet: the weights of the tile's first k-blocks go out first (they need none) and
     // stream while it waits. Inputs in (most tiles): no preload, which would wait for the stages the
     // math warps' current tile still holds before the row table could be read and the tile posted
-    // (bench/NOTES.md, session 19: ~2 us of every tile's hand-over).
+    // (docs/performance.md#task-hand-over-between-tiles: ~2 us of every tile's hand-over).
     const bool in = gemm && device::tile_inputs_in(c, g, task.phase, task.tile, l1_tiles);
     const int preloaded = gemm && !in ? device::preload_weights<Tiles>(c, g, task, ring, smem) : 0;
     if (g.leader()) device::trace::stamp(rec, device::trace::kWeights);
@@ -115,7 +115,7 @@ __device__ void math_role(const device::FusedContext<Transport>& c, TaskSchedule
     const int s = sh.queue.slot(n);
     // Each thread copies the posted item before the group's barrier: a combine task frees its slot as
     // soon as the leader is past the barrier, and the producer may then overwrite it before a slower
-    // warp has read it, which would run another task than its siblings (bench/NOTES.md, session 13: a
+    // warp has read it, which would run another task than its siblings (docs/performance.md#faults-seen-while-timing: a
     // combine twice, or kDone against their barriers). After a failed wait the copy is not used.
     const bool posted_ok = sh.queue.wait_posted(c, n);
     const typename Tiles::Posted posted = sh.queue.item[s];

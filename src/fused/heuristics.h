@@ -115,14 +115,14 @@ EPFUSE_HD GemmTileShape choose_gemm_tile(int rows_per_expert, int n, int k) {
 }
 
 // The Hopper choice (measured on one H200, tests/gpu/gemm/bench_tile_gemm, grouped Linear1+SwiGLU+Linear2
-// at world-4 shapes; bench/NOTES.md "Fused"):
+// at world-4 shapes; docs/performance.md#expert-gemms-bf16):
 //  1. <= 32 rows: kTileM32 (mma.sync). Weight-bound; at 16 and 32 rows it beat every wgmma shape
 //     (dsv3 1.32 vs 1.38 ms, qwen3 0.106 vs 0.108).
 //  2. >= 128 rows: the 128x256 tile through the mbarrier ring with TMA weights (kTmaM128N256). Its
 //     all-thread cp.async form kWgmmaM128N256 was 20-35% faster than the best mma.sync shape (dsv3 128
 //     rows: 1.64 vs 2.06 ms; 512 rows: 5.17 vs 7.84) and 7% faster than kWgmmaM128N128 at 128 rows;
 //     the ring is 4-9% faster again inside the fused layer (1 H200: mixtral 5.37 -> 4.90 ms, dsv3
-//     8.81 -> 8.49, qwen3 1.09 -> 1.02; bench/NOTES.md).
+//     8.81 -> 8.49, qwen3 1.09 -> 1.02; docs/performance.md#expert-gemms-bf16).
 //  3. 33..127 rows: kWgmmaM128N128: one m-block per expert reads each weight once (M32 would read it
 //     2-4 times), twice the tiles of N256 for SM fill at small T, and at 32 rows it was within 2% of
 //     M32 despite 4x padding.

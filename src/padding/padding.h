@@ -19,7 +19,7 @@ namespace epfuse::padding {
 inline constexpr int kTileAlign = 128;
 // The fused kernel's 128 x 256 tiles (FP8 always, bf16 at larger T) need H % 256: the FP8 tile runs
 // nothing else, and where a fused layer is padded anyway its H pads this far, so that bf16 gets the
-// wider tile too (bench/NOTES.md "Session 8": 2944 ran the 128 x 128 tile 13% slower than 3072).
+// wider tile too (docs/performance.md#padded-sizes-and-caller-quantised-x: 2944 ran the 128 x 128 tile 13% slower than 3072).
 inline constexpr int kFusedHiddenAlign = 256;
 
 inline int round_up(int n, int to) { return (n + to - 1) / to * to; }

@@ -15,7 +15,7 @@ enum class GemmPath {
 
 const char* to_string(GemmPath path) noexcept;
 
-// Mean rows per non-empty expert from which the loop runs (reasoning in bench/NOTES.md, "Unfused:
+// Mean rows per non-empty expert from which the loop runs (reasoning in docs/performance.md#unfused-chain, "Unfused:
 // GEMM path"; `epfuse bench` times both paths per shape to check it). On H200 the grouped call ran
 // these shapes at 224-302 TFLOP/s where a per-shape cuBLAS GEMM reaches 600+, so the loop wins once
 // an expert's GEMM is compute-bound. With m rows an expert's GEMM does m FLOP per weight byte: far

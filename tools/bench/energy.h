@@ -1,6 +1,6 @@
 // The GPU's energy counter (NVML's total energy since the driver loaded), for `epfuse bench
-// --sustained`: on the compute-bound rows the board runs at its power limit (bench/NOTES.md,
-// sessions 20-21), so energy per call is what a kernel change must lower there, and times alone
+// --sustained`: on the compute-bound rows the board runs at its power limit (docs/performance.md#power-cap-and-energy,
+// 2026-11-27), so energy per call is what a kernel change must lower there, and times alone
 // move inside the power controller's noise. NVML is loaded at run time (libnvidia-ml.so.1 comes with
 // the driver, not the toolkit), so the tool still starts where there is none.
 #pragma once

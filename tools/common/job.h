@@ -70,7 +70,7 @@ inline constexpr double kRowToleranceFactor = 2.0;
 // sits at a code boundary, or a group's amax at a power of two (UE8M0 scales), a tiny difference moves
 // the code or the group's whole scale. With the generator's power-of-two magnitudes one such row
 // (H 256, I 384) moves by 4.2-4.6% when the reference's own h is perturbed by 1e-3 relative, as the
-// kernel's did (4.15%, bench/NOTES.md "Session 8"). A scale read from the wrong group or block is off
+// kernel's did (4.15%, docs/performance.md#padded-sizes-and-caller-quantised-x). A scale read from the wrong group or block is off
 // by 2x or 4x (the magnitudes) across a whole group, far outside.
 inline constexpr double kFp8RowToleranceFactor = 3.0;
 inline double row_tolerance(double tolerance, WeightFormat format = WeightFormat::kBf16) {

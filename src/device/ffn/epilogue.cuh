@@ -50,8 +50,8 @@ __device__ __forceinline__ float swiglu(float gate, float up, float clamp) {
 }
 
 // swiglu with silu(g) = g * (0.5 + 0.5 tanh(g / 2)) on tanh.approx: one MUFU an output where swiglu
-// takes two (ex2, rcp), in the FP8 Linear1 epilogue, whose SwiGLU the MUFU bounds (bench/NOTES.md,
-// sessions 18-19). tanh.approx's error (2^-11 relative) is far below the e4m3 step of the h it feeds
+// takes two (ex2, rcp), in the FP8 Linear1 epilogue, whose SwiGLU the MUFU bounds (docs/performance.md#epilogues,
+// 2026-11-27). tanh.approx's error (2^-11 relative) is far below the e4m3 step of the h it feeds
 // (2^-4 relative), not below bf16's: FP8 only.
 __device__ __forceinline__ float swiglu_fp8(float gate, float up, float clamp) {
   swiglu_limit(gate, up, clamp);

@@ -53,8 +53,8 @@ __device__ __forceinline__ float warp_quantize_group(const __nv_bfloat16* x, int
 // the steps' amax reductions run side by side, then each lane computes one (step, group)'s scale and
 // reciprocal (a division and a reciprocal a lane, not a serial chain of them a step), which the
 // encoding takes back by shuffle; a step at a time waited on each step's shuffles, division and
-// reciprocal (on an H100 the dispatch phase 6-16% shorter, 16 steps a batch spilled: bench/NOTES.md,
-// session 26). x 16-byte, q 8-byte aligned. A last group of 128 or 64 elements goes through
+// reciprocal (on an H100 the dispatch phase 6-16% shorter, 16 steps a batch spilled: docs/performance.md#dispatch,
+// 2026-11-27). x 16-byte, q 8-byte aligned. A last group of 128 or 64 elements goes through
 // warp_quantize_group.
 template <int kUnroll = 8>
 __device__ __forceinline__ void warp_quantize_row(const __nv_bfloat16* x, int n, uint8_t* q, float* scales,

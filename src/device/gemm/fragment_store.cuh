@@ -3,7 +3,7 @@
 // quad_send / quad_take, two shuffle rounds) gives every lane 16 contiguous bytes of its row, stored as
 // one 16-byte chunk; a quad writes 64 contiguous bytes of a row. Why: the staged passes cost two barriers
 // of the 256 math threads a pass, 16 for a Linear2 tile of the FP8 kernel, with the tensor cores idle
-// (bench/NOTES.md, session 18: 7-8 us a Linear2 tile).
+// (docs/performance.md#epilogues: 7-8 us a Linear2 tile).
 #pragma once
 #include <cstdint>
 

@@ -45,7 +45,7 @@ __device__ __forceinline__ void wgmma_m64n128k32_e4m3_f32(float (&d)[64], uint64
 // run meanwhile). Four n64 quarters through two 32-register scratches that took turns hid the
 // promotions behind the group's own MMAs but read A from shared memory four times a k-block instead of
 // twice; on an H100 the halves were 5% faster at dsv3 T=4096 and 2% at qwen3 T=16384, mixtral (at the
-// board's power cap) unchanged (bench/NOTES.md, session 21). Registers: 128 accumulators + 64 scratch.
+// board's power cap) unchanged (docs/performance.md#the-fp8-k-loop-what-was-tried). Registers: 128 accumulators + 64 scratch.
 // Waits for all its MMAs (the stage is free on return). tests/gpu/gemm/test_fp8_tile.cu checks it alone
 // against a float64 reference.
 __device__ __forceinline__ void fp8_block_mma_promote_halves(float (&acc)[128], float (&scratch)[64], uint64_t desc_a,

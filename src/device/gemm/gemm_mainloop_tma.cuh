@@ -16,7 +16,7 @@
 // Registers: 384 threads at one CTA per SM leave 168 per thread; setmaxnreg moves them to the math
 // warps (kConsumerRegs, the 128 accumulators and the epilogue) from the producer (kProducerRegs). An
 // earlier producer-warp variant without setmaxnreg capped every thread at 168 and spilled the
-// accumulators (bench/NOTES.md); the all-thread ring that followed paid ~5 us per tile outside the
+// accumulators (docs/performance.md#expert-gemms-bf16); the all-thread ring that followed paid ~5 us per tile outside the
 // k-loop (entries, first loads, epilogue) that only a producer running ahead can hide.
 // Weights come from a tensor map: the B operand is (map, row of box 0, row of box 1), so a Linear1 tile
 // reads gate rows into tile columns [0, 128) and up rows into [128, 256) (SwiGLU pairs column c with

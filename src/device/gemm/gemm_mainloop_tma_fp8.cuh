@@ -16,9 +16,9 @@
 // Math: each math warpgroup owns 64 rows; per k-block it runs its 64 x 256 as two n128 halves,
 // fp8_block_mma_promote_halves (gemm_fp8.cuh: 4 x wgmma m64n128k32 per half into one 64-register
 // scratch, promoted into its 64 accumulators times row scale x block scale once they are done). The
-// halves replaced session 16's four n64 quarters (which hid the promotions but read A from shared
+// halves replaced the earlier four n64 quarters (which hid the promotions but read A from shared
 // memory twice as often): on an H100 2-5% faster at dsv3 T=4096 and qwen3 T=16384, mixtral (at the
-// power cap) unchanged (bench/NOTES.md, session 21). The accumulators are the bf16 tile's: register
+// power cap) unchanged (docs/performance.md#the-fp8-k-loop-what-was-tried). The accumulators are the bf16 tile's: register
 // reg of the 128 holds the same (row, column), so the epilogues' visit_cols / visit_gate_up work
 // unchanged. The last promotion waits for all the k-block's MMAs, so a stage is free once it is done:
 // the math warps release it at once (the bf16 tile keeps one wgmma group in flight and releases the
@@ -240,8 +240,8 @@ struct TileGemmTmaFp8 {
     ptx::cp_async_4(stage_scale_b(base, s) + 4u, b.scale1 + kb);
   }
   // v as one value of the warp (lane 0's; every lane holds the same): ptxas then keeps the k-block's
-  // descriptor arithmetic in uniform registers. Without it session 16's n64 quarters' 16 descriptors
-  // took math registers and 12 accumulators spilled around the k-loop (bench/NOTES.md, session 16).
+  // descriptor arithmetic in uniform registers. Without it the n64 quarters' 16 descriptors
+  // took math registers and 12 accumulators spilled around the k-loop (docs/performance.md#the-fp8-k-loop-what-was-tried).
   __device__ static uint64_t uniform_u64(uint64_t v) {
     return (static_cast<uint64_t>(__shfl_sync(~0u, static_cast<uint32_t>(v >> 32), 0)) << 32) |
            __shfl_sync(~0u, static_cast<uint32_t>(v), 0);

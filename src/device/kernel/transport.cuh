@@ -7,7 +7,7 @@
 //   LocalTransport:    world 1 over NCCL: the LSA window, but every signal stays in this kernel: .gpu
 //                      scope. A .sys release waits for the CTA's stores to be visible system-wide,
 //                      which behind an SM's queued weight loads takes microseconds
-//                      (docs/performance.md, signal scope).
+//                      (docs/performance.md#signal-scope).
 //   LoopbackTransport: every rank in one process on one GPU (LoopbackWorld in epfuse/communicator.h);
 //                      rank r's window is slice r of one allocation, at slices + r * stride. .sys scope:
 //                      with .gpu its world-4 bad-input fault run failed 2 of 13 times, a rank's count

@@ -110,7 +110,7 @@ __device__ void publish_task(const FusedContext<Transport>& c, int layout_tasks)
 // tile leaves free before the GEMM phase): the whole CTA reads the counts and arrival bases in, runs
 // plan_expert one expert per thread, thread 0 the prefix sums and the schedule (serial by nature), and
 // the whole CTA copies the plan out before the release. Thread 0 alone on global memory took 40 us for
-// 64 experts (bench/NOTES.md, session 9).
+// 64 experts (docs/performance.md#start-up-layout-publish-collect).
 EPFUSE_HD size_t collect_scratch_ints(const FusedDims& d) {
   return plan_ints(d) + static_cast<size_t>(d.world) * d.local_experts() + d.local_experts();
 }

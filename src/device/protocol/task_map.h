@@ -14,7 +14,7 @@
 // collect task builds (known only once every sender's counts are in). The collect task comes before the
 // dispatch tasks (it waits only for the publish tasks) so that it builds the plan while they run; after
 // them it started only once a CTA was free of dispatch work, 60 us into a dsv3 T = 4096 call
-// (bench/NOTES.md, session 9).
+// (docs/performance.md#start-up-layout-publish-collect).
 #pragma once
 #include <cstdint>
 
@@ -46,7 +46,7 @@ EPFUSE_HD int ceil_div(int a, int b) { return (a + b - 1) / b; }
 // layout wait, the ticket prefix, the entries' dependent loads, the release add), so many tokens want
 // few tasks; a decode step's few tokens want every task on a CTA of its own. On an H100 32 tokens took
 // the dispatch phase from 53 to 38 us at mixtral T=4096 and from 150 to 110 us at qwen3 T=16384, and
-// cost T=128 7% when fixed (bench/NOTES.md, session 26).
+// cost T=128 7% when fixed (docs/performance.md#dispatch).
 EPFUSE_HD int dispatch_tokens(int num_tokens, int ctas) {
   for (int size = kDispatchTokensMax; size > kDispatchTokensMin; size /= 2)
     if (ceil_div(num_tokens, size) >= ctas - ctas / 8) return size;
@@ -133,7 +133,7 @@ EPFUSE_HD int mblocks_of(int rows, int block_m) { return (rows + block_m - 1) / 
 
 // The plan in two steps, so that the device runs the first one expert per thread (layout.cuh
 // collect_task): the collect task's thread 0 alone took 8.5 us for the whole plan of 64 experts and
-// 21 us for the schedule (bench/NOTES.md, session 9).
+// 21 us for the schedule (docs/performance.md#start-up-layout-publish-collect).
 // counts: [world][count_stride] as received, the first local_experts of each row used (the count
 // messages are laid out for the workspace's capacity, count_stride >= local_experts).
 // Step 1, expert e alone: where its rows come from (src_prefix, rows), and its m-block count, held in
@@ -197,7 +197,7 @@ inline constexpr int kSegLinear1 = 0, kSegLinear2 = 1;
 // (gemm_tile takes the last segment that starts at or before a task, never an empty one), so that segment
 // e (expert e's Linear1) and L + e (its Linear2) follow from mb_start alone, with no chain from one
 // expert to the next: the serial pass took the collect task's thread 0 7-15 us at 32-64 experts, on the
-// way to the first tile (bench/NOTES.md, sessions 9 and 12).
+// way to the first tile (docs/performance.md#start-up-layout-publish-collect).
 EPFUSE_HD void linear1_first_segments(const ExpertPlan& p, int local_experts, int nblocks1, int nblocks2, int e) {
   const int L = local_experts, mblocks = p.mb_start[L];
   p.seg_start[e] = p.mb_start[e] * nblocks1;
@@ -214,7 +214,7 @@ EPFUSE_HD void linear1_first_segments(const ExpertPlan& p, int local_experts, in
 // other ranks over the GEMM phase. World 1 has none, and there the lag cost time where experts have few
 // m-blocks: a placed Linear2 segment counts toward the next one's lag, so one wave in every Linear2
 // segment so far went ahead of the remaining Linear1 segments, whose Linear2 tiles then ended the phase
-// (bench/NOTES.md, session 12).
+// (docs/performance.md#start-up-layout-publish-collect).
 inline constexpr int kLinear1First = 0x7fffffff;
 EPFUSE_HD int schedule_lag(int world, int ctas) { return world == 1 ? kLinear1First : ctas; }
 
@@ -286,7 +286,7 @@ EPFUSE_HD GemmTile gemm_tile(const ExpertPlan& p, int index, int* kind) {
 // Whether this call reads expert e's weights once: one m-block, so each of its weight tiles goes through
 // one GEMM tile. The FP8 tile then loads them with an L2 evict_first hint: at small T the weights are a
 // stream larger than L2 that would otherwise push out, every call, the code and the small data the next
-// call reads first (bench/NOTES.md, session 15: qwen3 FP8 T=128 0.127 -> 0.107 ms on an H100).
+// call reads first (docs/performance.md#the-evict-first-hint: qwen3 FP8 T=128 0.127 -> 0.107 ms on an H100).
 EPFUSE_HD bool weights_read_once(const ExpertPlan& p, int expert) { return p.mb_start[expert + 1] - p.mb_start[expert] == 1; }
 
 // Decodes a task id. Ids past the static phases need the schedule (with_gemm_tasks, plan) first.

@@ -51,7 +51,7 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const void* map, uint3
 // a stream read once does not push out what is read again (the kernel's code, rows, plan, flags). Its
 // createpolicy sits in the same asm rather than coming from ptx.cuh's make_l2_evict_first: the FP8
 // kernel compiled with that form (or with a branch-free evict_first / evict_normal policy operand) to
-// 118-121 spill instructions instead of 109 (bench/NOTES.md, session 16).
+// 118-121 spill instructions instead of 109 (docs/performance.md#register-allocation-and-spills).
 __device__ __forceinline__ void tma_load_2d_evict_first(uint32_t dst, const void* map, uint32_t bar, int c0, int c1) {
   asm volatile(
       "{\n .reg .b64 policy;\n createpolicy.fractional.L2::evict_first.b64 policy, 1.0;\n"

@@ -189,8 +189,8 @@ struct TileDesc {
 // A grouped GEMM: experts of expert_rows rows (gathered from a pool of tokens), each with 2 * inter
 // weight rows (gate, up), on `ctas` CTAs. bench: no reference, timed instead (a throughput figure, not a
 // test; it still fails on a device error or a non-finite output); kloop_only: the bench without the
-// epilogue (the tile bench's fp32 output and h stores bound it: 41% tensor busy on an H100, bench/NOTES.md
-// session 23), outputs not written and not checked.
+// epilogue (the tile bench's fp32 output and h stores bound it: 41% tensor busy on an H100, docs/performance.md#expert-gemms-fp8
+// 2026-11-27), outputs not written and not checked.
 bool run_case(int K, uint64_t seed, int ctas, const std::vector<int>& expert_rows, int inter, bool bench = false,
               bool kloop_only = false) {
   using DeviceBuffer = epfuse::detail::CudaBuffer<epfuse::detail::MemoryKind::kDevice>;
