@@ -103,6 +103,13 @@ __device__ __forceinline__ void l1_tile_done(const FusedContext<Transport>& c, c
   red_add_release_gpu(c.l1_done + tile.mblock, 1u);
 }
 
+// An FP8 layer's h in the private h region (regions.h): codes [N][I] bytes, then scales
+// [N][fp8_scale_stride(I)] floats at fp8_h_scale_offset(capacity).
+__device__ __forceinline__ uint8_t* fp8_h_codes(__nv_bfloat16* h) { return reinterpret_cast<uint8_t*>(h); }
+__device__ __forceinline__ float* fp8_h_scales(const FusedDims& capacity, __nv_bfloat16* h) {
+  return reinterpret_cast<float*>(reinterpret_cast<char*>(h) + fp8_h_scale_offset(capacity));
+}
+
 // ---- the all-thread tiles (TileGemm, TileGemmWgmma): the CTA stages the whole tile in the ring ----
 template <class Gemm>
 struct TileEpilogue {
@@ -214,12 +221,13 @@ struct FragmentStores {
 
   // The FP8 tile's Linear1 (TileGemmTmaFp8, kBlockN / 2 = one 1x128 group per row): h = swiglu_fp8 times each
   // row's top-k weight in fp32, quantised per row group (quantize_fragment_rows: common/fp8.h's
-  // arithmetic) into rows [0, rows) of FP8 h from row h_row on: codes [N][I] bytes at h_codes, column group
-  // tile.nblock; scales [N][fp8_scale_stride(I)] floats at h_scales. Then a barrier of g.
+  // arithmetic) into rows [0, rows) of FP8 h from row h_row on, column group tile.nblock (the private h
+  // region, regions.h: codes [N][I] bytes, then scales [N][fp8_scale_stride(I)] floats at
+  // fp8_h_scale_offset). Then a barrier of g.
   template <class Transport, class Table>
   __device__ __forceinline__ static void linear1_fp8(const FusedContext<Transport>& c, const typename Gemm::Accum& acc,
                                                      const GemmTile& tile, int64_t h_row, int I, int rows, const Table& t,
-                                                     uint8_t* h_codes, float* h_scales, const ThreadGroup& g) {
+                                                     const ThreadGroup& g) {
     constexpr int kOutCols = kBlockN / 2;
     const float clamp = c.prm->swiglu_clamp;
     // hv[i]: the m64n128 fragment's value i (wgmma_accum_coord(ct, i, 1, kBlockN)): visit_gate_up visits
@@ -237,8 +245,8 @@ struct FragmentStores {
     float scale[2];
     quantize_fragment_rows(hv, c.prm->fp8.scale_format, code, scale);
     trace::stamp_current(g.leader(), trace::kEpiMath);
-    float* hs = h_scales + h_row * fp8_scale_stride(I) + tile.nblock;
-    uint8_t* hq = h_codes + h_row * I + tile.nblock * kOutCols;
+    float* hs = fp8_h_scales(c.prm->capacity, c.h) + h_row * fp8_scale_stride(I) + tile.nblock;
+    uint8_t* hq = fp8_h_codes(c.h) + h_row * I + tile.nblock * kOutCols;
     const int ct = static_cast<int>(threadIdx.x) - Gemm::kProducerThreads, lane = ct % 32;
     // Code 4 b + 2 h + e is column 8 b + 2 (lane % 4) + e of row r + 8 h; a word holds a row's two codes
     // of blocks 2 m and 2 m + 1.

@@ -44,11 +44,6 @@ struct WarpSpecialisedFp8Tiles : WarpSpecialisedTileRoles<Gemm_> {
     const float* scale;
   };
 
-  __device__ static uint8_t* h_codes(__nv_bfloat16* h) { return reinterpret_cast<uint8_t*>(h); }
-  __device__ static float* h_scales(const FusedParams& prm, __nv_bfloat16* h) {
-    return reinterpret_cast<float*>(reinterpret_cast<char*>(h) + fp8_h_scale_offset(prm.capacity));
-  }
-
   // ---- producer warpgroup ----
   template <class Transport>
   __device__ __forceinline__ static void prepare(const FusedContext<Transport>& c, const ThreadGroup& g, const Task& task,
@@ -61,7 +56,7 @@ struct WarpSpecialisedFp8Tiles : WarpSpecialisedTileRoles<Gemm_> {
       t.fill(c, w, i);
       if (i >= w.rows) continue;
       const uint8_t* a;
-      if (task.phase == Phase::kLinear2) a = h_codes(c.h) + (h_row0 + i) * I;
+      if (task.phase == Phase::kLinear2) a = fp8_h_codes(c.h) + (h_row0 + i) * I;
       else if (t.home[i] == prm.rank)  // own row: its FP8 copy in fp8_x (RowEntry row = token)
         a = reinterpret_cast<const uint8_t*>(prm.workspace + prm.fp8.x_offset) + t.token[i] * fp8_x_row_bytes(H);
       else a = reinterpret_cast<const uint8_t*>(t.a[i]);  // the recv_rows slot holds the FP8 row
@@ -75,7 +70,7 @@ struct WarpSpecialisedFp8Tiles : WarpSpecialisedTileRoles<Gemm_> {
     const uint8_t* srow = reinterpret_cast<const uint8_t*>(t.a[sr]);
     a_rows.scale = srow == nullptr ? nullptr
                    : task.phase == Phase::kLinear2
-                       ? h_scales(prm, c.h) + (h_row0 + sr) * fp8_scale_stride(I)
+                       ? fp8_h_scales(prm.capacity, c.h) + (h_row0 + sr) * fp8_scale_stride(I)
                        : reinterpret_cast<const float*>(srow + fp8_x_scale_offset(H));
   }
 
@@ -121,8 +116,7 @@ struct WarpSpecialisedFp8Tiles : WarpSpecialisedTileRoles<Gemm_> {
     typename Gemm::Accum acc;
     const int rows = posted.rows;
     if (!Base::mainloop(c, tile, Phase::kLinear1, H, rows, ring, smem, acc, g)) return sh.queue.release(s, g);
-    FragmentStores<Gemm>::linear1_fp8(c, acc, tile, posted.h_row, I, rows, sh.queue.table[s], h_codes(c.h),
-                                      h_scales(prm, c.h), g);
+    FragmentStores<Gemm>::linear1_fp8(c, acc, tile, posted.h_row, I, rows, sh.queue.table[s], g);
     trace::stamp_current(g.leader(), trace::kEpiStored);
     sh.queue.release(s, g);
     if (g.leader()) l1_tile_done(c, tile);
