@@ -66,12 +66,13 @@ for d in ${NCCL_HOME:+$NCCL_HOME/lib} "$cuda/lib" "$cuda/lib64" /usr/lib/x86_64-
   ls "$d"/libnccl.so* >/dev/null 2>&1 && { nccl_lib=$d; break; }
 done
 [[ -n $nccl_lib ]] || die "NCCL library not found: no libnccl.so under \$NCCL_HOME/lib, $cuda/lib, $cuda/lib64"
-# The Python package's tests (tests/python): pytest, and torch + transformers (the GPU host's versions) for
+# The Python package's tests (tests/python): pytest, matplotlib (the timeline's figure), and torch + transformers (the GPU host's versions) for
 # the CPU tests of epfuse.torch and epfuse.hf (about a minute and 4.6 GB from PyPI). Best effort, and only
 # with room on disk: without them those tests report why they skip. EPFUSE_SKIP_PY_DEPS=1 skips all.
 if [[ -z ${EPFUSE_SKIP_PY_DEPS:-} ]]; then
   py_missing=()
   python3 -c "import pytest" 2>/dev/null || py_missing+=(pytest)
+  python3 -c "import matplotlib" 2>/dev/null || py_missing+=(matplotlib)  # scripts/trace_plot.py
   free_gb=$(df -Pk "$HOME" | awk 'NR == 2 {print int($4 / 1048576)}')
   if ((free_gb >= 12)); then
     python3 -c "import torch" 2>/dev/null || py_missing+=("torch==2.11.0")

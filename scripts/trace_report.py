@@ -4,6 +4,7 @@ EPFUSE_TRACE_FILE=F; src/device/diagnostics/trace.cuh): per problem, when each p
 time goes (waiting for its inputs, for its first stage, the k-loop, the epilogue).
 
 usage: trace_report.py TRACE.csv [--tiles] [--sm N]
+(`epfuse bench --trace FILE` keeps the CSV beside FILE, as FILE.csv.)
   --tiles  one line per GEMM tile as well
   --sm N   the task sequence of the CTA on SM N
 """
@@ -15,7 +16,8 @@ import statistics
 PHASES = ["layout", "publish", "dispatch", "collect", "linear1", "linear2", "combine", "done"]
 STAMPS = ["taken", "weights", "inputs", "posted", "loaded", "math_start", "first_full", "loop_end", "end", "epi_math",
           "epi_stored", "loop_synced", "epi_swiglu"]
-FIELDS = ["rank", "H", "I", "E", "T", "mma", "cta", "smid", "rec", "phase", "index", "expert", "mblock", "nblock"] + STAMPS
+FIELDS = ["rank", "H", "I", "E", "T", "mma", "launch", "cta", "smid", "rec", "phase", "index", "expert", "mblock",
+          "nblock"] + STAMPS
 
 
 def load(path):
@@ -25,10 +27,19 @@ def load(path):
             if not row:
                 continue
             r = dict(zip(FIELDS, (int(v) for v in row)))
+            if r["rec"] < 0:  # a CTA's span (tools/bench/trace_export.h), not a task
+                continue
             for s in STAMPS:  # traces of builds with fewer stamps
                 r.setdefault(s, -1)
-            key = (r["rank"], r["H"], r["I"], r["E"], r["T"], r["mma"])
+            key = (r["rank"], r["H"], r["I"], r["E"], r["T"], r["mma"], r["launch"])
             problems.setdefault(key, []).append(r)
+    # Stamps are %globaltimer ns: count them from each problem's first.
+    for rows in problems.values():
+        t0 = min(r[s] for r in rows for s in STAMPS if r[s] >= 0)
+        for r in rows:
+            for s in STAMPS:
+                if r[s] >= 0:
+                    r[s] -= t0
     return problems
 
 
@@ -69,10 +80,11 @@ def handover(per_cta):
 
 
 def report(key, rows, tiles, sm):
-    rank, H, I, E, T, mma = key
+    rank, H, I, E, T, mma, launch = key
     end = max(r[s] for r in rows for s in STAMPS if r[s] >= 0)
     kernel = {0: "mma.sync", 1: "wgmma", 2: "bf16 TMA", 3: "FP8 TMA"}.get(mma, str(mma))
-    print(f"== rank {rank} H={H} I={I} E={E} T={T} {kernel}: {len(rows)} task records, last stamp at {us(end):.1f} us")
+    print(f"== rank {rank} H={H} I={I} E={E} T={T} {kernel} launch {launch}: {len(rows)} task records, "
+          f"last stamp at {us(end):.1f} us")
     print(f"{'phase':10s} {'tasks':>5s} {'first start':>11s} {'last end':>9s}")
     for p, name in enumerate(PHASES):
         ph = [r for r in rows if r["phase"] == p]

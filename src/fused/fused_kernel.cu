@@ -140,6 +140,7 @@ __device__ void math_role(const device::FusedContext<Transport>& c, TaskSchedule
   }
   profiler.flush(g);
   scheduler.finish(g);
+  if (g.leader()) device::trace::end_launch();
 }
 
 // Every thread of the CTA, with its first task from the GEMM phase on; the CTA ends in here.
@@ -186,6 +187,7 @@ __global__ void __launch_bounds__(Gemm::kThreads, 1) fused_moe_kernel(const __gr
     RoleTiles::init(smem);
   }
   const auto c = device::FusedContext<Transport>::make(prm);
+  device::trace::begin_launch(c.epoch);
   const int nblocks1 = 2 * prm.dims.intermediate / Gemm::kBlockN;
   const int nblocks2 = prm.dims.hidden / Gemm::kBlockN;
   TaskScheduler scheduler(c);
@@ -220,6 +222,7 @@ __global__ void __launch_bounds__(Gemm::kThreads, 1) fused_moe_kernel(const __gr
   }
   profiler.flush();
   scheduler.finish();
+  if (threadIdx.x == 0) device::trace::end_launch();
 }
 
 // The kernel of one tile GEMM under the communicator's transport (transport.cuh): the only place
@@ -316,51 +319,81 @@ int lsa_team_size(ncclComm_t comm) { return ncclTeamLsa(comm).nRanks; }
 
 #ifdef EPFUSE_TRACE
 // The diagnostic timeline (device/diagnostics/trace.cuh): of each distinct problem (rank, dims, tokens, kernel) this
-// process launches, launch number EPFUSE_TRACE_LAUNCH (default 20, so after warm-up) is recorded and
-// appended to the CSV file EPFUSE_TRACE_FILE (no file: nothing is recorded). One row per task record
-// written; its columns are scripts/trace_report.py's FIELDS.
+// process launches, launches EPFUSE_TRACE_LAUNCH (default 20, so after warm-up) to EPFUSE_TRACE_LAUNCH +
+// trace::kLaunches - 1 are recorded, back to back, and appended to the CSV file EPFUSE_TRACE_FILE (no
+// file: nothing is recorded): one row per task record and one per CTA span (rec -1), stamps in
+// %globaltimer nanoseconds; tools/bench/trace_export.h reads them.
 class LaunchTrace {
  public:
-  // Before a launch: whether to record it (then the records are cleared).
+  // Before a launch: whether it is the last one to record (then the caller calls after() once it is
+  // launched); the first one to record clears the records.
   bool before(const device::FusedParams& prm, const GemmTileShape& tile, cudaStream_t stream) {
     const char* file = std::getenv("EPFUSE_TRACE_FILE");
     if (file == nullptr) return false;
     const char* nth = std::getenv("EPFUSE_TRACE_LAUNCH");
-    const int target = nth != nullptr ? std::atoi(nth) : 20;
-    const auto key = std::make_tuple(prm.rank, prm.dims.hidden, prm.dims.intermediate, prm.dims.num_experts,
-                                     prm.dims.world, prm.num_tokens, static_cast<int>(tile.mma));
-    if (++launches_[key] != target) return false;
-    void* records = nullptr;
-    EPFUSE_CUDA_CHECK(cudaGetSymbolAddress(&records, device::trace::g_records));
-    EPFUSE_CUDA_CHECK(cudaMemsetAsync(records, 0, sizeof(device::trace::g_records), stream));
-    return true;
+    const int first = nth != nullptr ? std::atoi(nth) : 20;
+    const int n = ++launches_[key(prm, tile)];
+    if (n == first) {
+      void* at = nullptr;
+      EPFUSE_CUDA_CHECK(cudaGetSymbolAddress(&at, device::trace::g_records));
+      EPFUSE_CUDA_CHECK(cudaMemsetAsync(at, 0, sizeof(device::trace::g_records), stream));
+      EPFUSE_CUDA_CHECK(cudaGetSymbolAddress(&at, device::trace::g_spans));
+      EPFUSE_CUDA_CHECK(cudaMemsetAsync(at, 0, sizeof(device::trace::g_spans), stream));
+    }
+    return n == first + device::trace::kLaunches - 1;
   }
-  // After a recorded launch: waits for it and appends its records.
+  // After the last recorded launch: waits for it and appends the records of all kLaunches.
   void after(const device::FusedParams& prm, const GemmTileShape& tile, int grid, cudaStream_t stream) {
+    using device::trace::kLaunches;
+    using device::trace::kMaxCtas;
+    using device::trace::kMaxRecords;
     using device::trace::Record;
+    using device::trace::Span;
     EPFUSE_CUDA_CHECK(cudaStreamSynchronize(stream));
-    std::vector<Record> rec(static_cast<size_t>(device::trace::kMaxCtas) * device::trace::kMaxRecords);
+    std::vector<Record> rec(static_cast<size_t>(kLaunches) * kMaxCtas * kMaxRecords);
+    std::vector<Span> spans(static_cast<size_t>(kLaunches) * kMaxCtas);
     EPFUSE_CUDA_CHECK(cudaMemcpyFromSymbol(rec.data(), device::trace::g_records, rec.size() * sizeof(Record)));
+    EPFUSE_CUDA_CHECK(cudaMemcpyFromSymbol(spans.data(), device::trace::g_spans, spans.size() * sizeof(Span)));
     std::FILE* f = std::fopen(std::getenv("EPFUSE_TRACE_FILE"), "a");
     if (f == nullptr) throw Error(ErrorCode::kInvalidArgument, "EPFUSE_TRACE_FILE cannot be opened");
-    uint64_t t0 = ~0ull;
-    for (const Record& r : rec)
-      for (uint64_t t : r.t)
-        if (t != 0) t0 = std::min(t0, t);
-    for (int cta = 0; cta < std::min(grid, device::trace::kMaxCtas); ++cta)
-      for (int i = 0; i < device::trace::kMaxRecords; ++i) {
-        const Record& r = rec[static_cast<size_t>(cta) * device::trace::kMaxRecords + i];
-        if (std::all_of(std::begin(r.t), std::end(r.t), [](uint64_t t) { return t == 0; })) continue;
-        std::fprintf(f, "%d,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d", prm.rank, prm.dims.hidden, prm.dims.intermediate,
-                     prm.dims.num_experts, prm.num_tokens, static_cast<int>(tile.mma), cta, r.smid, i, r.phase, r.index,
-                     r.expert, r.mblock, r.nblock);
-        for (uint64_t t : r.t) std::fprintf(f, ",%lld", t == 0 ? -1ll : static_cast<long long>(t - t0));
-        std::fprintf(f, "\n");
+    // Launches numbered in time order (the slots go round with the epoch).
+    std::vector<std::pair<uint64_t, int>> order;
+    for (int l = 0; l < kLaunches; ++l) order.push_back({spans[static_cast<size_t>(l) * kMaxCtas].start, l});
+    std::sort(order.begin(), order.end());
+    const auto ns = [](uint64_t t) { return t == 0 ? -1ll : static_cast<long long>(t); };
+    const int ctas = std::min(grid, kMaxCtas);
+    for (int launch = 0; launch < kLaunches; ++launch) {
+      const int slot = order[static_cast<size_t>(launch)].second;
+      const auto prefix = [&](int cta, int smid, int r, int phase, int index, int e, int mb, int nb) {
+        std::fprintf(f, "%d,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d", prm.rank, prm.dims.hidden, prm.dims.intermediate,
+                     prm.dims.num_experts, prm.num_tokens, static_cast<int>(tile.mma), launch, cta, smid, r, phase,
+                     index, e, mb, nb);
+      };
+      for (int cta = 0; cta < ctas; ++cta) {
+        const Span& sp = spans[static_cast<size_t>(slot) * kMaxCtas + cta];
+        if (sp.start != 0) {
+          prefix(cta, sp.smid, -1, -1, 0, 0, 0, 0);
+          for (int s = 0; s < device::trace::kStamps; ++s)
+            std::fprintf(f, ",%lld", s == 0 ? ns(sp.start) : s == device::trace::kEnd ? ns(sp.end) : -1ll);
+          std::fprintf(f, "\n");
+        }
+        for (int i = 0; i < kMaxRecords; ++i) {
+          const Record& r = rec[(static_cast<size_t>(slot) * kMaxCtas + cta) * kMaxRecords + i];
+          if (std::all_of(std::begin(r.t), std::end(r.t), [](uint64_t t) { return t == 0; })) continue;
+          prefix(cta, r.smid, i, r.phase, r.index, r.expert, r.mblock, r.nblock);
+          for (uint64_t t : r.t) std::fprintf(f, ",%lld", ns(t));
+          std::fprintf(f, "\n");
+        }
       }
+    }
     std::fclose(f);
   }
 
  private:
+  static std::tuple<int, int, int, int, int, int, int> key(const device::FusedParams& prm, const GemmTileShape& tile) {
+    return std::make_tuple(prm.rank, prm.dims.hidden, prm.dims.intermediate, prm.dims.num_experts, prm.dims.world,
+                           prm.num_tokens, static_cast<int>(tile.mma));
+  }
   std::map<std::tuple<int, int, int, int, int, int, int>, int> launches_;
 };
 #endif

@@ -20,6 +20,7 @@
 
 #include "bench/peers.h"
 #include "bench/report.h"
+#include "bench/trace_export.h"
 #include "bench/worker.h"
 #include "common/flags.h"
 #include "common/output.h"
@@ -331,6 +332,12 @@ int bench_command(int argc, char** argv) {
   if (torch_cases.empty()) torch = false;
   const int worker_units = static_cast<int>(o.cases.size() * o.impls.size()) + 1;
   Progress progress("epfuse bench", worker_units + (torch ? static_cast<int>(torch_cases.size()) : 0));
+  const std::string trace_csv = o.trace_path.empty() ? "" : o.trace_path + ".csv";
+  if (!trace_csv.empty()) {  // the rank processes append to it (src/fused/fused_kernel.cu LaunchTrace)
+    std::error_code ignored;
+    std::filesystem::remove(trace_csv, ignored);
+    ::setenv("EPFUSE_TRACE_FILE", trace_csv.c_str(), 1);
+  }
   const WorkerResult ranks = run_ranks(o, world, progress);
   if (ranks.exit_code != 0 && ranks.records.rows.empty()) {
     progress.finish();
@@ -404,6 +411,18 @@ int bench_command(int argc, char** argv) {
     for (const std::string& e : deepgemm.out.errors) fmt::print(stderr, "epfuse bench: peers: {}\n", e);
   }
   const std::vector<BenchRow> rows = publish(deepgemm);
+
+  if (!trace_csv.empty()) {
+    std::stringstream text;
+    if (std::ifstream in(trace_csv); in) text << in.rdbuf();
+    const std::vector<TraceRow> trace = parse_trace_csv(text.str());
+    if (trace.empty())
+      return fail("--trace: no timeline was recorded: the library needs -DEPFUSE_TRACE=ON (a diagnostic build), and "
+                  "each row at least EPFUSE_TRACE_LAUNCH + 3 fused forwards (default 20 + 3)");
+    write_file(o.trace_path, chrome_trace_json(trace) + "\n");
+    fmt::print("\nepfuse bench: the fused kernel's timeline in {} (Perfetto's UI opens it; records in {}):\n{}",
+               o.trace_path, trace_csv, format_launch_summaries(summarise_launches(trace)));
+  }
 
   if (ranks.exit_code != 0) return fail("a rank process failed; the table holds the rows finished before it");
   if (o.torch == TorchMode::kOn && !peer.ok) return fail("--torch on and the PyTorch peer failed");

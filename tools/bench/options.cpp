@@ -110,6 +110,10 @@ BenchOptions parse_bench_options(const std::vector<std::string>& args) {
       .add("--torch", torch, "the PyTorch peer: auto (if `import torch` works), on, off")
       .add("--ceilings", ceilings, "'measure' or gemm=TFLOP/s,hbm=GB/s,nvlink=GB/s (e.g. gemm=812,hbm=4250,nvlink=350)")
       .add("--json", o.json_path, "write every row and the ceilings to this file")
+      .add("--trace", o.trace_path,
+           "FILE: the fused kernel's timeline of every rank (needs a build with\n-DEPFUSE_TRACE=ON): "
+           "trace::kLaunches calls back to back from the 20th of\neach row (EPFUSE_TRACE_LAUNCH), as Chrome trace-event "
+           "JSON for Perfetto's\nUI; the raw records in FILE.csv")
       .add("--worker-dir", o.worker_dir, "internal: rank process of a bench run")
       .hide("--worker-dir");
   p.parse(args);

@@ -42,6 +42,9 @@ struct BenchOptions {
   bool x_fp8 = false;  // FP8 rows get x quantised by the caller (TokenBatch::x_fp8)
   std::optional<Ceilings> ceilings;  // nullopt: measure on every GPU in the run
   std::string json_path;
+  // --trace: the fused kernel's timeline (a -DEPFUSE_TRACE=ON build) as Chrome trace-event JSON
+  // (tools/bench/trace_export.h); the rank processes' CSV stays beside it as FILE.csv.
+  std::string trace_path;
   std::string worker_dir;  // internal: set in the rank processes the parent launches
   std::vector<std::string> args;  // as given, so the parent can pass them on to its rank processes
   bool help = false;

@@ -1,9 +1,12 @@
 // A diagnostic timeline of the fused kernel, compiled in only with -DEPFUSE_TRACE=ON (CMake option; a
 // separate build: the stamps change register allocation, so its times are not the release kernel's).
 // Per CTA, one record per task: %globaltimer stamps at each step of a task's way through the CTA
-// (Stamp), written by the leaders of the roles. The host copies the records of chosen launches out and
-// writes them as CSV (fused_kernel.cu LaunchTrace; scripts/trace_report.py reads them). Without
-// EPFUSE_TRACE every call below is an empty inline function.
+// (Stamp), written by the leaders of the roles, and the CTA's own span (its first and last instruction).
+// kLaunches consecutive launches are recorded side by side (slot = the call's epoch % kLaunches), so
+// the gaps between back-to-back launches show too. The host copies the records out and writes them as
+// CSV (fused_kernel.cu LaunchTrace), which `epfuse bench --trace` turns into Chrome trace-event JSON
+// (tools/bench/trace_export.h) and scripts/trace_report.py summarises. One process per GPU: the records
+// are per process. Without EPFUSE_TRACE every call below is an empty inline function.
 #pragma once
 #include <cstdint>
 
@@ -34,15 +37,29 @@ enum Stamp : int {
 inline constexpr int kMaxCtas = 264;
 inline constexpr int kPreRecords = 8;  // tasks a CTA runs before it splits into roles
 inline constexpr int kMaxRecords = 128;  // a CTA runs ~70 tasks at mixtral T = 4096
+inline constexpr int kLaunches = 4;      // consecutive launches recorded
 
 struct Record {
   uint64_t t[kStamps];
   int32_t phase, index, expert, mblock, nblock, smid;
 };
+// A CTA's span in one launch: its first instruction (after the prologue's shared-memory set-up) and its
+// last (the CTA's last role done).
+struct Span {
+  uint64_t start, end;
+  int32_t smid, pad;
+};
 
 #ifdef EPFUSE_TRACE
 inline constexpr bool kOn = true;
-__device__ Record g_records[kMaxCtas][kMaxRecords];
+__device__ Record g_records[kLaunches][kMaxCtas][kMaxRecords];
+__device__ Span g_spans[kLaunches][kMaxCtas];
+
+// This launch's slot (begin_launch), read by every stamp.
+__device__ __forceinline__ int& current_slot() {
+  __shared__ int slot;
+  return slot;
+}
 
 // The record of the task the stamping thread's group runs: thread 0's before the roles, the math
 // leader's after (read by the stamps inside the tasks).
@@ -58,14 +75,32 @@ __device__ __forceinline__ uint32_t smid() {
 }
 
 __device__ __forceinline__ void stamp(int record, Stamp s) {
-  if (blockIdx.x < kMaxCtas && record >= 0 && record < kMaxRecords) g_records[blockIdx.x][record].t[s] = globaltimer_ns();
+  if (blockIdx.x < kMaxCtas && record >= 0 && record < kMaxRecords)
+    g_records[current_slot()][blockIdx.x][record].t[s] = globaltimer_ns();
+}
+
+// The whole CTA, at its start: this launch's slot (from the call's epoch) and the span's start.
+__device__ __forceinline__ void begin_launch(uint32_t epoch) {
+  if (threadIdx.x == 0) {
+    current_slot() = static_cast<int>(epoch % kLaunches);
+    if (blockIdx.x < kMaxCtas) {
+      Span& sp = g_spans[epoch % kLaunches][blockIdx.x];
+      sp.start = globaltimer_ns();
+      sp.smid = static_cast<int32_t>(smid());
+    }
+  }
+  __syncthreads();
+}
+// The CTA's last thread to finish (one thread): the span's end.
+__device__ __forceinline__ void end_launch() {
+  if (blockIdx.x < kMaxCtas) g_spans[current_slot()][blockIdx.x].end = globaltimer_ns();
 }
 
 // Task: protocol/task_map.h's (a template, so that the GEMM engine can stamp without the task map).
 template <class Task>
 __device__ __forceinline__ void describe(int record, const Task& task) {
   if (blockIdx.x >= kMaxCtas || record < 0 || record >= kMaxRecords) return;
-  Record& r = g_records[blockIdx.x][record];
+  Record& r = g_records[current_slot()][blockIdx.x][record];
   r.phase = static_cast<int32_t>(task.phase);
   r.index = task.index;
   r.expert = task.tile.expert;
@@ -93,6 +128,8 @@ __device__ __forceinline__ void first_full(int math_thread, int kb) {
 }
 #else
 inline constexpr bool kOn = false;
+__device__ __forceinline__ void begin_launch(uint32_t) {}
+__device__ __forceinline__ void end_launch() {}
 __device__ __forceinline__ void stamp(int, Stamp) {}
 template <class Task>
 __device__ __forceinline__ void open_task(bool, int, const Task&) {}

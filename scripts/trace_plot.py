@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+"""Draws the fused kernel's timeline (the Chrome trace-event JSON of `epfuse bench --trace FILE`,
+tools/bench/trace_export.h) as a PNG: one row per CTA track of one rank, time across, each task and its
+steps as bars coloured by what they are, the launches and the gaps between them on the top row.
+
+usage: trace_plot.py TRACE.json OUT.png [--rank R] [--title TEXT] [--max-ctas N]
+"""
+import argparse
+import json
+
+# What a bar is, by event name: tasks by phase, then the waits and steps inside them.
+COLOURS = {
+    "layout": "#8dd3c7", "publish": "#bebada", "dispatch": "#80b1d3", "collect": "#fdb462",
+    "linear1": "#b3de69", "linear2": "#fccde5", "combine": "#bc80bd", "done": "#d9d9d9",
+    "k-loop": "#33a02c", "epilogue": "#e31a1c", "loads": "#1f78b4",
+    "between launches": "#000000",
+}
+WAIT = "#ffff99"  # every "wait: ..." step
+
+
+def colour(name):
+    if name.startswith("wait"):
+        return WAIT
+    if name.startswith("kernel") or name.startswith("launch"):
+        return "#f0f0f0"
+    return COLOURS.get(name, "#999999")
+
+
+def load(path, rank):
+    events = json.load(open(path))["traceEvents"]
+    names = {e["tid"]: e["args"]["name"] for e in events
+             if e.get("ph") == "M" and e["name"] == "thread_name" and e["pid"] == rank}
+    bars = [e for e in events if e.get("ph") == "X" and e["pid"] == rank]
+    return names, bars
+
+
+def plot(path, out, rank=0, title=None, max_ctas=None):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    names, bars = load(path, rank)
+    if not bars:
+        raise SystemExit(f"trace_plot: no events of rank {rank} in {path}")
+    tids = sorted(names)
+    if max_ctas is not None:
+        tids = [t for t in tids if t < 0 or t < 3 * max_ctas]
+    row = {t: i for i, t in enumerate(tids)}
+    fig, ax = plt.subplots(figsize=(14, max(3.0, 0.16 * len(tids) + 1.5)))
+    seen = {}
+    # Tasks first, their steps drawn over them, thinner.
+    for e in sorted(bars, key=lambda e: (e["dur"] < 0, -e["dur"])):
+        if e["tid"] not in row:
+            continue
+        step = e["name"] not in COLOURS or e["name"] in ("k-loop", "epilogue", "loads") or e["name"].startswith("wait")
+        height = 0.45 if step else 0.85
+        c = colour(e["name"])
+        ax.broken_barh([(e["ts"], max(e["dur"], 0.05))], (row[e["tid"]] - height / 2, height), facecolors=c,
+                       edgecolors="none")
+        key = "wait" if e["name"].startswith("wait") else e["name"]
+        if not (e["name"].startswith("kernel") or e["name"].startswith("launch")):
+            seen.setdefault(key, c)
+    ax.set_yticks(range(len(tids)))
+    ax.set_yticklabels([names[t] for t in tids], fontsize=5)
+    ax.invert_yaxis()
+    ax.set_xlabel("us from the first stamp")
+    ax.set_title(title or f"rank {rank}: the fused kernel's tasks per CTA")
+    ax.legend(handles=[Patch(color=c, label=n) for n, c in seen.items()], fontsize=7, ncol=6, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(out, dpi=130)
+    return len(bars)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("trace")
+    ap.add_argument("out")
+    ap.add_argument("--rank", type=int, default=0)
+    ap.add_argument("--title")
+    ap.add_argument("--max-ctas", type=int)
+    a = ap.parse_args()
+    n = plot(a.trace, a.out, a.rank, a.title, a.max_ctas)
+    print(f"trace_plot: {n} bars of rank {a.rank} in {a.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,48 @@
+"""scripts/trace_plot.py draws a Chrome trace-event timeline (`epfuse bench --trace`) as a PNG."""
+import importlib.util
+import json
+import pathlib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("trace_plot", ROOT / "scripts" / "trace_plot.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def timeline(tmp_path):
+    # Two CTAs of rank 0 as tools/bench/trace_export.cpp names them, one task with a wait and a k-loop.
+    ev = [
+        {"name": "thread_name", "ph": "M", "pid": 0, "tid": 0, "args": {"name": "CTA 0"}},
+        {"name": "thread_name", "ph": "M", "pid": 0, "tid": 5, "args": {"name": "CTA 1 math"}},
+        {"name": "thread_name", "ph": "M", "pid": 0, "tid": -1, "args": {"name": "launches"}},
+        {"name": "kernel (launch 0)", "ph": "X", "pid": 0, "tid": 0, "ts": 0.0, "dur": 20.0, "args": {}},
+        {"name": "dispatch", "ph": "X", "pid": 0, "tid": 0, "ts": 1.0, "dur": 6.0, "args": {}},
+        {"name": "wait: layout done", "ph": "X", "pid": 0, "tid": 0, "ts": 1.0, "dur": 3.0, "args": {}},
+        {"name": "linear1", "ph": "X", "pid": 0, "tid": 5, "ts": 8.0, "dur": 10.0, "args": {}},
+        {"name": "k-loop", "ph": "X", "pid": 0, "tid": 5, "ts": 9.0, "dur": 6.0, "args": {}},
+        {"name": "launch 0", "ph": "X", "pid": 0, "tid": -1, "ts": 0.0, "dur": 20.0, "args": {}},
+        {"name": "linear1", "ph": "X", "pid": 1, "tid": 5, "ts": 8.0, "dur": 10.0, "args": {}},
+    ]
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps({"traceEvents": ev}))
+    return path
+
+
+def test_draws_one_ranks_bars(tmp_path):
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "trace.png"
+    n = load_script().plot(str(timeline(tmp_path)), str(out), rank=0)
+    assert n == 6  # rank 0's complete events; rank 1's is not drawn
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_rank_without_events_is_an_error(tmp_path):
+    pytest.importorskip("matplotlib")
+    with pytest.raises(SystemExit, match="no events of rank 3"):
+        load_script().plot(str(timeline(tmp_path)), str(tmp_path / "x.png"), rank=3)
