@@ -31,8 +31,8 @@
 #include "fused/profile.h"
 #include "fused/tensor_map.h"
 #include "common/fp8.h"
-#include "unfused/fp8_layout.h"
-#include "unfused/fp8_weights.h"
+#include "weights/block_scales.h"
+#include "weights/fp8_weights.h"
 
 namespace epfuse::fused {
 namespace {
@@ -396,8 +396,8 @@ class FusedLayer final : public MoeLayer {
     if (fp8_) {
       prm.fp8.w13_scales = w13_scales_.get();
       prm.fp8.w2_scales = w2_scales_.get();
-      prm.fp8.w13_kb = unfused::fp8_layout::padded_k_blocks(cfg_.hidden);
-      prm.fp8.w2_kb = unfused::fp8_layout::padded_k_blocks(cfg_.intermediate);
+      prm.fp8.w13_kb = weights::padded_k_blocks(cfg_.hidden);
+      prm.fp8.w2_kb = weights::padded_k_blocks(cfg_.intermediate);
       prm.fp8.scale_format = cfg_.scale_format;
       if (caller_fp8_x && host_status == 0) {
         prm.fp8.x_codes = in.x_fp8;
@@ -465,9 +465,9 @@ class FusedLayer final : public MoeLayer {
     }
     return false;
   }
-  // weight_format fp8-block128: checks the FP8 fields like the unfused chain (unfused/fp8_weights.h:
+  // weight_format fp8-block128: checks the FP8 fields like the unfused chain (weights/fp8_weights.h:
   // pointers, alignment, scale counts), reads the scales once (a synchronous copy; every scale checked,
-  // the first bad one named) and keeps them as fp32 in the padded block layout (fp8_layout.h: each
+  // the first bad one named) and keeps them as fp32 in the padded block layout (weights/block_scales.h: each
   // 128-row block's K-block scales padded to 4 floats, the kernel's 16-byte reads); TMA views of the codes.
   void init_fp8(const ExpertWeights& weights, const std::string& who) {
     const int local = dims_.local_experts(), H = cfg_.hidden, I = cfg_.intermediate;
@@ -475,10 +475,10 @@ class FusedLayer final : public MoeLayer {
     EPFUSE_REQUIRE(H % 256 == 0 && I % 128 == 0, ErrorCode::kInternal,
                    who + "the fused FP8 kernel got hidden=" + std::to_string(H) + ", intermediate=" +
                        std::to_string(I) + " (needs hidden % 256 == 0 and intermediate % 128 == 0: unpadded)");
-    if (const std::string problem = unfused::check_fp8_weight_pointers(cfg_, local, weights); !problem.empty())
+    if (const std::string problem = weights::check_fp8_weight_pointers(cfg_, local, weights); !problem.empty())
       throw Error(ErrorCode::kInvalidArgument, who + "MoeLayer::create: " + problem);
     const auto convert = [&](const void* device, int64_t count, int rows, int k, const char* name) {
-      const std::vector<float> blocked = unfused::read_block_scales(device, count, cfg_.scale_format, local, rows, k,
+      const std::vector<float> blocked = weights::read_block_scales(device, count, cfg_.scale_format, local, rows, k,
                                                                     name, who + "MoeLayer::create: ")
                                              .blocked;
       detail::DeviceArray<float> out(blocked.size());

@@ -32,7 +32,7 @@ std::optional<Impl> parse_impl(std::string_view name) {
 
 namespace {
 
-// FP8 weights are checked by the layer that runs them (unfused/fp8_weights.h), which reads their scales.
+// FP8 weights are checked by the layer that runs them (weights/fp8_weights.h), which reads their scales.
 void require_weights(const Communicator& comm, const LayerConfig& cfg, const ExpertWeights& weights) {
   if (cfg.weight_format == WeightFormat::kBf16 && (weights.w13 == nullptr || weights.w2 == nullptr))
     throw Error(ErrorCode::kInvalidArgument, "rank " + std::to_string(comm.rank()) +

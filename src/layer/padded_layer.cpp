@@ -12,7 +12,7 @@
 #include "common/device_guard.h"
 #include "common/fp8.h"
 #include "epfuse/error.h"
-#include "unfused/fp8_weights.h"
+#include "weights/fp8_weights.h"
 
 namespace epfuse {
 namespace {
@@ -29,7 +29,7 @@ class PaddedWeights {
     const void* w13 = fp8 ? static_cast<const void*>(w.w13_fp8) : w.w13;
     const void* w2 = fp8 ? static_cast<const void*>(w.w2_fp8) : w.w2;
     if (fp8) {
-      if (const std::string problem = unfused::check_fp8_weight_pointers(cfg, local, w); !problem.empty())
+      if (const std::string problem = weights::check_fp8_weight_pointers(cfg, local, w); !problem.empty())
         throw Error(ErrorCode::kInvalidArgument, who + "MoeLayer::create: " + problem);
     } else {
       EPFUSE_REQUIRE(reinterpret_cast<uintptr_t>(w13) % 16 == 0 && reinterpret_cast<uintptr_t>(w2) % 16 == 0,
@@ -78,7 +78,7 @@ class PaddedWeights {
   static detail::DeviceBuffer pad_scales(const LayerConfig& cfg, const void* scales, int64_t count, CheckedAs checked,
                                          Blocks b, int rows_pad, int cols_pad, const char* name,
                                          const std::string& who) {
-    const unfused::CheckedScales caller = unfused::read_block_scales(
+    const weights::CheckedScales caller = weights::read_block_scales(
         scales, count, cfg.scale_format, checked.matrices, checked.rows, b.cols * fp8::kBlock, name,
         who + "MoeLayer::create: ");
     const std::vector<uint8_t> padded =

@@ -20,11 +20,11 @@
 #include "unfused/fp8_gemm.h"
 #include "unfused/fp8_kernels.h"
 #include "unfused/fp8_layout.h"
-#include "unfused/fp8_weights.h"
 #include "unfused/gemm_path.h"
 #include "unfused/grouped_gemm.h"
 #include "unfused/kernels.h"
 #include "unfused/plan.h"
+#include "weights/fp8_weights.h"
 
 namespace epfuse::unfused {
 namespace {
@@ -180,12 +180,12 @@ UnfusedLayer::~UnfusedLayer() {
 void UnfusedLayer::init_fp8(const ExpertWeights& weights) {
   const std::string who = "rank " + std::to_string(rank_) + ": MoeLayer::create: ";
   const int local = plan_.experts_per_rank, H = cfg_.hidden, I = cfg_.intermediate;
-  if (const std::string problem = check_fp8_weight_pointers(cfg_, local, weights); !problem.empty())
+  if (const std::string problem = weights::check_fp8_weight_pointers(cfg_, local, weights); !problem.empty())
     throw Error(ErrorCode::kInvalidArgument, who + problem);
   fp8_ = true;
   const auto convert = [&](const void* device, int64_t count, int matrices, int rows, int k, const char* name) {
     const std::vector<float> blocked =
-        read_block_scales(device, count, cfg_.scale_format, matrices, rows, k, name, who).blocked;
+        weights::read_block_scales(device, count, cfg_.scale_format, matrices, rows, k, name, who).blocked;
     detail::DeviceBuffer out(blocked.size() * sizeof(float));
     EPFUSE_CUDA_CHECK(cudaMemcpy(out.as(), blocked.data(), out.bytes(), cudaMemcpyHostToDevice));
     return out;
