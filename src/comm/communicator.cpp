@@ -19,7 +19,7 @@
 #include <thread>
 #include <utility>
 
-#include "comm/agree.h"
+#include "comm/collective_step.h"
 #include "comm/loopback_hub.h"
 #include "comm/tcp_store.h"
 #include "common/check.h"

@@ -15,7 +15,7 @@
 
 #include <cuda_runtime.h>
 
-#include "comm/agree.h"
+#include "comm/collective_step.h"
 #include "common/check.h"
 #include "common/device_buffer.h"
 #include "common/device_guard.h"

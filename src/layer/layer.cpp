@@ -3,13 +3,13 @@
 
 #include <string>
 
-#include "comm/agree.h"
+#include "comm/collective_step.h"
 #include "epfuse/communicator.h"
 #include "common/check.h"
 #include "epfuse/error.h"
 #include "epfuse/workspace.h"
 #include "fused/fused_layer.h"
-#include "layer/agreement.h"
+#include "layer/config_agreement.h"
 #include "layer/padded_layer.h"
 #include "padding/padding.h"
 #include "unfused/unfused_layer.h"

@@ -6,7 +6,7 @@
 #include <string_view>
 #include <vector>
 
-#include "comm/agree.h"
+#include "comm/collective_step.h"
 #include "common/check.h"
 #include "common/device_buffer.h"
 #include "common/device_guard.h"

@@ -1,5 +1,5 @@
-// Creation-time agreement of the ranks on a layer's configuration (agreement.h).
-#include "layer/agreement.h"
+// Creation-time agreement of the ranks on a layer's configuration (config_agreement.h).
+#include "layer/config_agreement.h"
 
 #include <array>
 #include <bit>
