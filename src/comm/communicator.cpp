@@ -23,6 +23,7 @@
 #include "comm/loopback_hub.h"
 #include "comm/tcp_store.h"
 #include "common/check.h"
+#include "common/device_buffer.h"
 #include "common/device_guard.h"
 
 namespace epfuse {
@@ -148,25 +149,15 @@ void require_same_counts(int rank, const char* what, const std::vector<uint64_t>
                                                "); every rank must pass the same");
 }
 
-// Loopback: frees a world's symmetric allocation when the last rank drops its share, on whichever
-// rank's thread that is (so it selects the device itself); like a destructor it only logs errors.
-void free_slices(void* base, int device) noexcept {
-  log_errors("one-GPU symmetric buffer", [&] {
-    DeviceGuard guard(device, -1);
-    EPFUSE_RANK_CUDA_CHECK(-1, cudaFree(base));
-  });
-}
-
 // Loopback: rank 0 allocates `total` bytes for every rank's slice and hands every rank a share of
-// it; a failure reaches every rank as the same Error(kCuda), so no rank proceeds alone.
+// it (device_buffer.h: the last rank to drop its share frees it, on whichever rank's thread that is,
+// with the device selected; like a destructor it only logs errors); a failure reaches every rank as
+// the same Error(kCuda), so no rank proceeds alone.
 std::shared_ptr<void> share_slices(detail::LoopbackHub& hub, int rank, int device, size_t total) {
   detail::LoopbackHub::Contribution mine;
   if (rank == 0) {
     try {
-      DeviceGuard guard(device, rank);
-      void* base = nullptr;
-      EPFUSE_RANK_CUDA_CHECK(rank, cudaMalloc(&base, total));
-      mine.handle = std::shared_ptr<void>(base, [device](void* p) { free_slices(p, device); });
+      mine.handle = detail::share_device_bytes(total, device, rank_prefix(rank));
     } catch (const std::exception& e) {
       const std::string why = e.what();
       mine.bytes.resize(why.size());
@@ -189,18 +180,10 @@ template <typename Enqueue, typename Wait>
 void staged_collective(int rank, int device, cudaStream_t stream, std::span<const std::byte> send,
                        std::span<std::byte> recv, Enqueue&& enqueue, Wait&& wait) {
   DeviceGuard guard(device, rank);
-  void* scratch = nullptr;
-  EPFUSE_RANK_CUDA_CHECK(rank, cudaMallocAsync(&scratch, send.size() + recv.size(), stream));
   // Freed in stream order on every path, errors included.
-  struct Scratch {
-    void* ptr;
-    cudaStream_t stream;
-    int rank;
-    ~Scratch() {
-      log_errors("host collective scratch", [this] { EPFUSE_RANK_CUDA_CHECK(rank, cudaFreeAsync(ptr, stream)); });
-    }
-  } owner{scratch, stream, rank};
-  std::byte* send_dev = static_cast<std::byte*>(scratch);
+  const detail::StreamBuffer scratch(send.size() + recv.size(), stream,
+                                     rank_prefix(rank) + "host collective scratch: ");
+  std::byte* send_dev = scratch.as<std::byte>();
   std::byte* recv_dev = send_dev + send.size();
   EPFUSE_RANK_CUDA_CHECK(rank, cudaMemcpyAsync(send_dev, send.data(), send.size(), cudaMemcpyHostToDevice, stream));
   enqueue(static_cast<const void*>(send_dev), static_cast<void*>(recv_dev));
@@ -422,8 +405,8 @@ void Communicator::init_barrier() {
   cudaStream_t stream = nullptr;
   EPFUSE_RANK_CUDA_CHECK(rank_, cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   barrier_stream_ = stream;
-  EPFUSE_RANK_CUDA_CHECK(rank_, cudaMalloc(&barrier_word_, sizeof(int)));
-  EPFUSE_RANK_CUDA_CHECK(rank_, cudaMemsetAsync(barrier_word_, 0, sizeof(int), stream));
+  barrier_word_ = detail::share_device_bytes(sizeof(int), device_, rank_prefix(rank_) + "barrier word: ");
+  EPFUSE_RANK_CUDA_CHECK(rank_, cudaMemsetAsync(barrier_word_.get(), 0, sizeof(int), stream));
 }
 
 Communicator::~Communicator() {
@@ -431,14 +414,13 @@ Communicator::~Communicator() {
   log_errors("~Communicator", [this] {
     DeviceGuard guard(device_, rank_);
     // Every step runs even when an earlier one failed; the first failure is reported.
-    const cudaError_t freed = barrier_word_ != nullptr ? cudaFree(barrier_word_) : cudaSuccess;
+    barrier_word_.reset();  // device_buffer.h frees it (and logs a failure)
     const cudaError_t destroyed = barrier_stream_ != nullptr ? cudaStreamDestroy(barrier_stream_) : cudaSuccess;
     // Finalize flushes outstanding work so that Destroy cannot free resources peers still use. After
     // abort() there is nothing left: ncclCommAbort freed the communicator.
     const bool live = owned_ && !aborted_->load();
     const ncclResult_t finalized = live ? ncclCommFinalize(comm_) : ncclSuccess;
     const ncclResult_t nccl_destroyed = live ? ncclCommDestroy(comm_) : ncclSuccess;
-    check_cuda(freed, "cudaFree(barrier word)", rank_);
     check_cuda(destroyed, "cudaStreamDestroy(barrier stream)", rank_);
     check_nccl(finalized, "ncclCommFinalize(comm)", rank_);
     check_nccl(nccl_destroyed, "ncclCommDestroy(comm)", rank_);
@@ -578,7 +560,7 @@ void Communicator::barrier() {
   }
   check_not_aborted("barrier");
   DeviceGuard guard(device_, rank_);
-  EPFUSE_RANK_NCCL_CHECK(rank_, ncclAllReduce(barrier_word_, barrier_word_, 1, ncclInt32, ncclMax, comm_,
+  EPFUSE_RANK_NCCL_CHECK(rank_, ncclAllReduce(barrier_word_.get(), barrier_word_.get(), 1, ncclInt32, ncclMax, comm_,
                                               barrier_stream_));
   wait_bounded(barrier_stream_, "barrier");
 }
