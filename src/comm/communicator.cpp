@@ -25,6 +25,7 @@
 #include "common/check.h"
 #include "common/device_buffer.h"
 #include "common/device_guard.h"
+#include "common/env.h"
 
 namespace epfuse {
 namespace {
@@ -71,38 +72,6 @@ void log_errors(const char* what, F&& f) noexcept {
   } catch (const std::exception& e) {
     std::fprintf(stderr, "epfuse: %s: %s\n", what, e.what());
   }
-}
-
-// A whole-string integer; Error names the variable and the text.
-long long parse_int(const char* name, const char* text) {
-  long long value = 0;
-  const char* end = text + std::strlen(text);
-  const auto [ptr, ec] = std::from_chars(text, end, value);
-  if (ec == std::errc::result_out_of_range) {
-    throw Error(ErrorCode::kBootstrap, std::string(name) + "='" + text + "' is out of range");
-  }
-  if (ec != std::errc() || ptr != end || ptr == text) {
-    throw Error(ErrorCode::kBootstrap, std::string(name) + "='" + text + "' is not an integer");
-  }
-  return value;
-}
-
-long long int_env(const char* name, bool required, long long fallback, long long lo, long long hi) {
-  const char* text = std::getenv(name);
-  if (text == nullptr) {
-    if (required) {
-      throw Error(ErrorCode::kBootstrap, std::string(name) +
-                                             " is not set (launch with `epfuse launch`, torchrun or mpirun, or "
-                                             "set RANK and WORLD_SIZE yourself)");
-    }
-    return fallback;
-  }
-  const long long value = parse_int(name, text);
-  if (value < lo || value > hi) {
-    throw Error(ErrorCode::kBootstrap, std::string(name) + "=" + text + " is outside [" + std::to_string(lo) +
-                                           ", " + std::to_string(hi) + "]");
-  }
-  return value;
 }
 
 // --- loopback helpers (the hub carries bytes; these give them types) ---
@@ -197,20 +166,17 @@ void staged_collective(int rank, int device, cudaStream_t stream, std::span<cons
 
 BootstrapOptions BootstrapOptions::from_env() {
   BootstrapOptions opts;
-  opts.world_size = static_cast<int>(int_env("WORLD_SIZE", true, 1, 1, kMaxWorldSize));
-  opts.rank = static_cast<int>(int_env("RANK", true, 0, 0, kMaxWorldSize - 1));
-  opts.local_rank = static_cast<int>(int_env("LOCAL_RANK", false, opts.rank, 0, kMaxWorldSize - 1));
-  if (const char* addr = std::getenv("MASTER_ADDR")) opts.master_addr = addr;
-  if (const char* job = std::getenv("EPFUSE_JOB_ID")) {
-    opts.job_id = job;
-  } else if (const char* run = std::getenv("TORCHELASTIC_RUN_ID")) {
-    opts.job_id = run;
-  }
-  opts.master_port = static_cast<int>(int_env("MASTER_PORT", false, opts.master_port, 1, 65535));
+  opts.world_size = static_cast<int>(env::bootstrap_integer("WORLD_SIZE", true, 1, 1, kMaxWorldSize));
+  opts.rank = static_cast<int>(env::bootstrap_integer("RANK", true, 0, 0, kMaxWorldSize - 1));
+  opts.local_rank =
+      static_cast<int>(env::bootstrap_integer("LOCAL_RANK", false, opts.rank, 0, kMaxWorldSize - 1));
+  if (std::optional<std::string> addr = env::text("MASTER_ADDR")) opts.master_addr = *addr;
+  if (std::optional<std::string> job = env::job_id()) opts.job_id = *job;
+  opts.master_port = static_cast<int>(env::bootstrap_integer("MASTER_PORT", false, opts.master_port, 1, 65535));
   opts.timeout = std::chrono::milliseconds(
-      int_env("EPFUSE_BOOTSTRAP_TIMEOUT_MS", false, opts.timeout.count(), 1, 24LL * 3600 * 1000));
-  opts.collective_timeout = std::chrono::milliseconds(
-      int_env("EPFUSE_COLLECTIVE_TIMEOUT_MS", false, opts.collective_timeout.count(), 1, 24LL * 3600 * 1000));
+      env::bootstrap_integer("EPFUSE_BOOTSTRAP_TIMEOUT_MS", false, opts.timeout.count(), 1, 24LL * 3600 * 1000));
+  opts.collective_timeout = std::chrono::milliseconds(env::bootstrap_integer(
+      "EPFUSE_COLLECTIVE_TIMEOUT_MS", false, opts.collective_timeout.count(), 1, 24LL * 3600 * 1000));
   opts.validate();
   return opts;
 }
@@ -344,11 +310,11 @@ std::unique_ptr<Communicator> Communicator::bootstrap(const BootstrapOptions& op
   int device_count = 0;
   EPFUSE_RANK_CUDA_CHECK(rank, cudaGetDeviceCount(&device_count));
   if (opts.local_rank >= device_count) {
-    const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+    const std::optional<std::string> visible = env::text("CUDA_VISIBLE_DEVICES");
     throw Error(ErrorCode::kBootstrap,
                 rank_prefix(rank) + "LOCAL_RANK=" + std::to_string(opts.local_rank) + " but this process sees " +
                     std::to_string(device_count) + " CUDA device(s) (CUDA_VISIBLE_DEVICES=" +
-                    (visible != nullptr ? visible : "<unset>") + "): one process per GPU");
+                    (visible ? *visible : std::string("<unset>")) + "): one process per GPU");
   }
   EPFUSE_RANK_CUDA_CHECK(rank, cudaSetDevice(opts.local_rank));
 
@@ -394,7 +360,7 @@ std::unique_ptr<Communicator> Communicator::borrow(ncclComm_t nccl) {
   EPFUSE_RANK_NCCL_CHECK(-1, ncclCommUserRank(nccl, &comm->rank_));
   EPFUSE_RANK_NCCL_CHECK(comm->rank_, ncclCommCount(nccl, &comm->world_size_));
   EPFUSE_RANK_NCCL_CHECK(comm->rank_, ncclCommCuDevice(nccl, &comm->device_));
-  comm->collective_timeout_ = std::chrono::milliseconds(int_env(
+  comm->collective_timeout_ = std::chrono::milliseconds(env::bootstrap_integer(
       "EPFUSE_COLLECTIVE_TIMEOUT_MS", false, comm->collective_timeout_.count(), 1, 24LL * 3600 * 1000));
   comm->init_barrier();
   return comm;

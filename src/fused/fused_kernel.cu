@@ -28,6 +28,7 @@
 #include <cuda_runtime.h>
 
 #include "common/check.h"
+#include "common/env.h"
 #include "device/combine.cuh"
 #include "device/context.cuh"
 #include "device/dispatch.cuh"
@@ -318,10 +319,8 @@ class LaunchTrace {
  public:
   // Before a launch: whether to record it (then the records are cleared).
   bool before(const device::FusedParams& prm, const GemmTileShape& tile, cudaStream_t stream) {
-    const char* file = std::getenv("EPFUSE_TRACE_FILE");
-    if (file == nullptr) return false;
-    const char* nth = std::getenv("EPFUSE_TRACE_LAUNCH");
-    const int target = nth != nullptr ? std::atoi(nth) : 20;
+    if (!env::text("EPFUSE_TRACE_FILE")) return false;
+    const int target = env::trace_launch();
     const auto key = std::make_tuple(prm.rank, prm.dims.hidden, prm.dims.intermediate, prm.dims.num_experts,
                                      prm.dims.world, prm.num_tokens, static_cast<int>(tile.mma));
     if (++launches_[key] != target) return false;
@@ -336,7 +335,7 @@ class LaunchTrace {
     EPFUSE_CUDA_CHECK(cudaStreamSynchronize(stream));
     std::vector<Record> rec(static_cast<size_t>(device::trace::kMaxCtas) * device::trace::kMaxRecords);
     EPFUSE_CUDA_CHECK(cudaMemcpyFromSymbol(rec.data(), device::trace::g_records, rec.size() * sizeof(Record)));
-    std::FILE* f = std::fopen(std::getenv("EPFUSE_TRACE_FILE"), "a");
+    std::FILE* f = std::fopen(env::text("EPFUSE_TRACE_FILE").value_or("").c_str(), "a");
     if (f == nullptr) throw Error(ErrorCode::kInvalidArgument, "EPFUSE_TRACE_FILE cannot be opened");
     uint64_t t0 = ~0ull;
     for (const Record& r : rec)

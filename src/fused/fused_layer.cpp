@@ -19,6 +19,7 @@
 #include "common/check.h"
 #include "common/device_buffer.h"
 #include "common/device_guard.h"
+#include "common/env.h"
 #include "device/epoch.h"
 #include "device/gemm_maps_wgmma.h"
 #include "device/kernel_params.h"
@@ -36,36 +37,6 @@
 
 namespace epfuse::fused {
 namespace {
-
-constexpr uint64_t kDefaultTimeoutMs = 20000;
-
-// EPFUSE_PROFILE=1: while phase timing is on, rank 0 prints the in-kernel profile's per-phase table
-// (means over the timed calls) when timing is switched off again.
-bool profile_print_from_env() {
-  const char* s = std::getenv("EPFUSE_PROFILE");
-  return s != nullptr && std::string(s) == "1";
-}
-
-uint64_t timeout_ms_from_env(int rank) {
-  const char* s = std::getenv("EPFUSE_TIMEOUT_MS");
-  if (s == nullptr || *s == '\0') return kDefaultTimeoutMs;
-  char* end = nullptr;
-  const unsigned long long v = std::strtoull(s, &end, 10);
-  if (*end != '\0' || v == 0 || *s == '-' || v > 24ull * 3600 * 1000)
-    throw Error(ErrorCode::kInvalidArgument, "rank " + std::to_string(rank) + ": EPFUSE_TIMEOUT_MS = '" + s +
-                                                 "' is not a whole number of milliseconds in [1, 86400000]");
-  return v;
-}
-
-// The hardware queues CUDA gives the process's streams (CUDA's default when unset or malformed).
-int device_connections_from_env() {
-  constexpr int kCudaDefault = 8;
-  const char* s = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
-  if (s == nullptr || *s == '\0') return kCudaDefault;
-  char* end = nullptr;
-  const long v = std::strtol(s, &end, 10);
-  return *end == '\0' && v > 0 ? static_cast<int>(std::min<long>(v, LoopbackWorld::kMaxConnections)) : kCudaDefault;
-}
 
 // The workspace of the fused layer (epfuse/workspace.h): the symmetric window, the private buffers
 // (control block included) and the cross-stream order of its layers' forwards, laid out for the
@@ -90,7 +61,7 @@ class FusedWorkspace final : public Workspace {
                        who + "fused layer needs all " + std::to_string(comm.world_size()) +
                            " ranks in one NVLink (LSA) team; this rank's team has " + std::to_string(lsa_ranks));
       } else {
-        const int queues = device_connections_from_env();
+        const int queues = env::device_max_connections();
         EPFUSE_REQUIRE(queues >= comm.world_size(), ErrorCode::kUnsupported,
                        who + "one-GPU mode with " + std::to_string(comm.world_size()) +
                            " ranks needs CUDA_DEVICE_MAX_CONNECTIONS >= " + std::to_string(comm.world_size()) +
@@ -98,7 +69,7 @@ class FusedWorkspace final : public Workspace {
                            "), set before the process's first CUDA call: ranks sharing a hardware queue "
                            "wait for each other's forwards forever");
       }
-      timeout_ns_ = timeout_ms_from_env(comm.rank()) * 1000000ull;
+      timeout_ns_ = env::fused_timeout_ms(comm.rank()) * 1000000ull;
       if (std::optional<Fault> f = fault_from_env(); f && f->kind == FaultKind::kFailCreate && f->rank == comm.rank())
         throw Error(ErrorCode::kCuda, who + "EPFUSE_FAULT: fail_create: the workspace's allocation failed (injected)");
     });
@@ -510,7 +481,7 @@ class FusedLayer final : public MoeLayer {
   bool timing_ = false;
   bool profiled_ = false;  // the last forward ran with the profile on
   bool summed_ = false;    // ... and was added to profile_sum_
-  bool print_profile_ = profile_print_from_env();
+  bool print_profile_ = env::profile_print();
   detail::DeviceArray<device::FusedProfile> profile_;
   cudaStream_t profiled_stream_ = nullptr;
   ProfileSummary profile_sum_;
