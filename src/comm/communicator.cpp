@@ -126,7 +126,7 @@ std::shared_ptr<void> share_slices(detail::LoopbackHub& hub, int rank, int devic
   detail::LoopbackHub::Contribution mine;
   if (rank == 0) {
     try {
-      mine.handle = detail::share_device_bytes(total, device, rank_prefix(rank));
+      mine.handle = detail::share_device_bytes(total, device, rank, rank_prefix(rank));
     } catch (const std::exception& e) {
       const std::string why = e.what();
       mine.bytes.resize(why.size());
@@ -371,7 +371,7 @@ void Communicator::init_barrier() {
   cudaStream_t stream = nullptr;
   EPFUSE_RANK_CUDA_CHECK(rank_, cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   barrier_stream_ = stream;
-  barrier_word_ = detail::share_device_bytes(sizeof(int), device_, rank_prefix(rank_) + "barrier word: ");
+  barrier_word_ = detail::share_device_bytes(sizeof(int), device_, rank_, rank_prefix(rank_) + "barrier word: ");
   EPFUSE_RANK_CUDA_CHECK(rank_, cudaMemsetAsync(barrier_word_.get(), 0, sizeof(int), stream));
 }
 

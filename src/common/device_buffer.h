@@ -133,14 +133,15 @@ class StreamBuffer {
   std::string who_;
 };
 
-// `bytes` of device memory on `device` (allocated with `device` current; failures name `who`) with
+// `bytes` of device memory on `device` (allocated with `device` current, selected as rank `rank`'s
+// DeviceGuard does it: -1 for none; failures name `who`) with
 // shared ownership: the last owner frees it with `device` selected, on whichever thread that is, and
 // only logs a failure (a failed free, or a failed device switch: the memory is then freed on the
 // current device).
-inline std::shared_ptr<void> share_device_bytes(size_t bytes, int device, const std::string& who) {
+inline std::shared_ptr<void> share_device_bytes(size_t bytes, int device, int rank, const std::string& who) {
   std::unique_ptr<DeviceBuffer> owner;
   {
-    DeviceGuard guard(device);
+    DeviceGuard guard(device, rank);
     owner = std::make_unique<DeviceBuffer>(bytes, who);
   }
   void* ptr = owner->as();
