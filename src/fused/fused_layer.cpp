@@ -44,15 +44,16 @@ namespace {
 // its own dims.
 class FusedWorkspace final : public Workspace {
  public:
-  FusedWorkspace(Communicator& comm, const LayerConfig& capacity)
-      : comm_(comm), capacity_(capacity), plan_(plan_fused(padded(capacity), comm.world_size())) {
+  FusedWorkspace(Communicator& comm, const detail::CheckedConfig& checked)
+      : comm_(comm), capacity_(checked.config()), plan_(plan_fused(padded(capacity_), comm.world_size())) {
     const std::string who = "rank " + std::to_string(comm.rank()) + ": ";
     // Creation is collective: each step's local work (checks, allocations) ends with every rank
     // agreeing that all of them succeeded (agree_on_step), so that one rank's failure (a bad
     // EPFUSE_TIMEOUT_MS, an allocation) fails every rank instead of leaving them in the next
     // collective.
     detail::agree_on_step(comm, "Workspace::create", [&] {
-      validate_config(capacity, comm.world_size());
+      EPFUSE_REQUIRE(checked.world_size() == comm.world_size(), ErrorCode::kInternal,
+                     who + "the workspace's capacity was checked for another world size");
       // Under NCCL every peer is reached through LSA pointers: all ranks must share one NVLink domain
       // (the inter-node GIN path is not implemented).
       if (comm.transport() == Transport::kNccl) {
@@ -215,9 +216,14 @@ class FusedWorkspace final : public Workspace {
 class FusedLayer final : public MoeLayer {
  public:
   // On a shared workspace, or (owned != null) on one made for this layer alone.
-  FusedLayer(const LayerConfig& cfg, FusedWorkspace& ws, const ExpertWeights& weights,
+  FusedLayer(const detail::CheckedConfig& checked, FusedWorkspace& ws, const ExpertWeights& weights,
              std::unique_ptr<FusedWorkspace> owned = nullptr)
-      : cfg_(cfg), owned_(std::move(owned)), ws_(ws), weights_(weights), dims_(plan_fused(cfg, ws.comm().world_size()).dims) {
+      : cfg_(checked.config()),
+        owned_(std::move(owned)),
+        ws_(ws),
+        weights_(weights),
+        dims_(plan_fused(cfg_, ws.comm().world_size()).dims) {
+    const LayerConfig& cfg = cfg_;
     Communicator& comm = ws.comm();
     const std::string who = "rank " + std::to_string(comm.rank()) + ": ";
     // Collective like the workspace's: every rank's local steps, then an agreement that all succeeded
@@ -226,7 +232,8 @@ class FusedLayer final : public MoeLayer {
     // (prepare_fused_kernel), which waits for running launches of the kernel: in the one-GPU mode a
     // peer's forward may wait for this rank.
     detail::agree_on_step(comm, "MoeLayer::create (fused)", [&] {
-      validate_config(cfg, comm.world_size());
+      EPFUSE_REQUIRE(checked.world_size() == comm.world_size(), ErrorCode::kInternal,
+                     who + "the layer's config was checked for another world size");
       if (!fp8_)
         EPFUSE_REQUIRE(weights.w13 != nullptr && weights.w2 != nullptr, ErrorCode::kInvalidArgument,
                        who + "fused layer: expert weights are null");
@@ -499,11 +506,12 @@ std::optional<GemmTileShape> last_launched_tile(const MoeLayer& layer) {
   return fused != nullptr ? fused->last_tile() : std::nullopt;
 }
 
-std::unique_ptr<Workspace> make_fused_workspace(Communicator& comm, const LayerConfig& capacity) {
+std::unique_ptr<Workspace> make_fused_workspace(Communicator& comm, const detail::CheckedConfig& capacity) {
   return std::make_unique<FusedWorkspace>(comm, capacity);
 }
 
-std::unique_ptr<MoeLayer> make_fused_layer(const LayerConfig& cfg, Communicator& comm, const ExpertWeights& weights) {
+std::unique_ptr<MoeLayer> make_fused_layer(const detail::CheckedConfig& cfg, Communicator& comm,
+                                           const ExpertWeights& weights) {
   auto ws = std::make_unique<FusedWorkspace>(comm, cfg);
   FusedWorkspace& ref = *ws;
   return std::make_unique<FusedLayer>(cfg, ref, weights, std::move(ws));
@@ -515,7 +523,8 @@ std::shared_ptr<padding::Stage> fused_pad_stage(Workspace& workspace) {
   return ws->pad_stage();
 }
 
-std::unique_ptr<MoeLayer> make_fused_layer(const LayerConfig& cfg, Workspace& workspace, const ExpertWeights& weights) {
+std::unique_ptr<MoeLayer> make_fused_layer(const detail::CheckedConfig& cfg, Workspace& workspace,
+                                           const ExpertWeights& weights) {
   auto* ws = dynamic_cast<FusedWorkspace*>(&workspace);
   EPFUSE_REQUIRE(ws != nullptr, ErrorCode::kInvalidArgument, "make_fused_layer: the workspace is not a fused workspace");
   return std::make_unique<FusedLayer>(cfg, *ws, weights);

@@ -2,6 +2,7 @@
 #include "layer/padded_layer.h"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -164,40 +165,44 @@ class PaddedLayer final : public MoeLayer {
 };
 
 // The padded weights and the staging rows of `layer` (one rank's local step of its creation).
-void make_copies(PaddedLayer& layer, const LayerConfig& cfg, const LayerConfig& run, Communicator& comm,
-                 const ExpertWeights& weights, const std::function<std::shared_ptr<padding::Stage>()>& shared_stage,
-                 const std::string& who) {
-  validate_config(run, comm.world_size());
+// Checks the padded sizes (the one check of `run`; the wrapped layer takes it as checked).
+void make_copies(PaddedLayer& layer, const LayerConfig& cfg, const LayerConfig& padded,
+                 std::optional<detail::CheckedConfig>& run, Communicator& comm, const ExpertWeights& weights,
+                 const std::function<std::shared_ptr<padding::Stage>()>& shared_stage, const std::string& who) {
+  run = detail::CheckedConfig::check(padded, comm.world_size());
   detail::DeviceGuard guard(comm.device());
-  layer.weights_ = std::make_unique<PaddedWeights>(cfg, run, cfg.experts_per_rank(comm.world_size()), weights, who);
+  layer.weights_ =
+      std::make_unique<PaddedWeights>(cfg, run->config(), cfg.experts_per_rank(comm.world_size()), weights, who);
   layer.stage_ = shared_stage ? shared_stage() : nullptr;
   layer.own_stage_ = !layer.stage_;
   if (layer.own_stage_)
-    layer.stage_ = std::make_shared<padding::Stage>(cfg.max_tokens_per_rank, run.hidden);
-  EPFUSE_REQUIRE(layer.stage_->fits(cfg.max_tokens_per_rank, run.hidden), ErrorCode::kInternal,
+    layer.stage_ = std::make_shared<padding::Stage>(cfg.max_tokens_per_rank, padded.hidden);
+  EPFUSE_REQUIRE(layer.stage_->fits(cfg.max_tokens_per_rank, padded.hidden), ErrorCode::kInternal,
                  who + "the workspace's staging rows are smaller than the layer's");
 }
 
 }  // namespace
 
-std::unique_ptr<MoeLayer> make_padded_layer(Impl impl, const LayerConfig& cfg, Communicator& comm,
+std::unique_ptr<MoeLayer> make_padded_layer(Impl impl, const detail::CheckedConfig& checked, Communicator& comm,
                                             const ExpertWeights& weights,
                                             const std::function<std::shared_ptr<padding::Stage>()>& shared_stage,
                                             const MakeLayer& make_inner) {
-  const LayerConfig run = padding::padded_config(cfg, impl);
+  const LayerConfig& cfg = checked.config();
+  const LayerConfig padded = padding::padded_config(cfg, impl);
+  std::optional<detail::CheckedConfig> run;
   auto layer = std::make_unique<PaddedLayer>(cfg, comm);
   const std::string who = "rank " + std::to_string(comm.rank()) + ": ";
-  detail::agree_on_step(comm, "MoeLayer::create (padded to hidden " + std::to_string(run.hidden) +
-                                  ", intermediate " + std::to_string(run.intermediate) + ")",
+  detail::agree_on_step(comm, "MoeLayer::create (padded to hidden " + std::to_string(padded.hidden) +
+                                  ", intermediate " + std::to_string(padded.intermediate) + ")",
                         [&] {
                           try {
-                            make_copies(*layer, cfg, run, comm, weights, shared_stage, who);
+                            make_copies(*layer, cfg, padded, run, comm, weights, shared_stage, who);
                           } catch (const Error& e) {  // every error names its rank
                             if (std::string_view(e.what()).starts_with(who)) throw;
                             throw Error(e.code(), who + e.what());
                           }
                         });
-  layer->inner_ = make_inner(run, layer->weights_->view());
+  layer->inner_ = make_inner(*run, layer->weights_->view());
   return layer;
 }
 
