@@ -208,7 +208,7 @@ class Communicator {
   int world_size_ = 1;
   int device_ = 0;
   CUstream_st* barrier_stream_ = nullptr;
-  int* barrier_word_ = nullptr;  // device memory: the all-reduce operand
+  std::shared_ptr<void> barrier_word_;  // device memory (one int): the all-reduce operand
   std::shared_ptr<detail::LoopbackHub> hub_;  // loopback: shared with the world's other ranks
   std::chrono::milliseconds collective_timeout_{300000};
   std::shared_ptr<std::atomic<bool>> aborted_ = std::make_shared<std::atomic<bool>>(false);

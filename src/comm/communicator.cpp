@@ -19,11 +19,13 @@
 #include <thread>
 #include <utility>
 
-#include "comm/agree.h"
+#include "comm/collective_step.h"
 #include "comm/loopback_hub.h"
 #include "comm/tcp_store.h"
 #include "common/check.h"
+#include "common/device_buffer.h"
 #include "common/device_guard.h"
+#include "common/env.h"
 
 namespace epfuse {
 namespace {
@@ -72,38 +74,6 @@ void log_errors(const char* what, F&& f) noexcept {
   }
 }
 
-// A whole-string integer; Error names the variable and the text.
-long long parse_int(const char* name, const char* text) {
-  long long value = 0;
-  const char* end = text + std::strlen(text);
-  const auto [ptr, ec] = std::from_chars(text, end, value);
-  if (ec == std::errc::result_out_of_range) {
-    throw Error(ErrorCode::kBootstrap, std::string(name) + "='" + text + "' is out of range");
-  }
-  if (ec != std::errc() || ptr != end || ptr == text) {
-    throw Error(ErrorCode::kBootstrap, std::string(name) + "='" + text + "' is not an integer");
-  }
-  return value;
-}
-
-long long int_env(const char* name, bool required, long long fallback, long long lo, long long hi) {
-  const char* text = std::getenv(name);
-  if (text == nullptr) {
-    if (required) {
-      throw Error(ErrorCode::kBootstrap, std::string(name) +
-                                             " is not set (launch with `epfuse launch`, torchrun or mpirun, or "
-                                             "set RANK and WORLD_SIZE yourself)");
-    }
-    return fallback;
-  }
-  const long long value = parse_int(name, text);
-  if (value < lo || value > hi) {
-    throw Error(ErrorCode::kBootstrap, std::string(name) + "=" + text + " is outside [" + std::to_string(lo) +
-                                           ", " + std::to_string(hi) + "]");
-  }
-  return value;
-}
-
 // --- loopback helpers (the hub carries bytes; these give them types) ---
 
 // Every rank's `mine`, rank-major, through one hub exchange.
@@ -148,25 +118,15 @@ void require_same_counts(int rank, const char* what, const std::vector<uint64_t>
                                                "); every rank must pass the same");
 }
 
-// Loopback: frees a world's symmetric allocation when the last rank drops its share, on whichever
-// rank's thread that is (so it selects the device itself); like a destructor it only logs errors.
-void free_slices(void* base, int device) noexcept {
-  log_errors("one-GPU symmetric buffer", [&] {
-    DeviceGuard guard(device, -1);
-    EPFUSE_RANK_CUDA_CHECK(-1, cudaFree(base));
-  });
-}
-
 // Loopback: rank 0 allocates `total` bytes for every rank's slice and hands every rank a share of
-// it; a failure reaches every rank as the same Error(kCuda), so no rank proceeds alone.
+// it (device_buffer.h: the last rank to drop its share frees it, on whichever rank's thread that is,
+// with the device selected; like a destructor it only logs errors); a failure reaches every rank as
+// the same Error(kCuda), so no rank proceeds alone.
 std::shared_ptr<void> share_slices(detail::LoopbackHub& hub, int rank, int device, size_t total) {
   detail::LoopbackHub::Contribution mine;
   if (rank == 0) {
     try {
-      DeviceGuard guard(device, rank);
-      void* base = nullptr;
-      EPFUSE_RANK_CUDA_CHECK(rank, cudaMalloc(&base, total));
-      mine.handle = std::shared_ptr<void>(base, [device](void* p) { free_slices(p, device); });
+      mine.handle = detail::share_device_bytes(total, device, rank, rank_prefix(rank));
     } catch (const std::exception& e) {
       const std::string why = e.what();
       mine.bytes.resize(why.size());
@@ -189,18 +149,10 @@ template <typename Enqueue, typename Wait>
 void staged_collective(int rank, int device, cudaStream_t stream, std::span<const std::byte> send,
                        std::span<std::byte> recv, Enqueue&& enqueue, Wait&& wait) {
   DeviceGuard guard(device, rank);
-  void* scratch = nullptr;
-  EPFUSE_RANK_CUDA_CHECK(rank, cudaMallocAsync(&scratch, send.size() + recv.size(), stream));
   // Freed in stream order on every path, errors included.
-  struct Scratch {
-    void* ptr;
-    cudaStream_t stream;
-    int rank;
-    ~Scratch() {
-      log_errors("host collective scratch", [this] { EPFUSE_RANK_CUDA_CHECK(rank, cudaFreeAsync(ptr, stream)); });
-    }
-  } owner{scratch, stream, rank};
-  std::byte* send_dev = static_cast<std::byte*>(scratch);
+  const detail::StreamBuffer scratch(send.size() + recv.size(), stream,
+                                     rank_prefix(rank) + "host collective scratch: ");
+  std::byte* send_dev = scratch.as<std::byte>();
   std::byte* recv_dev = send_dev + send.size();
   EPFUSE_RANK_CUDA_CHECK(rank, cudaMemcpyAsync(send_dev, send.data(), send.size(), cudaMemcpyHostToDevice, stream));
   enqueue(static_cast<const void*>(send_dev), static_cast<void*>(recv_dev));
@@ -214,20 +166,17 @@ void staged_collective(int rank, int device, cudaStream_t stream, std::span<cons
 
 BootstrapOptions BootstrapOptions::from_env() {
   BootstrapOptions opts;
-  opts.world_size = static_cast<int>(int_env("WORLD_SIZE", true, 1, 1, kMaxWorldSize));
-  opts.rank = static_cast<int>(int_env("RANK", true, 0, 0, kMaxWorldSize - 1));
-  opts.local_rank = static_cast<int>(int_env("LOCAL_RANK", false, opts.rank, 0, kMaxWorldSize - 1));
-  if (const char* addr = std::getenv("MASTER_ADDR")) opts.master_addr = addr;
-  if (const char* job = std::getenv("EPFUSE_JOB_ID")) {
-    opts.job_id = job;
-  } else if (const char* run = std::getenv("TORCHELASTIC_RUN_ID")) {
-    opts.job_id = run;
-  }
-  opts.master_port = static_cast<int>(int_env("MASTER_PORT", false, opts.master_port, 1, 65535));
+  opts.world_size = static_cast<int>(env::bootstrap_integer("WORLD_SIZE", true, 1, 1, kMaxWorldSize));
+  opts.rank = static_cast<int>(env::bootstrap_integer("RANK", true, 0, 0, kMaxWorldSize - 1));
+  opts.local_rank =
+      static_cast<int>(env::bootstrap_integer("LOCAL_RANK", false, opts.rank, 0, kMaxWorldSize - 1));
+  if (std::optional<std::string> addr = env::text("MASTER_ADDR")) opts.master_addr = *addr;
+  if (std::optional<std::string> job = env::job_id()) opts.job_id = *job;
+  opts.master_port = static_cast<int>(env::bootstrap_integer("MASTER_PORT", false, opts.master_port, 1, 65535));
   opts.timeout = std::chrono::milliseconds(
-      int_env("EPFUSE_BOOTSTRAP_TIMEOUT_MS", false, opts.timeout.count(), 1, 24LL * 3600 * 1000));
-  opts.collective_timeout = std::chrono::milliseconds(
-      int_env("EPFUSE_COLLECTIVE_TIMEOUT_MS", false, opts.collective_timeout.count(), 1, 24LL * 3600 * 1000));
+      env::bootstrap_integer("EPFUSE_BOOTSTRAP_TIMEOUT_MS", false, opts.timeout.count(), 1, 24LL * 3600 * 1000));
+  opts.collective_timeout = std::chrono::milliseconds(env::bootstrap_integer(
+      "EPFUSE_COLLECTIVE_TIMEOUT_MS", false, opts.collective_timeout.count(), 1, 24LL * 3600 * 1000));
   opts.validate();
   return opts;
 }
@@ -361,11 +310,11 @@ std::unique_ptr<Communicator> Communicator::bootstrap(const BootstrapOptions& op
   int device_count = 0;
   EPFUSE_RANK_CUDA_CHECK(rank, cudaGetDeviceCount(&device_count));
   if (opts.local_rank >= device_count) {
-    const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+    const std::optional<std::string> visible = env::text("CUDA_VISIBLE_DEVICES");
     throw Error(ErrorCode::kBootstrap,
                 rank_prefix(rank) + "LOCAL_RANK=" + std::to_string(opts.local_rank) + " but this process sees " +
                     std::to_string(device_count) + " CUDA device(s) (CUDA_VISIBLE_DEVICES=" +
-                    (visible != nullptr ? visible : "<unset>") + "): one process per GPU");
+                    (visible ? *visible : std::string("<unset>")) + "): one process per GPU");
   }
   EPFUSE_RANK_CUDA_CHECK(rank, cudaSetDevice(opts.local_rank));
 
@@ -411,7 +360,7 @@ std::unique_ptr<Communicator> Communicator::borrow(ncclComm_t nccl) {
   EPFUSE_RANK_NCCL_CHECK(-1, ncclCommUserRank(nccl, &comm->rank_));
   EPFUSE_RANK_NCCL_CHECK(comm->rank_, ncclCommCount(nccl, &comm->world_size_));
   EPFUSE_RANK_NCCL_CHECK(comm->rank_, ncclCommCuDevice(nccl, &comm->device_));
-  comm->collective_timeout_ = std::chrono::milliseconds(int_env(
+  comm->collective_timeout_ = std::chrono::milliseconds(env::bootstrap_integer(
       "EPFUSE_COLLECTIVE_TIMEOUT_MS", false, comm->collective_timeout_.count(), 1, 24LL * 3600 * 1000));
   comm->init_barrier();
   return comm;
@@ -422,8 +371,8 @@ void Communicator::init_barrier() {
   cudaStream_t stream = nullptr;
   EPFUSE_RANK_CUDA_CHECK(rank_, cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   barrier_stream_ = stream;
-  EPFUSE_RANK_CUDA_CHECK(rank_, cudaMalloc(&barrier_word_, sizeof(int)));
-  EPFUSE_RANK_CUDA_CHECK(rank_, cudaMemsetAsync(barrier_word_, 0, sizeof(int), stream));
+  barrier_word_ = detail::share_device_bytes(sizeof(int), device_, rank_, rank_prefix(rank_) + "barrier word: ");
+  EPFUSE_RANK_CUDA_CHECK(rank_, cudaMemsetAsync(barrier_word_.get(), 0, sizeof(int), stream));
 }
 
 Communicator::~Communicator() {
@@ -431,14 +380,13 @@ Communicator::~Communicator() {
   log_errors("~Communicator", [this] {
     DeviceGuard guard(device_, rank_);
     // Every step runs even when an earlier one failed; the first failure is reported.
-    const cudaError_t freed = barrier_word_ != nullptr ? cudaFree(barrier_word_) : cudaSuccess;
+    barrier_word_.reset();  // device_buffer.h frees it (and logs a failure)
     const cudaError_t destroyed = barrier_stream_ != nullptr ? cudaStreamDestroy(barrier_stream_) : cudaSuccess;
     // Finalize flushes outstanding work so that Destroy cannot free resources peers still use. After
     // abort() there is nothing left: ncclCommAbort freed the communicator.
     const bool live = owned_ && !aborted_->load();
     const ncclResult_t finalized = live ? ncclCommFinalize(comm_) : ncclSuccess;
     const ncclResult_t nccl_destroyed = live ? ncclCommDestroy(comm_) : ncclSuccess;
-    check_cuda(freed, "cudaFree(barrier word)", rank_);
     check_cuda(destroyed, "cudaStreamDestroy(barrier stream)", rank_);
     check_nccl(finalized, "ncclCommFinalize(comm)", rank_);
     check_nccl(nccl_destroyed, "ncclCommDestroy(comm)", rank_);
@@ -578,7 +526,7 @@ void Communicator::barrier() {
   }
   check_not_aborted("barrier");
   DeviceGuard guard(device_, rank_);
-  EPFUSE_RANK_NCCL_CHECK(rank_, ncclAllReduce(barrier_word_, barrier_word_, 1, ncclInt32, ncclMax, comm_,
+  EPFUSE_RANK_NCCL_CHECK(rank_, ncclAllReduce(barrier_word_.get(), barrier_word_.get(), 1, ncclInt32, ncclMax, comm_,
                                               barrier_stream_));
   wait_bounded(barrier_stream_, "barrier");
 }

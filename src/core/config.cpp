@@ -6,6 +6,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "common/checked_config.h"
 #include "epfuse/error.h"
 
 namespace epfuse {
@@ -131,6 +132,11 @@ std::string check_config(const LayerConfig& cfg, int world_size) {
 void validate_config(const LayerConfig& cfg, int world_size) {
   std::string message = check_config(cfg, world_size);
   if (!message.empty()) throw Error(ErrorCode::kInvalidConfig, message);
+}
+
+detail::CheckedConfig detail::CheckedConfig::check(const LayerConfig& cfg, int world_size) {
+  validate_config(cfg, world_size);
+  return CheckedConfig(cfg, world_size);
 }
 
 std::span<const ModelShape> model_shapes() { return kModelShapes; }

@@ -6,6 +6,7 @@
 #include <set>
 #include <string>
 
+#include "common/env.h"
 #include "epfuse/error.h"
 
 namespace epfuse::fused {
@@ -71,8 +72,8 @@ std::optional<Fault> parse_fault(std::string_view text) {
 }
 
 std::optional<Fault> fault_from_env() {
-  const char* s = std::getenv("EPFUSE_FAULT");
-  return s == nullptr ? std::nullopt : parse_fault(s);
+  const std::optional<std::string> s = env::text("EPFUSE_FAULT");
+  return s ? parse_fault(*s) : std::nullopt;
 }
 
 }  // namespace epfuse::fused

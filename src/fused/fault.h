@@ -51,7 +51,7 @@ struct Fault {
 // = '<text>': <what is wrong>" for an unknown key or kind, a missing rank or kind, a negative or
 // non-integer number, or a key given twice.
 std::optional<Fault> parse_fault(std::string_view text);
-// parse_fault(getenv("EPFUSE_FAULT")), nullopt when unset.
+// parse_fault of EPFUSE_FAULT (common/env.h), nullopt when unset.
 std::optional<Fault> fault_from_env();
 
 }  // namespace epfuse::fused

@@ -28,6 +28,7 @@
 #include <cuda_runtime.h>
 
 #include "common/check.h"
+#include "common/env.h"
 #include "device/diagnostics/profile.cuh"
 #include "device/diagnostics/trace.cuh"
 #include "device/ffn/expert_ffn.cuh"
@@ -328,10 +329,8 @@ class LaunchTrace {
   // Before a launch: whether it is the last one to record (then the caller calls after() once it is
   // launched); the first one to record clears the records.
   bool before(const device::FusedParams& prm, const GemmTileShape& tile, cudaStream_t stream) {
-    const char* file = std::getenv("EPFUSE_TRACE_FILE");
-    if (file == nullptr) return false;
-    const char* nth = std::getenv("EPFUSE_TRACE_LAUNCH");
-    const int first = nth != nullptr ? std::atoi(nth) : 20;
+    if (!env::text("EPFUSE_TRACE_FILE")) return false;
+    const int first = env::trace_launch();
     const int n = ++launches_[key(prm, tile)];
     if (n == first) {
       void* at = nullptr;
@@ -354,7 +353,7 @@ class LaunchTrace {
     std::vector<Span> spans(static_cast<size_t>(kLaunches) * kMaxCtas);
     EPFUSE_CUDA_CHECK(cudaMemcpyFromSymbol(rec.data(), device::trace::g_records, rec.size() * sizeof(Record)));
     EPFUSE_CUDA_CHECK(cudaMemcpyFromSymbol(spans.data(), device::trace::g_spans, spans.size() * sizeof(Span)));
-    std::FILE* f = std::fopen(std::getenv("EPFUSE_TRACE_FILE"), "a");
+    std::FILE* f = std::fopen(env::text("EPFUSE_TRACE_FILE").value_or("").c_str(), "a");
     if (f == nullptr) throw Error(ErrorCode::kInvalidArgument, "EPFUSE_TRACE_FILE cannot be opened");
     // Launches numbered in time order (the slots go round with the epoch).
     std::vector<std::pair<uint64_t, int>> order;

@@ -15,10 +15,11 @@
 
 #include <cuda_runtime.h>
 
-#include "comm/agree.h"
+#include "comm/collective_step.h"
 #include "common/check.h"
 #include "common/device_buffer.h"
 #include "common/device_guard.h"
+#include "common/env.h"
 #include "common/fp8.h"
 #include "device/gemm/gemm_maps_wgmma.h"
 #include "device/kernel/kernel_params.h"
@@ -31,41 +32,11 @@
 #include "fused/plan.h"
 #include "fused/profile.h"
 #include "fused/tensor_map.h"
-#include "unfused/fp8_layout.h"
-#include "unfused/fp8_weights.h"
+#include "weights/block_scales.h"
+#include "weights/fp8_weights.h"
 
 namespace epfuse::fused {
 namespace {
-
-constexpr uint64_t kDefaultTimeoutMs = 20000;
-
-// EPFUSE_PROFILE=1: while phase timing is on, rank 0 prints the in-kernel profile's per-phase table
-// (means over the timed calls) when timing is switched off again.
-bool profile_print_from_env() {
-  const char* s = std::getenv("EPFUSE_PROFILE");
-  return s != nullptr && std::string(s) == "1";
-}
-
-uint64_t timeout_ms_from_env(int rank) {
-  const char* s = std::getenv("EPFUSE_TIMEOUT_MS");
-  if (s == nullptr || *s == '\0') return kDefaultTimeoutMs;
-  char* end = nullptr;
-  const unsigned long long v = std::strtoull(s, &end, 10);
-  if (*end != '\0' || v == 0 || *s == '-' || v > 24ull * 3600 * 1000)
-    throw Error(ErrorCode::kInvalidArgument, "rank " + std::to_string(rank) + ": EPFUSE_TIMEOUT_MS = '" + s +
-                                                 "' is not a whole number of milliseconds in [1, 86400000]");
-  return v;
-}
-
-// The hardware queues CUDA gives the process's streams (CUDA's default when unset or malformed).
-int device_connections_from_env() {
-  constexpr int kCudaDefault = 8;
-  const char* s = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
-  if (s == nullptr || *s == '\0') return kCudaDefault;
-  char* end = nullptr;
-  const long v = std::strtol(s, &end, 10);
-  return *end == '\0' && v > 0 ? static_cast<int>(std::min<long>(v, LoopbackWorld::kMaxConnections)) : kCudaDefault;
-}
 
 // The workspace of the fused layer (epfuse/workspace.h): the symmetric window, the private buffers
 // (control block included) and the cross-stream order of its layers' forwards, laid out for the
@@ -73,15 +44,16 @@ int device_connections_from_env() {
 // its own dims.
 class FusedWorkspace final : public Workspace {
  public:
-  FusedWorkspace(Communicator& comm, const LayerConfig& capacity)
-      : comm_(comm), capacity_(capacity), plan_(plan_fused(padded(capacity), comm.world_size())) {
+  FusedWorkspace(Communicator& comm, const detail::CheckedConfig& checked)
+      : comm_(comm), capacity_(checked.config()), plan_(plan_fused(padded(capacity_), comm.world_size())) {
     const std::string who = "rank " + std::to_string(comm.rank()) + ": ";
     // Creation is collective: each step's local work (checks, allocations) ends with every rank
     // agreeing that all of them succeeded (agree_on_step), so that one rank's failure (a bad
     // EPFUSE_TIMEOUT_MS, an allocation) fails every rank instead of leaving them in the next
     // collective.
     detail::agree_on_step(comm, "Workspace::create", [&] {
-      validate_config(capacity, comm.world_size());
+      EPFUSE_REQUIRE(checked.world_size() == comm.world_size(), ErrorCode::kInternal,
+                     who + "the workspace's capacity was checked for another world size");
       // Under NCCL every peer is reached through LSA pointers: all ranks must share one NVLink domain
       // (the inter-node GIN path is not implemented).
       if (comm.transport() == Transport::kNccl) {
@@ -90,7 +62,7 @@ class FusedWorkspace final : public Workspace {
                        who + "fused layer needs all " + std::to_string(comm.world_size()) +
                            " ranks in one NVLink (LSA) team; this rank's team has " + std::to_string(lsa_ranks));
       } else {
-        const int queues = device_connections_from_env();
+        const int queues = env::device_max_connections();
         EPFUSE_REQUIRE(queues >= comm.world_size(), ErrorCode::kUnsupported,
                        who + "one-GPU mode with " + std::to_string(comm.world_size()) +
                            " ranks needs CUDA_DEVICE_MAX_CONNECTIONS >= " + std::to_string(comm.world_size()) +
@@ -98,7 +70,7 @@ class FusedWorkspace final : public Workspace {
                            "), set before the process's first CUDA call: ranks sharing a hardware queue "
                            "wait for each other's forwards forever");
       }
-      timeout_ns_ = timeout_ms_from_env(comm.rank()) * 1000000ull;
+      timeout_ns_ = env::fused_timeout_ms(comm.rank()) * 1000000ull;
       if (std::optional<Fault> f = fault_from_env(); f && f->kind == FaultKind::kFailCreate && f->rank == comm.rank())
         throw Error(ErrorCode::kCuda, who + "EPFUSE_FAULT: fail_create: the workspace's allocation failed (injected)");
     });
@@ -244,9 +216,14 @@ class FusedWorkspace final : public Workspace {
 class FusedLayer final : public MoeLayer {
  public:
   // On a shared workspace, or (owned != null) on one made for this layer alone.
-  FusedLayer(const LayerConfig& cfg, FusedWorkspace& ws, const ExpertWeights& weights,
+  FusedLayer(const detail::CheckedConfig& checked, FusedWorkspace& ws, const ExpertWeights& weights,
              std::unique_ptr<FusedWorkspace> owned = nullptr)
-      : cfg_(cfg), owned_(std::move(owned)), ws_(ws), weights_(weights), dims_(plan_fused(cfg, ws.comm().world_size()).dims) {
+      : cfg_(checked.config()),
+        owned_(std::move(owned)),
+        ws_(ws),
+        weights_(weights),
+        dims_(plan_fused(cfg_, ws.comm().world_size()).dims) {
+    const LayerConfig& cfg = cfg_;
     Communicator& comm = ws.comm();
     const std::string who = "rank " + std::to_string(comm.rank()) + ": ";
     // Collective like the workspace's: every rank's local steps, then an agreement that all succeeded
@@ -255,7 +232,8 @@ class FusedLayer final : public MoeLayer {
     // (prepare_fused_kernel), which waits for running launches of the kernel: in the one-GPU mode a
     // peer's forward may wait for this rank.
     detail::agree_on_step(comm, "MoeLayer::create (fused)", [&] {
-      validate_config(cfg, comm.world_size());
+      EPFUSE_REQUIRE(checked.world_size() == comm.world_size(), ErrorCode::kInternal,
+                     who + "the layer's config was checked for another world size");
       if (!fp8_)
         EPFUSE_REQUIRE(weights.w13 != nullptr && weights.w2 != nullptr, ErrorCode::kInvalidArgument,
                        who + "fused layer: expert weights are null");
@@ -396,8 +374,8 @@ class FusedLayer final : public MoeLayer {
     if (fp8_) {
       prm.fp8.w13_scales = w13_scales_.get();
       prm.fp8.w2_scales = w2_scales_.get();
-      prm.fp8.w13_kb = unfused::fp8_layout::padded_k_blocks(cfg_.hidden);
-      prm.fp8.w2_kb = unfused::fp8_layout::padded_k_blocks(cfg_.intermediate);
+      prm.fp8.w13_kb = weights::padded_k_blocks(cfg_.hidden);
+      prm.fp8.w2_kb = weights::padded_k_blocks(cfg_.intermediate);
       prm.fp8.scale_format = cfg_.scale_format;
       if (caller_fp8_x && host_status == 0) {
         prm.fp8.x_codes = in.x_fp8;
@@ -465,9 +443,9 @@ class FusedLayer final : public MoeLayer {
     }
     return false;
   }
-  // weight_format fp8-block128: checks the FP8 fields like the unfused chain (unfused/fp8_weights.h:
+  // weight_format fp8-block128: checks the FP8 fields like the unfused chain (weights/fp8_weights.h:
   // pointers, alignment, scale counts), reads the scales once (a synchronous copy; every scale checked,
-  // the first bad one named) and keeps them as fp32 in the padded block layout (fp8_layout.h: each
+  // the first bad one named) and keeps them as fp32 in the padded block layout (weights/block_scales.h: each
   // 128-row block's K-block scales padded to 4 floats, the kernel's 16-byte reads); TMA views of the codes.
   void init_fp8(const ExpertWeights& weights, const std::string& who) {
     const int local = dims_.local_experts(), H = cfg_.hidden, I = cfg_.intermediate;
@@ -475,10 +453,10 @@ class FusedLayer final : public MoeLayer {
     EPFUSE_REQUIRE(H % 256 == 0 && I % 128 == 0, ErrorCode::kInternal,
                    who + "the fused FP8 kernel got hidden=" + std::to_string(H) + ", intermediate=" +
                        std::to_string(I) + " (needs hidden % 256 == 0 and intermediate % 128 == 0: unpadded)");
-    if (const std::string problem = unfused::check_fp8_weight_pointers(cfg_, local, weights); !problem.empty())
+    if (const std::string problem = weights::check_fp8_weight_pointers(cfg_, local, weights); !problem.empty())
       throw Error(ErrorCode::kInvalidArgument, who + "MoeLayer::create: " + problem);
     const auto convert = [&](const void* device, int64_t count, int rows, int k, const char* name) {
-      const std::vector<float> blocked = unfused::read_block_scales(device, count, cfg_.scale_format, local, rows, k,
+      const std::vector<float> blocked = weights::read_block_scales(device, count, cfg_.scale_format, local, rows, k,
                                                                     name, who + "MoeLayer::create: ")
                                              .blocked;
       detail::DeviceArray<float> out(blocked.size());
@@ -510,7 +488,7 @@ class FusedLayer final : public MoeLayer {
   bool timing_ = false;
   bool profiled_ = false;  // the last forward ran with the profile on
   bool summed_ = false;    // ... and was added to profile_sum_
-  bool print_profile_ = profile_print_from_env();
+  bool print_profile_ = env::profile_print();
   detail::DeviceArray<device::FusedProfile> profile_;
   cudaStream_t profiled_stream_ = nullptr;
   ProfileSummary profile_sum_;
@@ -528,11 +506,12 @@ std::optional<GemmTileShape> last_launched_tile(const MoeLayer& layer) {
   return fused != nullptr ? fused->last_tile() : std::nullopt;
 }
 
-std::unique_ptr<Workspace> make_fused_workspace(Communicator& comm, const LayerConfig& capacity) {
+std::unique_ptr<Workspace> make_fused_workspace(Communicator& comm, const detail::CheckedConfig& capacity) {
   return std::make_unique<FusedWorkspace>(comm, capacity);
 }
 
-std::unique_ptr<MoeLayer> make_fused_layer(const LayerConfig& cfg, Communicator& comm, const ExpertWeights& weights) {
+std::unique_ptr<MoeLayer> make_fused_layer(const detail::CheckedConfig& cfg, Communicator& comm,
+                                           const ExpertWeights& weights) {
   auto ws = std::make_unique<FusedWorkspace>(comm, cfg);
   FusedWorkspace& ref = *ws;
   return std::make_unique<FusedLayer>(cfg, ref, weights, std::move(ws));
@@ -544,7 +523,8 @@ std::shared_ptr<padding::Stage> fused_pad_stage(Workspace& workspace) {
   return ws->pad_stage();
 }
 
-std::unique_ptr<MoeLayer> make_fused_layer(const LayerConfig& cfg, Workspace& workspace, const ExpertWeights& weights) {
+std::unique_ptr<MoeLayer> make_fused_layer(const detail::CheckedConfig& cfg, Workspace& workspace,
+                                           const ExpertWeights& weights) {
   auto* ws = dynamic_cast<FusedWorkspace*>(&workspace);
   EPFUSE_REQUIRE(ws != nullptr, ErrorCode::kInvalidArgument, "make_fused_layer: the workspace is not a fused workspace");
   return std::make_unique<FusedLayer>(cfg, *ws, weights);

@@ -3,6 +3,7 @@
 #include <memory>
 #include <optional>
 
+#include "common/checked_config.h"
 #include "epfuse/communicator.h"
 #include "epfuse/config.h"
 #include "epfuse/layer.h"
@@ -16,13 +17,16 @@ namespace epfuse::fused {
 // Collective (allocates the symmetric window). Throws Error(kInvalidConfig) for shapes the kernel
 // cannot tile, Error(kUnsupported) when the kernel cannot be resident on this GPU.
 // Environment: EPFUSE_TIMEOUT_MS bounds every device-side wait (default 20000).
+// Configs arrive checked for comm's world size (checked_config.h: MoeLayer::create, Workspace::create).
 // A layer with a workspace of its own (sized for cfg).
-std::unique_ptr<MoeLayer> make_fused_layer(const LayerConfig& cfg, Communicator& comm, const ExpertWeights& weights);
+std::unique_ptr<MoeLayer> make_fused_layer(const detail::CheckedConfig& cfg, Communicator& comm,
+                                           const ExpertWeights& weights);
 // Collective: a workspace for layers up to `capacity` (Workspace::create).
-std::unique_ptr<Workspace> make_fused_workspace(Communicator& comm, const LayerConfig& capacity);
+std::unique_ptr<Workspace> make_fused_workspace(Communicator& comm, const detail::CheckedConfig& capacity);
 // Collective: a layer on a shared workspace made by make_fused_workspace; Error(kInvalidConfig) when
 // it does not fit.
-std::unique_ptr<MoeLayer> make_fused_layer(const LayerConfig& cfg, Workspace& workspace, const ExpertWeights& weights);
+std::unique_ptr<MoeLayer> make_fused_layer(const detail::CheckedConfig& cfg, Workspace& workspace,
+                                           const ExpertWeights& weights);
 
 // The staging rows the padded layers on a fused workspace share (padding.h), allocated on the first
 // call; call it inside an agreed creation step (it allocates).

@@ -3,13 +3,14 @@
 
 #include <string>
 
-#include "comm/agree.h"
+#include "comm/collective_step.h"
+#include "epfuse/communicator.h"
 #include "common/check.h"
 #include "epfuse/communicator.h"
 #include "epfuse/error.h"
 #include "epfuse/workspace.h"
 #include "fused/fused_layer.h"
-#include "layer/agreement.h"
+#include "layer/config_agreement.h"
 #include "layer/padded_layer.h"
 #include "padding/padding.h"
 #include "unfused/unfused_layer.h"
@@ -32,7 +33,7 @@ std::optional<Impl> parse_impl(std::string_view name) {
 
 namespace {
 
-// FP8 weights are checked by the layer that runs them (unfused/fp8_weights.h), which reads their scales.
+// FP8 weights are checked by the layer that runs them (weights/fp8_weights.h), which reads their scales.
 void require_weights(const Communicator& comm, const LayerConfig& cfg, const ExpertWeights& weights) {
   if (cfg.weight_format == WeightFormat::kBf16 && (weights.w13 == nullptr || weights.w2 == nullptr))
     throw Error(ErrorCode::kInvalidArgument, "rank " + std::to_string(comm.rank()) +
@@ -43,10 +44,10 @@ void require_weights(const Communicator& comm, const LayerConfig& cfg, const Exp
 
 std::unique_ptr<MoeLayer> MoeLayer::create(Impl impl, const LayerConfig& cfg, Communicator& comm,
                                            const ExpertWeights& weights) {
-  check_same_config_on_every_rank(comm, cfg, impl, "MoeLayer::create");
+  const detail::CheckedConfig checked = check_same_config_on_every_rank(comm, cfg, impl, "MoeLayer::create");
   // One rank's null weights fail every rank (its peers would otherwise wait in the next collective).
   detail::agree_on_step(comm, "MoeLayer::create", [&] { require_weights(comm, cfg, weights); });
-  const MakeLayer make = [&](const LayerConfig& c, const ExpertWeights& w) -> std::unique_ptr<MoeLayer> {
+  const MakeLayer make = [&](const detail::CheckedConfig& c, const ExpertWeights& w) -> std::unique_ptr<MoeLayer> {
     switch (impl) {
       case Impl::kUnfused: {
         // Its creation has no collective of its own: agree that every rank's succeeded, so that no rank
@@ -59,30 +60,32 @@ std::unique_ptr<MoeLayer> MoeLayer::create(Impl impl, const LayerConfig& cfg, Co
     }
     throw Error(ErrorCode::kInvalidArgument, "MoeLayer::create: unknown impl " + std::to_string(static_cast<int>(impl)));
   };
-  if (padding::needs_padding(cfg, impl)) return make_padded_layer(impl, cfg, comm, weights, nullptr, make);
-  return make(cfg, weights);
+  if (padding::needs_padding(cfg, impl)) return make_padded_layer(impl, checked, comm, weights, nullptr, make);
+  return make(checked, weights);
 }
 
 std::unique_ptr<MoeLayer> MoeLayer::create(const LayerConfig& cfg, Workspace& workspace, const ExpertWeights& weights) {
   Communicator& comm = workspace.comm();
-  check_same_config_on_every_rank(comm, cfg, Impl::kFused, "MoeLayer::create");
+  const detail::CheckedConfig checked =
+      check_same_config_on_every_rank(comm, cfg, Impl::kFused, "MoeLayer::create");
   detail::agree_on_step(comm, "MoeLayer::create", [&] { require_weights(comm, cfg, weights); });
-  const MakeLayer make = [&](const LayerConfig& c, const ExpertWeights& w) {
+  const MakeLayer make = [&](const detail::CheckedConfig& c, const ExpertWeights& w) {
     return fused::make_fused_layer(c, workspace, w);
   };
-  if (!padding::needs_padding(cfg, Impl::kFused)) return make(cfg, weights);
+  if (!padding::needs_padding(cfg, Impl::kFused)) return make(checked, weights);
   // Checked before the padded copies are made: the wrapped layer's own check names padded sizes.
   detail::agree_on_step(comm, "MoeLayer::create", [&] {
     const std::string fits = workspace.check_fits(cfg);
     EPFUSE_REQUIRE(fits.empty(), ErrorCode::kInvalidConfig,
                    "rank " + std::to_string(comm.rank()) + ": the layer does not fit its workspace: " + fits);
   });
-  return make_padded_layer(Impl::kFused, cfg, comm, weights, [&] { return fused::fused_pad_stage(workspace); }, make);
+  return make_padded_layer(Impl::kFused, checked, comm, weights, [&] { return fused::fused_pad_stage(workspace); },
+                           make);
 }
 
 std::unique_ptr<Workspace> Workspace::create(Communicator& comm, const LayerConfig& capacity) {
-  check_same_config_on_every_rank(comm, capacity, Impl::kFused, "Workspace::create");
-  return fused::make_fused_workspace(comm, capacity);
+  return fused::make_fused_workspace(comm,
+                                     check_same_config_on_every_rank(comm, capacity, Impl::kFused, "Workspace::create"));
 }
 
 }  // namespace epfuse

@@ -2,17 +2,18 @@
 #include "layer/padded_layer.h"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
-#include "comm/agree.h"
+#include "comm/collective_step.h"
 #include "common/check.h"
 #include "common/device_buffer.h"
 #include "common/device_guard.h"
 #include "common/fp8.h"
 #include "epfuse/error.h"
-#include "unfused/fp8_weights.h"
+#include "weights/fp8_weights.h"
 
 namespace epfuse {
 namespace {
@@ -29,7 +30,7 @@ class PaddedWeights {
     const void* w13 = fp8 ? static_cast<const void*>(w.w13_fp8) : w.w13;
     const void* w2 = fp8 ? static_cast<const void*>(w.w2_fp8) : w.w2;
     if (fp8) {
-      if (const std::string problem = unfused::check_fp8_weight_pointers(cfg, local, w); !problem.empty())
+      if (const std::string problem = weights::check_fp8_weight_pointers(cfg, local, w); !problem.empty())
         throw Error(ErrorCode::kInvalidArgument, who + "MoeLayer::create: " + problem);
     } else {
       EPFUSE_REQUIRE(reinterpret_cast<uintptr_t>(w13) % 16 == 0 && reinterpret_cast<uintptr_t>(w2) % 16 == 0,
@@ -78,7 +79,7 @@ class PaddedWeights {
   static detail::DeviceBuffer pad_scales(const LayerConfig& cfg, const void* scales, int64_t count, CheckedAs checked,
                                          Blocks b, int rows_pad, int cols_pad, const char* name,
                                          const std::string& who) {
-    const unfused::CheckedScales caller = unfused::read_block_scales(
+    const weights::CheckedScales caller = weights::read_block_scales(
         scales, count, cfg.scale_format, checked.matrices, checked.rows, b.cols * fp8::kBlock, name,
         who + "MoeLayer::create: ");
     const std::vector<uint8_t> padded =
@@ -164,40 +165,44 @@ class PaddedLayer final : public MoeLayer {
 };
 
 // The padded weights and the staging rows of `layer` (one rank's local step of its creation).
-void make_copies(PaddedLayer& layer, const LayerConfig& cfg, const LayerConfig& run, Communicator& comm,
-                 const ExpertWeights& weights, const std::function<std::shared_ptr<padding::Stage>()>& shared_stage,
-                 const std::string& who) {
-  validate_config(run, comm.world_size());
+// Checks the padded sizes (the one check of `run`; the wrapped layer takes it as checked).
+void make_copies(PaddedLayer& layer, const LayerConfig& cfg, const LayerConfig& padded,
+                 std::optional<detail::CheckedConfig>& run, Communicator& comm, const ExpertWeights& weights,
+                 const std::function<std::shared_ptr<padding::Stage>()>& shared_stage, const std::string& who) {
+  run = detail::CheckedConfig::check(padded, comm.world_size());
   detail::DeviceGuard guard(comm.device());
-  layer.weights_ = std::make_unique<PaddedWeights>(cfg, run, cfg.experts_per_rank(comm.world_size()), weights, who);
+  layer.weights_ =
+      std::make_unique<PaddedWeights>(cfg, run->config(), cfg.experts_per_rank(comm.world_size()), weights, who);
   layer.stage_ = shared_stage ? shared_stage() : nullptr;
   layer.own_stage_ = !layer.stage_;
   if (layer.own_stage_)
-    layer.stage_ = std::make_shared<padding::Stage>(cfg.max_tokens_per_rank, run.hidden);
-  EPFUSE_REQUIRE(layer.stage_->fits(cfg.max_tokens_per_rank, run.hidden), ErrorCode::kInternal,
+    layer.stage_ = std::make_shared<padding::Stage>(cfg.max_tokens_per_rank, padded.hidden);
+  EPFUSE_REQUIRE(layer.stage_->fits(cfg.max_tokens_per_rank, padded.hidden), ErrorCode::kInternal,
                  who + "the workspace's staging rows are smaller than the layer's");
 }
 
 }  // namespace
 
-std::unique_ptr<MoeLayer> make_padded_layer(Impl impl, const LayerConfig& cfg, Communicator& comm,
+std::unique_ptr<MoeLayer> make_padded_layer(Impl impl, const detail::CheckedConfig& checked, Communicator& comm,
                                             const ExpertWeights& weights,
                                             const std::function<std::shared_ptr<padding::Stage>()>& shared_stage,
                                             const MakeLayer& make_inner) {
-  const LayerConfig run = padding::padded_config(cfg, impl);
+  const LayerConfig& cfg = checked.config();
+  const LayerConfig padded = padding::padded_config(cfg, impl);
+  std::optional<detail::CheckedConfig> run;
   auto layer = std::make_unique<PaddedLayer>(cfg, comm);
   const std::string who = "rank " + std::to_string(comm.rank()) + ": ";
-  detail::agree_on_step(comm, "MoeLayer::create (padded to hidden " + std::to_string(run.hidden) +
-                                  ", intermediate " + std::to_string(run.intermediate) + ")",
+  detail::agree_on_step(comm, "MoeLayer::create (padded to hidden " + std::to_string(padded.hidden) +
+                                  ", intermediate " + std::to_string(padded.intermediate) + ")",
                         [&] {
                           try {
-                            make_copies(*layer, cfg, run, comm, weights, shared_stage, who);
+                            make_copies(*layer, cfg, padded, run, comm, weights, shared_stage, who);
                           } catch (const Error& e) {  // every error names its rank
                             if (std::string_view(e.what()).starts_with(who)) throw;
                             throw Error(e.code(), who + e.what());
                           }
                         });
-  layer->inner_ = make_inner(run, layer->weights_->view());
+  layer->inner_ = make_inner(*run, layer->weights_->view());
   return layer;
 }
 

@@ -3,11 +3,8 @@
 // unit-tested on the CPU (tests/cpu/unfused).
 //
 // cuBLASLt, "TN" FP8 GEMM with both operands K-major (weights [n, k], activations [rows, k]):
-//  - weights, CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F: one float per 128x128 block, the k-blocks
-//    of a 128-row block contiguous and padded to a multiple of 4 (16 bytes): element (nb, kb) at
-//    nb * padded_k_blocks(k) + kb, [ceil(n/128), padded_k_blocks(k)]. The checkpoint layout
-//    ([ceil(n/128), ceil(k/128)], config.h) differs only by that padding, so the layer copies each
-//    scale row into a padded one at creation (padding 1.0f, never read for a real element).
+//  - weights, CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F: the padded block layout both layers read
+//    (weights/block_scales.h: padded_k_blocks, weight_scale_floats; brought into this namespace below).
 //  - activations, CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F: one float per token per 128 channels,
 //    token index fastest: element (row, kb) at kb * rows + row, [ceil(k/128), rows] for the GEMM's
 //    `rows` tokens (its n; the leading dimension of the scales is that n). One GEMM per expert, so
@@ -27,16 +24,13 @@
 
 #include "common/fp8.h"
 #include "common/host_device.h"
+#include "weights/block_scales.h"
 
 namespace epfuse::unfused::fp8_layout {
 
-// k-blocks of a block row of a BLK128x128 scale tensor as cuBLASLt reads it.
-EPFUSE_HD int padded_k_blocks(int k) { return (fp8::num_blocks(k) + 3) / 4 * 4; }
-
-// Floats of one expert's weight scales in the cuBLASLt layout, n x k weights.
-EPFUSE_HD int64_t weight_scale_floats(int n, int k) {
-  return static_cast<int64_t>(fp8::num_blocks(n)) * padded_k_blocks(k);
-}
+// The weights' padded block layout (weights/block_scales.h), as cuBLASLt's BLK128x128_32F reads it.
+using ::epfuse::weights::padded_k_blocks;
+using ::epfuse::weights::weight_scale_floats;
 
 // The token-count multiple of every FP8 GEMM. Measured on cuBLASLt 13.0 / H200 (bf16 and fp32 output,
 // m = 384/768/1536, k = 256/2048): n = 16, 128, 256 ran; n = 1, 2, 7, 19, 26, 27, 31, 41, 93, 955

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "common/env.h"
 #include "epfuse/error.h"
 
 namespace epfuse::unfused {
@@ -42,6 +43,9 @@ std::optional<GemmPath> parse_gemm_path_override(const char* value) {
                                                "\": expected grouped, loop or auto (unset = auto)");
 }
 
-std::optional<GemmPath> gemm_path_override_from_env() { return parse_gemm_path_override(std::getenv(kGemmPathEnv)); }
+std::optional<GemmPath> gemm_path_override_from_env() {
+  const std::optional<std::string> value = env::text(kGemmPathEnv);
+  return parse_gemm_path_override(value ? value->c_str() : nullptr);
+}
 
 }  // namespace epfuse::unfused

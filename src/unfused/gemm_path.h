@@ -36,7 +36,7 @@ GemmPath choose_gemm_path(std::span<const int> expert_rows);
 // The value of EPFUSE_UNFUSED_GEMM (for measurement): "grouped" or "loop" force a path; unset,
 // empty or "auto" leave the choice to the heuristic. Throws Error(kInvalidArgument) for anything else.
 std::optional<GemmPath> parse_gemm_path_override(const char* value);
-// parse_gemm_path_override(getenv("EPFUSE_UNFUSED_GEMM")).
+// parse_gemm_path_override of EPFUSE_UNFUSED_GEMM (common/env.h).
 std::optional<GemmPath> gemm_path_override_from_env();
 
 // What the layer runs: the override when given, else the heuristic.

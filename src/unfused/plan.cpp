@@ -15,8 +15,9 @@ constexpr size_t kAlign = 16;
 size_t aligned(size_t bytes) { return static_cast<size_t>(round_up(static_cast<int64_t>(bytes), kAlign)); }
 }  // namespace
 
-UnfusedPlan plan_unfused(const LayerConfig& cfg, int world_size) {
-  validate_config(cfg, world_size);
+UnfusedPlan plan_unfused(const detail::CheckedConfig& checked) {
+  const LayerConfig& cfg = checked.config();
+  const int world_size = checked.world_size();
   UnfusedPlan p;
   p.world_size = world_size;
   p.experts_per_rank = cfg.experts_per_rank(world_size);

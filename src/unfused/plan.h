@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "common/checked_config.h"
 #include "epfuse/config.h"
 
 namespace epfuse::unfused {
@@ -37,8 +38,8 @@ struct UnfusedPlan {
   size_t error_key_offset = 0;    // uint64: protocol.h bad_expert_key, atomicMax
 };
 
-// Throws Error(kInvalidConfig) for an invalid config and Error(kUnsupported) when a bound does not
-// fit the kernels' 32-bit row indices.
-UnfusedPlan plan_unfused(const LayerConfig& cfg, int world_size);
+// For a checked config (checked_config.h: validated once, at creation). Throws Error(kUnsupported)
+// when a bound does not fit the kernels' 32-bit row indices.
+UnfusedPlan plan_unfused(const detail::CheckedConfig& checked);
 
 }  // namespace epfuse::unfused

@@ -20,11 +20,11 @@
 #include "unfused/fp8_gemm.h"
 #include "unfused/fp8_kernels.h"
 #include "unfused/fp8_layout.h"
-#include "unfused/fp8_weights.h"
 #include "unfused/gemm_path.h"
 #include "unfused/grouped_gemm.h"
 #include "unfused/kernels.h"
 #include "unfused/plan.h"
+#include "weights/fp8_weights.h"
 
 namespace epfuse::unfused {
 namespace {
@@ -34,7 +34,7 @@ enum Mark { kStart, kDispatched, kComputed, kCombined, kMarks };
 
 class UnfusedLayer final : public MoeLayer {
  public:
-  UnfusedLayer(const LayerConfig& cfg, Communicator& comm, const ExpertWeights& weights);
+  UnfusedLayer(const detail::CheckedConfig& cfg, Communicator& comm, const ExpertWeights& weights);
   ~UnfusedLayer() override;
 
   void forward(const TokenBatch& in, bf16* y, cudaStream_t stream) override;
@@ -106,13 +106,13 @@ class UnfusedLayer final : public MoeLayer {
   std::array<cudaEvent_t, kMarks> events_{};
 };
 
-UnfusedLayer::UnfusedLayer(const LayerConfig& cfg, Communicator& comm, const ExpertWeights& weights)
-    : cfg_(cfg),
+UnfusedLayer::UnfusedLayer(const detail::CheckedConfig& checked, Communicator& comm, const ExpertWeights& weights)
+    : cfg_(checked.config()),
       comm_obj_(comm),
       comm_(comm.nccl()),
       rank_(comm.rank()),
       weights_(weights),
-      plan_(plan_unfused(cfg, comm.world_size())),
+      plan_(plan_unfused(checked)),
       send_(plan_.send_bytes),
       recv_(plan_.recv_bytes),
       rows_(plan_.rows_bytes),
@@ -127,6 +127,7 @@ UnfusedLayer::UnfusedLayer(const LayerConfig& cfg, Communicator& comm, const Exp
       gemm_up_(plan_.experts_per_rank),
       gemm_down_(plan_.experts_per_rank),
       forced_gemm_path_(gemm_path_override_from_env()) {
+  const LayerConfig& cfg = cfg_;
   shape_.hidden = cfg.hidden;
   shape_.intermediate = cfg.intermediate;
   shape_.topk = cfg.topk;
@@ -180,12 +181,12 @@ UnfusedLayer::~UnfusedLayer() {
 void UnfusedLayer::init_fp8(const ExpertWeights& weights) {
   const std::string who = "rank " + std::to_string(rank_) + ": MoeLayer::create: ";
   const int local = plan_.experts_per_rank, H = cfg_.hidden, I = cfg_.intermediate;
-  if (const std::string problem = check_fp8_weight_pointers(cfg_, local, weights); !problem.empty())
+  if (const std::string problem = weights::check_fp8_weight_pointers(cfg_, local, weights); !problem.empty())
     throw Error(ErrorCode::kInvalidArgument, who + problem);
   fp8_ = true;
   const auto convert = [&](const void* device, int64_t count, int matrices, int rows, int k, const char* name) {
     const std::vector<float> blocked =
-        read_block_scales(device, count, cfg_.scale_format, matrices, rows, k, name, who).blocked;
+        weights::read_block_scales(device, count, cfg_.scale_format, matrices, rows, k, name, who).blocked;
     detail::DeviceBuffer out(blocked.size() * sizeof(float));
     EPFUSE_CUDA_CHECK(cudaMemcpy(out.as(), blocked.data(), out.bytes(), cudaMemcpyHostToDevice));
     return out;
@@ -419,7 +420,8 @@ std::optional<PhaseTimes> UnfusedLayer::last_phase_times() {
 
 }  // namespace
 
-std::unique_ptr<MoeLayer> make_unfused_layer(const LayerConfig& cfg, Communicator& comm, const ExpertWeights& weights) {
+std::unique_ptr<MoeLayer> make_unfused_layer(const detail::CheckedConfig& cfg, Communicator& comm,
+                                             const ExpertWeights& weights) {
   // Its all-to-alls are NCCL collectives, and NCCL cannot put two ranks on one GPU.
   if (comm.transport() != Transport::kNccl)
     throw Error(ErrorCode::kUnsupported, "rank " + std::to_string(comm.rank()) +

@@ -3,13 +3,15 @@
 #pragma once
 #include <memory>
 
+#include "common/checked_config.h"
 #include "epfuse/communicator.h"
 #include "epfuse/layer.h"
 
 namespace epfuse::unfused {
 
-// cfg must already be valid for comm.world_size() (MoeLayer::create validates). Allocates every
-// buffer now (plan.h); no collective call.
-std::unique_ptr<MoeLayer> make_unfused_layer(const LayerConfig& cfg, Communicator& comm, const ExpertWeights& weights);
+// cfg checked for comm.world_size() (MoeLayer::create). Allocates every buffer now (plan.h); no
+// collective call.
+std::unique_ptr<MoeLayer> make_unfused_layer(const detail::CheckedConfig& cfg, Communicator& comm,
+                                             const ExpertWeights& weights);
 
 }  // namespace epfuse::unfused

@@ -65,7 +65,7 @@ struct FusedParams {
   // kernels' parameter offsets and code are unchanged). w13_map / w2_map above are then the FP8 views
   // (weight_tensor_map_fp8: box 128 bytes x 128 rows). The weight block scales are fp32 (UE8M0 converted
   // at creation), each 128-row block's K-block scales padded to a multiple of 4 floats
-  // (unfused/fp8_layout.h padded_k_blocks): w13 row block b (of L * 2I / 128) at w13_scales + b * w13_kb,
+  // (weights/block_scales.h padded_k_blocks): w13 row block b (of L * 2I / 128) at w13_scales + b * w13_kb,
   // w2 row block b (of L * H / 128) at w2_scales + b * w2_kb. x_offset: the private fp8_x region (this
   // rank's own rows, regions.h). scale_format: of the activation groups (x, h).
   struct {

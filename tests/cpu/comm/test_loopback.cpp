@@ -18,7 +18,7 @@
 #include <thread>
 #include <vector>
 
-#include "comm/agree.h"
+#include "comm/collective_step.h"
 #include "comm/loopback_hub.h"
 #include "common/hash.h"
 #include "epfuse/communicator.h"
@@ -509,7 +509,7 @@ TEST(Loopback, DeviceCommIsUnsupported) {
 
 // The hub hands a shared handle to every rank and keeps no reference once all have their copy, and
 // drops a deposited handle when the round fails, so an allocation's lifetime is the ranks' alone.
-// agree_on_step (src/comm/agree.h): a setup step's local failure on one rank fails every rank, with
+// agree_on_step (src/comm/collective_step.h): a setup step's local failure on one rank fails every rank, with
 // the failed rank's own message, instead of leaving the others in the next collective.
 TEST(Agree, EveryRankSucceedsAndGoesOn) {
   LoopbackWorld world(3, 0, kLong);

@@ -153,7 +153,7 @@ TEST(Layout, RowVecWalkVisitsEveryElementOnce) {
 
 TEST(Plan, SizesForASmallConfig) {
   // H 256, I 128, E 16, k 4, T 10, R 2: El 8.
-  const UnfusedPlan p = plan_unfused(small_config(16, 4, 10), 2);
+  const UnfusedPlan p = plan_unfused(detail::CheckedConfig::check(small_config(16, 4, 10), 2));
   EXPECT_EQ(p.experts_per_rank, 8);
   EXPECT_EQ(p.counts_words, 5 + 8);
   EXPECT_EQ(p.record_bytes, 256 * 2 + 32);
@@ -179,15 +179,15 @@ TEST(Plan, SizesForASmallConfig) {
 
 TEST(Plan, BoundsUseTheSmallerOfTopkAndRanksOrLocalExperts) {
   // One expert per rank: a token asks each rank for at most one expert.
-  const UnfusedPlan one = plan_unfused(small_config(4, 4, 8), 4);
+  const UnfusedPlan one = plan_unfused(detail::CheckedConfig::check(small_config(4, 4, 8), 4));
   EXPECT_EQ(one.max_send_records, 8 * 4);
   EXPECT_EQ(one.max_expert_rows, 4 * 8 * 1);
   // k = 1: a token goes to one rank.
-  const UnfusedPlan single = plan_unfused(small_config(16, 1, 8), 4);
+  const UnfusedPlan single = plan_unfused(detail::CheckedConfig::check(small_config(16, 1, 8), 4));
   EXPECT_EQ(single.max_send_records, 8);
   EXPECT_EQ(single.max_expert_rows, 4 * 8);
   // One rank holds everything: rows bounded by k.
-  const UnfusedPlan alone = plan_unfused(small_config(16, 8, 8), 1);
+  const UnfusedPlan alone = plan_unfused(detail::CheckedConfig::check(small_config(16, 8, 8), 1));
   EXPECT_EQ(alone.max_send_records, 8);
   EXPECT_EQ(alone.max_recv_records, 8);
   EXPECT_EQ(alone.max_expert_rows, 8 * 8);
@@ -195,7 +195,7 @@ TEST(Plan, BoundsUseTheSmallerOfTopkAndRanksOrLocalExperts) {
 
 TEST(Plan, RejectsInvalidConfig) {
   try {
-    plan_unfused(small_config(6, 2, 8), 4);  // 6 experts on 4 ranks
+    plan_unfused(detail::CheckedConfig::check(small_config(6, 2, 8), 4));  // 6 experts on 4 ranks
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kInvalidConfig);
@@ -211,7 +211,7 @@ TEST(Plan, LargestFactsConfig) {
   cfg.num_experts = 256;
   cfg.topk = 8;
   cfg.max_tokens_per_rank = 4096;
-  const UnfusedPlan p = plan_unfused(cfg, 4);
+  const UnfusedPlan p = plan_unfused(detail::CheckedConfig::check(cfg, 4));
   EXPECT_EQ(p.max_expert_rows, 131072);
   EXPECT_EQ(p.rows_bytes, size_t{131072} * 7168 * 2);
   EXPECT_EQ(p.inter_bytes, size_t{131072} * 4096 * 2);
@@ -531,7 +531,7 @@ TEST_P(Protocol, EverySlotReachesItsExpertAndComesBack) {
   const Case& c = GetParam();
   const int max_tokens = std::max(1, *std::max_element(c.tokens.begin(), c.tokens.end()));
   const LayerConfig cfg = small_config(c.experts, c.topk, max_tokens);
-  const UnfusedPlan plan = plan_unfused(cfg, c.world);
+  const UnfusedPlan plan = plan_unfused(detail::CheckedConfig::check(cfg, c.world));
   std::mt19937 rng(1234 + c.world * 7 + c.experts * 3 + c.topk);
   std::vector<RankInput> in;
   for (int r = 0; r < c.world; ++r) in.push_back(make_input(cfg, c.tokens[r], c.routing, rng));
@@ -563,7 +563,7 @@ TEST(Protocol, WorstCaseReachesThePlanBoundsExactly) {
   // receives 4*T, computes 4*T rows: the plan's bounds are tight.
   const int R = 4, T = 6;
   const LayerConfig cfg = small_config(4, 4, T);
-  const UnfusedPlan plan = plan_unfused(cfg, R);
+  const UnfusedPlan plan = plan_unfused(detail::CheckedConfig::check(cfg, R));
   std::mt19937 rng(7);
   std::vector<RankInput> in;
   for (int r = 0; r < R; ++r) in.push_back(make_input(cfg, T, Routing::kAllToAll, rng));

@@ -160,7 +160,7 @@ TEST(Faults, OffWhenUnsetOrAnotherRank) {
   });
 }
 
-// Failure-safe creation (src/comm/agree.h): one rank's workspace creation fails (as an allocation
+// Failure-safe creation (src/comm/collective_step.h): one rank's workspace creation fails (as an allocation
 // failure would); every rank's creation fails within the bound, the others naming that rank and its
 // message, and a later creation on every rank works.
 TEST(Faults, CreationFailureOnOneRankFailsEveryRank) {

@@ -4,6 +4,7 @@
 // into the same Error on every rank.
 #pragma once
 
+#include "common/checked_config.h"
 #include "epfuse/config.h"
 #include "epfuse/layer.h"
 
@@ -20,7 +21,9 @@ class Communicator;
 //     swiglu_clamp (bit for bit) or impl: Error(kInvalidConfig) "rank R: <what>: ranks disagree on
 //     <first differing field>: rank 0 = v0, rank 1 = v1, ...".
 // num_sms is gathered for check_config but never compared: each rank chooses its own SM budget.
-// `what` names the caller, e.g. "MoeLayer::create".
-void check_same_config_on_every_rank(Communicator& comm, const LayerConfig& cfg, Impl impl, const char* what);
+// `what` names the caller, e.g. "MoeLayer::create". Returns cfg as checked for comm.world_size(): the
+// one validation of the creation (the layers, plans and workspaces take the CheckedConfig).
+detail::CheckedConfig check_same_config_on_every_rank(Communicator& comm, const LayerConfig& cfg, Impl impl,
+                                                      const char* what);
 
 }  // namespace epfuse

@@ -1,4 +1,4 @@
-#include "unfused/fp8_weights.h"
+#include "weights/fp8_weights.h"
 
 #include <cmath>
 #include <cstdio>
@@ -9,9 +9,9 @@
 #include "common/check.h"
 #include "common/fp8.h"
 #include "epfuse/error.h"
-#include "unfused/fp8_layout.h"
+#include "weights/block_scales.h"
 
-namespace epfuse::unfused {
+namespace epfuse::weights {
 
 int64_t w13_scale_count(const LayerConfig& cfg, int experts_per_rank) {
   return int64_t{experts_per_rank} * fp8::w13_scale_rows(cfg.intermediate) * fp8::num_blocks(cfg.hidden);
@@ -54,9 +54,9 @@ std::string check_fp8_weight_pointers(const LayerConfig& cfg, int experts_per_ra
   return "";
 }
 
-std::vector<float> to_cublaslt_block_scales(const void* scales, ScaleFormat format, int matrices, int rows, int k,
+std::vector<float> to_padded_block_scales(const void* scales, ScaleFormat format, int matrices, int rows, int k,
                                             const std::string& name) {
-  const int kb = fp8::num_blocks(k), padded = fp8_layout::padded_k_blocks(k);
+  const int kb = fp8::num_blocks(k), padded = padded_k_blocks(k);
   std::vector<float> out(static_cast<size_t>(matrices) * rows * padded, 1.0f);
   const auto* f = static_cast<const float*>(scales);
   const auto* e = static_cast<const uint8_t*>(scales);
@@ -92,11 +92,11 @@ CheckedScales read_block_scales(const void* device_scales, int64_t count, ScaleF
   s.raw.resize(static_cast<size_t>(count) * (format == ScaleFormat::kFp32 ? sizeof(float) : 1));
   EPFUSE_CUDA_CHECK(cudaMemcpy(s.raw.data(), device_scales, s.raw.size(), cudaMemcpyDeviceToHost));
   try {
-    s.blocked = to_cublaslt_block_scales(s.raw.data(), format, matrices, rows, k, name);
+    s.blocked = to_padded_block_scales(s.raw.data(), format, matrices, rows, k, name);
   } catch (const Error& e) {
     throw Error(e.code(), prefix + e.what());
   }
   return s;
 }
 
-}  // namespace epfuse::unfused
+}  // namespace epfuse::weights

@@ -1,5 +1,5 @@
-// Creation-time agreement of the ranks on a layer's configuration (agreement.h).
-#include "layer/agreement.h"
+// Creation-time agreement of the ranks on a layer's configuration (config_agreement.h).
+#include "layer/config_agreement.h"
 
 #include <array>
 #include <bit>
@@ -73,7 +73,8 @@ std::string show(int field, double v) {
 
 }  // namespace
 
-void check_same_config_on_every_rank(Communicator& comm, const LayerConfig& cfg, Impl impl, const char* what) {
+detail::CheckedConfig check_same_config_on_every_rank(Communicator& comm, const LayerConfig& cfg, Impl impl,
+                                                      const char* what) {
   const std::array<double, kFields> mine = pack(cfg, impl);
   const std::vector<double> all = comm.all_gather(mine);
   const int world = comm.world_size();
@@ -96,6 +97,7 @@ void check_same_config_on_every_rank(Communicator& comm, const LayerConfig& cfg,
       listed += (r > 0 ? ", rank " : "rank ") + std::to_string(r) + " = " + show(field, rank_values(r)[field]);
     throw Error(ErrorCode::kInvalidConfig, head + "ranks disagree on " + kNames[field] + ": " + listed);
   }
+  return detail::CheckedConfig::check(cfg, world);  // valid: checked above as rank comm.rank()'s
 }
 
 }  // namespace epfuse

@@ -1,4 +1,4 @@
-#include "comm/agree.h"
+#include "comm/collective_step.h"
 
 #include <algorithm>
 #include <cstdint>

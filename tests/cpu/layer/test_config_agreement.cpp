@@ -1,4 +1,4 @@
-// The creation-time config agreement (src/layer/agreement.h) between the rank threads of a
+// The creation-time config agreement (src/layer/config_agreement.h) between the rank threads of a
 // LoopbackWorld: one rank with a different or an invalid config makes EVERY rank throw
 // Error(kInvalidConfig) naming the field (or the invalid rank), and equal configs pass. The function
 // is called directly: MoeLayer::create would go on to CUDA after it. No GPU needed.
@@ -15,7 +15,7 @@
 #include "epfuse/error.h"
 #include "epfuse/layer.h"
 #include "epfuse/workspace.h"
-#include "layer/agreement.h"
+#include "layer/config_agreement.h"
 
 namespace epfuse {
 namespace {

@@ -1,0 +1,67 @@
+// Internal: the one place that reads the environment. kEnvironment lists every variable the library
+// reads, with its meaning and default (README's "Environment variables" table is checked against it,
+// tests/cpu/core/test_env.cpp); the functions below read and parse them, and nothing else in src/
+// calls getenv (tools/ read their own, through tools/common). Implemented in src/core/env.cpp.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace epfuse::env {
+
+struct Variable {
+  std::string_view name;
+  std::string_view meaning;
+  std::string_view fallback;  // what applies when it is unset
+};
+
+// Every variable the library reads, in README's order.
+inline constexpr Variable kEnvironment[] = {
+    {"RANK", "this process's rank (BootstrapOptions::from_env)", "required"},
+    {"WORLD_SIZE", "the number of ranks (BootstrapOptions::from_env)", "required"},
+    {"LOCAL_RANK", "this process's GPU on its node", "RANK"},
+    {"MASTER_ADDR", "the host of rank 0's TCP store, which serves the NCCL id", "127.0.0.1"},
+    {"MASTER_PORT", "the port of rank 0's TCP store", "29500"},
+    {"EPFUSE_JOB_ID", "the job id: ranks of other jobs on the same port are refused", "TORCHELASTIC_RUN_ID"},
+    {"TORCHELASTIC_RUN_ID", "torchrun's job id, used when EPFUSE_JOB_ID is unset", "empty (no job id)"},
+    {"EPFUSE_BOOTSTRAP_TIMEOUT_MS", "how long ranks wait for the NCCL id from rank 0", "120000"},
+    {"EPFUSE_COLLECTIVE_TIMEOUT_MS", "the bound on every host collective of a communicator", "300000"},
+    {"CUDA_VISIBLE_DEVICES", "named in the error when LOCAL_RANK exceeds the visible GPUs", "all GPUs"},
+    {"CUDA_DEVICE_MAX_CONNECTIONS",
+     "CUDA's hardware queues; the fused layer refuses a one-GPU world larger than it (LoopbackWorld sets 32)", "8"},
+    {"EPFUSE_TIMEOUT_MS", "the fused kernel's device-side wait bound", "20000"},
+    {"EPFUSE_PROFILE", "1: rank 0 prints the fused kernel's per-phase profile when timing stops", "off"},
+    {"EPFUSE_UNFUSED_GEMM", "the unfused chain's expert GEMMs: grouped, loop or auto", "auto"},
+    {"EPFUSE_FAULT", "fault injection for tests: rank=R,kind=K[,call=N][,ms=M] (src/fused/fault.h)", "off"},
+    {"EPFUSE_TRACE_FILE", "builds with EPFUSE_TRACE: the CSV file the fused kernel's timeline is appended to",
+     "off (nothing recorded)"},
+    {"EPFUSE_TRACE_LAUNCH", "builds with EPFUSE_TRACE: which launch of each problem is recorded", "20"},
+};
+
+// The raw text of `name`, nullopt when unset. `name` must be one of kEnvironment's (else
+// Error(kInternal)): every read goes through the table.
+std::optional<std::string> text(std::string_view name);
+
+// --- bootstrap (BootstrapOptions::from_env, Communicator::borrow): Error(kBootstrap) naming the
+// variable and its text.
+// A whole-string integer in [lo, hi]; unset: `fallback`, or an error when `required`.
+long long bootstrap_integer(std::string_view name, bool required, long long fallback, long long lo, long long hi);
+// EPFUSE_JOB_ID, else TORCHELASTIC_RUN_ID, else nullopt.
+std::optional<std::string> job_id();
+
+// --- the fused layer.
+// EPFUSE_TIMEOUT_MS: milliseconds in [1, 86400000], 20000 when unset or empty; otherwise
+// Error(kInvalidArgument) "rank R: EPFUSE_TIMEOUT_MS = '<text>' is not a whole number ...".
+uint64_t fused_timeout_ms(int rank);
+// EPFUSE_PROFILE == "1".
+bool profile_print();
+// CUDA_DEVICE_MAX_CONNECTIONS: a positive integer, capped at LoopbackWorld::kMaxConnections; CUDA's
+// default 8 when unset or malformed.
+int device_max_connections();
+
+// --- tracing (builds with EPFUSE_TRACE).
+// EPFUSE_TRACE_LAUNCH as an integer (atoi), 20 when unset.
+int trace_launch();
+
+}  // namespace epfuse::env
