@@ -2,8 +2,8 @@
 // and device), so they can be unit-tested and printed. A shape names a TileGemm (mma.sync,
 // src/device/gemm/gemm_mainloop.cuh) or, for the kWgmma shapes, a TileGemmWgmma
 // (src/device/gemm/gemm_mainloop_wgmma.cuh); it is a compile-time property of a kernel. The fused kernel is
-// instantiated for kFusedTileShapes only (picked by choose_gemm_tile_sm90); the other shapes serve the
-// tile tests and benchmarks (tests/gpu/gemm).
+// instantiated for kFusedTileShapes only (picked by choose_gemm_tile_sm90); kWgmmaM128N256 is the
+// all-thread twin of kTmaM128N256's math side, for the tile tests and benchmarks (tests/gpu/gemm).
 #pragma once
 #include "common/host_device.h"
 
@@ -39,27 +39,12 @@ struct GemmTileShape {
   constexpr bool operator==(const GemmTileShape&) const = default;
 };
 
-// Large groups (>= 256 rows per expert): compute-bound, and with mma.sync the limit is shared-memory
-// bandwidth (128 B/clk/SM) more than the tensor cores: a warp tile of 64x64 reads 8 ldmatrix.x4 (4 KiB)
-// per 32 mma (k16), against 6 per 16 for a 64x32 warp tile, i.e. 33% fewer smem bytes per flop.
-// 8 warps as 2x4 over 128x256; 128 accumulators per thread (~245 registers, no spills at 1 CTA/SM).
-// K-block 64 = one 128-byte swizzle row; 4 stages = 192 KiB, 3 k-blocks in flight.
-inline constexpr GemmTileShape kTileM128N256{128, 256, 64, 4, 2, 4};
-// 65..255 rows: 128x128 with 2x4 warps (64x32 warp tiles, 6 ldmatrix.x4 per 16 mma), twice the tiles
-// of the N256 shape so that few experts still fill 132 SMs. 4 stages = 128 KiB.
-inline constexpr GemmTileShape kTileM128{128, 128, 64, 4, 2, 4};
-// Mid-size groups (33..~100 rows, or row counts where 128-row tiles would pad > 25%): half the padding
-// of M128, same 2x4 warps (32x32 warp tiles). The B tile dominates smem, so 6 stages fit in 144 KiB and
-// keep more weight bytes in flight per SM (this shape starts to be bound by weight reads).
-inline constexpr GemmTileShape kTileM64{64, 128, 64, 6, 2, 4};
 // Decode (<= 32 rows per expert): the layer is bound by weight bytes (1.3 ms of weights vs 0.1 ms of
 // math at dsv3 T=128 on an H200; tools/bench/floor.h computes both), so the tile is shaped for bytes in flight, not for math: M = 32
 // (the mma m16 pair), K-block 128 so each stage moves 32 KiB of weights, 4 stages = 160 KiB of smem,
 // ~96 KiB of weights in flight per SM (132 SMs x 96 KiB / ~2 us latency ~ 6 TB/s > HBM). 8 warps as
 // 1x8 (32x16 warp tiles) so many threads issue copies.
 inline constexpr GemmTileShape kTileM32{32, 128, 128, 4, 1, 8};
-
-inline constexpr GemmTileShape kGemmTileShapes[] = {kTileM128N256, kTileM128, kTileM64, kTileM32};
 
 // Hopper wgmma shapes (TileGemmWgmma): 2 warpgroups of 64 rows (warps 8 x 1), K-block 64 = one 128-byte
 // swizzle row. The tensor cores read both operands from shared memory, so unlike mma.sync there is no
@@ -80,38 +65,6 @@ inline constexpr GemmTileShape kTmaM128N256{128, 256, 64, 4, 8, 1, GemmMma::kWgm
 // k? The mainloop has no K tail and no N tail: k % block_k == 0, n % block_n == 0.
 EPFUSE_HD bool gemm_tile_supports(GemmTileShape s, int n, int k) {
   return n > 0 && k > 0 && n % s.block_n == 0 && k % s.block_k == 0;
-}
-
-EPFUSE_HD int round_up(int v, int multiple) { return (v + multiple - 1) / multiple * multiple; }
-
-// The tile shape for experts of about rows_per_expert rows (the mean; the caller may pass the max),
-// computing n tile columns over k. Rules, in order:
-//  1. <= 32 rows: kTileM32. Weight-bound; a larger M only adds padding rows to the math.
-//  2. <= 64 rows: kTileM64.
-//  3. otherwise an M = 128 shape, unless its padded row count exceeds M64's by more than 25% (e.g.
-//     129..192 rows: 256 vs 192 padded); then kTileM64. Padding beyond that costs more than the
-//     better operand reuse of the larger tile saves.
-//  4. M = 128 with >= 256 rows: kTileM128N256 (>= 2 m-blocks per expert, so tiles stay plentiful);
-//     else kTileM128.
-//  A shape that cannot tile (n, k) falls back to the next one that can (all need k % 64 == 0 and
-//  n % 128 == 0; N256 needs n % 256 == 0, M32 k % 128 == 0). Returns block_m == 0 when none fits.
-EPFUSE_HD GemmTileShape choose_gemm_tile(int rows_per_expert, int n, int k) {
-  // Local copies: device code cannot refer to the namespace-scope (host) constants.
-  constexpr GemmTileShape m128n256 = kTileM128N256, m128 = kTileM128, m64 = kTileM64, m32 = kTileM32;
-  GemmTileShape preferred = rows_per_expert >= 256 ? m128n256 : m128;
-  if (rows_per_expert <= 32) {
-    preferred = m32;
-  } else if (rows_per_expert <= 64) {
-    preferred = m64;
-  } else if (4 * round_up(rows_per_expert, 128) > 5 * round_up(rows_per_expert, 64)) {
-    preferred = m64;
-  }
-  if (gemm_tile_supports(preferred, n, k)) return preferred;
-  // Otherwise any shape that fits, largest M first.
-  if (gemm_tile_supports(m128, n, k)) return m128;
-  if (gemm_tile_supports(m64, n, k)) return m64;
-  if (gemm_tile_supports(m32, n, k)) return m32;
-  return GemmTileShape{0, 0, 0, 0, 0, 0};
 }
 
 // The Hopper choice (measured on one H200, tests/gpu/gemm/bench_tile_gemm, grouped Linear1+SwiGLU+Linear2

@@ -49,7 +49,7 @@ TEST(GemmMaps, LdmatrixPhasesAreBankConflictFree) {
 }
 
 TEST(GemmMaps, FragmentOwnershipCoversTileOnce) {
-  for (const fused::GemmTileShape& s : fused::kGemmTileShapes) {
+  for (const fused::GemmTileShape& s : {fused::kTileM32}) {  // the kernel's mma.sync shape
     const int wtm = s.block_m / s.warps_m, wtn = s.block_n / s.warps_n;
     std::vector<int> hits(s.block_m * s.block_n, 0);
     for (int tid = 0; tid < s.threads(); ++tid)
@@ -68,7 +68,7 @@ TEST(GemmMaps, FragmentOwnershipCoversTileOnce) {
 }
 
 TEST(GemmMaps, LoadsCoverTileOnce) {
-  for (const fused::GemmTileShape& s : fused::kGemmTileShapes) {
+  for (const fused::GemmTileShape& s : {fused::kTileM32}) {  // the kernel's mma.sync shape
     for (int rows : {s.block_m, s.block_n}) {
       const int chunks = rows * s.block_k / kChunkElems;
       std::vector<int> hits(chunks, 0);
@@ -141,7 +141,7 @@ TEST(GemmMaps, EmulatedWarpMmaMatchesProduct) {
 
 TEST(GemmMaps, SwigluInterleavePairsGateAndUpInOneThread) {
   constexpr int kInter = 768;
-  for (const fused::GemmTileShape& s : fused::kGemmTileShapes) {
+  for (const fused::GemmTileShape& s : {fused::kTileM32}) {  // the kernel's mma.sync shape
     const int wtm = s.block_m / s.warps_m, wtn = s.block_n / s.warps_n;
     for (int n_block = 0; n_block < 2 * kInter / s.block_n; ++n_block) {
       const int n_out0 = n_block * s.block_n / 2;
@@ -171,36 +171,6 @@ TEST(GemmMaps, SwigluInterleavePairsGateAndUpInOneThread) {
             }
     }
   }
-}
-
-TEST(GemmHeuristics, ChoosesByRowsPerExpert) {
-  using fused::choose_gemm_tile;
-  EXPECT_EQ(choose_gemm_tile(1, 4096, 7168), fused::kTileM32);
-  EXPECT_EQ(choose_gemm_tile(16, 4096, 7168), fused::kTileM32);   // dsv3 T=128
-  EXPECT_EQ(choose_gemm_tile(32, 1536, 2048), fused::kTileM32);   // qwen3 T=128
-  EXPECT_EQ(choose_gemm_tile(33, 1536, 2048), fused::kTileM64);
-  EXPECT_EQ(choose_gemm_tile(64, 1536, 2048), fused::kTileM64);
-  EXPECT_EQ(choose_gemm_tile(100, 1536, 2048), fused::kTileM128);
-  EXPECT_EQ(choose_gemm_tile(128, 4096, 7168), fused::kTileM128);  // dsv3 T=1024
-  EXPECT_EQ(choose_gemm_tile(150, 4096, 7168), fused::kTileM64);   // 256 padded vs 192
-  EXPECT_EQ(choose_gemm_tile(255, 4096, 7168), fused::kTileM128);
-  EXPECT_EQ(choose_gemm_tile(512, 4096, 7168), fused::kTileM128N256);  // dsv3 T=4096
-  EXPECT_EQ(choose_gemm_tile(512, 7168 + 128, 2048), fused::kTileM128);  // n % 256 != 0
-  EXPECT_EQ(choose_gemm_tile(4096, 28672, 4096), fused::kTileM128N256);
-  // k % 128 != 0 rules out the decode shape; nothing tiles n % 128 != 0.
-  EXPECT_EQ(choose_gemm_tile(16, 1536, 192), fused::kTileM128);
-  EXPECT_EQ(choose_gemm_tile(16, 1000, 2048).block_m, 0);
-}
-
-TEST(GemmHeuristics, ChoiceAlwaysSupportsShape) {
-  for (int rows : {0, 1, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 191, 192, 193, 300, 512, 4096})
-    for (int n : {128, 256, 1536, 4096, 7168, 28672})
-      for (int k : {64, 128, 192, 768, 2048, 7168}) {
-        const fused::GemmTileShape s = fused::choose_gemm_tile(rows, n, k);
-        ASSERT_NE(s.block_m, 0);
-        EXPECT_TRUE(fused::gemm_tile_supports(s, n, k));
-        EXPECT_LE(s.smem_bytes(), 227 * 1024);  // H100/H200 opt-in limit per block
-      }
 }
 
 }  // namespace

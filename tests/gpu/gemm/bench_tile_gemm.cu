@@ -2,7 +2,7 @@
 // + SwiGLU, Linear2) at the per-GPU expert shapes of the bench's seven configs (tools/bench/options.h)
 // at world 4 (E/4 local experts, T * 4 * k / E rows per expert, uniform), rows gathered from a pool of
 // T * 4 tokens.
-// For each config: the heuristics' tile shapes (choose_gemm_tile: *, choose_gemm_tile_sm90: +) and every
+// For each config: the heuristic's tile shape (choose_gemm_tile_sm90: +) and every
 // other shape (mma.sync TileGemm and wgmma TileGemmWgmma), median of 20
 // timed runs (cudaEvents, after warm-up), as ms, TFLOP/s and weight bytes read per second.
 // Usage: bench_tile_gemm [iters=20]. Not a ctest; exit 77 without a GPU.
@@ -83,7 +83,6 @@ void bench_config(const BenchConfig& c, int num_sms, int iters) {
 
   const double flops = 2.0 * rows * 3.0 * c.H * c.I;
   const double weight_bytes = 2.0 * experts * 3.0 * c.H * c.I;
-  const GemmTileShape chosen = epfuse::fused::choose_gemm_tile(rows_per_expert, 2 * c.I, c.H);
   const GemmTileShape chosen_sm90 = epfuse::fused::choose_gemm_tile_sm90(rows_per_expert, 2 * c.I, c.H);
   for (const GemmTileShape& shape : epfuse::test::all_tile_shapes()) {
     if (!epfuse::fused::gemm_tile_supports(shape, 2 * c.I, c.H) ||
@@ -94,11 +93,10 @@ void bench_config(const BenchConfig& c, int num_sms, int iters) {
     const float ms1 = time_median_ms(shape, args, plan, num_sms, epfuse::test::kLinear1, iters);
     const float ms2 = time_median_ms(shape, args, plan, num_sms, epfuse::test::kLinear2, iters);
     const bool wgmma = shape.mma == epfuse::fused::GemmMma::kWgmma;
-    std::printf("%-9s T=%-5d experts=%-3d rows/expert=%-5d tile=%3dx%dx%d s%d %-8s %s%s  %7.3f ms  %6.1f TFLOP/s  "
+    std::printf("%-9s T=%-5d experts=%-3d rows/expert=%-5d tile=%3dx%dx%d s%d %-8s %s  %7.3f ms  %6.1f TFLOP/s  "
                 "%5.2f TB/s weights   (L1 %6.3f ms %6.1f TF/s, L2 %6.3f ms %6.1f TF/s)\n",
                 c.name, c.tokens_per_rank, experts, rows_per_expert, shape.block_m, shape.block_n, shape.block_k,
-                shape.stages, wgmma ? "wgmma" : "mma.sync", shape == chosen ? "*" : " ",
-                shape == chosen_sm90 ? "+" : " ", ms, flops / ms * 1e-9, weight_bytes / ms * 1e-9, ms1,
+                shape.stages, wgmma ? "wgmma" : "mma.sync", shape == chosen_sm90 ? "+" : " ", ms, flops / ms * 1e-9, weight_bytes / ms * 1e-9, ms1,
                 flops * 2.0 / 3.0 / ms1 * 1e-9, ms2, flops / 3.0 / ms2 * 1e-9);
   }
 }
@@ -112,7 +110,7 @@ int main(int argc, char** argv) {
     int num_sms = 0;
     EPFUSE_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, 0));
     std::printf("grouped expert FFN (Linear1+SwiGLU, Linear2), world 4 per-GPU shapes, %d SMs, median of %d; "
-                "* = choose_gemm_tile, + = choose_gemm_tile_sm90\n", num_sms, iters);
+                "+ = choose_gemm_tile_sm90\n", num_sms, iters);
     const BenchConfig configs[] = {
         {"dsv3", 7168, 2048, 256, 8, 128},     {"dsv3", 7168, 2048, 256, 8, 1024},
         {"dsv3", 7168, 2048, 256, 8, 4096},    {"qwen3-30b", 2048, 768, 128, 8, 128},
