@@ -56,7 +56,8 @@ ErrorCode error_code(const device::ErrorRecord& rec) {
     case device::ErrorKind::kBadExpert:
     case device::ErrorKind::kPeerBadInput:
     case device::ErrorKind::kBadTokenCount:
-    case device::ErrorKind::kBadPointer: return ErrorCode::kInvalidArgument;
+    case device::ErrorKind::kBadPointer:
+    case device::ErrorKind::kPeerOtherLayer: return ErrorCode::kInvalidArgument;
     case device::ErrorKind::kNone: break;
   }
   return ErrorCode::kInternal;
@@ -76,6 +77,10 @@ std::string describe_error(const device::ErrorRecord& r) {
     case device::ErrorKind::kBadTokenCount:
     case device::ErrorKind::kBadPointer:
       return rank + "invalid input (" + input_problem(static_cast<uint32_t>(r.kind)) + ")";
+    case device::ErrorKind::kPeerOtherLayer:
+      return rank + "rank " + std::to_string(r.a) + " called another layer in this call (its layer " +
+             std::to_string(r.seen) + ", this rank's " + std::to_string(r.expected) +
+             ", by creation order on the workspace): every rank must call the same layer in the same order";
     case device::ErrorKind::kNone: return rank + "no error";
   }
   return rank + "unknown device error kind " + std::to_string(r.kind);

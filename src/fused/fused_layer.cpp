@@ -88,6 +88,9 @@ class FusedWorkspace final : public Workspace {
       EPFUSE_CUDA_CHECK(cudaMemset(window_.local(), 0, plan_.symmetric_bytes()));
       private_ = detail::DeviceBuffer(plan_.private_bytes());
       EPFUSE_CUDA_CHECK(cudaMemset(private_.as(), 0, plan_.private_bytes()));
+      host_failed_ = detail::PinnedBuffer(sizeof(uint32_t));
+      *host_failed_.as<uint32_t>() = 0;
+      EPFUSE_CUDA_CHECK(cudaHostGetDevicePointer(&host_failed_device_, host_failed_.as(), 0));
       EPFUSE_CUDA_CHECK(cudaEventCreateWithFlags(&last_forward_, cudaEventDisableTiming));
       EPFUSE_CUDA_CHECK(cudaDeviceSynchronize());
     });
@@ -168,6 +171,13 @@ class FusedWorkspace final : public Workspace {
     prm.loopback.stride = window_.stride();
     prm.workspace = private_.as<char>();
     prm.fp8.x_offset = plan_.fp8_x;
+    prm.host_failed = static_cast<uint32_t*>(host_failed_device_);
+  }
+
+  // Whether a call's kernel on this workspace ended aborted (it sets the mapped word as it finishes):
+  // known on the host without a synchronisation, once that kernel has finished.
+  bool device_failed() const {
+    return host_failed_.as() != nullptr && *static_cast<const volatile uint32_t*>(host_failed_.as()) != 0;
   }
 
   // Around every launch: wait for the previous forward on this workspace (another layer's, maybe on
@@ -182,6 +192,9 @@ class FusedWorkspace final : public Workspace {
   }
 
   void mark_failed() { failed_ = true; }
+  // The next layer's identity (1, 2, ...): layers are created collectively, so every rank numbers the
+  // same layer alike (FusedParams::layer_id).
+  uint32_t next_layer_id() { return ++layers_created_; }
 
   // The error record of the workspace's calls (the first error since its creation), after `stream`.
   device::ErrorRecord error_record(cudaStream_t stream) const {
@@ -207,9 +220,12 @@ class FusedWorkspace final : public Workspace {
   uint64_t timeout_ns_ = 0;
   SymmetricBuffer window_;
   detail::DeviceBuffer private_;
+  detail::PinnedBuffer host_failed_;  // FusedParams::host_failed, as the host reads it
+  void* host_failed_device_ = nullptr;
   cudaEvent_t last_forward_ = nullptr;
   bool capturing_ = false;
   bool failed_ = false;
+  uint32_t layers_created_ = 0;
   std::shared_ptr<padding::Stage> pad_stage_;
 };
 
@@ -222,7 +238,8 @@ class FusedLayer final : public MoeLayer {
         owned_(std::move(owned)),
         ws_(ws),
         weights_(weights),
-        dims_(plan_fused(cfg_, ws.comm().world_size()).dims) {
+        dims_(plan_fused(cfg_, ws.comm().world_size()).dims),
+        layer_id_(ws.next_layer_id()) {
     const LayerConfig& cfg = cfg_;
     Communicator& comm = ws.comm();
     const std::string who = "rank " + std::to_string(comm.rank()) + ": ";
@@ -322,6 +339,12 @@ class FusedLayer final : public MoeLayer {
     const std::string who = "rank " + std::to_string(comm.rank()) + ": ";
     const int64_t call = calls_++;
     const bool fault = fault_ && fault_->fires(comm.rank(), call);
+    // An earlier call's kernel failed (the device says so without a sync): its error, now, rather than
+    // another call on a workspace whose every later call only returns NaN.
+    if (!ws_.failed() && ws_.device_failed()) {
+      check_errors(stream);
+      ws_.mark_failed();
+    }
     EPFUSE_REQUIRE(!ws_.failed(), ErrorCode::kInternal,
                    who + "the fused layer's workspace is unusable after an earlier device error or bad input; "
                          "re-create it");
@@ -356,6 +379,7 @@ class FusedLayer final : public MoeLayer {
     ws_.fill(prm);
     prm.dims = dims_;
     prm.rank = comm.rank();
+    prm.layer_id = layer_id_;
     prm.num_tokens = host_status == 0 ? in.num_tokens : 0;
     prm.host_status = host_status;
     // Rows per local expert if every rank has about as many tokens as this one (the real counts are
@@ -494,6 +518,7 @@ class FusedLayer final : public MoeLayer {
   ProfileSummary profile_sum_;
   // Fault injection (fault.h): set only on the rank EPFUSE_FAULT names.
   int64_t calls_ = 0;  // forwards so far
+  uint32_t layer_id_;  // FusedParams::layer_id: this layer's place in its workspace's creation order
   std::optional<Fault> fault_;
   detail::DeviceArray<int32_t> fault_ids_;  // bad_ids: the corrupted copy of topk_idx
   std::optional<GemmTileShape> last_tile_;  // the kernel instantiation the last forward launched

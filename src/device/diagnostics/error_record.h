@@ -13,6 +13,7 @@ enum class ErrorKind : int32_t {
   kPeerBadInput = 3,     // a peer's count message carried a bad-input status (seen = its kind)
   kBadTokenCount = 4,    // found by the host: num_tokens outside [0, max_tokens_per_rank]
   kBadPointer = 5,       // found by the host: a null or misaligned (not 16-byte) input/output pointer
+  kPeerOtherLayer = 6,   // rank a's count message is for another layer (expected: this rank's id, seen: a's)
 };
 // A rank that finds bad input still launches (with no tokens) and publishes the kind as its input
 // status, so its peers fail with kPeerBadInput at once instead of timing out.

@@ -49,4 +49,30 @@ __device__ __forceinline__ void report_timeout(FusedControl* ctl, int rank, cons
   raise_abort(ctl);
 }
 
+// Whether an earlier call on this workspace ended aborted (FusedControl::broken, set by its last CTA).
+__device__ __forceinline__ bool workspace_broken(const FusedParams& prm) {
+  const auto* ctl = reinterpret_cast<const FusedControl*>(prm.workspace + prm.priv.control);
+  return *reinterpret_cast<const volatile uint32_t*>(&ctl->broken) != 0;
+}
+
+// y [num_tokens][H] = bf16 NaN (0xFFFF), vectors first, first + step, ...: what a call returns that did
+// not finish (the last CTA of an aborted call), and every call on a failed workspace (every CTA a share).
+__device__ __forceinline__ void fill_y_with_nan(const FusedParams& prm, int64_t first, int64_t step) {
+  const int64_t vectors = static_cast<int64_t>(prm.num_tokens) * prm.dims.hidden / 8;
+  int4* y = reinterpret_cast<int4*>(prm.y);
+  for (int64_t v = first; v < vectors; v += step) y[v] = int4{-1, -1, -1, -1};
+}
+__device__ __forceinline__ void fill_y_with_nan(const FusedParams& prm) {
+  fill_y_with_nan(prm, static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x,
+                  static_cast<int64_t>(gridDim.x) * blockDim.x);
+}
+
+// The host's view of a failure without a synchronisation (FusedParams::host_failed, page-locked and
+// mapped): the next forward reads it before it launches.
+__device__ __forceinline__ void tell_host_failed(const FusedParams& prm) {
+  if (prm.host_failed == nullptr) return;
+  *reinterpret_cast<volatile uint32_t*>(prm.host_failed) = 1u;
+  __threadfence_system();
+}
+
 }  // namespace epfuse::device

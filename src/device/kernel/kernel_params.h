@@ -80,6 +80,13 @@ struct FusedParams {
     const uint8_t* x_codes = nullptr;
     const float* x_scales = nullptr;
   } fp8;
+  // Page-locked, mapped host word (one per workspace): the last CTA of an aborted call sets it, so the
+  // host learns of the failure without a synchronisation (errors.cuh tell_host_failed). Null: none.
+  uint32_t* host_failed = nullptr;
+  // Which layer this call runs (nonzero, the same on every rank for the same layer: the order of its
+  // creation on the workspace): carried in the count message, so ranks calling different layers in
+  // one call fail (ErrorKind::kPeerOtherLayer) instead of mixing them.
+  uint32_t layer_id = 0;
 };
 
 }  // namespace epfuse::device

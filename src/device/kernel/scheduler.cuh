@@ -74,6 +74,9 @@ class TaskScheduler {
     for (int i = g.rank(); i < d.world; i += g.count) c_.row_tickets[i] = 0;
     for (int i = g.rank(); i < d.num_experts; i += g.count) c_.pair_tickets[i] = 0;
     for (int i = g.rank(); i < mblocks; i += g.count) c_.l1_done[i] = 0;
+    // An aborted call's rows: NaN in this call's own y, whichever rows its combine did or did not
+    // write (every CTA is done with y by now), so that no caller reads a half-written y as a result.
+    if (aborted(ctl)) fill_y_with_nan(*c_.prm, g.rank(), g.count);
     if (g.leader()) {
       ctl->task_counter = 0;
       ctl->layout_done = 0;
@@ -81,7 +84,10 @@ class TaskScheduler {
       // The call state for the next launch (graph replays included): this call's epoch, and whether
       // the workspace is now unusable.
       ctl->epoch = c_.epoch;
-      if (aborted(ctl)) ctl->broken = 1u;
+      if (aborted(ctl)) {
+        ctl->broken = 1u;
+        tell_host_failed(*c_.prm);
+      }
     }
     __threadfence();
   }

@@ -60,21 +60,6 @@ __device__ __forceinline__ void reduce_token(const __nv_bfloat16* rows, size_t s
   }
 }
 
-// Whether an earlier call on this workspace ended aborted (FusedControl::broken, set by its last CTA).
-__device__ __forceinline__ bool workspace_broken(const FusedParams& prm) {
-  const auto* ctl = reinterpret_cast<const FusedControl*>(prm.workspace + prm.priv.control);
-  return *reinterpret_cast<const volatile uint32_t*>(&ctl->broken) != 0;
-}
-
-// y [num_tokens][H] = bf16 NaN (0xFFFF), every CTA a share: what a call on a failed workspace returns.
-__device__ __forceinline__ void fill_y_with_nan(const FusedParams& prm) {
-  const int64_t vectors = static_cast<int64_t>(prm.num_tokens) * prm.dims.hidden / 8;
-  int4* y = reinterpret_cast<int4*>(prm.y);
-  for (int64_t v = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; v < vectors;
-       v += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    y[v] = int4{-1, -1, -1, -1};
-}
-
 // Task: tokens [b * kCombineTokens, ...), one warp of g per token.
 template <class Transport>
 __device__ void combine_task(const FusedContext<Transport>& c, int block, const ThreadGroup& g = ThreadGroup::cta()) {

@@ -95,8 +95,10 @@ __device__ void publish_task(const FusedContext<Transport>& c, int layout_tasks)
     const int dst = i / L, e = i % L;
     *peer_ptr<uint32_t>(c, dst, count_msg_offset(prm.sym, prm.capacity, c.parity, prm.rank, e)) = c.pair_tickets[i];
   }
-  for (int dst = threadIdx.x; dst < d.world; dst += blockDim.x)
+  for (int dst = threadIdx.x; dst < d.world; dst += blockDim.x) {
     *peer_ptr<uint32_t>(c, dst, count_status_offset(prm.sym, prm.capacity, c.parity, prm.rank)) = status;
+    *peer_ptr<uint32_t>(c, dst, count_layer_offset(prm.sym, prm.capacity, c.parity, prm.rank)) = prm.layer_id;
+  }
   __syncthreads();
   for (int dst = threadIdx.x; dst < d.world; dst += blockDim.x)
     peer_release_store(c, peer_ptr<uint32_t>(c, dst, count_flag_offset(prm.sym, prm.capacity, c.parity, prm.rank)), c.epoch);
@@ -136,6 +138,12 @@ __device__ void collect_task(const FusedContext<Transport>& c, int block_m, int 
       if (status != 0) {
         record_error(c.ctl, ErrorRecord{static_cast<int32_t>(ErrorKind::kPeerBadInput), prm.rank,
                                         static_cast<int32_t>(Phase::kCollect), 0, src, 0, 0, status});
+        peer_bad = 1;
+      }
+      const uint32_t layer = __ldcg(local_ptr<uint32_t>(c, count_layer_offset(prm.sym, prm.capacity, c.parity, src)));
+      if (layer != prm.layer_id) {
+        record_error(c.ctl, ErrorRecord{static_cast<int32_t>(ErrorKind::kPeerOtherLayer), prm.rank,
+                                        static_cast<int32_t>(Phase::kCollect), 0, src, 0, prm.layer_id, layer});
         peer_bad = 1;
       }
     }

@@ -52,12 +52,13 @@ EPFUSE_HD size_t align_region(size_t bytes) { return (bytes + kRegionAlign - 1) 
 //   recv_entries  [2][world(src)][T_max*k] RowEntry src's pairs, grouped by local expert
 //   count_msgs    [2][world(src)][L] u32            pairs per local expert that src sends this call
 //   count_status  [2][world(src)] u32               src's input status (0 or an ErrorKind)
-//   count_flags   [2][world(src)] u32               = epoch once src's counts and status are written
+//   count_layers  [2][world(src)] u32               src's layer identity this call (FusedParams::layer_id)
+//   count_flags   [2][world(src)] u32               = epoch once src's counts, status and layer are written
 //   arrivals      [2][L] u32                        monotonic: pairs of local expert e arrived
 //   combine_rows  [2][T_max][k][H] bf16             expert outputs for (token, top-k slot)
 //   token_signals [2][T_max] u32                    monotonic: output tiles arrived for the token
 struct SymRegions {
-  size_t recv_rows = 0, recv_entries = 0, count_msgs = 0, count_status = 0, count_flags = 0;
+  size_t recv_rows = 0, recv_entries = 0, count_msgs = 0, count_status = 0, count_layers = 0, count_flags = 0;
   size_t arrivals = 0, combine_rows = 0, token_signals = 0, total = 0;
 };
 
@@ -69,6 +70,7 @@ EPFUSE_HD SymRegions make_sym_regions(const FusedDims& d) {
   s.recv_entries = at;  at += align_region(2 * w * t * k * sizeof(RowEntry));
   s.count_msgs = at;    at += align_region(2 * w * l * 4);
   s.count_status = at;  at += align_region(2 * w * 4);
+  s.count_layers = at;  at += align_region(2 * w * 4);
   s.count_flags = at;   at += align_region(2 * w * 4);
   s.arrivals = at;      at += align_region(2 * l * 4);
   s.combine_rows = at;  at += align_region(2 * t * k * h * 2);
@@ -96,6 +98,9 @@ EPFUSE_HD size_t count_msg_offset(const SymRegions& s, const FusedDims& d, uint3
 }
 EPFUSE_HD size_t count_status_offset(const SymRegions& s, const FusedDims& d, uint32_t parity, int src) {
   return s.count_status + (static_cast<size_t>(parity) * d.world + src) * 4;
+}
+EPFUSE_HD size_t count_layer_offset(const SymRegions& s, const FusedDims& d, uint32_t parity, int src) {
+  return s.count_layers + (static_cast<size_t>(parity) * d.world + src) * 4;
 }
 EPFUSE_HD size_t count_flag_offset(const SymRegions& s, const FusedDims& d, uint32_t parity, int src) {
   return s.count_flags + (static_cast<size_t>(parity) * d.world + src) * 4;

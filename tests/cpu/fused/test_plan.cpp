@@ -227,6 +227,11 @@ TEST(FusedErrors, MessagesNameRankPhaseAndWait) {
   EXPECT_EQ(describe_error(r), "rank 0: rank 2 reported invalid input (num_tokens out of range)");
   r.seen = static_cast<uint32_t>(device::ErrorKind::kBadPointer);
   EXPECT_EQ(describe_error(r), "rank 0: rank 2 reported invalid input (a null or misaligned pointer)");
+  r = {static_cast<int32_t>(device::ErrorKind::kPeerOtherLayer), 1, static_cast<int32_t>(device::Phase::kCollect), 0,
+       0, 0, 3, 4};
+  EXPECT_EQ(error_code(r), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(describe_error(r), "rank 1: rank 0 called another layer in this call (its layer 4, this rank's 3, by "
+                               "creation order on the workspace): every rank must call the same layer in the same order");
 }
 
 }  // namespace

@@ -420,8 +420,8 @@ TEST(FusedRegions, RegionsAreDisjointAlignedAndInBounds) {
   for (int world : {1, 2, 4, 8}) {
     const FusedDims d{world, 256, 384, 16 * world, 8, 129};
     const SymRegions s = make_sym_regions(d);
-    const std::vector<size_t> starts = {s.recv_rows, s.recv_entries, s.count_msgs, s.count_status, s.count_flags,
-                                        s.arrivals, s.combine_rows, s.token_signals, s.total};
+    const std::vector<size_t> starts = {s.recv_rows, s.recv_entries, s.count_msgs, s.count_status, s.count_layers,
+                                        s.count_flags, s.arrivals, s.combine_rows, s.token_signals, s.total};
     for (size_t i = 0; i + 1 < starts.size(); ++i) {
       EXPECT_LE(starts[i], starts[i + 1]);  // recv_rows is empty at world 1
       EXPECT_EQ(starts[i] % kRegionAlign, 0u);
@@ -445,7 +445,9 @@ TEST(FusedRegions, RegionsAreDisjointAlignedAndInBounds) {
     EXPECT_EQ(row_starts.size(), static_cast<size_t>(2 * (world - 1)));
     EXPECT_LE(recv_entry_offset(s, d, 1, world - 1, int64_t{T} * d.topk - 1) + sizeof(RowEntry), s.count_msgs);
     EXPECT_LE(count_msg_offset(s, d, 1, world - 1, L - 1) + 4, s.count_status);
-    EXPECT_LE(count_status_offset(s, d, 1, world - 1) + 4, s.count_flags);
+    EXPECT_LE(count_status_offset(s, d, 1, world - 1) + 4, s.count_layers);
+    EXPECT_GE(count_layer_offset(s, d, 0, 0), s.count_layers);
+    EXPECT_LE(count_layer_offset(s, d, 1, world - 1) + 4, s.count_flags);
     EXPECT_LE(count_flag_offset(s, d, 1, world - 1) + 4, s.arrivals);
     EXPECT_LE(arrival_offset(s, d, 1, L - 1) + 4, s.combine_rows);
     EXPECT_LE(combine_row_offset(s, d, 1, T - 1, d.topk - 1) + d.hidden * 2, s.token_signals);

@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -131,6 +132,55 @@ TEST(Faults, SkippedCallTimesOutEveryPeer) { fault_test("skip", Expect::kPeersTi
 TEST(Faults, StalledCallTimesOutEveryPeer) { fault_test("stall", Expect::kPeersTimeOut); }
 TEST(Faults, ThrowMidCallTimesOutEveryPeer) { fault_test("throw", Expect::kPeersTimeOut); }
 TEST(Faults, BadIdsFailEveryRankFast) { fault_test("bad_ids", Expect::kEveryRankBadInput); }
+
+// A failed call is never silent, even unchecked: the last rank stalls in call 1; every other rank's
+// call 1 leaves its own y all NaN (y held finite values before), and its call 2, with no check_errors in
+// between, throws the recorded timeout (the kernel told the host through the workspace's mapped word)
+// instead of launching.
+void run_failed_call_poisons_y() {
+  const LayerConfig cfg = testing::small_layer_config(256, 0.0f);
+  testing::LayerRank r(Impl::kFused, cfg);
+  const bool me_faulty = r.rank() == r.world() - 1;
+  const std::string me = "rank " + std::to_string(r.rank()) + ": ";
+  r.expect_matches_reference(r.tokens(40, Routing::kUniform, 1600), "call 0, before the fault");
+  const HostTokens in = r.tokens(40, Routing::kUniform, 1601);
+  r.upload(in);
+  const size_t bytes = static_cast<size_t>(in.num_tokens) * cfg.hidden * sizeof(bf16);
+  EPFUSE_CUDA_CHECK(cudaMemsetAsync(r.y(), 0x3f, bytes, r.stream()));  // bf16 0x3f3f = 0.746: finite
+  if (testing::comm().transport() == Transport::kLoopback) testing::comm().barrier();  // see LoopbackWorld
+  try {
+    r.layer().forward(r.batch(in.num_tokens), r.y(), r.stream());
+  } catch (const Error& e) {
+    ADD_FAILURE() << me << "call 1's forward threw on the host: " << e.what();
+  }
+  EXPECT_EQ(cudaStreamSynchronize(r.stream()), cudaSuccess);
+  if (!me_faulty) {
+    std::vector<uint16_t> y(bytes / 2);
+    EPFUSE_CUDA_CHECK(cudaMemcpy(y.data(), r.y(), bytes, cudaMemcpyDeviceToHost));
+    size_t finite = 0;
+    for (uint16_t v : y) finite += (v & 0x7f80u) != 0x7f80u || (v & 0x7fu) == 0 ? 1 : 0;
+    EXPECT_EQ(finite, 0u) << me << finite << " of " << y.size() << " values of the failed call's y are not NaN";
+    bool threw = false;
+    try {
+      r.layer().forward(r.batch(in.num_tokens), r.y(), r.stream());
+    } catch (const Error& e) {
+      threw = true;
+      EXPECT_EQ(e.code(), ErrorCode::kTimeout) << e.what();
+      EXPECT_EQ(std::string(e.what()).rfind(me + "timed out in ", 0), 0u) << e.what();
+    }
+    EXPECT_TRUE(threw) << me << "call 2 launched on a workspace whose call 1 failed";
+  }
+  EXPECT_EQ(r.outside_writes(in), "") << me;
+  r.recreate();
+  r.expect_matches_reference(r.tokens(57, Routing::kSkewed, 1602), "call 0 of the re-created layer");
+}
+
+TEST(Faults, FailedCallPoisonsItsOwnYAndTheNextForwardSaysWhy) {
+  if (testing::world() < 2) GTEST_SKIP() << "needs a peer";
+  ScopedEnv timeout("EPFUSE_TIMEOUT_MS", "1000");
+  ScopedEnv fault("EPFUSE_FAULT", "rank=" + std::to_string(testing::world() - 1) + ",kind=stall,call=1,ms=1500");
+  testing::on_every_rank([] { run_failed_call_poisons_y(); });
+}
 
 // The guard check itself can fail: a byte written just outside y is reported.
 EPFUSE_RANK_TEST(Faults, GuardBandsSeeAWriteOutsideTheBuffer) {

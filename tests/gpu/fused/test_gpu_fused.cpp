@@ -294,6 +294,39 @@ EPFUSE_RANK_TEST(FusedLayer, GraphReplaysMatchTheReference) {
 
 // Two layers of different shapes on one workspace, each on its own stream, alternating for 100 calls
 // (the workspace orders them); every 10th call of each checked. The layers add no device memory.
+// Ranks that call different layers of one workspace in the same call (same shapes, so nothing else
+// would notice) fail alike, fast, naming the rank and both layers (the count message carries the
+// layer's identity, FusedParams::layer_id).
+EPFUSE_RANK_TEST(FusedLayer, RanksCallingDifferentLayersFailClearly) {
+  if (testing::world() < 2) GTEST_SKIP() << "needs a peer";
+  const LayerConfig cfg = test_config();
+  std::unique_ptr<Workspace> ws = Workspace::create(testing::comm(), cfg);
+  testing::LayerRank first(Impl::kFused, cfg, 0, ws.get());   // layer 1 of the workspace
+  testing::LayerRank second(Impl::kFused, cfg, 0, ws.get());  // layer 2, the same shape
+  testing::LayerRank& r = testing::comm().rank() == 0 ? first : second;
+  const HostTokens in = r.tokens(24, Routing::kUniform, 1700);
+  r.upload(in);
+  if (testing::comm().transport() == Transport::kLoopback) testing::comm().barrier();  // see LoopbackWorld
+  const auto t0 = Clock::now();
+  std::optional<Error> e;
+  try {
+    r.layer().forward(r.batch(in.num_tokens), r.y(), r.stream());
+    r.layer().check_errors(r.stream());
+  } catch (const Error& err) {
+    e = err;
+  }
+  EXPECT_EQ(cudaStreamSynchronize(r.stream()), cudaSuccess);
+  EXPECT_LT(seconds_since(t0), 5.0) << "mismatched layers must not wait for the timeout";
+  ASSERT_TRUE(e.has_value()) << "rank " << r.rank() << ": a call of another layer than rank 0's went unnoticed";
+  EXPECT_EQ(e->code(), ErrorCode::kInvalidArgument) << e->what();
+  const std::string me = "rank " + std::to_string(r.rank()) + ": ";
+  // Rank 0 (layer 1) sees the first peer on layer 2; every other rank (layer 2) sees rank 0 on layer 1.
+  const std::string expect = r.rank() == 0 ? me + "rank 1 called another layer in this call (its layer 2, this rank's 1"
+                                           : me + "rank 0 called another layer in this call (its layer 1, this rank's 2";
+  EXPECT_EQ(std::string(e->what()).rfind(expect, 0), 0u) << e->what();
+  if (testing::comm().transport() == Transport::kLoopback) testing::comm().barrier();
+}
+
 EPFUSE_RANK_TEST(FusedLayer, TwoLayersShareOneWorkspace) {
   LayerConfig a = test_config();  // H 256, I 256, E 16, k 4, T 96
   LayerConfig b = a;
