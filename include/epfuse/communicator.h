@@ -34,7 +34,10 @@ enum class Transport {
 };
 
 namespace detail {
-class LoopbackHub;  // the state the ranks of a LoopbackWorld share (src/comm/loopback_hub.h)
+class LoopbackHub;      // the state the ranks of a LoopbackWorld share (src/comm/loopback_hub.h)
+class CommBackend;      // what a Communicator does under its transport (src/comm/comm_backend.h)
+class NcclBackend;      // Transport::kNccl (src/comm/nccl_backend.cpp)
+class LoopbackBackend;  // Transport::kLoopback (src/comm/loopback_backend.cpp)
 }
 
 // The torchrun convention: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT.
@@ -91,7 +94,8 @@ class SymmetricBuffer {
   void reset();
 
  private:
-  friend class Communicator;
+  friend class detail::NcclBackend;
+  friend class detail::LoopbackBackend;
   ncclComm_t comm_ = nullptr;
   int device_ = 0;
   void* ptr_ = nullptr;
@@ -121,7 +125,7 @@ class DeviceComm {
   void reset();
 
  private:
-  friend class Communicator;
+  friend class detail::NcclBackend;
   ncclComm_t comm_ = nullptr;
   int device_ = 0;
   ncclDevComm* dev_ = nullptr;
@@ -196,24 +200,19 @@ class Communicator {
   int64_t all_reduce_sum(int64_t local);
 
  private:
-  friend class LoopbackWorld;
-  Communicator() = default;
-  void init_barrier();  // the stream and word barrier() uses, on device_
-  void check_not_aborted(const char* what) const;  // Error(kAborted) after abort()
+  friend class LoopbackWorld;  // makes loopback communicators
+  Communicator();  // out of line: backend_'s type is complete only in src/comm
 
+  // What the accessors above return; fixed at construction.
   Transport transport_ = Transport::kNccl;
   ncclComm_t comm_ = nullptr;
-  bool owned_ = false;
   int rank_ = 0;
   int world_size_ = 1;
   int device_ = 0;
-  CUstream_st* barrier_stream_ = nullptr;
-  std::shared_ptr<void> barrier_word_;  // device memory (one int): the all-reduce operand
-  std::shared_ptr<detail::LoopbackHub> hub_;  // loopback: shared with the world's other ranks
   std::chrono::milliseconds collective_timeout_{300000};
-  std::shared_ptr<std::atomic<bool>> aborted_ = std::make_shared<std::atomic<bool>>(false);
-  mutable std::mutex abort_mutex_;  // guards abort_reason_
-  std::string abort_reason_;        // the first abort's, under abort_mutex_
+  // The transport's implementation, chosen once at construction; every collective, abort and
+  // allocation forwards to it.
+  std::unique_ptr<detail::CommBackend> backend_;
 };
 
 // Every rank of a world of world_size ranks inside this process, on one GPU (Transport::kLoopback):

@@ -34,7 +34,11 @@ SCALES_UE8M0 = 1
 
 
 class LayerConfig(ctypes.Structure):
-    """epfuse_layer_config: the shape of a layer (or the largest layer a workspace must hold)."""
+    """epfuse_layer_config: the shape of a layer (or the largest layer a workspace must hold).
+
+    The fields are src/common/config_fields.h's list, in its order (tests/python/test_config_fields.py
+    checks them against it and c_api.h). Ctypes takes positional values by order and unknown keywords
+    silently: build one with every field by name."""
 
     _fields_ = [
         ("hidden", c_int32),

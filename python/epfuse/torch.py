@@ -364,15 +364,15 @@ class Workspace:
                 self.rank = _lib.comm_rank(self._comm)
                 self.world_size = _lib.comm_world_size(self._comm)
                 capacity = _lib.LayerConfig(
-                    self.hidden,
-                    self.intermediate,
-                    self.num_experts,
-                    self.topk,
-                    self.max_tokens,
-                    0.0,
-                    self.num_sms,
-                    _WEIGHT_FORMATS[weight_dtype],
-                    _lib.SCALES_FP32,
+                    hidden=self.hidden,
+                    intermediate=self.intermediate,
+                    num_experts=self.num_experts,
+                    topk=self.topk,
+                    max_tokens_per_rank=self.max_tokens,
+                    swiglu_clamp=0.0,
+                    num_sms=self.num_sms,
+                    weight_format=_WEIGHT_FORMATS[weight_dtype],
+                    scale_format=_lib.SCALES_FP32,
                 )
                 self._handle = _lib.workspace_create(self._comm, capacity)
             except BaseException:
@@ -569,15 +569,15 @@ class MoELayer:
         self.num_sms = workspace.num_sms if num_sms is None else int(num_sms)
         self.weight_dtype = self.w13.dtype
         config = _lib.LayerConfig(
-            hidden,
-            inter,
-            self.num_experts,
-            self.topk,
-            self.max_tokens,
-            self.swiglu_clamp,
-            self.num_sms,
-            _WEIGHT_FORMATS[self.weight_dtype],
-            scale_format,
+            hidden=hidden,
+            intermediate=inter,
+            num_experts=self.num_experts,
+            topk=self.topk,
+            max_tokens_per_rank=self.max_tokens,
+            swiglu_clamp=self.swiglu_clamp,
+            num_sms=self.num_sms,
+            weight_format=_WEIGHT_FORMATS[self.weight_dtype],
+            scale_format=scale_format,
         )
         with _OnDevice(self.device):
             if fp8:

@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include "capi/config_c.h"
 #include "common/check.h"
 #include "epfuse/communicator.h"
 #include "epfuse/error.h"
@@ -64,27 +65,8 @@ T& need(T* p, const char* fn, const char* what) {
   return *p;
 }
 
-epfuse::LayerConfig to_config(const epfuse_layer_config& c) {
-  EPFUSE_REQUIRE(c.weight_format == EPFUSE_WEIGHTS_BF16 || c.weight_format == EPFUSE_WEIGHTS_FP8_BLOCK128,
-                 epfuse::ErrorCode::kInvalidConfig,
-                 "epfuse_layer_config.weight_format = " + std::to_string(c.weight_format) +
-                     ": expected EPFUSE_WEIGHTS_BF16 (0) or EPFUSE_WEIGHTS_FP8_BLOCK128 (1)");
-  EPFUSE_REQUIRE(c.scale_format == EPFUSE_SCALES_FP32 || c.scale_format == EPFUSE_SCALES_UE8M0,
-                 epfuse::ErrorCode::kInvalidConfig,
-                 "epfuse_layer_config.scale_format = " + std::to_string(c.scale_format) +
-                     ": expected EPFUSE_SCALES_FP32 (0) or EPFUSE_SCALES_UE8M0 (1)");
-  epfuse::LayerConfig cfg;
-  cfg.weight_format = c.weight_format == EPFUSE_WEIGHTS_BF16 ? epfuse::WeightFormat::kBf16 : epfuse::WeightFormat::kFp8Block128;
-  cfg.scale_format = c.scale_format == EPFUSE_SCALES_FP32 ? epfuse::ScaleFormat::kFp32 : epfuse::ScaleFormat::kUe8m0;
-  cfg.hidden = c.hidden;
-  cfg.intermediate = c.intermediate;
-  cfg.num_experts = c.num_experts;
-  cfg.topk = c.topk;
-  cfg.max_tokens_per_rank = c.max_tokens_per_rank;
-  cfg.swiglu_clamp = c.swiglu_clamp;
-  cfg.num_sms = c.num_sms;
-  return cfg;
-}
+// epfuse_layer_config -> LayerConfig, generated from the field list (config_c.h).
+epfuse::LayerConfig to_config(const epfuse_layer_config& c) { return epfuse::detail::config_from_c(c); }
 
 // What a layer creation checks first: its handles and out-pointer, then that config->weight_format is
 // the function's own (`format`, spelled out in `expected`). Returns the workspace.

@@ -1,6 +1,6 @@
 // LoopbackWorld (epfuse/communicator.h): every rank of a world in this process, one host thread per
-// rank, their collectives through one shared LoopbackHub. Communicator's loopback paths are in
-// communicator.cpp beside the NCCL ones.
+// rank, their collectives through one shared LoopbackHub. Each rank's Communicator forwards to a
+// LoopbackBackend (loopback_backend.cpp).
 #include <cuda_runtime.h>
 
 #include <cstdlib>
@@ -9,6 +9,7 @@
 #include <thread>
 #include <utility>
 
+#include "comm/comm_backend.h"
 #include "comm/loopback_hub.h"
 #include "epfuse/communicator.h"
 #include "epfuse/error.h"
@@ -16,7 +17,7 @@
 namespace epfuse {
 namespace {
 
-std::string rank_prefix(int rank) { return "rank " + std::to_string(rank) + ": "; }
+using detail::rank_prefix;
 
 // Selects the world's GPU on a rank's thread where there is one. Without one (CPU tests) the rank
 // runs without a device: the host collectives need none, and the runtime's error is cleared so that
@@ -61,10 +62,10 @@ std::unique_ptr<Communicator> LoopbackWorld::communicator(int rank) {
   hub_->claim(rank);
   std::unique_ptr<Communicator> comm(new Communicator());
   comm->transport_ = Transport::kLoopback;
-  comm->hub_ = hub_;
   comm->rank_ = rank;
   comm->world_size_ = hub_->world_size();
   comm->device_ = hub_->device();
+  comm->backend_ = detail::make_loopback_backend(hub_, rank);
   return comm;
 }
 

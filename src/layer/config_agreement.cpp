@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "common/config_fields.h"
 #include "epfuse/communicator.h"
 #include "epfuse/error.h"
 
@@ -27,6 +28,8 @@ constexpr std::array<const char*, kFields> kNames = {
     "scale_format", "impl", "num_sms"};
 // Compared between ranks: every field before num_sms (each rank chooses its own SM budget).
 constexpr int kCompared = kNumSms;
+static_assert(kFields == detail::kLayerConfigFieldCount + 1,
+              "pack() and unpack() carry every LayerConfig field of common/config_fields.h, and the impl");
 
 std::array<double, kFields> pack(const LayerConfig& cfg, Impl impl) {
   std::array<double, kFields> v{};

@@ -1,6 +1,7 @@
 // `epfuse run`'s options: the flags, and their resolution into a layer config, a token plan and
 // a verification schedule (pure; checked before any rank starts).
 #pragma once
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -45,6 +46,30 @@ std::string_view dtype_name(WeightFormat format);
 
 // Registers every `epfuse run` flag on `parser`, writing into `flags`.
 void add_run_flags(FlagParser& parser, RunFlags& flags);
+
+// Which `epfuse run` flag sets each LayerConfig field (the list: src/common/config_fields.h), with a
+// value that moves the field off its default and the flags that value needs beside it.
+// tests/cpu/tools/test_config_flags.cpp checks that every listed field is here or in
+// kConfigFieldsWithoutFlag, and that each flag reaches its field and no other.
+struct ConfigFieldFlag {
+  const char* field;                // LayerConfig member
+  const char* flag;                 // the flag that sets it
+  const char* value;                // a value for the flag that differs from the field's default
+  std::array<const char*, 2> with;  // another flag and value it needs ({} if none)
+};
+inline constexpr ConfigFieldFlag kConfigFieldFlags[] = {
+    {"hidden", "--hidden", "256", {}},
+    {"intermediate", "--intermediate", "256", {}},
+    {"num_experts", "--experts", "16", {}},
+    {"topk", "--topk", "4", {}},
+    {"max_tokens_per_rank", "--max-tokens", "16", {}},
+    {"swiglu_clamp", "--clamp", "5", {}},
+    {"num_sms", "--sms", "12", {}},
+    {"weight_format", "--dtype", "fp8", {}},
+    {"scale_format", "--scales", "ue8m0", {"--dtype", "fp8"}},
+};
+// LayerConfig fields `epfuse run` deliberately sets without a flag of their own (none today).
+inline constexpr std::array<const char*, 0> kConfigFieldsWithoutFlag{};
 
 // What the run does, resolved.
 struct RunPlan {
