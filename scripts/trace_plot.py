@@ -3,7 +3,8 @@
 tools/bench/trace_export.h) as a PNG: one row per CTA track of one rank, time across, each task and its
 steps as bars coloured by what they are, the launches and the gaps between them on the top row.
 
-usage: trace_plot.py TRACE.json OUT.png [--rank R] [--title TEXT] [--max-ctas N]
+usage: trace_plot.py TRACE.json OUT.png [--rank R] [--launch L] [--title TEXT] [--max-ctas N]
+  --launch L  only launch L's window (its "launch L" event), one row per CTA (its roles' tracks folded)
 """
 import argparse
 import json
@@ -34,7 +35,17 @@ def load(path, rank):
     return names, bars
 
 
-def plot(path, out, rank=0, title=None, max_ctas=None):
+def in_launch(bars, launch):
+    """The bars inside launch `launch`'s window, shifted to start at 0, and that window's length."""
+    win = [e for e in bars if e["tid"] == -1 and e["name"] == f"launch {launch}"]
+    if not win:
+        raise SystemExit(f"trace_plot: no launch {launch}")
+    t0, t1 = win[0]["ts"], win[0]["ts"] + win[0]["dur"]
+    keep = [dict(e, ts=e["ts"] - t0) for e in bars if e["tid"] != -1 and t0 - 0.01 <= e["ts"] <= t1]
+    return keep, t1 - t0
+
+
+def plot(path, out, rank=0, title=None, max_ctas=None, launch=None):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -47,7 +58,14 @@ def plot(path, out, rank=0, title=None, max_ctas=None):
     if max_ctas is not None:
         tids = [t for t in tids if t < 0 or t < 3 * max_ctas]
     row = {t: i for i, t in enumerate(tids)}
+    if launch is not None:  # one launch, a row per CTA (tids 3c, 3c + 1, 3c + 2)
+        bars, _ = in_launch(bars, launch)
+        ctas = sorted({t // 3 for t in tids if t >= 0})
+        row = {t: ctas.index(t // 3) for t in tids if t >= 0}
+        names = {3 * c: f"CTA {c}" for c in ctas}
+        tids = [3 * c for c in ctas]
     fig, ax = plt.subplots(figsize=(14, max(3.0, 0.16 * len(tids) + 1.5)))
+    ax.set_ylim(-1, len(tids))
     seen = {}
     # Tasks first, their steps drawn over them, thinner.
     for e in sorted(bars, key=lambda e: (e["dur"] < 0, -e["dur"])):
@@ -64,9 +82,10 @@ def plot(path, out, rank=0, title=None, max_ctas=None):
     ax.set_yticks(range(len(tids)))
     ax.set_yticklabels([names[t] for t in tids], fontsize=5)
     ax.invert_yaxis()
-    ax.set_xlabel("us from the first stamp")
+    ax.set_xlabel("us from the first stamp" if launch is None else f"us from launch {launch}'s first CTA")
     ax.set_title(title or f"rank {rank}: the fused kernel's tasks per CTA")
-    ax.legend(handles=[Patch(color=c, label=n) for n, c in seen.items()], fontsize=7, ncol=6, loc="lower right")
+    ax.legend(handles=[Patch(color=c, label=n) for n, c in seen.items()], fontsize=7, ncol=8, loc="upper center",
+              bbox_to_anchor=(0.5, -0.06), frameon=False)
     fig.tight_layout()
     fig.savefig(out, dpi=130)
     return len(bars)
@@ -79,8 +98,9 @@ def main():
     ap.add_argument("--rank", type=int, default=0)
     ap.add_argument("--title")
     ap.add_argument("--max-ctas", type=int)
+    ap.add_argument("--launch", type=int)
     a = ap.parse_args()
-    n = plot(a.trace, a.out, a.rank, a.title, a.max_ctas)
+    n = plot(a.trace, a.out, a.rank, a.title, a.max_ctas, a.launch)
     print(f"trace_plot: {n} bars of rank {a.rank} in {a.out}")
 
 

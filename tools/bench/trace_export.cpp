@@ -170,7 +170,10 @@ std::vector<LaunchSummary> summarise_launches(const std::vector<TraceRow>& rows)
     if (key.first == prev_rank && prev_end >= 0) s.gap_before_us = static_cast<double>(start - prev_end) / 1000.0;
     for (const auto& [p, v] : a.phases) {
       const auto& [n, first, last] = v;
-      s.phases.push_back({p, n, static_cast<double>(first - start) / 1000.0, static_cast<double>(last - start) / 1000.0});
+      if (p == 7) continue;  // the kDone records: a CTA's end, already its span's
+      s.phases.push_back({p, n, first >= 0 && first != std::numeric_limits<int64_t>::max()
+                                    ? static_cast<double>(first - start) / 1000.0 : -1.0,
+                          last >= 0 ? static_cast<double>(last - start) / 1000.0 : -1.0});
     }
     prev_rank = key.first;
     prev_end = a.end;
@@ -193,6 +196,8 @@ std::string format_launch_summaries(const std::vector<LaunchSummary>& summaries)
     for (const LaunchSummary::Phase& p : s.phases) {
       std::snprintf(line, sizeof line, "  %-8s %4d tasks  first start %7.1f us  last end %7.1f us\n",
                     phase_name(p.phase).c_str(), p.tasks, p.first_start_us, p.last_end_us);
+      if (p.last_end_us < 0) std::snprintf(line, sizeof line, "  %-8s %4d tasks  first start %7.1f us  not ended\n",
+                                           phase_name(p.phase).c_str(), p.tasks, p.first_start_us);
       out += line;
     }
   }

@@ -60,47 +60,81 @@ __device__ __forceinline__ void reduce_token(const __nv_bfloat16* rows, size_t s
   }
 }
 
-// Task: tokens [b * kCombineTokens, ...), one warp of g per token.
+// Waits (lane 0 of the calling warp) until token t's output tiles are all in its combine slots: true
+// when they are; the token's base then moves on (one warp per token calls this).
+template <class Transport>
+__device__ __forceinline__ bool wait_token_tiles(const FusedContext<Transport>& c, int t, int lane, int warps) {
+  const FusedParams& prm = *c.prm;
+  const uint32_t expected = token_signal_target(prm.topk_idx + static_cast<int64_t>(t) * prm.dims.topk,
+                                                prm.dims.topk, prm.dims.num_experts, prm.dims.hidden);
+  int ok = 1;
+  if (lane == 0 && expected != 0) {
+    const uint64_t start = prm.profile != nullptr ? globaltimer_ns() : 0;
+    const uint32_t base = c.token_base[t];
+    const uint32_t* signal = local_ptr<uint32_t>(c, token_signal_offset(prm.sym, prm.capacity, c.parity, t));
+    ok = bounded_wait(prm, c.ctl, c.site(Phase::kCombine, WaitKind::kTokenTiles, t), expected,
+                      [&] { return peer_acquire(c, signal); },
+                      [&](uint32_t v) { return counter_reached(v, base, expected); })
+             ? 1 : 0;
+    if (ok) c.token_base[t] = base + expected;
+    // Warps wait side by side: each adds its share of the CTA's time.
+    if (prm.profile != nullptr) profile_add_wait((globaltimer_ns() - start) / warps);
+  }
+  return __shfl_sync(0xffffffffu, ok, 0) != 0;
+}
+
+// One warp reduces columns [c0, c0 + cols) of token t's routed slots into y (reduce_token).
+template <class Transport>
+__device__ __forceinline__ void reduce_token_columns(const FusedContext<Transport>& c, int t, int c0, int cols, int lane) {
+  const FusedParams& prm = *c.prm;
+  const FusedDims& d = prm.dims;
+  const int k = d.topk;
+  const int32_t* idx = prm.topk_idx + static_cast<int64_t>(t) * k;
+  // Routed slots as a mask, read once per token rather than once per vector.
+  uint32_t routed = 0;
+  for (int j = 0; j < k; ++j) routed |= slot_is_routed(idx[j], d.num_experts) ? 1u << j : 0u;
+  const __nv_bfloat16* rows = local_ptr<const __nv_bfloat16>(c, combine_row_offset(prm.sym, prm.capacity, c.parity, t, 0)) + c0;
+  // A token's slot rows are consecutive, each the workspace's widest row (combine_row_offset).
+  const size_t stride = static_cast<size_t>(prm.capacity.hidden);
+  __nv_bfloat16* y_row = prm.y + static_cast<int64_t>(t) * d.hidden + c0;
+  if (k <= 2) {
+    reduce_token<8, 2>(rows, stride, k, routed, cols, y_row, lane);
+  } else if (k <= 4) {
+    reduce_token<4, 4>(rows, stride, k, routed, cols, y_row, lane);
+  } else {
+    reduce_token<2, 8>(rows, stride, k, routed, cols, y_row, lane);
+  }
+}
+
+// Task: tokens [b * kCombineTokens, ...), one warp of g per token. A task of fewer tokens than half of
+// g's warps (decode: T = 1 has one) shares each token's columns out to several warps, after one warp per
+// token has waited for its tiles: a warp alone is bound by the latency of its loads (one token's 8 slots
+// of 2048 columns took ~6 us after the last Linear2 tile; docs/performance.md#decode-fixed-cost).
 template <class Transport>
 __device__ void combine_task(const FusedContext<Transport>& c, int block, const ThreadGroup& g = ThreadGroup::cta()) {
   const FusedParams& prm = *c.prm;
-  const FusedDims& d = prm.dims;
-  const int k = d.topk, H = d.hidden;
+  const int H = prm.dims.hidden;
   const int warp = g.warp(), lane = g.rank() % 32;
-  for (int t = block * kCombineTokens + warp; t < min(prm.num_tokens, (block + 1) * kCombineTokens);
-       t += g.warps()) {
-    const int32_t* idx = prm.topk_idx + static_cast<int64_t>(t) * k;
-    const uint32_t expected = token_signal_target(idx, k, d.num_experts, H);
-    int ok = 1;
-    if (lane == 0 && expected != 0) {
-      const uint64_t start = prm.profile != nullptr ? globaltimer_ns() : 0;
-      const uint32_t base = c.token_base[t];
-      const uint32_t* signal = local_ptr<uint32_t>(c, token_signal_offset(prm.sym, prm.capacity, c.parity, t));
-      ok = bounded_wait(prm, c.ctl, c.site(Phase::kCombine, WaitKind::kTokenTiles, t), expected,
-                        [&] { return peer_acquire(c, signal); },
-                        [&](uint32_t v) { return counter_reached(v, base, expected); })
-               ? 1 : 0;
-      if (ok) c.token_base[t] = base + expected;
-      // Warps wait side by side: each adds its share of the CTA's time.
-      if (prm.profile != nullptr) profile_add_wait((globaltimer_ns() - start) / g.warps());
-    }
-    ok = __shfl_sync(0xffffffffu, ok, 0);
-    if (!ok) continue;
-    // Routed slots as a mask, read once per token rather than once per vector.
-    uint32_t routed = 0;
-    for (int j = 0; j < k; ++j) routed |= slot_is_routed(idx[j], d.num_experts) ? 1u << j : 0u;
-    const __nv_bfloat16* rows = local_ptr<const __nv_bfloat16>(c, combine_row_offset(prm.sym, prm.capacity, c.parity, t, 0));
-    // A token's slot rows are consecutive, each the workspace's widest row (combine_row_offset).
-    const size_t stride = static_cast<size_t>(prm.capacity.hidden);
-    __nv_bfloat16* y_row = prm.y + static_cast<int64_t>(t) * H;
-    if (k <= 2) {
-      reduce_token<8, 2>(rows, stride, k, routed, H, y_row, lane);
-    } else if (k <= 4) {
-      reduce_token<4, 4>(rows, stride, k, routed, H, y_row, lane);
-    } else {
-      reduce_token<2, 8>(rows, stride, k, routed, H, y_row, lane);
-    }
+  const int first = block * kCombineTokens, tokens = min(prm.num_tokens, first + kCombineTokens) - first;
+  const int parts = tokens > 0 ? g.warps() / tokens : 1;  // warps per token
+  if (parts < 2) {
+    for (int t = first + warp; t < first + tokens; t += g.warps())
+      if (wait_token_tiles(c, t, lane, g.warps())) reduce_token_columns(c, t, 0, H, lane);
+    return;
   }
+  __shared__ int token_in[kCombineTokens];
+  if (warp < tokens) {
+    const bool ok = wait_token_tiles(c, first + warp, lane, g.warps());
+    if (lane == 0) token_in[warp] = ok ? 1 : 0;
+  }
+  g.sync();  // token_in is read below, and the tiles of every token are in
+  if (warp < tokens * parts) {
+    const int i = warp / parts, part = warp % parts;
+    // Each part a whole number of 8-column vectors.
+    const int span = (H / 8 + parts - 1) / parts * 8, c0 = part * span;
+    if (token_in[i] && c0 < H) reduce_token_columns(c, first + i, c0, min(span, H - c0), lane);
+  }
+  g.sync();  // token_in is free for the next task
 }
 
 }  // namespace epfuse::device

@@ -25,6 +25,7 @@ std::string two_launches() {
   csv += row(0, 0, 0, -1, -1, "1000,-1,-1,-1,-1,-1,-1,-1,21000,-1,-1,-1,-1");
   csv += row(0, 0, 0, 0, 2, "-1,-1,5000,-1,-1,2000,-1,-1,8000,-1,7000,-1,-1");
   csv += row(0, 0, 0, 8, 4, "9000,9500,10000,10200,11000,10300,12000,18000,20000,-1,-1,-1,-1");
+  csv += row(0, 0, 0, 9, 7, "-1,-1,-1,-1,-1,20500,-1,-1,-1,-1,-1,-1,-1");  // kDone: no end stamp
   csv += row(0, 1, 0, -1, -1, "51000,-1,-1,-1,-1,-1,-1,-1,61000,-1,-1,-1,-1");
   csv += row(0, 1, 1, -1, -1, "52000,-1,-1,-1,-1,-1,-1,-1,62000,-1,-1,-1,-1");
   return csv;
@@ -38,11 +39,11 @@ const nlohmann::json* find(const nlohmann::json& events, const std::string& name
 
 TEST(TraceExport, ParsesRowsAndRejectsMalformedOnes) {
   const std::vector<TraceRow> rows = parse_trace_csv(two_launches());
-  ASSERT_EQ(rows.size(), 5u);
+  ASSERT_EQ(rows.size(), 6u);
   EXPECT_TRUE(rows[0].kernel_span());
   EXPECT_EQ(rows[2].phase, 4);
   EXPECT_EQ(rows[2].t[7], 18000);
-  EXPECT_EQ(rows[3].launch, 1);
+  EXPECT_EQ(rows[4].launch, 1);
   EXPECT_THROW(parse_trace_csv("1,2,3\n"), std::runtime_error);
   EXPECT_THROW(parse_trace_csv(row(0, 0, 0, 0, 2, "1,2,3,4,5,6,7,8,9,10,11,12,x")), std::runtime_error);
 }
@@ -85,7 +86,7 @@ TEST(TraceExport, SummaryGivesSpansGapsAndPhases) {
   EXPECT_EQ(s[1].ctas, 2);
   EXPECT_DOUBLE_EQ(s[1].span_us, 11.0);
   EXPECT_DOUBLE_EQ(s[1].gap_before_us, 30.0);
-  ASSERT_EQ(s[0].phases.size(), 2u);
+  ASSERT_EQ(s[0].phases.size(), 2u);  // dispatch, linear1: the kDone record is the CTA's span
   EXPECT_EQ(s[0].phases[0].phase, 2);
   EXPECT_DOUBLE_EQ(s[0].phases[0].first_start_us, 1.0);
   EXPECT_DOUBLE_EQ(s[0].phases[1].last_end_us, 19.0);
