@@ -269,10 +269,24 @@ def test_fp8_weight_messages(case: str, message: str) -> None:
     assert message in str(info.value)
 
 
-def test_scales_only_with_fp8_experts() -> None:
+class _OpenWorkspace(et.Workspace):
+    """Passes MoELayer's workspace checks (an open epfuse.torch.Workspace) without a GPU or the library;
+    anything the layer would read from it after its argument checks is missing (AttributeError)."""
+
+    def __init__(self) -> None:
+        self._closed = False
+
+    def __del__(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("which", ["w13_scale", "w2_scale"])
+def test_scales_only_with_fp8_experts(which: str) -> None:
+    # bf16 experts with a scale: refused by the scales check, past the workspace's (a valid one here).
     w13, w2 = weights()
-    with pytest.raises(epfuse.InvalidArgument, match="workspace must be"):
-        et.MoELayer("ws", w13, w2, topk=K, w13_scale=torch.ones(1))
+    with pytest.raises(epfuse.InvalidArgument) as info:
+        et.MoELayer(_OpenWorkspace(), w13, w2, topk=K, **{which: torch.ones(1)})
+    assert "w13_scale and w2_scale are for FP8 experts (torch.float8_e4m3fn); these are not" in str(info.value)
 
 
 def test_workspace_without_cuda_is_a_clear_error() -> None:
