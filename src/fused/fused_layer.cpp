@@ -181,7 +181,13 @@ class FusedWorkspace final : public Workspace {
     if (!capturing_) EPFUSE_CUDA_CHECK(cudaEventRecord(last_forward_, stream));
   }
 
-  void mark_failed() { failed_ = true; }
+  // The first error that made the workspace unusable (a layer's bad input or device error), named in
+  // every later forward's refusal.
+  void mark_failed(const std::string& why) {
+    if (!failed_) failed_reason_ = why;
+    failed_ = true;
+  }
+  const std::string& failed_reason() const { return failed_reason_; }
 
   // The error record of the workspace's calls (the first error since its creation), after `stream`.
   device::ErrorRecord error_record(cudaStream_t stream) const {
@@ -210,6 +216,7 @@ class FusedWorkspace final : public Workspace {
   cudaEvent_t last_forward_ = nullptr;
   bool capturing_ = false;
   bool failed_ = false;
+  std::string failed_reason_;
   std::shared_ptr<padding::Stage> pad_stage_;
 };
 
@@ -322,9 +329,10 @@ class FusedLayer final : public MoeLayer {
     const std::string who = "rank " + std::to_string(comm.rank()) + ": ";
     const int64_t call = calls_++;
     const bool fault = fault_ && fault_->fires(comm.rank(), call);
+    // Documented in epfuse/layer.h (MoeLayer::forward): kInternal, naming the error that broke it.
     EPFUSE_REQUIRE(!ws_.failed(), ErrorCode::kInternal,
-                   who + "the fused layer's workspace is unusable after an earlier device error or bad input; "
-                         "re-create it");
+                   who + "the fused layer's workspace is unusable after an earlier error (" + ws_.failed_reason() +
+                       "); re-create it");
     // Bad arguments: still launch, with no tokens, so that the peers (already in this call) learn of it
     // from this rank's count message and fail with kInvalidArgument instead of timing out.
     std::string problem;
@@ -396,7 +404,7 @@ class FusedLayer final : public MoeLayer {
     last_tile_ = tile;
     ws_.after_launch(stream);
     if (host_status != 0) {
-      ws_.mark_failed();
+      ws_.mark_failed("forward call " + std::to_string(call) + ": " + problem);
       throw Error(ErrorCode::kInvalidArgument, problem + "; the workspace must be re-created");
     }
   }
@@ -405,8 +413,9 @@ class FusedLayer final : public MoeLayer {
     detail::DeviceGuard guard(ws_.comm().device());
     const device::ErrorRecord rec = ws_.error_record(stream);
     if (rec.kind != 0) {
-      ws_.mark_failed();
-      throw Error(error_code(rec), describe_error(rec));
+      const std::string what = describe_error(rec);
+      ws_.mark_failed("a device error: " + what);
+      throw Error(error_code(rec), what);
     }
   }
 

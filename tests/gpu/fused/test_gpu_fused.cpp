@@ -182,10 +182,14 @@ EPFUSE_RANK_TEST(FusedLayer, BadExpertIdFailsEveryRankFast) {
     EXPECT_EQ(std::string(e.what()),
               me + "rank " + std::to_string(bad_rank) + " reported invalid input (an expert id out of range)");
   }
-  // The layer is now unusable (its counters are mid-call) and says so without launching.
+  // The layer is now unusable (its counters are mid-call) and says so without launching, naming the
+  // error that broke it.
   const Error again = r.forward_error(r.batch(in.num_tokens));
   EXPECT_EQ(again.code(), ErrorCode::kInternal);
   EXPECT_NE(std::string(again.what()).find("re-create"), std::string::npos) << again.what();
+  EXPECT_NE(std::string(again.what()).find("unusable after an earlier error (a device error: " + me), std::string::npos)
+      << again.what();
+  EXPECT_NE(std::string(again.what()).find("expert id"), std::string::npos) << again.what();
   r.recreate();
   r.expect_matches_reference(r.tokens(40, Routing::kUniform, 22), "re-created after a bad expert id");
 }
