@@ -54,10 +54,10 @@ class MoeLayer {
   virtual ~MoeLayer() = default;
 
   // Collective: y[in.num_tokens, hidden] (device, bf16) on `stream`. Validates what is cheap on the
-  // host (token count, pointers).
+  // host (token count, pointers; y must not overlap x, x_fp8, x_scales, topk_idx or topk_weights).
   // Errors found on the device (expert id out of range, a peer that never arrives) are recorded and
   // thrown by the next check_errors().
-  // A host-side argument error (bad token count, null or misaligned pointer) throws
+  // A host-side argument error (bad token count, null, misaligned or aliased pointer) throws
   // Error(kInvalidArgument) on this rank; its peers learn of it in the same call (fused: from their
   // check_errors(), unfused: from their forward) and fail with kInvalidArgument naming it.
   // The fused layer still takes part in the call (with no tokens) so that no peer waits, which leaves

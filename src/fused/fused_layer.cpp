@@ -21,6 +21,7 @@
 #include "common/device_guard.h"
 #include "common/env.h"
 #include "common/fp8.h"
+#include "common/overlap.h"
 #include "device/gemm/gemm_maps_wgmma.h"
 #include "device/kernel/kernel_params.h"
 #include "device/protocol/epoch.h"
@@ -358,6 +359,10 @@ class FusedLayer final : public MoeLayer {
       host_status = static_cast<uint32_t>(device::ErrorKind::kBadPointer);
       problem = who + (caller_fp8_x ? "x_fp8 and y must be 16-byte aligned, x_scales 4-byte aligned"
                                     : "x and y must be 16-byte aligned");
+    } else if (const char* input = aliased_input(in, y)) {
+      // y is written while the inputs are still read (by this rank and, for x, by its peers).
+      host_status = static_cast<uint32_t>(device::ErrorKind::kBadPointer);
+      problem = who + "y overlaps " + input + ": the output must not alias an input; give y its own memory";
     }
     detail::DeviceGuard guard(comm.device());
     device::FusedParams prm;
@@ -407,6 +412,21 @@ class FusedLayer final : public MoeLayer {
       ws_.mark_failed("forward call " + std::to_string(call) + ": " + problem);
       throw Error(ErrorCode::kInvalidArgument, problem + "; the workspace must be re-created");
     }
+  }
+
+  // The name of the input y overlaps (x, or x_fp8 / x_scales, topk_idx, topk_weights), or nullptr.
+  const char* aliased_input(const TokenBatch& in, const bf16* y) const {
+    const size_t T = static_cast<size_t>(in.num_tokens), H = static_cast<size_t>(cfg_.hidden),
+                 K = static_cast<size_t>(cfg_.topk);
+    const detail::ByteRange out{"y", y, T * H * sizeof(bf16)};
+    const char* hit = in.x_fp8 != nullptr || in.x_scales != nullptr
+                          ? detail::first_overlap(out, {{"x_fp8", in.x_fp8, T * H},
+                                                        {"x_scales", in.x_scales,
+                                                         T * fp8::num_blocks(cfg_.hidden) * sizeof(float)}})
+                          : detail::first_overlap(out, {{"x", in.x, T * H * sizeof(bf16)}});
+    return hit != nullptr ? hit
+                          : detail::first_overlap(out, {{"topk_idx", in.topk_idx, T * K * sizeof(int32_t)},
+                                                        {"topk_weights", in.topk_weights, T * K * sizeof(float)}});
   }
 
   void check_errors(cudaStream_t stream) override {
