@@ -54,8 +54,19 @@ class MoeLayer {
   virtual ~MoeLayer() = default;
 
   // Collective: y[in.num_tokens, hidden] (device, bf16) on `stream`. Validates what is cheap on the
-  // host (token count, pointers). Errors found on the device (expert id out of range, a peer that
-  // never arrives) are recorded and thrown by the next check_errors().
+  // host (token count, pointers; y must not overlap x, x_fp8, x_scales, topk_idx or topk_weights).
+  // Errors found on the device (expert id out of range, a peer that never arrives) are recorded and
+  // thrown by the next check_errors().
+  // A host-side argument error (bad token count, null, misaligned or aliased pointer) throws
+  // Error(kInvalidArgument) on this rank; its peers learn of it in the same call (fused: from their
+  // check_errors(), unfused: from their forward) and fail with kInvalidArgument naming it.
+  // The fused layer still takes part in the call (with no tokens) so that no peer waits, which leaves
+  // the workspace mid-call: the workspace, and so EVERY layer on it, is then failed. Every later
+  // forward on it throws Error(kInternal, "rank R: the fused layer's workspace is unusable after an
+  // earlier error (<that error>); re-create it") without launching, as after a device error reported
+  // by check_errors(). The caller must destroy the layers and the workspace and create them again
+  // (collective: every rank does it). The unfused chain throws kInvalidArgument on every rank before
+  // any row moves. A layer of padded sizes behaves as the layer it wraps.
   virtual void forward(const TokenBatch& in, bf16* y, cudaStream_t stream) = 0;
   // Synchronises `stream` and throws Error with what the device recorded since the last check.
   virtual void check_errors(cudaStream_t stream) = 0;

@@ -36,9 +36,13 @@ struct TokenBatch {
   int num_tokens = 0;                   // 0 allowed; at most LayerConfig::max_tokens_per_rank
   // FP8 layers, optional: x already quantised by the caller per token per 128 channels (config.h):
   // e4m3fn codes [num_tokens, hidden] (16-byte aligned) and float scales [num_tokens, ceil(hidden/128)]
-  // (the real value is code * scale; any finite scale > 0). When x_fp8 is set, x is not read (it may be
-  // null) and these bytes are what dispatch sends and Linear1 reads. The fused layer runs it; the
-  // unfused chain refuses it (kUnsupported), as bf16 layers do. Every rank passes the same kind.
+  // (the real value is code * scale). Every scale must be finite and > 0: the C++ API (and the C ABI)
+  // does not check them (they are device memory, read only by the kernel), and a zero, negative, NaN
+  // or Inf scale gives wrong or non-finite rows of y without an error. epfuse.torch checks them
+  // before the call (one host synchronisation; not inside a CUDA graph capture). When x_fp8 is set,
+  // x is not read (it may be null) and these bytes are what dispatch sends and Linear1 reads. The
+  // fused layer runs it; the unfused chain refuses it (kUnsupported), as bf16 layers do. Every rank
+  // passes the same kind.
   const uint8_t* x_fp8 = nullptr;
   const float* x_scales = nullptr;
 };

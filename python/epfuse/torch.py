@@ -27,7 +27,10 @@ __all__ = [
     "Workspace",
     "MoELayer",
     "check_forward_args",
+    "check_not_aliased",
     "check_weights",
+    "check_x_scale_values",
+    "narrow_topk_ids",
 ]
 
 # Every pointer the C API takes must be 16-byte aligned (include/epfuse/c_api.h).
@@ -229,6 +232,72 @@ def check_forward_args(
     if tokens > max_tokens:
         _fail(f"x has {tokens} tokens, more than max_tokens={max_tokens} the layer was created with")
     return tokens
+
+
+def _capturing(t: torch.Tensor) -> bool:
+    """Whether `t`'s CUDA stream is being captured into a graph (no host synchronisation allowed)."""
+    return t.is_cuda and torch.cuda.is_current_stream_capturing()
+
+
+def check_x_scale_values(x_scale: torch.Tensor) -> None:
+    """Every per-token scale of x quantised by the caller must be finite and > 0 (the C++ API and the
+    kernel do not check them: include/epfuse/types.h). One host synchronisation; skipped while the
+    stream is captured into a CUDA graph (the values are not known then). Raises epfuse.InvalidArgument
+    (a ValueError) naming the first bad scale."""
+    if x_scale.numel() == 0 or _capturing(x_scale):
+        return
+    bad = ~(torch.isfinite(x_scale) & (x_scale > 0))
+    if not bool(bad.any()):
+        return
+    first = bad.nonzero()[0].tolist()
+    value = x_scale[tuple(first)].item()
+    where = "][".join(str(i) for i in first)
+    _fail(
+        f"x_scale[{where}] = {value!r}: every scale of x quantised by the caller must be finite and > 0 "
+        f"({int(bad.sum().item())} of {x_scale.numel()} are not)"
+    )
+
+
+def narrow_topk_ids(topk_ids: torch.Tensor, num_experts: int) -> torch.Tensor:
+    """topk_ids as int32, the C API's type. int64 ids are checked to lie in [-1, num_experts) before
+    narrowing (one host synchronisation; pass int32 ids to avoid it: the device checks those), so that
+    an id such as 2**32 + 3 cannot wrap into a valid expert. While the stream is captured into a CUDA
+    graph the values are not known: ids outside the range become num_experts instead, which the device
+    reports (check_errors). Raises epfuse.InvalidArgument (a ValueError) naming the first bad id."""
+    if topk_ids.dtype == torch.int32:
+        return topk_ids
+    if topk_ids.numel():
+        bad = (topk_ids < -1) | (topk_ids >= num_experts)
+        if _capturing(topk_ids):
+            topk_ids = topk_ids.masked_fill(bad, num_experts)
+        elif bool(bad.any()):
+            token, slot = bad.nonzero()[0].tolist()
+            _fail(
+                f"topk_ids[{token}][{slot}] = {int(topk_ids[token, slot].item())} is not a valid expert id "
+                f"(-1 or [0, {num_experts})): checked before narrowing {topk_ids.dtype} to torch.int32"
+            )
+    return topk_ids.to(torch.int32)
+
+
+def check_not_aliased(y: torch.Tensor, inputs: dict[str, Optional[torch.Tensor]]) -> None:
+    """y must not share a byte with any input (the layer writes y while it still reads them; the C++
+    front door refuses it too). Raises epfuse.InvalidArgument naming the input."""
+    if y.numel() == 0:
+        return
+    y0 = y.data_ptr()
+    y1 = y0 + y.numel() * y.element_size()
+    for name, t in inputs.items():
+        if t is None or t.numel() == 0 or t.device != y.device:
+            continue
+        t0 = t.data_ptr()
+        t1 = t0 + t.numel() * t.element_size()
+        if t0 < y1 and y0 < t1:
+            _fail(f"y overlaps {name}: the output must not alias an input")
+
+
+def _new_output(x: torch.Tensor) -> torch.Tensor:
+    """y for a forward of x: a new bf16 tensor of x's shape."""
+    return torch.empty(x.shape, dtype=torch.bfloat16, device=x.device)
 
 
 def _cuda_device(device: Any) -> torch.device:
@@ -614,7 +683,12 @@ class MoELayer:
         """y [T, H] bf16 = the MoE layer of x [T, H] bf16, topk_ids [T, k] (global expert ids, -1 =
         dropped), topk_weights [T, k], on the current stream. Collective. FP8 layers also take x already
         quantised: x [T, H] torch.float8_e4m3fn with x_scale [T, ceil(H/128)] float32 (one scale per
-        token per 128 channels, x = code * scale), sent as it is (every rank passes the same kind)."""
+        token per 128 channels, x = code * scale), sent as it is (every rank passes the same kind).
+
+        Checked on the host before the call (epfuse.InvalidArgument, a ValueError): int64 topk_ids lie
+        in [-1, num_experts) before they are narrowed to int32 (narrow_topk_ids), x_scale is finite and
+        > 0 (check_x_scale_values); each costs one host synchronisation, and neither runs inside a
+        CUDA graph capture. int32 ids are checked on the device (check_errors)."""
         return torch.ops.epfuse.moe_forward(x, topk_ids, topk_weights, self.w13, self.w2, self.layer_id, x_scale)
 
     __call__ = forward
@@ -652,12 +726,14 @@ class MoELayer:
         )
         if x_scale is not None and self.weight_dtype != torch.float8_e4m3fn:
             _fail(f"x_scale (quantised x) needs FP8 experts; MoELayer {self.layer_id} holds {self.weight_dtype}")
-        if topk_ids.dtype != torch.int32:
-            topk_ids = topk_ids.to(torch.int32)
+        if x_scale is not None:
+            check_x_scale_values(x_scale)
+        topk_ids = narrow_topk_ids(topk_ids, self.num_experts)
         if topk_weights.dtype != torch.float32:
             topk_weights = topk_weights.to(torch.float32)
-        y = torch.empty(x.shape, dtype=torch.bfloat16, device=x.device)
+        y = _new_output(x)
         _check_aligned("y", y)
+        check_not_aliased(y, {"x": x, "x_scale": x_scale, "topk_ids": topk_ids, "topk_weights": topk_weights})
         with _OnDevice(self.device):
             stream = _stream_of(self.device)
             if x_scale is None:

@@ -42,7 +42,7 @@ std::string input_problem(uint32_t kind) {
   switch (static_cast<device::ErrorKind>(kind)) {
     case device::ErrorKind::kBadExpert: return "an expert id out of range";
     case device::ErrorKind::kBadTokenCount: return "num_tokens out of range";
-    case device::ErrorKind::kBadPointer: return "a null or misaligned pointer";
+    case device::ErrorKind::kBadPointer: return "a null, misaligned or aliased pointer";
     default: break;
   }
   return "status " + std::to_string(kind);

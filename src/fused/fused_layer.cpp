@@ -21,6 +21,7 @@
 #include "common/device_guard.h"
 #include "common/env.h"
 #include "common/fp8.h"
+#include "common/overlap.h"
 #include "device/gemm/gemm_maps_wgmma.h"
 #include "device/kernel/kernel_params.h"
 #include "device/protocol/epoch.h"
@@ -191,7 +192,13 @@ class FusedWorkspace final : public Workspace {
     if (!capturing_) EPFUSE_CUDA_CHECK(cudaEventRecord(last_forward_, stream));
   }
 
-  void mark_failed() { failed_ = true; }
+  // The first error that made the workspace unusable (a layer's bad input or device error), named in
+  // every later forward's refusal.
+  void mark_failed(const std::string& why) {
+    if (!failed_) failed_reason_ = why;
+    failed_ = true;
+  }
+  const std::string& failed_reason() const { return failed_reason_; }
   // The next layer's identity (1, 2, ...): layers are created collectively, so every rank numbers the
   // same layer alike (FusedParams::layer_id).
   uint32_t next_layer_id() { return ++layers_created_; }
@@ -225,6 +232,7 @@ class FusedWorkspace final : public Workspace {
   cudaEvent_t last_forward_ = nullptr;
   bool capturing_ = false;
   bool failed_ = false;
+  std::string failed_reason_;
   uint32_t layers_created_ = 0;
   std::shared_ptr<padding::Stage> pad_stage_;
 };
@@ -343,11 +351,12 @@ class FusedLayer final : public MoeLayer {
     // another call on a workspace whose every later call only returns NaN.
     if (!ws_.failed() && ws_.device_failed()) {
       check_errors(stream);
-      ws_.mark_failed();
+      ws_.mark_failed("a device error without an error record");
     }
+    // Documented in epfuse/layer.h (MoeLayer::forward): kInternal, naming the error that broke it.
     EPFUSE_REQUIRE(!ws_.failed(), ErrorCode::kInternal,
-                   who + "the fused layer's workspace is unusable after an earlier device error or bad input; "
-                         "re-create it");
+                   who + "the fused layer's workspace is unusable after an earlier error (" + ws_.failed_reason() +
+                       "); re-create it");
     // Bad arguments: still launch, with no tokens, so that the peers (already in this call) learn of it
     // from this rank's count message and fail with kInvalidArgument instead of timing out.
     std::string problem;
@@ -373,6 +382,10 @@ class FusedLayer final : public MoeLayer {
       host_status = static_cast<uint32_t>(device::ErrorKind::kBadPointer);
       problem = who + (caller_fp8_x ? "x_fp8 and y must be 16-byte aligned, x_scales 4-byte aligned"
                                     : "x and y must be 16-byte aligned");
+    } else if (const char* input = aliased_input(in, y)) {
+      // y is written while the inputs are still read (by this rank and, for x, by its peers).
+      host_status = static_cast<uint32_t>(device::ErrorKind::kBadPointer);
+      problem = who + "y overlaps " + input + ": the output must not alias an input; give y its own memory";
     }
     detail::DeviceGuard guard(comm.device());
     device::FusedParams prm;
@@ -420,17 +433,33 @@ class FusedLayer final : public MoeLayer {
     last_tile_ = tile;
     ws_.after_launch(stream);
     if (host_status != 0) {
-      ws_.mark_failed();
+      ws_.mark_failed("forward call " + std::to_string(call) + ": " + problem);
       throw Error(ErrorCode::kInvalidArgument, problem + "; the workspace must be re-created");
     }
+  }
+
+  // The name of the input y overlaps (x, or x_fp8 / x_scales, topk_idx, topk_weights), or nullptr.
+  const char* aliased_input(const TokenBatch& in, const bf16* y) const {
+    const size_t T = static_cast<size_t>(in.num_tokens), H = static_cast<size_t>(cfg_.hidden),
+                 K = static_cast<size_t>(cfg_.topk);
+    const detail::ByteRange out{"y", y, T * H * sizeof(bf16)};
+    const char* hit = in.x_fp8 != nullptr || in.x_scales != nullptr
+                          ? detail::first_overlap(out, {{"x_fp8", in.x_fp8, T * H},
+                                                        {"x_scales", in.x_scales,
+                                                         T * fp8::num_blocks(cfg_.hidden) * sizeof(float)}})
+                          : detail::first_overlap(out, {{"x", in.x, T * H * sizeof(bf16)}});
+    return hit != nullptr ? hit
+                          : detail::first_overlap(out, {{"topk_idx", in.topk_idx, T * K * sizeof(int32_t)},
+                                                        {"topk_weights", in.topk_weights, T * K * sizeof(float)}});
   }
 
   void check_errors(cudaStream_t stream) override {
     detail::DeviceGuard guard(ws_.comm().device());
     const device::ErrorRecord rec = ws_.error_record(stream);
     if (rec.kind != 0) {
-      ws_.mark_failed();
-      throw Error(error_code(rec), describe_error(rec));
+      const std::string what = describe_error(rec);
+      ws_.mark_failed("a device error: " + what);
+      throw Error(error_code(rec), what);
     }
   }
 

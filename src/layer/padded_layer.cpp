@@ -12,6 +12,7 @@
 #include "common/device_buffer.h"
 #include "common/device_guard.h"
 #include "common/fp8.h"
+#include "common/overlap.h"
 #include "epfuse/error.h"
 #include "weights/fp8_weights.h"
 
@@ -114,8 +115,11 @@ class PaddedLayer final : public MoeLayer {
                         in.topk_idx != nullptr && in.topk_weights != nullptr &&
                         reinterpret_cast<uintptr_t>(x_rows) % 16 == 0 && reinterpret_cast<uintptr_t>(y) % 16 == 0 &&
                         (!fp8_x || (in.x_scales != nullptr && reinterpret_cast<uintptr_t>(in.x_scales) % 4 == 0 &&
-                                    cfg_.weight_format == WeightFormat::kFp8Block128));
-    if (!staged) {  // no rows to move, or bad input: the wrapped layer reports it (and tells its peers)
+                                    cfg_.weight_format == WeightFormat::kFp8Block128)) &&
+                        !aliased(in, y);
+    // No rows to move, or bad input: the wrapped layer reports it (and tells its peers). An aliased y
+    // (staging would hide it from the wrapped layer) reaches it as given: its wider rows overlap too.
+    if (!staged) {
       inner_->forward(in, y, stream);
       return;
     }
@@ -143,6 +147,19 @@ class PaddedLayer final : public MoeLayer {
     inner_->forward(padded, stage_->y(), stream);
     padding::copy_resized(stage_->y(), 1, T, Hp, y, T, H, sizeof(bf16), stream);
     stage_->after(stream);
+  }
+
+  // Whether y overlaps an input of the caller's sizes (what the wrapped layer refuses, fused_layer.cpp).
+  bool aliased(const TokenBatch& in, const bf16* y) const {
+    const size_t T = static_cast<size_t>(in.num_tokens), H = static_cast<size_t>(cfg_.hidden),
+                 K = static_cast<size_t>(cfg_.topk);
+    const detail::ByteRange out{"y", y, T * H * sizeof(bf16)};
+    const bool fp8_x = in.x_fp8 != nullptr || in.x_scales != nullptr;  // then x is not read
+    return detail::first_overlap(out, {{"x", fp8_x ? nullptr : in.x, T * H * sizeof(bf16)},
+                                       {"x_fp8", in.x_fp8, T * H},
+                                       {"x_scales", in.x_scales, T * fp8::num_blocks(cfg_.hidden) * sizeof(float)},
+                                       {"topk_idx", in.topk_idx, T * K * sizeof(int32_t)},
+                                       {"topk_weights", in.topk_weights, T * K * sizeof(float)}}) != nullptr;
   }
 
   void check_errors(cudaStream_t stream) override { inner_->check_errors(stream); }

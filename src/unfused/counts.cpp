@@ -43,6 +43,9 @@ std::optional<std::string> first_input_error(const int32_t* recv_counts, int wor
       case InputError::kMisaligned:
         return rank + "misaligned pointer(s) " + pointer_names(value) + " with num_tokens = " + std::to_string(token) +
                " (x and y must be 16-byte aligned)";
+      case InputError::kAliased:
+        return rank + "y overlaps " + pointer_names(value) + " with num_tokens = " + std::to_string(token) +
+               " (the output must not alias an input; give y its own memory)";
       case InputError::kCallerFp8X:
         return rank + "x quantised by the caller (TokenBatch::x_fp8) is not supported by the unfused chain, "
                       "which sends bf16 rows: pass x, or use the fused layer";

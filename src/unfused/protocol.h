@@ -74,6 +74,7 @@ enum class InputError : int32_t {
   kNullPointer = 3,       // value = bitmask of null pointers (NullPointer bits) with num_tokens > 0
   kMisaligned = 4,        // value = bitmask (NullPointer bits) of x / y not 16-byte aligned, num_tokens > 0
   kCallerFp8X = 5,        // TokenBatch::x_fp8 / x_scales set: the chain sends bf16 rows (fused layer only)
+  kAliased = 6,           // value = bitmask (NullPointer bits) of the inputs y overlaps, num_tokens > 0
 };
 struct NullPointer {
   static constexpr int32_t kX = 1, kTopkIdx = 2, kTopkWeights = 4, kOutput = 8;

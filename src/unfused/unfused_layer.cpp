@@ -14,6 +14,7 @@
 #include "common/check.h"
 #include "common/device_buffer.h"
 #include "common/fp8.h"
+#include "common/overlap.h"
 #include "epfuse/error.h"
 #include "unfused/all_to_all.h"
 #include "unfused/counts.h"
@@ -316,6 +317,15 @@ HostInputError UnfusedLayer::check_inputs(const TokenBatch& in, const bf16* y) c
   const int32_t misaligned_mask = (reinterpret_cast<uintptr_t>(in.x) % 16 != 0 ? NullPointer::kX : 0) |
                                   (reinterpret_cast<uintptr_t>(y) % 16 != 0 ? NullPointer::kOutput : 0);
   if (misaligned_mask != 0) return {InputError::kMisaligned, in.num_tokens, misaligned_mask};
+  // y is written (home reduce) while x and the routing are still read: no input may share its bytes.
+  const size_t T = static_cast<size_t>(in.num_tokens), H = static_cast<size_t>(cfg_.hidden),
+               K = static_cast<size_t>(cfg_.topk);
+  const detail::ByteRange out{"y", y, T * H * sizeof(bf16)};
+  const int32_t aliased_mask =
+      (detail::overlaps(out, {"x", in.x, T * H * sizeof(bf16)}) ? NullPointer::kX : 0) |
+      (detail::overlaps(out, {"topk_idx", in.topk_idx, T * K * sizeof(int32_t)}) ? NullPointer::kTopkIdx : 0) |
+      (detail::overlaps(out, {"topk_weights", in.topk_weights, T * K * sizeof(float)}) ? NullPointer::kTopkWeights : 0);
+  if (aliased_mask != 0) return {InputError::kAliased, in.num_tokens, aliased_mask};
   return {};
 }
 

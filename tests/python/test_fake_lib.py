@@ -288,6 +288,41 @@ def test_forward_hands_converted_inputs_to_c(fake: FakeLib) -> None:
     ws.close()
 
 
+def test_forward_checks_values_before_calling_c(fake: FakeLib, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Out-of-range int64 ids, bad caller scales and a y aliasing x never reach C.
+    ws = make_ws(weight_dtype=torch.float8_e4m3fn)
+    layer = et.MoELayer(ws, *weights(), topk=K)
+    x = torch.randn(3, H).to(torch.bfloat16)
+    w = torch.ones(3, K)
+    ids = torch.tensor([[0, 1], [2, 2**32 + 3], [-1, 4]], dtype=torch.int64)  # 2**32 + 3 narrows to 3
+    with pytest.raises(ValueError, match=r"topk_ids\[1\]\[1\] = 4294967299 is not a valid expert id \(-1 or \[0, 8\)\)"):
+        layer(x, ids, w)
+    ids[1, 1] = E
+    with pytest.raises(epfuse.InvalidArgument, match=r"topk_ids\[1\]\[1\] = 8 is not a valid expert id"):
+        layer(x, ids, w)
+    assert fake.kinds("forward") == []
+    ids[1, 1] = 7
+    layer(x, ids, w)
+    assert fake.kinds("forward")[0][4] == [0, 1, 2, 7, -1, 4]
+    # y aliasing x: torch.empty never returns x's memory, so the allocation is replaced to show the check.
+    with monkeypatch.context() as patch:
+        patch.setattr(et, "_new_output", lambda x: x)
+        with pytest.raises(epfuse.InvalidArgument, match="y overlaps x: the output must not alias an input"):
+            layer(x, ids, w)
+    assert len(fake.kinds("forward")) == 1
+    # FP8 x quantised by the caller: every scale finite and > 0.
+    w13, w2, s13, s2 = fp8_weights(torch.float32)
+    fp8 = et.MoELayer(ws, w13, w2, topk=K, w13_scale=s13, w2_scale=s2)
+    xq = torch.randn(3, H).to(torch.float8_e4m3fn)
+    for bad in (0.0, -2.0, float("nan"), float("inf")):
+        scale = torch.ones(3, H // 128)
+        scale[1, 0] = bad
+        with pytest.raises(ValueError, match=r"x_scale\[1\]\[0\] = .*must be finite and > 0"):
+            fp8(xq, ids, w, x_scale=scale)
+    assert fake.kinds("forward_fp8") == []
+    ws.close()
+
+
 def test_close_order_newest_layer_first(fake: FakeLib) -> None:
     ws = make_ws()
     layers = [et.MoELayer(ws, *weights(), topk=K) for _ in range(3)]
@@ -439,6 +474,26 @@ def test_hf_attach_runs_the_experts_through_epfuse(fake: FakeLib, use_interface:
     assert "forward" not in block.experts.__dict__
     with torch.no_grad():
         assert not torch.equal(block(x), x)  # transformers' experts again
+    ws.close()
+
+
+def test_hf_router_ids_out_of_range_are_refused_before_narrowing(fake: FakeLib) -> None:
+    # transformers' routers give int64 ids; one past int32 must not wrap into a valid expert.
+    import epfuse.hf as ehf
+
+    block = qwen3_block()
+    ws = ehf.make_workspace(block, max_tokens=64)
+    ehf.attach(block, ws)
+    x = torch.randn(4, H).to(torch.bfloat16)
+    ids = torch.tensor([[0, 1], [2, 3], [4, 2**32 + 5], [6, 7]], dtype=torch.int64)
+    w = torch.full((4, K), 0.5)
+    with pytest.raises(ValueError, match=r"topk_ids\[2\]\[1\] = 4294967301 is not a valid expert id \(-1 or \[0, 8\)\)"):
+        ehf.experts_forward(block.experts, x, ids, w)
+    assert fake.kinds("forward") == []
+    ids[2, 1] = 5
+    ehf.experts_forward(block.experts, x, ids, w)
+    assert fake.kinds("forward")[0][4] == ids.flatten().tolist()
+    ehf.detach(block)
     ws.close()
 
 

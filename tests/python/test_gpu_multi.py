@@ -1,7 +1,9 @@
 """epfuse.torch at world 2 and 4: one process per GPU (multi_rank_worker.py, started like torchrun)
-on a torch.distributed NCCL group, with the group's communicator borrowed ("auto") and with epfuse's
-own from a broadcast ncclUniqueId ("unique_id"); each rank checks its tokens against the float64
-reference, and an HF Qwen3-MoE block against transformers. Skipped with fewer GPUs than ranks."""
+on a torch.distributed NCCL group, with the group's communicator borrowed ("borrow": must take the
+borrowed path, Workspace.comm_source says which it took), with epfuse's own from a broadcast
+ncclUniqueId ("unique_id"), and "auto" (either: borrowed where torch exposes the communicator, else the
+broadcast); each rank checks its tokens against the float64 reference, and an HF Qwen3-MoE block
+against transformers. Skipped with fewer GPUs than ranks."""
 
 from __future__ import annotations
 
@@ -27,7 +29,11 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.mark.parametrize("comm", ["auto", "unique_id"])
+BORROWED = "borrowed from the process group"
+BROADCAST = "unique_id broadcast over the process group"
+
+
+@pytest.mark.parametrize("comm", ["borrow", "auto", "unique_id"])
 @pytest.mark.parametrize("world", [2, 4])
 def test_multi_rank(record: Any, tmp_path: Path, world: int, comm: str) -> None:
     gpus = torch.cuda.device_count()
@@ -35,6 +41,8 @@ def test_multi_rank(record: Any, tmp_path: Path, world: int, comm: str) -> None:
         pytest.skip(f"needs {world} GPUs, this machine has {gpus}")
     import epfuse
 
+    if comm == "borrow" and not hasattr(getattr(torch.distributed, "ProcessGroupNCCL", None), "_comm_ptr"):
+        pytest.skip(f"torch {torch.__version__} does not expose ProcessGroupNCCL._comm_ptr(): nothing to borrow")
     env = dict(os.environ)
     env.update(
         WORLD_SIZE=str(world),
@@ -71,13 +79,14 @@ def test_multi_rank(record: Any, tmp_path: Path, world: int, comm: str) -> None:
     for res in results:
         assert res["error"] is None, f"rank {res['rank']}: {res['error']}"
         assert res["ok"], f"rank {res['rank']}: {json.dumps(res['checks'], indent=1)}"
-    if comm == "auto":
-        assert results[0]["comm_source"] in (
-            "borrowed from the process group",
-            "unique_id broadcast over the process group",
-        )
-    else:
-        assert results[0]["comm_source"] == "unique_id broadcast over the process group"
+    # Every rank reports the path it took; they must agree (borrowing is local, the broadcast collective).
+    sources = {res["comm_source"] for res in results}
+    if comm == "borrow":
+        assert sources == {BORROWED}, sources
+    elif comm == "unique_id":
+        assert sources == {BROADCAST}, sources
+    else:  # auto: the borrowed path where it exists (the "borrow" case requires it), else the fallback
+        assert len(sources) == 1 and sources <= {BORROWED, BROADCAST}, sources
     for res in results:
         for c in res["checks"]:
             name = c.pop("check")

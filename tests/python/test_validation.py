@@ -269,10 +269,24 @@ def test_fp8_weight_messages(case: str, message: str) -> None:
     assert message in str(info.value)
 
 
-def test_scales_only_with_fp8_experts() -> None:
+class _OpenWorkspace(et.Workspace):
+    """Passes MoELayer's workspace checks (an open epfuse.torch.Workspace) without a GPU or the library;
+    anything the layer would read from it after its argument checks is missing (AttributeError)."""
+
+    def __init__(self) -> None:
+        self._closed = False
+
+    def __del__(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("which", ["w13_scale", "w2_scale"])
+def test_scales_only_with_fp8_experts(which: str) -> None:
+    # bf16 experts with a scale: refused by the scales check, past the workspace's (a valid one here).
     w13, w2 = weights()
-    with pytest.raises(epfuse.InvalidArgument, match="workspace must be"):
-        et.MoELayer("ws", w13, w2, topk=K, w13_scale=torch.ones(1))
+    with pytest.raises(epfuse.InvalidArgument) as info:
+        et.MoELayer(_OpenWorkspace(), w13, w2, topk=K, **{which: torch.ones(1)})
+    assert "w13_scale and w2_scale are for FP8 experts (torch.float8_e4m3fn); these are not" in str(info.value)
 
 
 def test_workspace_without_cuda_is_a_clear_error() -> None:
@@ -316,3 +330,59 @@ def test_op_schema() -> None:
         "epfuse::moe_forward(Tensor x, Tensor topk_ids, Tensor topk_weights, Tensor w13, Tensor w2, SymInt layer_id, "
         "Tensor? x_scale=None) -> Tensor"
     )
+
+
+# --- values checked before the call (int64 ids before narrowing, caller's x scales, y aliasing) ---
+
+
+def test_int64_ids_in_range_are_narrowed() -> None:
+    ids = torch.tensor([[0, 7], [-1, 3]], dtype=torch.int64)
+    out = et.narrow_topk_ids(ids, 8)
+    assert out.dtype == torch.int32 and out.tolist() == ids.tolist()
+    ids32 = ids.to(torch.int32)
+    assert et.narrow_topk_ids(ids32, 8) is ids32  # int32: as given (the device checks them)
+    assert et.narrow_topk_ids(torch.zeros(0, K, dtype=torch.int64), 8).dtype == torch.int32
+
+
+@pytest.mark.parametrize(
+    ("value", "where"),
+    [(8, "[1][0]"), (-2, "[1][0]"), (2**32 + 3, "[1][0]"), (-(2**32) + 1, "[1][0]")],
+)
+def test_int64_ids_out_of_range_are_refused_before_narrowing(value: int, where: str) -> None:
+    # 2**32 + 3 would narrow to 3, a valid expert: the check must come before the cast.
+    ids = torch.tensor([[0, 7], [value, 3], [9, 9]], dtype=torch.int64)
+    with pytest.raises(ValueError) as info:
+        et.narrow_topk_ids(ids, 8)
+    assert isinstance(info.value, epfuse.InvalidArgument)
+    assert (
+        f"topk_ids{where} = {value} is not a valid expert id (-1 or [0, 8)): checked before narrowing "
+        "torch.int64 to torch.int32" in str(info.value)
+    )
+
+
+def test_x_scale_values() -> None:
+    et.check_x_scale_values(torch.full((3, 2), 0.5))
+    et.check_x_scale_values(torch.zeros(0, 2))
+    for bad, shown in ((0.0, "0.0"), (-1.0, "-1.0"), (float("nan"), "nan"), (float("inf"), "inf")):
+        s = torch.ones(3, 2)
+        s[2, 1] = bad
+        with pytest.raises(ValueError) as info:
+            et.check_x_scale_values(s)
+        assert isinstance(info.value, epfuse.InvalidArgument)
+        assert (
+            f"x_scale[2][1] = {shown}: every scale of x quantised by the caller must be finite and > 0 (1 of 6 are not)"
+            in str(info.value)
+        )
+
+
+def test_y_aliasing_an_input_is_refused() -> None:
+    x, ids, w = inputs()
+    ids = ids.to(torch.int32)
+    y = torch.empty_like(x)
+    et.check_not_aliased(y, {"x": x, "topk_ids": ids, "topk_weights": w, "x_scale": None})
+    for name, y_alias in (("x", x), ("x", x[2:].view(-1, H)), ("topk_ids", ids.view(torch.bfloat16))):
+        with pytest.raises(epfuse.InvalidArgument, match=f"y overlaps {name}: the output must not alias an input"):
+            et.check_not_aliased(y_alias, {"x": x, "topk_ids": ids, "topk_weights": w})
+    # Adjacent, not overlapping: the second half of one buffer after the first.
+    buf = torch.zeros(2 * T * H, dtype=torch.bfloat16)
+    et.check_not_aliased(buf[T * H :].view(T, H), {"x": buf[: T * H].view(T, H)})

@@ -61,12 +61,20 @@ Outcome run_calls(const RunPlan& plan, RankJob& job, int rank) {
   if (rank == 0 && plan.iters > 1) progress.emplace("calls", plan.iters);
   std::unique_ptr<InputSet> inputs;  // without --vary every call repeats call 0's inputs
   for (int call = 0; call < plan.iters; ++call) {
-    if (!inputs || plan.vary) {
+    const bool fresh = !inputs || plan.vary;
+    if (fresh) {
       int tokens = plan.token_counts(call)[static_cast<size_t>(rank)];
       inputs.reset();  // free the previous set first
       inputs = std::make_unique<InputSet>(job.make_inputs(tokens, plan.routing, plan.input_seed(call), plan.x_fp8));
     }
     count_slots(inputs->host(), o.stats);
+    if (fresh) {
+      // Time the layer, not the harness: each rank makes its inputs at its own pace (host generation,
+      // upload), and a forward timed from its own start would absorb the wait for the slowest peer's.
+      // The uploads finish and every rank arrives here before any timed region starts.
+      EPFUSE_CUDA_CHECK(cudaStreamSynchronize(job.stream()));
+      job.comm().barrier();
+    }
     if (plan.verifies_call(call)) {
       std::vector<int> rows = sample_rows(inputs->num_tokens(), plan.verify_rows);
       Verdict v = job.verified_forward(*inputs, rows, plan.tolerance, threads);

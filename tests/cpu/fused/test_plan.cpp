@@ -226,7 +226,7 @@ TEST(FusedErrors, MessagesNameRankPhaseAndWait) {
   r.seen = static_cast<uint32_t>(device::ErrorKind::kBadTokenCount);
   EXPECT_EQ(describe_error(r), "rank 0: rank 2 reported invalid input (num_tokens out of range)");
   r.seen = static_cast<uint32_t>(device::ErrorKind::kBadPointer);
-  EXPECT_EQ(describe_error(r), "rank 0: rank 2 reported invalid input (a null or misaligned pointer)");
+  EXPECT_EQ(describe_error(r), "rank 0: rank 2 reported invalid input (a null, misaligned or aliased pointer)");
   r = {static_cast<int32_t>(device::ErrorKind::kPeerOtherLayer), 1, static_cast<int32_t>(device::Phase::kCollect), 0,
        0, 0, 3, 4};
   EXPECT_EQ(error_code(r), ErrorCode::kInvalidArgument);

@@ -257,6 +257,11 @@ TEST(Counts, LowestRankErrorWinsWithExactMessage) {
   EXPECT_EQ(first_input_error(recv.data(), 3, W, cfg).value(),
             "rank 2: x quantised by the caller (TokenBatch::x_fp8) is not supported by the unfused chain, which sends "
             "bf16 rows: pass x, or use the fused layer");
+  row2[CountsRow::kErrorCode] = static_cast<int32_t>(InputError::kAliased);
+  row2[CountsRow::kErrorValue] = NullPointer::kX | NullPointer::kTopkWeights;
+  EXPECT_EQ(first_input_error(recv.data(), 3, W, cfg).value(),
+            "rank 2: y overlaps x, topk_weights with num_tokens = 3 (the output must not alias an input; give y its "
+            "own memory)");
 }
 
 TEST(Counts, TrafficFromCounts) {

@@ -182,10 +182,14 @@ EPFUSE_RANK_TEST(FusedLayer, BadExpertIdFailsEveryRankFast) {
     EXPECT_EQ(std::string(e.what()),
               me + "rank " + std::to_string(bad_rank) + " reported invalid input (an expert id out of range)");
   }
-  // The layer is now unusable (its counters are mid-call) and says so without launching.
+  // The layer is now unusable (its counters are mid-call) and says so without launching, naming the
+  // error that broke it.
   const Error again = r.forward_error(r.batch(in.num_tokens));
   EXPECT_EQ(again.code(), ErrorCode::kInternal);
   EXPECT_NE(std::string(again.what()).find("re-create"), std::string::npos) << again.what();
+  EXPECT_NE(std::string(again.what()).find("unusable after an earlier error (a device error: " + me), std::string::npos)
+      << again.what();
+  EXPECT_NE(std::string(again.what()).find("expert id"), std::string::npos) << again.what();
   r.recreate();
   r.expect_matches_reference(r.tokens(40, Routing::kUniform, 22), "re-created after a bad expert id");
 }
@@ -209,6 +213,45 @@ EPFUSE_RANK_TEST(FusedLayer, TooManyTokensFailsEveryRankFast) {
   }
   r.recreate();
   r.expect_matches_reference(r.tokens(10, Routing::kDropped, 31), "re-created after too many tokens");
+}
+
+// y aliasing x on rank 0: refused on the host (kInvalidArgument naming x) without waiting for the
+// timeout, every peer learns of it, and the next forward's kInternal names that first error.
+EPFUSE_RANK_TEST(FusedLayer, OutputAliasingXFailsEveryRankFast) {
+  const LayerConfig cfg = test_config();
+  Rank r(cfg);
+  r.upload(r.tokens(10, Routing::kUniform, 33));
+  const TokenBatch batch = r.batch(10);
+  bf16* y = r.rank() == 0 ? const_cast<bf16*>(batch.x) : r.y();
+  const auto forward_error = [&](bf16* out) {
+    try {
+      r.layer().forward(batch, out, r.stream());
+      r.layer().check_errors(r.stream());
+    } catch (const Error& e) {
+      EXPECT_EQ(cudaStreamSynchronize(r.stream()), cudaSuccess);
+      return e;
+    }
+    return Error(ErrorCode::kInternal, "no error");
+  };
+  const auto t0 = Clock::now();
+  const Error e = forward_error(y);
+  EXPECT_LT(seconds_since(t0), 5.0);
+  EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+  const std::string me = "rank " + std::to_string(r.rank()) + ": ";
+  if (r.rank() == 0) {
+    EXPECT_NE(std::string(e.what()).find(me + "y overlaps x: the output must not alias an input"), std::string::npos)
+        << e.what();
+  } else {
+    EXPECT_EQ(std::string(e.what()), me + "rank 0 reported invalid input (a null, misaligned or aliased pointer)");
+  }
+  const Error again = forward_error(r.y());
+  EXPECT_EQ(again.code(), ErrorCode::kInternal) << again.what();
+  EXPECT_NE(std::string(again.what()).find("re-create"), std::string::npos) << again.what();
+  EXPECT_NE(std::string(again.what()).find(r.rank() == 0 ? "y overlaps x" : "rank 0 reported invalid input"),
+            std::string::npos)
+      << again.what();
+  r.recreate();
+  r.expect_matches_reference(r.tokens(10, Routing::kUniform, 34), "re-created after y aliasing x");
 }
 
 EPFUSE_RANK_TEST(FusedLayer, MissingPeerTimesOutWithinTheBound) {

@@ -119,6 +119,20 @@ TEST(UnfusedLayer, MisalignedPointerFailsEveryRank) {
   r.expect_matches_reference(r.tokens(12, Routing::kUniform, 44), "after a misaligned pointer");
 }
 
+// y is written while x is still read: an output aliasing x is an input error every rank reports.
+TEST(UnfusedLayer, OutputAliasingXFailsEveryRank) {
+  Rank r(test_config());
+  const int bad_rank = r.world() - 1;
+  r.upload(r.tokens(12, Routing::kUniform, 45));
+  TokenBatch batch = r.batch(12);
+  bf16* y = r.rank() == bad_rank ? const_cast<bf16*>(batch.x) : r.y();
+  expect_everyone_throws(r, batch, y,
+                         "rank " + std::to_string(bad_rank) +
+                             ": y overlaps x with num_tokens = 12 (the output must not alias an input; give y its "
+                             "own memory)");
+  r.expect_matches_reference(r.tokens(12, Routing::kUniform, 46), "after y aliasing x");
+}
+
 TEST(UnfusedLayer, PhaseTimingIsOptional) {
   Rank r(test_config());
   EXPECT_FALSE(r.layer().last_phase_times().has_value());  // off by default
