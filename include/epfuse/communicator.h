@@ -54,7 +54,8 @@ struct BootstrapOptions {
   std::chrono::milliseconds collective_timeout{300000};
   // Which job the ranks belong to: rank 0 serves the NCCL id only to ranks with the same job id and
   // world_size, and a rank that reaches another job's rank 0 (two jobs on one MASTER_PORT) fails at
-  // once with Error(kBootstrap) naming its own job instead of joining it (the store tells it nothing). Empty: world_size alone tells
+  // once with Error(kBootstrap) naming its own job instead of joining it (the store tells it
+  // nothing of its own). Empty: world_size alone tells
   // jobs apart. At most 512 bytes.
   std::string job_id;
   // The per-launch secret shared by every rank of the job: rank 0's store serves the NCCL id only to a

@@ -80,14 +80,15 @@ AddrInfoList resolve(const std::string& addr, int port, int rank) {
   const std::string service = std::to_string(port);
   const int rc = getaddrinfo(addr.c_str(), service.c_str(), &hints, &list);
   if (rc != 0 || list == nullptr) {
-    throw Error(ErrorCode::kBootstrap, "rank " + std::to_string(rank) + ": cannot resolve master address '" +
-                                           addr + "': " + gai_strerror(rc));
+    throw Error(ErrorCode::kBootstrap,
+                "rank " + std::to_string(rank) + ": cannot resolve master address '" + addr + "': " + gai_strerror(rc));
   }
   return AddrInfoList(list);
 }
 
 bool is_wildcard(const addrinfo& ai) {
-  if (ai.ai_family == AF_INET) return reinterpret_cast<const sockaddr_in*>(ai.ai_addr)->sin_addr.s_addr == htonl(INADDR_ANY);
+  if (ai.ai_family == AF_INET)
+    return reinterpret_cast<const sockaddr_in*>(ai.ai_addr)->sin_addr.s_addr == htonl(INADDR_ANY);
   if (ai.ai_family == AF_INET6) {
     const in6_addr& a = reinterpret_cast<const sockaddr_in6*>(ai.ai_addr)->sin6_addr;
     return std::memcmp(&a, &in6addr_any, sizeof(a)) == 0;
@@ -241,8 +242,9 @@ Ask ask_once(const addrinfo& ai, const std::string& job, const std::string& secr
   }
   if (status == ReplyStatus::kDenied) {  // unauthenticated by nature: the store does not share our secret
     throw Error(ErrorCode::kBootstrap,
-                who + " refused this rank: its bootstrap secret or job differs from rank 0's (another launch on this "
-                      "MASTER_PORT? every rank needs the same EPFUSE_BOOTSTRAP_SECRET, WORLD_SIZE and EPFUSE_JOB_ID)");
+                who +
+                    " refused this rank: its bootstrap secret or job differs from rank 0's (another launch on this "
+                    "MASTER_PORT? every rank needs the same EPFUSE_BOOTSTRAP_SECRET, WORLD_SIZE and EPFUSE_JOB_ID)");
   }
   Blob rest(bytes + kMacBytes);
   if (transfer(fd.get(), rest.data(), rest.size(), false, deadline) != Io::kOk) {
@@ -253,8 +255,9 @@ Ask ask_once(const addrinfo& ai, const std::string& job, const std::string& secr
   signed_part.insert(signed_part.end(), rest.begin(), rest.begin() + static_cast<std::ptrdiff_t>(bytes));
   const Digest mac = mac_of(secret, nonce, signed_part);
   if (!digests_equal(mac.data(), rest.data() + bytes, kMacBytes)) {
-    throw Error(ErrorCode::kBootstrap, who + " answered with a reply that fails authentication: not rank 0's store "
-                                             "of this launch (a forged store, or a different bootstrap secret)");
+    throw Error(ErrorCode::kBootstrap, who +
+                                           " answered with a reply that fails authentication: not rank 0's store "
+                                           "of this launch (a forged store, or a different bootstrap secret)");
   }
   if (status == ReplyStatus::kOtherJob) {
     throw Error(ErrorCode::kBootstrap,
@@ -354,10 +357,10 @@ int TcpStore::times_served(const std::string& key) const {
 struct TcpStore::Connection {
   Connection(Fd client, Clock::time_point drop_at) : fd(std::move(client)), deadline(drop_at) {}
   Fd fd;
-  Clock::time_point deadline;  // dropped then, whatever its state
-  Blob in;                     // the request so far
+  Clock::time_point deadline;         // dropped then, whatever its state
+  Blob in;                            // the request so far
   size_t want = kRequestHeaderBytes;  // the request's length, once its header is in
-  Blob out;                    // the reply; empty while the request is incomplete
+  Blob out;                           // the reply; empty while the request is incomplete
   size_t sent = 0;
   std::string key;
   bool done = false;
@@ -421,7 +424,8 @@ bool TcpStore::advance(Connection& c) {
     if (c.in.size() == c.want && c.want > kRequestHeaderBytes) {
       c.out = reply_to(c.in);
       if (static_cast<ReplyStatus>(c.out[4]) == ReplyStatus::kFound) {
-        const auto key_begin = c.in.begin() + static_cast<std::ptrdiff_t>(kRequestHeaderBytes + get_be(c.in.data() + 4, 2));
+        const auto key_begin =
+            c.in.begin() + static_cast<std::ptrdiff_t>(kRequestHeaderBytes + get_be(c.in.data() + 4, 2));
         c.key.assign(key_begin, key_begin + static_cast<std::ptrdiff_t>(get_be(c.in.data() + 6, 2)));
       }
     }
@@ -460,7 +464,8 @@ Blob TcpStore::reply_to(const Blob& request) const {
     return out;
   };
   const Digest mac = mac_of(secret_, {}, std::span(request.data(), signed_bytes));
-  if (!digests_equal(mac.data(), request.data() + signed_bytes, kMacBytes)) return reply(ReplyStatus::kDenied, nullptr, 0);
+  if (!digests_equal(mac.data(), request.data() + signed_bytes, kMacBytes))
+    return reply(ReplyStatus::kDenied, nullptr, 0);
   const auto* job = reinterpret_cast<const char*>(request.data() + kRequestHeaderBytes);
   if (std::string_view(job, job_bytes) != job_) return reply(ReplyStatus::kOtherJob, nullptr, 0);
   const std::string key(job + job_bytes, key_bytes);
@@ -475,12 +480,12 @@ Blob tcp_store_get(const std::string& addr, int port, const std::string& job, co
   const std::string me = "rank " + std::to_string(rank) + ": ";
   EPFUSE_REQUIRE(port >= 1 && port <= 65535, ErrorCode::kBootstrap,
                  me + "master port " + std::to_string(port) + " is outside [1, 65535]");
-  EPFUSE_REQUIRE(!key.empty() && key.size() <= kMaxKeyBytes, ErrorCode::kInvalidArgument,
-                 me + "key length " + std::to_string(key.size()) + " is outside [1, " +
-                     std::to_string(kMaxKeyBytes) + "]");
-  EPFUSE_REQUIRE(job.size() <= kMaxJobBytes, ErrorCode::kInvalidArgument,
-                 me + "job id of " + std::to_string(job.size()) + " bytes, more than the limit " +
-                     std::to_string(kMaxJobBytes));
+  EPFUSE_REQUIRE(
+      !key.empty() && key.size() <= kMaxKeyBytes, ErrorCode::kInvalidArgument,
+      me + "key length " + std::to_string(key.size()) + " is outside [1, " + std::to_string(kMaxKeyBytes) + "]");
+  EPFUSE_REQUIRE(
+      job.size() <= kMaxJobBytes, ErrorCode::kInvalidArgument,
+      me + "job id of " + std::to_string(job.size()) + " bytes, more than the limit " + std::to_string(kMaxJobBytes));
   EPFUSE_REQUIRE(secret.size() <= kMaxSecretBytes, ErrorCode::kInvalidArgument,
                  me + "bootstrap secret of " + std::to_string(secret.size()) + " bytes, more than the limit " +
                      std::to_string(kMaxSecretBytes));

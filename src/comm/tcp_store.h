@@ -6,7 +6,8 @@
 // HMAC-SHA-256 under the secret, and each reply an HMAC bound to the request's fresh nonce. A client
 // without the secret gets a bare kDenied and nothing else (not the job id, not whether the key is
 // set); a store without it cannot hand a rank a forged value (the client checks the reply's HMAC).
-// The values themselves travel in clear: an eavesdropper on the path sees them (README, "The bootstrap trusts no stranger").
+// The values themselves travel in clear: an eavesdropper on the path sees them (README, "The
+// bootstrap trusts no stranger").
 //
 // Wire format (integers big-endian), one request per connection:
 //   request: u32 kRequestMagic, u16 job_bytes, u16 key_bytes, job, key, nonce[16],

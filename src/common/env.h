@@ -32,7 +32,8 @@ inline constexpr Variable kEnvironment[] = {
      "the per-launch secret every rank proves to rank 0's TCP store (`epfuse launch` sets a random one); required "
      "with WORLD_SIZE > 1 unless torchrun's TORCHELASTIC_RUN_ID is set",
      "derived from TORCHELASTIC_RUN_ID and MASTER_PORT"},
-    {"EPFUSE_BOOTSTRAP_BIND_ANY", "1: rank 0's TCP store may listen on a wildcard MASTER_ADDR (0.0.0.0, ::): every interface",
+    {"EPFUSE_BOOTSTRAP_BIND_ANY",
+     "1: rank 0's TCP store may listen on a wildcard MASTER_ADDR (0.0.0.0, ::): every interface",
      "0 (a wildcard is refused)"},
     {"EPFUSE_BOOTSTRAP_TIMEOUT_MS", "how long ranks wait for the NCCL id from rank 0", "120000"},
     {"EPFUSE_COLLECTIVE_TIMEOUT_MS", "the bound on every host collective of a communicator", "300000"},

@@ -26,9 +26,9 @@ namespace {
 
 using epfuse::detail::Blob;
 using epfuse::detail::ReplyStatus;
-using epfuse::detail::TcpStore;
 using epfuse::detail::tcp_store_get;
 using epfuse::detail::tcp_store_request;
+using epfuse::detail::TcpStore;
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
@@ -217,8 +217,8 @@ TEST(TcpStoreFuzz, RandomTruncatedAndFlippedRequestsGetNothing) {
 TEST(TcpStoreFuzz, OversizedLengthClosesAtOnce) {
   TcpStore store(kLoopback, 0, 0, kJob, kSecret);
   for (const Blob& header : {Blob{0x45, 0x50, 0x4b, 0x33, 0xff, 0xff, 0x00, 0x07},
-                             Blob{0x45, 0x50, 0x4b, 0x33, 0x00, 0x10, 0x00, 0x41},  // key of 65 bytes
-                             Blob{0x45, 0x50, 0x4b, 0x33, 0x02, 0x41, 0x00, 0x07},  // job of 577 bytes
+                             Blob{0x45, 0x50, 0x4b, 0x33, 0x00, 0x10, 0x00, 0x41},     // key of 65 bytes
+                             Blob{0x45, 0x50, 0x4b, 0x33, 0x02, 0x41, 0x00, 0x07},     // job of 577 bytes
                              Blob{0x45, 0x50, 0x4b, 0x33, 0x00, 0x10, 0x00, 0x00}}) {  // empty key
     const int fd = connect_loopback(store.port());
     ASSERT_GE(fd, 0);
