@@ -54,14 +54,25 @@ struct BootstrapOptions {
   std::chrono::milliseconds collective_timeout{300000};
   // Which job the ranks belong to: rank 0 serves the NCCL id only to ranks with the same job id and
   // world_size, and a rank that reaches another job's rank 0 (two jobs on one MASTER_PORT) fails at
-  // once with Error(kBootstrap) naming both jobs instead of joining it. Empty: world_size alone tells
+  // once with Error(kBootstrap) naming its own job instead of joining it (the store tells it
+  // nothing of its own). Empty: world_size alone tells
   // jobs apart. At most 512 bytes.
   std::string job_id;
+  // The per-launch secret shared by every rank of the job: rank 0's store serves the NCCL id only to a
+  // client that proves it (an HMAC, the secret never travels), and a rank accepts only a reply that
+  // proves it. Required when world_size > 1 (bootstrap throws Error(kBootstrap) naming
+  // EPFUSE_BOOTSTRAP_SECRET otherwise). At most 1024 bytes.
+  std::string secret;
+  // Let rank 0's store listen on a wildcard master_addr (0.0.0.0, ::), i.e. on every interface;
+  // false: such an address is refused with Error(kBootstrap).
+  bool bind_any = false;
 
   // Reads RANK and WORLD_SIZE (required), LOCAL_RANK (default RANK), MASTER_ADDR (default
   // 127.0.0.1), MASTER_PORT (default 29500), EPFUSE_BOOTSTRAP_TIMEOUT_MS (default 120000),
-  // EPFUSE_COLLECTIVE_TIMEOUT_MS (default 300000) and the
-  // job id from EPFUSE_JOB_ID, else TORCHELASTIC_RUN_ID (torchrun's), else empty;
+  // EPFUSE_COLLECTIVE_TIMEOUT_MS (default 300000), the
+  // job id from EPFUSE_JOB_ID, else TORCHELASTIC_RUN_ID (torchrun's), else empty, the secret from
+  // EPFUSE_BOOTSTRAP_SECRET, else derived from TORCHELASTIC_RUN_ID and MASTER_PORT, else empty, and
+  // bind_any from EPFUSE_BOOTSTRAP_BIND_ANY (default 0);
   // throws Error(kBootstrap) naming a missing or malformed variable and its value.
   static BootstrapOptions from_env();
   // Throws Error(kBootstrap) naming the first field out of range (by its environment variable).

@@ -27,7 +27,8 @@ using detail::log_errors;
 using detail::rank_prefix;
 
 constexpr long long kMaxWorldSize = 1 << 16;
-constexpr size_t kMaxJobIdBytes = 512;  // BootstrapOptions::job_id; the store's limit is twice that
+constexpr size_t kMaxJobIdBytes = 512;     // BootstrapOptions::job_id; the store's job limit leaves room for more
+constexpr size_t kMaxSecretBytes = 1024;  // BootstrapOptions::secret; the store's kMaxSecretBytes
 
 int user_rank(ncclComm_t comm) {
   int rank = -1;
@@ -46,6 +47,8 @@ BootstrapOptions BootstrapOptions::from_env() {
       static_cast<int>(env::bootstrap_integer("LOCAL_RANK", false, opts.rank, 0, kMaxWorldSize - 1));
   if (std::optional<std::string> addr = env::text("MASTER_ADDR")) opts.master_addr = *addr;
   if (std::optional<std::string> job = env::job_id()) opts.job_id = *job;
+  if (std::optional<std::string> secret = env::bootstrap_secret()) opts.secret = *secret;
+  opts.bind_any = env::bootstrap_bind_any();
   opts.master_port = static_cast<int>(env::bootstrap_integer("MASTER_PORT", false, opts.master_port, 1, 65535));
   opts.timeout = std::chrono::milliseconds(
       env::bootstrap_integer("EPFUSE_BOOTSTRAP_TIMEOUT_MS", false, opts.timeout.count(), 1, 24LL * 3600 * 1000));
@@ -78,6 +81,10 @@ void BootstrapOptions::validate() const {
   if (job_id.size() > kMaxJobIdBytes) {
     fail("the job id (EPFUSE_JOB_ID or TORCHELASTIC_RUN_ID) has " + std::to_string(job_id.size()) +
          " bytes, more than " + std::to_string(kMaxJobIdBytes));
+  }
+  if (secret.size() > kMaxSecretBytes) {
+    fail("the bootstrap secret (EPFUSE_BOOTSTRAP_SECRET) has " + std::to_string(secret.size()) + " bytes, more than " +
+         std::to_string(kMaxSecretBytes));
   }
 }
 

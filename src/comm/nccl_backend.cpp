@@ -277,19 +277,26 @@ std::unique_ptr<Communicator> Communicator::bootstrap(const BootstrapOptions& op
   EPFUSE_RANK_CUDA_CHECK(rank, cudaSetDevice(opts.local_rank));
 
   ncclUniqueId id{};
-  // Only ranks of this job get the id: another job's rank that reaches this store fails at once.
+  // Only ranks of this job that hold its secret get the id: a rank of another job, or a stranger, that
+  // reaches this store gets nothing, and a rank takes the id only from a store that holds the secret.
   const std::string job = detail::bootstrap_job(opts.world_size, opts.job_id);
+  EPFUSE_REQUIRE(opts.world_size == 1 || !opts.secret.empty(), ErrorCode::kBootstrap,
+                 rank_prefix(rank) + "no bootstrap secret: set EPFUSE_BOOTSTRAP_SECRET to the same random value on "
+                                     "every rank (`epfuse launch` sets one; under torchrun it is derived from "
+                                     "TORCHELASTIC_RUN_ID), or BootstrapOptions::secret");
   std::unique_ptr<detail::TcpStore> store;  // rank 0 serves the id until ncclCommInitRank returns
   if (rank == 0) {
     EPFUSE_RANK_NCCL_CHECK(rank, ncclGetUniqueId(&id));
     if (opts.world_size > 1) {
-      store = std::make_unique<detail::TcpStore>(opts.master_addr, opts.master_port, rank, job);
+      store = std::make_unique<detail::TcpStore>(opts.master_addr, opts.master_port, rank, job, opts.secret,
+                                                 opts.bind_any);
       const auto* bytes = reinterpret_cast<const uint8_t*>(&id);
       store->set(detail::kNcclIdKey, detail::Blob(bytes, bytes + sizeof(id)));
     }
   } else {
     const detail::Blob blob =
-        detail::tcp_store_get(opts.master_addr, opts.master_port, job, detail::kNcclIdKey, opts.timeout, rank);
+        detail::tcp_store_get(opts.master_addr, opts.master_port, job, opts.secret, detail::kNcclIdKey, opts.timeout,
+                              rank);
     EPFUSE_REQUIRE(blob.size() == sizeof(id), ErrorCode::kBootstrap,
                    rank_prefix(rank) + "the NCCL id from " + opts.master_addr + ":" +
                        std::to_string(opts.master_port) + " has " + std::to_string(blob.size()) +

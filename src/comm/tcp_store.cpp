@@ -2,11 +2,13 @@
 // has a bound, the server serves all its clients at once, and its thread can always be woken to stop.
 #include "comm/tcp_store.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -15,8 +17,11 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <span>
+#include <string_view>
 #include <utility>
 
+#include "comm/sha256.h"
 #include "common/check.h"
 #include "epfuse/error.h"
 
@@ -25,8 +30,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr size_t kRequestHeaderBytes = 12;  // magic, job_bytes, key_bytes
-constexpr size_t kReplyHeaderBytes = 13;    // magic, status, value_bytes
+constexpr size_t kRequestHeaderBytes = 8;  // magic, job_bytes, key_bytes
+constexpr size_t kReplyHeaderBytes = 7;    // magic, status, value_bytes
+constexpr size_t kMaxRequestBytes = kRequestHeaderBytes + kMaxJobBytes + kMaxKeyBytes + kNonceBytes + kMacBytes;
+static_assert(kMaxRequestBytes <= 1024, "the most the server allocates for one request");
 constexpr auto kFirstBackoff = std::chrono::milliseconds(50);
 constexpr auto kMaxBackoff = std::chrono::milliseconds(1000);
 
@@ -73,10 +80,44 @@ AddrInfoList resolve(const std::string& addr, int port, int rank) {
   const std::string service = std::to_string(port);
   const int rc = getaddrinfo(addr.c_str(), service.c_str(), &hints, &list);
   if (rc != 0 || list == nullptr) {
-    throw Error(ErrorCode::kBootstrap, "rank " + std::to_string(rank) + ": cannot resolve master address '" +
-                                           addr + "': " + gai_strerror(rc));
+    throw Error(ErrorCode::kBootstrap,
+                "rank " + std::to_string(rank) + ": cannot resolve master address '" + addr + "': " + gai_strerror(rc));
   }
   return AddrInfoList(list);
+}
+
+bool is_wildcard(const addrinfo& ai) {
+  if (ai.ai_family == AF_INET)
+    return reinterpret_cast<const sockaddr_in*>(ai.ai_addr)->sin_addr.s_addr == htonl(INADDR_ANY);
+  if (ai.ai_family == AF_INET6) {
+    const in6_addr& a = reinterpret_cast<const sockaddr_in6*>(ai.ai_addr)->sin6_addr;
+    return std::memcmp(&a, &in6addr_any, sizeof(a)) == 0;
+  }
+  return false;
+}
+
+std::span<const uint8_t> bytes_of(const std::string& s) {
+  return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
+}
+
+// HMAC(secret, prefix ‖ body): the request's (no prefix) and the reply's (the request's nonce).
+Digest mac_of(const std::string& secret, std::span<const uint8_t> prefix, std::span<const uint8_t> body) {
+  Blob message(prefix.begin(), prefix.end());
+  message.insert(message.end(), body.begin(), body.end());
+  return hmac_sha256(bytes_of(secret), message);
+}
+
+// Fresh random bytes for a request's nonce (getrandom never fails for 16 bytes once the pool is up).
+void random_bytes(uint8_t* out, size_t n) {
+  while (n > 0) {
+    const ssize_t got = ::getrandom(out, n, 0);
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      throw Error(ErrorCode::kBootstrap, "getrandom(): " + errno_text(errno));
+    }
+    out += got;
+    n -= static_cast<size_t>(got);
+  }
 }
 
 int remaining_ms(Clock::time_point deadline) {
@@ -147,28 +188,40 @@ int connect_by(const addrinfo& ai, Clock::time_point deadline, std::string& reas
 
 enum class Ask { kFound, kNotSet, kNoAnswer };
 
-// The bytes of a request for `key` of job `job` (tcp_store.h).
-Blob request_bytes(const std::string& job, const std::string& key) {
-  Blob request(kRequestHeaderBytes + job.size() + key.size());
+}  // namespace
+
+// The bytes of a request for `key` of job `job` with a fresh nonce, authenticated with `secret`
+// (tcp_store.h).
+Blob tcp_store_request(const std::string& job, const std::string& secret, const std::string& key) {
+  Blob request(kRequestHeaderBytes + job.size() + key.size() + kNonceBytes + kMacBytes);
   put_be(request.data(), kRequestMagic, 4);
-  put_be(request.data() + 4, job.size(), 4);
-  put_be(request.data() + 8, key.size(), 4);
-  std::memcpy(request.data() + kRequestHeaderBytes, job.data(), job.size());
-  std::memcpy(request.data() + kRequestHeaderBytes + job.size(), key.data(), key.size());
+  put_be(request.data() + 4, job.size(), 2);
+  put_be(request.data() + 6, key.size(), 2);
+  uint8_t* p = request.data() + kRequestHeaderBytes;
+  std::memcpy(p, job.data(), job.size());
+  std::memcpy(p + job.size(), key.data(), key.size());
+  random_bytes(p + job.size() + key.size(), kNonceBytes);
+  const size_t signed_bytes = request.size() - kMacBytes;
+  const Digest mac = mac_of(secret, {}, std::span(request.data(), signed_bytes));
+  std::memcpy(request.data() + signed_bytes, mac.data(), kMacBytes);
   return request;
 }
 
-// One request/reply exchange with the store. Throws for a reply that is not from a TcpStore and for
-// a store of another job (retrying cannot help either).
-Ask ask_once(const addrinfo& ai, const std::string& job, const std::string& key, Clock::time_point deadline,
-             Blob& value, std::string& reason, const std::string& who) {
+namespace {
+
+// One request/reply exchange with the store. Throws for a reply that is not from a TcpStore or fails
+// its HMAC, for a store that refuses this rank, and for a store of another job (retrying cannot help).
+Ask ask_once(const addrinfo& ai, const std::string& job, const std::string& secret, const std::string& key,
+             Clock::time_point overall, Blob& value, std::string& reason, const std::string& who) {
+  const Clock::time_point deadline = std::min(overall, Clock::now() + kClientAttemptBound);
   Fd fd(connect_by(ai, deadline, reason));
   if (fd.get() < 0) return Ask::kNoAnswer;
   const int one = 1;
   ::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 
-  Blob request = request_bytes(job, key);
-  if (transfer(fd.get(), request.data(), request.size(), true, deadline) != Io::kOk) {
+  const Blob request = tcp_store_request(job, secret, key);
+  const std::span<const uint8_t> nonce(request.data() + request.size() - kMacBytes - kNonceBytes, kNonceBytes);
+  if (transfer(fd.get(), const_cast<uint8_t*>(request.data()), request.size(), true, deadline) != Io::kOk) {
     reason = "sending the request failed";
     return Ask::kNoAnswer;
   }
@@ -179,39 +232,66 @@ Ask ask_once(const addrinfo& ai, const std::string& job, const std::string& key,
     return Ask::kNoAnswer;
   }
   const auto status = static_cast<ReplyStatus>(header[4]);
-  const uint64_t bytes = get_be(header + 5, 8);
-  const bool known = status == ReplyStatus::kNotSet || status == ReplyStatus::kFound || status == ReplyStatus::kOtherJob;
+  const uint64_t bytes = get_be(header + 5, 2);
+  const bool known = status == ReplyStatus::kNotSet || status == ReplyStatus::kFound ||
+                     status == ReplyStatus::kOtherJob || status == ReplyStatus::kDenied;
+  // Checked before anything is allocated for it: at most kMaxValueBytes, only with kFound.
   if (get_be(header, 4) != kReplyMagic || !known || bytes > kMaxValueBytes ||
-      (status == ReplyStatus::kOtherJob && bytes > kMaxJobBytes)) {
+      (status != ReplyStatus::kFound && bytes != 0)) {
     throw Error(ErrorCode::kBootstrap, who + " answered with a malformed reply (not an epfuse TcpStore?)");
+  }
+  if (status == ReplyStatus::kDenied) {  // unauthenticated by nature: the store does not share our secret
+    throw Error(ErrorCode::kBootstrap,
+                who +
+                    " refused this rank: its bootstrap secret or job differs from rank 0's (another launch on this "
+                    "MASTER_PORT? every rank needs the same EPFUSE_BOOTSTRAP_SECRET, WORLD_SIZE and EPFUSE_JOB_ID)");
+  }
+  Blob rest(bytes + kMacBytes);
+  if (transfer(fd.get(), rest.data(), rest.size(), false, deadline) != Io::kOk) {
+    reason = "the reply was cut short";
+    return Ask::kNoAnswer;
+  }
+  Blob signed_part(header, header + kReplyHeaderBytes);
+  signed_part.insert(signed_part.end(), rest.begin(), rest.begin() + static_cast<std::ptrdiff_t>(bytes));
+  const Digest mac = mac_of(secret, nonce, signed_part);
+  if (!digests_equal(mac.data(), rest.data() + bytes, kMacBytes)) {
+    throw Error(ErrorCode::kBootstrap, who +
+                                           " answered with a reply that fails authentication: not rank 0's store "
+                                           "of this launch (a forged store, or a different bootstrap secret)");
+  }
+  if (status == ReplyStatus::kOtherJob) {
+    throw Error(ErrorCode::kBootstrap,
+                who + " serves another job than this rank's job '" + job +
+                    "' (two jobs on one MASTER_PORT? give each its own port, or check WORLD_SIZE and EPFUSE_JOB_ID)");
   }
   if (status == ReplyStatus::kNotSet) {
     reason = "key not set yet";
     return Ask::kNotSet;
   }
-  value.resize(bytes);
-  if (bytes > 0 && transfer(fd.get(), value.data(), bytes, false, deadline) != Io::kOk) {
-    reason = "the value was cut short";
-    return Ask::kNoAnswer;
-  }
-  if (status == ReplyStatus::kOtherJob) {
-    throw Error(ErrorCode::kBootstrap,
-                who + " serves job '" + std::string(value.begin(), value.end()) + "', not this rank's job '" + job +
-                    "' (two jobs on one MASTER_PORT? give each its own port, or check WORLD_SIZE and EPFUSE_JOB_ID)");
-  }
+  value.assign(rest.begin(), rest.begin() + static_cast<std::ptrdiff_t>(bytes));
   return Ask::kFound;
 }
 
 }  // namespace
 
-TcpStore::TcpStore(const std::string& addr, int port, int rank, std::string job) : rank_(rank), job_(std::move(job)) {
+TcpStore::TcpStore(const std::string& addr, int port, int rank, std::string job, std::string secret, bool bind_any)
+    : rank_(rank), job_(std::move(job)), secret_(std::move(secret)) {
   const std::string me = "rank " + std::to_string(rank) + ": ";
   EPFUSE_REQUIRE(job_.size() <= kMaxJobBytes, ErrorCode::kInvalidArgument,
                  me + "TcpStore: job id of " + std::to_string(job_.size()) + " bytes, more than the limit " +
                      std::to_string(kMaxJobBytes));
+  EPFUSE_REQUIRE(secret_.size() <= kMaxSecretBytes, ErrorCode::kInvalidArgument,
+                 me + "TcpStore: bootstrap secret of " + std::to_string(secret_.size()) +
+                     " bytes, more than the limit " + std::to_string(kMaxSecretBytes));
   EPFUSE_REQUIRE(port >= 0 && port <= 65535, ErrorCode::kBootstrap,
                  me + "master port " + std::to_string(port) + " is outside [0, 65535]");
   const AddrInfoList list = resolve(addr, port, rank);
+  for (const addrinfo* ai = list.get(); ai != nullptr && !bind_any; ai = ai->ai_next) {
+    EPFUSE_REQUIRE(!is_wildcard(*ai), ErrorCode::kBootstrap,
+                   me + "MASTER_ADDR=" + addr +
+                       " would make rank 0's bootstrap store listen on every interface: give the address of the "
+                       "interface the other ranks reach, or set EPFUSE_BOOTSTRAP_BIND_ANY=1 to allow it");
+  }
   std::string reason = "no usable address";
   for (const addrinfo* ai = list.get(); ai != nullptr && listen_fd_ < 0; ai = ai->ai_next) {
     Fd fd(::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol));
@@ -277,10 +357,10 @@ int TcpStore::times_served(const std::string& key) const {
 struct TcpStore::Connection {
   Connection(Fd client, Clock::time_point drop_at) : fd(std::move(client)), deadline(drop_at) {}
   Fd fd;
-  Clock::time_point deadline;  // dropped then, whatever its state
-  Blob in;                     // the request so far
+  Clock::time_point deadline;         // dropped then, whatever its state
+  Blob in;                            // the request so far
   size_t want = kRequestHeaderBytes;  // the request's length, once its header is in
-  Blob out;                    // the reply; empty while the request is incomplete
+  Blob out;                           // the reply; empty while the request is incomplete
   size_t sent = 0;
   std::string key;
   bool done = false;
@@ -334,17 +414,20 @@ bool TcpStore::advance(Connection& c) {
       return errno == EAGAIN || errno == EWOULDBLOCK;
     }
     if (have < kRequestHeaderBytes && c.in.size() >= kRequestHeaderBytes) {
-      const uint64_t job_bytes = get_be(c.in.data() + 4, 4), key_bytes = get_be(c.in.data() + 8, 4);
+      // Lengths checked before anything is allocated for them: a larger one drops the connection.
+      const uint64_t job_bytes = get_be(c.in.data() + 4, 2), key_bytes = get_be(c.in.data() + 6, 2);
       if (get_be(c.in.data(), 4) != kRequestMagic || job_bytes > kMaxJobBytes || key_bytes == 0 ||
           key_bytes > kMaxKeyBytes)
         return false;
-      c.want = kRequestHeaderBytes + job_bytes + key_bytes;
+      c.want = kRequestHeaderBytes + job_bytes + key_bytes + kNonceBytes + kMacBytes;
     }
     if (c.in.size() == c.want && c.want > kRequestHeaderBytes) {
-      const auto job_begin = c.in.begin() + kRequestHeaderBytes;
-      const auto key_begin = job_begin + static_cast<std::ptrdiff_t>(get_be(c.in.data() + 4, 4));
-      c.key.assign(key_begin, c.in.end());
-      c.out = reply_to(std::string(job_begin, key_begin), c.key);
+      c.out = reply_to(c.in);
+      if (static_cast<ReplyStatus>(c.out[4]) == ReplyStatus::kFound) {
+        const auto key_begin =
+            c.in.begin() + static_cast<std::ptrdiff_t>(kRequestHeaderBytes + get_be(c.in.data() + 4, 2));
+        c.key.assign(key_begin, key_begin + static_cast<std::ptrdiff_t>(get_be(c.in.data() + 6, 2)));
+      }
     }
   }
   while (c.sent < c.out.size()) {
@@ -362,33 +445,50 @@ bool TcpStore::advance(Connection& c) {
   return false;
 }
 
-Blob TcpStore::reply_to(const std::string& job, const std::string& key) const {
-  auto reply = [](ReplyStatus status, const void* value, size_t bytes) {
-    Blob out(kReplyHeaderBytes + bytes);
+// The reply to a complete request (its lengths already checked). A request whose HMAC fails gets a
+// bare kDenied: nothing of the job, the key or the secret.
+Blob TcpStore::reply_to(const Blob& request) const {
+  const size_t job_bytes = get_be(request.data() + 4, 2), key_bytes = get_be(request.data() + 6, 2);
+  const size_t signed_bytes = request.size() - kMacBytes;
+  const std::span<const uint8_t> nonce(request.data() + signed_bytes - kNonceBytes, kNonceBytes);
+  auto reply = [&](ReplyStatus status, const void* value, size_t bytes) {
+    Blob out(kReplyHeaderBytes + bytes + kMacBytes, 0);
     put_be(out.data(), kReplyMagic, 4);
     out[4] = static_cast<uint8_t>(status);
-    put_be(out.data() + 5, bytes, 8);
+    put_be(out.data() + 5, bytes, 2);
     if (bytes > 0) std::memcpy(out.data() + kReplyHeaderBytes, value, bytes);
+    if (status != ReplyStatus::kDenied) {
+      const Digest mac = mac_of(secret_, nonce, std::span(out.data(), kReplyHeaderBytes + bytes));
+      std::memcpy(out.data() + kReplyHeaderBytes + bytes, mac.data(), kMacBytes);
+    }
     return out;
   };
-  if (job != job_) return reply(ReplyStatus::kOtherJob, job_.data(), job_.size());  // the client names both
+  const Digest mac = mac_of(secret_, {}, std::span(request.data(), signed_bytes));
+  if (!digests_equal(mac.data(), request.data() + signed_bytes, kMacBytes))
+    return reply(ReplyStatus::kDenied, nullptr, 0);
+  const auto* job = reinterpret_cast<const char*>(request.data() + kRequestHeaderBytes);
+  if (std::string_view(job, job_bytes) != job_) return reply(ReplyStatus::kOtherJob, nullptr, 0);
+  const std::string key(job + job_bytes, key_bytes);
   std::lock_guard<std::mutex> lock(mutex_);
   const auto it = entries_.find(key);
   if (it == entries_.end()) return reply(ReplyStatus::kNotSet, nullptr, 0);
   return reply(ReplyStatus::kFound, it->second.value.data(), it->second.value.size());
 }
 
-Blob tcp_store_get(const std::string& addr, int port, const std::string& job, const std::string& key,
-                   std::chrono::milliseconds timeout, int rank) {
+Blob tcp_store_get(const std::string& addr, int port, const std::string& job, const std::string& secret,
+                   const std::string& key, std::chrono::milliseconds timeout, int rank) {
   const std::string me = "rank " + std::to_string(rank) + ": ";
   EPFUSE_REQUIRE(port >= 1 && port <= 65535, ErrorCode::kBootstrap,
                  me + "master port " + std::to_string(port) + " is outside [1, 65535]");
-  EPFUSE_REQUIRE(!key.empty() && key.size() <= kMaxKeyBytes, ErrorCode::kInvalidArgument,
-                 me + "key length " + std::to_string(key.size()) + " is outside [1, " +
-                     std::to_string(kMaxKeyBytes) + "]");
-  EPFUSE_REQUIRE(job.size() <= kMaxJobBytes, ErrorCode::kInvalidArgument,
-                 me + "job id of " + std::to_string(job.size()) + " bytes, more than the limit " +
-                     std::to_string(kMaxJobBytes));
+  EPFUSE_REQUIRE(
+      !key.empty() && key.size() <= kMaxKeyBytes, ErrorCode::kInvalidArgument,
+      me + "key length " + std::to_string(key.size()) + " is outside [1, " + std::to_string(kMaxKeyBytes) + "]");
+  EPFUSE_REQUIRE(
+      job.size() <= kMaxJobBytes, ErrorCode::kInvalidArgument,
+      me + "job id of " + std::to_string(job.size()) + " bytes, more than the limit " + std::to_string(kMaxJobBytes));
+  EPFUSE_REQUIRE(secret.size() <= kMaxSecretBytes, ErrorCode::kInvalidArgument,
+                 me + "bootstrap secret of " + std::to_string(secret.size()) + " bytes, more than the limit " +
+                     std::to_string(kMaxSecretBytes));
   const AddrInfoList list = resolve(addr, port, rank);
   const auto deadline = Clock::now() + timeout;
   auto backoff = std::chrono::duration_cast<Clock::duration>(kFirstBackoff);
@@ -399,7 +499,7 @@ Blob tcp_store_get(const std::string& addr, int port, const std::string& job, co
       Blob value;
       std::string why;
       ++attempts;
-      if (ask_once(*ai, job, key, deadline, value, why, me + where(addr, port)) == Ask::kFound) return value;
+      if (ask_once(*ai, job, secret, key, deadline, value, why, me + where(addr, port)) == Ask::kFound) return value;
       // An attempt cut short by the deadline says less than the one before it.
       if (attempts == 1 || Clock::now() < deadline) reason = why;
     }

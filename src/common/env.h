@@ -24,7 +24,17 @@ inline constexpr Variable kEnvironment[] = {
     {"MASTER_ADDR", "the host of rank 0's TCP store, which serves the NCCL id", "127.0.0.1"},
     {"MASTER_PORT", "the port of rank 0's TCP store", "29500"},
     {"EPFUSE_JOB_ID", "the job id: ranks of other jobs on the same port are refused", "TORCHELASTIC_RUN_ID"},
-    {"TORCHELASTIC_RUN_ID", "torchrun's job id, used when EPFUSE_JOB_ID is unset", "empty (no job id)"},
+    {"TORCHELASTIC_RUN_ID",
+     "torchrun's job id: the job id when EPFUSE_JOB_ID is unset, and with MASTER_PORT the bootstrap secret when "
+     "EPFUSE_BOOTSTRAP_SECRET is unset",
+     "empty (no job id)"},
+    {"EPFUSE_BOOTSTRAP_SECRET",
+     "the per-launch secret every rank proves to rank 0's TCP store (`epfuse launch` sets a random one); required "
+     "with WORLD_SIZE > 1 unless torchrun's TORCHELASTIC_RUN_ID is set",
+     "derived from TORCHELASTIC_RUN_ID and MASTER_PORT"},
+    {"EPFUSE_BOOTSTRAP_BIND_ANY",
+     "1: rank 0's TCP store may listen on a wildcard MASTER_ADDR (0.0.0.0, ::): every interface",
+     "0 (a wildcard is refused)"},
     {"EPFUSE_BOOTSTRAP_TIMEOUT_MS", "how long ranks wait for the NCCL id from rank 0", "120000"},
     {"EPFUSE_COLLECTIVE_TIMEOUT_MS", "the bound on every host collective of a communicator", "300000"},
     {"CUDA_VISIBLE_DEVICES", "named in the error when LOCAL_RANK exceeds the visible GPUs", "all GPUs"},
@@ -49,6 +59,11 @@ std::optional<std::string> text(std::string_view name);
 long long bootstrap_integer(std::string_view name, bool required, long long fallback, long long lo, long long hi);
 // EPFUSE_JOB_ID, else TORCHELASTIC_RUN_ID, else nullopt.
 std::optional<std::string> job_id();
+// EPFUSE_BOOTSTRAP_SECRET, else one derived from TORCHELASTIC_RUN_ID and MASTER_PORT (only as secret as
+// those are), else nullopt.
+std::optional<std::string> bootstrap_secret();
+// EPFUSE_BOOTSTRAP_BIND_ANY: "1" true; unset, empty or "0" false; anything else Error(kBootstrap).
+bool bootstrap_bind_any();
 
 // --- the fused layer.
 // EPFUSE_TIMEOUT_MS: milliseconds in [1, 86400000], 20000 when unset or empty; otherwise

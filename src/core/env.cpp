@@ -64,6 +64,22 @@ std::optional<std::string> job_id() {
   return text("TORCHELASTIC_RUN_ID");
 }
 
+std::optional<std::string> bootstrap_secret() {
+  if (std::optional<std::string> secret = text("EPFUSE_BOOTSTRAP_SECRET")) return secret;
+  const std::optional<std::string> run = text("TORCHELASTIC_RUN_ID");
+  if (!run) return std::nullopt;
+  // torchrun sets both on every rank of one launch; MASTER_PORT tells apart launches of one run id.
+  const std::optional<std::string> port = text("MASTER_PORT");
+  return "torchrun run_id=" + *run + " master_port=" + port.value_or("");
+}
+
+bool bootstrap_bind_any() {
+  const std::optional<std::string> t = text("EPFUSE_BOOTSTRAP_BIND_ANY");
+  if (!t || t->empty() || *t == "0") return false;
+  if (*t == "1") return true;
+  throw Error(ErrorCode::kBootstrap, "EPFUSE_BOOTSTRAP_BIND_ANY='" + *t + "' is neither 0 nor 1");
+}
+
 uint64_t fused_timeout_ms(int rank) {
   const std::optional<std::string> t = text("EPFUSE_TIMEOUT_MS");
   if (!t || t->empty()) return kDefaultFusedTimeoutMs;

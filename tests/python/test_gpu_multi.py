@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import socket
 import subprocess
 import sys
@@ -48,6 +49,7 @@ def test_multi_rank(record: Any, tmp_path: Path, world: int, comm: str) -> None:
         WORLD_SIZE=str(world),
         MASTER_ADDR="127.0.0.1",
         MASTER_PORT=str(_free_port()),
+        EPFUSE_BOOTSTRAP_SECRET=secrets.token_hex(32),  # what `epfuse launch` would give the ranks
         EPFUSE_TEST_COMM=comm,
         NCCL_NVLS_ENABLE="0",  # epfuse never uses NVLink multicast (README, Requirements)
         EPFUSE_LIB=epfuse.library_path(),

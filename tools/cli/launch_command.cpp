@@ -15,9 +15,10 @@ int launch_command(const std::vector<std::string>& args) {
   int grace_ms = static_cast<int>(opts.grace.count());
   FlagParser flags("epfuse launch -n N [flags] -- CMD [ARGS...]",
                    "Starts N copies of CMD, one per rank, with RANK, WORLD_SIZE, LOCAL_RANK,\n"
-                   "LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT set, and prefixes each output line\n"
-                   "with \"[rank r] \". When a rank fails, the others are stopped (SIGTERM, then SIGKILL\n"
-                   "after the grace period) and the launcher exits non-zero naming the rank.");
+                   "LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT and EPFUSE_BOOTSTRAP_SECRET (yours, else a\n"
+                   "new random one per launch) set, and prefixes each output line with \"[rank r] \".\n"
+                   "When a rank fails, the others are stopped (SIGTERM, then SIGKILL after the grace\n"
+                   "period) and the launcher exits non-zero naming the rank.");
   flags.add("-n,--nprocs", opts.nprocs, "number of ranks (processes) to start");
   flags.add("--master-addr", opts.master_addr, "address rank 0 serves the bootstrap on");
   flags.add("--master-port", opts.master_port, "port rank 0 serves the bootstrap on; 0 picks a free port");

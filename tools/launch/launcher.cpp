@@ -14,6 +14,7 @@
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/random.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -81,6 +82,29 @@ std::optional<int> free_port(std::string& why) {
   return port;
 }
 
+// The bootstrap secret of one launch: EPFUSE_BOOTSTRAP_SECRET as the launcher got it (a multi-node job
+// sets one value on every node), else 32 random bytes from the kernel as 64 hex digits.
+std::optional<std::string> bootstrap_secret(std::string& why) {
+  if (const char* given = std::getenv("EPFUSE_BOOTSTRAP_SECRET"); given != nullptr && *given != '\0') return given;
+  unsigned char bytes[32];
+  for (size_t have = 0; have < sizeof(bytes);) {
+    const ssize_t got = ::getrandom(bytes + have, sizeof(bytes) - have, 0);
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      why = std::string("getrandom: ") + std::strerror(errno);
+      return std::nullopt;
+    }
+    have += static_cast<size_t>(got);
+  }
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string secret;
+  for (unsigned char b : bytes) {
+    secret.push_back(kHex[b >> 4]);
+    secret.push_back(kHex[b & 15]);
+  }
+  return secret;
+}
+
 // PATH lookup done before fork(), so the child only calls async-signal-safe functions.
 std::optional<std::string> resolve_command(const std::string& name) {
   auto runnable = [](const std::string& p) {
@@ -101,11 +125,12 @@ std::optional<std::string> resolve_command(const std::string& name) {
 }
 
 // The environment of one rank: the launcher's, with the torchrun variables replaced.
-std::vector<std::string> rank_environment(const LaunchOptions& opts, int rank, int port) {
+std::vector<std::string> rank_environment(const LaunchOptions& opts, int rank, int port, const std::string& secret) {
   const std::pair<const char*, std::string> vars[] = {
       {"RANK", std::to_string(rank)},        {"WORLD_SIZE", std::to_string(opts.nprocs)},
       {"LOCAL_RANK", std::to_string(rank)},  {"LOCAL_WORLD_SIZE", std::to_string(opts.nprocs)},
       {"MASTER_ADDR", opts.master_addr},     {"MASTER_PORT", std::to_string(port)},
+      {"EPFUSE_BOOTSTRAP_SECRET", secret},
   };
   std::vector<std::string> env;
   for (char** e = environ; *e; ++e) {
@@ -366,6 +391,12 @@ int launch(const LaunchOptions& opts, const std::vector<std::string>& argv) {
     }
     port = *p;
   }
+  std::string secret_why;
+  const std::optional<std::string> secret = bootstrap_secret(secret_why);
+  if (!secret) {
+    report("could not make a bootstrap secret: " + secret_why);
+    return 1;
+  }
 
   int signal_pipe[2];
   if (::pipe2(signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
@@ -396,7 +427,7 @@ int launch(const LaunchOptions& opts, const std::vector<std::string>& argv) {
         started_all = false;
         break;
       }
-      std::vector<std::string> env = rank_environment(opts, i, port);
+      std::vector<std::string> env = rank_environment(opts, i, port, *secret);
       std::vector<char*> c_env = c_strings(env);
       // The launcher's signals stay blocked across fork(): until exec_rank resets the handlers, the child
       // runs the launcher's handler, and a SIGTERM sent to its group then (another rank failed at once)

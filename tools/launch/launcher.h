@@ -16,9 +16,11 @@ struct LaunchOptions {
 };
 
 // Starts opts.nprocs copies of argv (argv[0] is looked up in PATH) with RANK, WORLD_SIZE,
-// LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT set. Returns 0 when every child exits
-// 0. When a child fails, stops the others and returns non-zero after printing to stderr one line
-// naming the rank and its exit status or signal. Never calls exit().
+// LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT and EPFUSE_BOOTSTRAP_SECRET set (the
+// launcher's own EPFUSE_BOOTSTRAP_SECRET when it has one, else 64 random hex digits, new per
+// launch). Returns 0 when every child exits 0. When a child fails, stops the others and returns
+// non-zero after printing to stderr one line naming the rank and its exit status or signal. Never
+// calls exit().
 int launch(const LaunchOptions& opts, const std::vector<std::string>& argv);
 
 }  // namespace epfuse::tools

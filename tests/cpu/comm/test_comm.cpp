@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -18,6 +19,7 @@
 #include <string>
 #include <thread>
 
+#include "comm/sha256.h"
 #include "comm/tcp_store.h"
 #include "common/hash.h"
 #include "epfuse/communicator.h"
@@ -36,6 +38,7 @@ using std::chrono::milliseconds;
 
 const char* const kLoopback = "127.0.0.1";
 const std::string kJob = bootstrap_job(2, "test");
+const std::string kSecret = "the secret of this test";
 
 // Random bytes (zeros included) that both processes derive from the seed alone.
 Blob blob(uint64_t seed, size_t bytes) {
@@ -114,7 +117,7 @@ int times_served_soon(const TcpStore& store, const std::string& key, int want) {
 const std::map<std::string, Blob>& served_blobs() {
   static const std::map<std::string, Blob> blobs = {
       {"nccl_id", blob(1, 128)},
-      {"big", blob(2, (size_t{3} << 20) + 7)},  // several MiB: many partial reads and writes
+      {"short", blob(2, 7)},
       {"empty", Blob{}},
   };
   return blobs;
@@ -128,7 +131,7 @@ TEST(TcpStore, ChildProcessFetchesExactBytesFromParent) {
     int code = 0;
     try {
       for (const auto& [key, want] : served_blobs()) {
-        if (tcp_store_get(kLoopback, port, kJob, key, milliseconds(20000), 1) != want) {
+        if (tcp_store_get(kLoopback, port, kJob, kSecret, key, milliseconds(20000), 1) != want) {
           std::fprintf(stderr, "child: key '%s' came back different\n", key.c_str());
           code = 1;
         }
@@ -142,7 +145,7 @@ TEST(TcpStore, ChildProcessFetchesExactBytesFromParent) {
   // Start serving late so that the child has to retry.
   std::this_thread::sleep_for(milliseconds(300));
   std::optional<TcpStore> store;
-  store.emplace(kLoopback, port, 0, kJob);
+  store.emplace(kLoopback, port, 0, kJob, kSecret);
   EXPECT_EQ(store->port(), port);
   for (const auto& [key, value] : served_blobs()) store->set(key, value);
   const int status = wait_child(pid, milliseconds(30000));
@@ -156,19 +159,19 @@ TEST(TcpStore, ChildProcessFetchesExactBytesFromParent) {
 }
 
 TEST(TcpStore, SameProcessSetGetAndOverwrite) {
-  TcpStore store(kLoopback, 0, 0, kJob);  // port 0: any free port
+  TcpStore store(kLoopback, 0, 0, kJob, kSecret);  // port 0: any free port
   ASSERT_GT(store.port(), 0);
-  store.set("k", blob(7, 1000));
-  EXPECT_EQ(tcp_store_get(kLoopback, store.port(), kJob, "k", milliseconds(5000), 0), blob(7, 1000));
+  store.set("k", blob(7, 128));
+  EXPECT_EQ(tcp_store_get(kLoopback, store.port(), kJob, kSecret, "k", milliseconds(5000), 0), blob(7, 128));
   store.set("k", blob(8, 3));
-  EXPECT_EQ(tcp_store_get(kLoopback, store.port(), kJob, "k", milliseconds(5000), 0), blob(8, 3));
-  EXPECT_EQ(tcp_store_get("localhost", store.port(), kJob, "k", milliseconds(5000), 0), blob(8, 3));
+  EXPECT_EQ(tcp_store_get(kLoopback, store.port(), kJob, kSecret, "k", milliseconds(5000), 0), blob(8, 3));
+  EXPECT_EQ(tcp_store_get("localhost", store.port(), kJob, kSecret, "k", milliseconds(5000), 0), blob(8, 3));
 }
 
 TEST(TcpStore, ClientTimesOutWithoutServer) {
   const int port = free_port();
   const auto start = Clock::now();
-  expect_error([&] { tcp_store_get(kLoopback, port, kJob, "nccl_id", milliseconds(300), 3); }, ErrorCode::kBootstrap,
+  expect_error([&] { tcp_store_get(kLoopback, port, kJob, kSecret, "nccl_id", milliseconds(300), 3); }, ErrorCode::kBootstrap,
                {"rank 3: no answer from 127.0.0.1:" + std::to_string(port) + " for key 'nccl_id' after 300 ms",
                 "refused"});
   const auto took = Clock::now() - start;
@@ -177,24 +180,24 @@ TEST(TcpStore, ClientTimesOutWithoutServer) {
 }
 
 TEST(TcpStore, ClientTimesOutWhenKeyIsNeverSet) {
-  TcpStore store(kLoopback, 0, 0, kJob);
-  expect_error([&] { tcp_store_get(kLoopback, store.port(), kJob, "missing", milliseconds(250), 1); },
+  TcpStore store(kLoopback, 0, 0, kJob, kSecret);
+  expect_error([&] { tcp_store_get(kLoopback, store.port(), kJob, kSecret, "missing", milliseconds(250), 1); },
                ErrorCode::kBootstrap, {"rank 1: no answer from", "for key 'missing' after 250 ms", "not set"});
 }
 
 TEST(TcpStore, KeyTheServerSetsLaterIsFetched) {
-  TcpStore store(kLoopback, 0, 0, kJob);
+  TcpStore store(kLoopback, 0, 0, kJob, kSecret);
   std::thread setter([&] {
     std::this_thread::sleep_for(milliseconds(200));
     store.set("late", blob(3, 64));
   });
-  EXPECT_EQ(tcp_store_get(kLoopback, store.port(), kJob, "late", milliseconds(10000), 2), blob(3, 64));
+  EXPECT_EQ(tcp_store_get(kLoopback, store.port(), kJob, kSecret, "late", milliseconds(10000), 2), blob(3, 64));
   setter.join();
 }
 
 TEST(TcpStore, DestructorDoesNotWaitForAStalledClient) {
   std::optional<TcpStore> store;
-  store.emplace(kLoopback, 0, 0, kJob);
+  store.emplace(kLoopback, 0, 0, kJob, kSecret);
   const int fd = connect_silent(store->port(), "EP");  // half a header, then silence
   std::this_thread::sleep_for(milliseconds(100));  // the server is now inside this request
   const auto before = Clock::now();
@@ -220,7 +223,7 @@ TEST(TcpStore, ForeignServerIsReportedNotRetried) {
     ::close(client);
   });
   const auto start = Clock::now();
-  expect_error([&] { tcp_store_get(kLoopback, ntohs(addr.sin_port), kJob, "nccl_id", milliseconds(10000), 1); },
+  expect_error([&] { tcp_store_get(kLoopback, ntohs(addr.sin_port), kJob, kSecret, "nccl_id", milliseconds(10000), 1); },
                ErrorCode::kBootstrap, {"rank 1:", "malformed reply"});
   EXPECT_LT(Clock::now() - start, milliseconds(5000));
   server.join();
@@ -228,35 +231,42 @@ TEST(TcpStore, ForeignServerIsReportedNotRetried) {
 }
 
 TEST(TcpStore, BadArgumentsAreNamed) {
-  expect_error([] { TcpStore(kLoopback, 70000, 0); }, ErrorCode::kBootstrap, {"rank 0:", "70000"});
-  expect_error([] { tcp_store_get(kLoopback, 0, kJob, "k", milliseconds(10), 2); }, ErrorCode::kBootstrap,
+  expect_error([] { TcpStore(kLoopback, 70000, 0, kJob, kSecret); }, ErrorCode::kBootstrap, {"rank 0:", "70000"});
+  expect_error([] { tcp_store_get(kLoopback, 0, kJob, kSecret, "k", milliseconds(10), 2); }, ErrorCode::kBootstrap,
                {"rank 2:", "port 0"});
-  expect_error([] { tcp_store_get("no-such-host.invalid", 29500, kJob, "k", milliseconds(10), 1); },
+  expect_error([] { tcp_store_get("no-such-host.invalid", 29500, kJob, kSecret, "k", milliseconds(10), 1); },
                ErrorCode::kBootstrap, {"rank 1:", "no-such-host.invalid"});
   const std::string long_job(epfuse::detail::kMaxJobBytes + 1, 'j');
-  expect_error([&] { tcp_store_get(kLoopback, 29500, long_job, "k", milliseconds(10), 1); },
-               ErrorCode::kInvalidArgument, {"rank 1:", "job id of 1025 bytes"});
-  expect_error([&] { TcpStore(kLoopback, 0, 0, long_job); }, ErrorCode::kInvalidArgument,
-               {"rank 0:", "job id of 1025 bytes"});
-  TcpStore store(kLoopback, 0, 0, kJob);
+  expect_error([&] { tcp_store_get(kLoopback, 29500, long_job, kSecret, "k", milliseconds(10), 1); },
+               ErrorCode::kInvalidArgument, {"rank 1:", "job id of 577 bytes"});
+  expect_error([&] { TcpStore(kLoopback, 0, 0, long_job, kSecret); }, ErrorCode::kInvalidArgument,
+               {"rank 0:", "job id of 577 bytes"});
+  TcpStore store(kLoopback, 0, 0, kJob, kSecret);
   expect_error([&] { store.set("", Blob{}); }, ErrorCode::kInvalidArgument, {"key length 0"});
+  expect_error([&] { store.set(std::string(65, 'k'), Blob{}); }, ErrorCode::kInvalidArgument, {"key length 65"});
+  expect_error([&] { store.set("k", Blob(129)); }, ErrorCode::kInvalidArgument, {"129 bytes", "limit 128"});
+  const std::string long_secret(epfuse::detail::kMaxSecretBytes + 1, 's');
+  expect_error([&] { TcpStore(kLoopback, 0, 0, kJob, long_secret); }, ErrorCode::kInvalidArgument,
+               {"rank 0:", "secret of 1025 bytes"});
+  expect_error([&] { tcp_store_get(kLoopback, 29500, kJob, long_secret, "k", milliseconds(10), 1); },
+               ErrorCode::kInvalidArgument, {"rank 1:", "secret of 1025 bytes"});
   // A second server on a port in use: the bind error is reported with the address.
-  expect_error([&] { TcpStore(kLoopback, store.port(), 0, kJob); }, ErrorCode::kBootstrap,
+  expect_error([&] { TcpStore(kLoopback, store.port(), 0, kJob, kSecret); }, ErrorCode::kBootstrap,
                {"cannot listen on 127.0.0.1:" + std::to_string(store.port())});
 }
 
 // How long tcp_store_get takes for a key that is set.
 milliseconds time_get(int port, const std::string& key, int rank) {
   const auto start = Clock::now();
-  EXPECT_EQ(tcp_store_get(kLoopback, port, kJob, key, milliseconds(20000), rank), blob(5, 256));
+  EXPECT_EQ(tcp_store_get(kLoopback, port, kJob, kSecret, key, milliseconds(20000), rank), blob(5, 128));
   return std::chrono::duration_cast<milliseconds>(Clock::now() - start);
 }
 
 // The server used to answer one connection at a time, each for up to 5 s: a client that connected
 // and said nothing held every other rank for that long.
 TEST(TcpStore, StalledClientsDoNotDelayAnother) {
-  TcpStore store(kLoopback, 0, 0, kJob);
-  store.set("k", blob(5, 256));
+  TcpStore store(kLoopback, 0, 0, kJob, kSecret);
+  store.set("k", blob(5, 128));
   const int silent = connect_silent(store.port(), "");
   const int half = connect_silent(store.port(), "EPK");  // part of a header
   std::this_thread::sleep_for(milliseconds(100));  // the server has both by now
@@ -267,8 +277,8 @@ TEST(TcpStore, StalledClientsDoNotDelayAnother) {
 }
 
 TEST(TcpStore, IdleConnectionsBeyondTheLimitDoNotLockOthersOut) {
-  TcpStore store(kLoopback, 0, 0, kJob);
-  store.set("k", blob(5, 256));
+  TcpStore store(kLoopback, 0, 0, kJob, kSecret);
+  store.set("k", blob(5, 128));
   std::vector<int> idle;
   for (int i = 0; i < TcpStore::kMaxConnections + 8; ++i) idle.push_back(connect_silent(store.port(), ""));
   std::this_thread::sleep_for(milliseconds(100));
@@ -277,13 +287,13 @@ TEST(TcpStore, IdleConnectionsBeyondTheLimitDoNotLockOthersOut) {
 }
 
 TEST(TcpStore, ConcurrentGettersAllGetTheValue) {
-  TcpStore store(kLoopback, 0, 0, kJob);
+  TcpStore store(kLoopback, 0, 0, kJob, kSecret);
   const int silent = connect_silent(store.port(), "");
   std::vector<milliseconds> took(4);
   std::vector<std::thread> getters;
   for (int r = 0; r < 4; ++r) getters.emplace_back([&, r] { took[r] = time_get(store.port(), "late", r + 1); });
   std::this_thread::sleep_for(milliseconds(200));  // every getter is retrying by now
-  store.set("late", blob(5, 256));
+  store.set("late", blob(5, 128));
   for (std::thread& t : getters) t.join();
   // Set at 200 ms; a getter retries at most kMaxBackoff (1 s) later.
   for (int r = 0; r < 4; ++r) EXPECT_LT(took[r], milliseconds(2500)) << "getter " << r;
@@ -291,20 +301,115 @@ TEST(TcpStore, ConcurrentGettersAllGetTheValue) {
   ::close(silent);
 }
 
-// Two jobs on one port: a rank of the second reaches the first's store and must not get its NCCL id.
-TEST(TcpStore, AnotherJobsClientFailsAtOnceNamingBothJobs) {
+// Two jobs on one port: a rank of the second reaches the first's store and must not get its NCCL id,
+// nor learn the first's job id. With the same secret it is told "another job"; with another secret
+// (the usual case: each launch has its own) it is refused and told nothing.
+TEST(TcpStore, AnotherJobsClientFailsAtOnceAndLearnsNothing) {
   const std::string mine = bootstrap_job(2, "a"), theirs = bootstrap_job(4, "b");
-  TcpStore store(kLoopback, 0, 0, mine);
+  TcpStore store(kLoopback, 0, 0, mine, kSecret);
   store.set("nccl_id", blob(1, 128));
   const auto start = Clock::now();
-  expect_error([&] { tcp_store_get(kLoopback, store.port(), theirs, "nccl_id", milliseconds(20000), 3); },
-               ErrorCode::kBootstrap,
-               {"rank 3: 127.0.0.1:" + std::to_string(store.port()), "serves job '" + mine + "'",
-                "not this rank's job '" + theirs + "'"});
-  EXPECT_LT(Clock::now() - start, milliseconds(1000));
+  const std::string same_secret =
+      expect_error([&] { tcp_store_get(kLoopback, store.port(), theirs, kSecret, "nccl_id", milliseconds(20000), 3); },
+                   ErrorCode::kBootstrap,
+                   {"rank 3: 127.0.0.1:" + std::to_string(store.port()), "serves another job than this rank's job '" +
+                                                                            theirs + "'"});
+  EXPECT_EQ(same_secret.find(mine), std::string::npos) << "the store told a stranger its job id: " << same_secret;
+  const std::string other_secret = expect_error(
+      [&] { tcp_store_get(kLoopback, store.port(), theirs, "their secret", "nccl_id", milliseconds(20000), 3); },
+      ErrorCode::kBootstrap, {"rank 3: 127.0.0.1:" + std::to_string(store.port()), "refused this rank", "secret"});
+  EXPECT_EQ(other_secret.find(mine), std::string::npos) << other_secret;
+  // The right job with a wrong secret is refused just the same.
+  expect_error([&] { tcp_store_get(kLoopback, store.port(), mine, "wrong", "nccl_id", milliseconds(20000), 1); },
+               ErrorCode::kBootstrap, {"refused this rank"});
+  EXPECT_LT(Clock::now() - start, milliseconds(2000));
   EXPECT_EQ(store.times_served("nccl_id"), 0);
-  // The same job still gets it.
-  EXPECT_EQ(tcp_store_get(kLoopback, store.port(), mine, "nccl_id", milliseconds(5000), 1), blob(1, 128));
+  // The same job with the secret still gets it.
+  EXPECT_EQ(tcp_store_get(kLoopback, store.port(), mine, kSecret, "nccl_id", milliseconds(5000), 1), blob(1, 128));
+}
+
+// A listener that answers one connection: reads the request, then sends `reply(request)`.
+class FakeStore {
+ public:
+  explicit FakeStore(std::function<Blob(const Blob&)> reply) {
+    listener_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(addr);
+    EXPECT_EQ(::bind(listener_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    EXPECT_EQ(::listen(listener_, 4), 0);
+    EXPECT_EQ(::getsockname(listener_, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+    port_ = ntohs(addr.sin_port);
+    thread_ = std::thread([this, reply = std::move(reply)] {
+      const int client = ::accept(listener_, nullptr, nullptr);
+      if (client < 0) return;
+      Blob request(4096);
+      const ssize_t got = ::recv(client, request.data(), request.size(), 0);  // one small request: one read
+      request.resize(static_cast<size_t>(std::max<ssize_t>(got, 0)));
+      const Blob out = reply(request);
+      ::send(client, out.data(), out.size(), MSG_NOSIGNAL);
+      ::close(client);
+    });
+  }
+  ~FakeStore() {
+    ::shutdown(listener_, SHUT_RDWR);
+    thread_.join();
+    ::close(listener_);
+  }
+  int port() const { return port_; }
+
+ private:
+  int listener_ = -1;
+  int port_ = 0;
+  std::thread thread_;
+};
+
+Blob reply_bytes(epfuse::detail::ReplyStatus status, const Blob& value, const Blob& mac) {
+  Blob out(7 + value.size() + mac.size());
+  const uint8_t header[7] = {0x45, 0x50, 0x56, 0x33, static_cast<uint8_t>(status),
+                             static_cast<uint8_t>(value.size() >> 8), static_cast<uint8_t>(value.size())};
+  std::copy(header, header + 7, out.begin());
+  std::copy(value.begin(), value.end(), out.begin() + 7);
+  std::copy(mac.begin(), mac.end(), out.begin() + 7 + static_cast<std::ptrdiff_t>(value.size()));
+  return out;
+}
+
+// A stranger that gets the port first must not hand ranks a forged NCCL id: it cannot sign a reply.
+TEST(TcpStore, ForgedReplyIsRefusedNotTaken) {
+  using epfuse::detail::ReplyStatus;
+  FakeStore forger([](const Blob&) { return reply_bytes(ReplyStatus::kFound, blob(9, 128), Blob(32, 0xab)); });
+  expect_error([&] { tcp_store_get(kLoopback, forger.port(), kJob, kSecret, "nccl_id", milliseconds(5000), 1); },
+               ErrorCode::kBootstrap, {"rank 1:", "fails authentication"});
+  // A reply signed with another secret fails the same way.
+  FakeStore other([](const Blob& request) {
+    Blob signed_part = reply_bytes(ReplyStatus::kFound, blob(9, 128), {});
+    Blob message(request.end() - 48, request.end() - 32);  // the request's nonce
+    message.insert(message.end(), signed_part.begin(), signed_part.end());
+    const std::string key = "not the secret";
+    const auto mac = epfuse::detail::hmac_sha256({reinterpret_cast<const uint8_t*>(key.data()), key.size()}, message);
+    return reply_bytes(ReplyStatus::kFound, blob(9, 128), Blob(mac.begin(), mac.end()));
+  });
+  expect_error([&] { tcp_store_get(kLoopback, other.port(), kJob, kSecret, "nccl_id", milliseconds(5000), 1); },
+               ErrorCode::kBootstrap, {"fails authentication"});
+  // A length past the cap is refused before anything is allocated for it.
+  FakeStore huge([](const Blob&) {
+    Blob out = {0x45, 0x50, 0x56, 0x33, 1, 0xff, 0xff};
+    return out;
+  });
+  expect_error([&] { tcp_store_get(kLoopback, huge.port(), kJob, kSecret, "nccl_id", milliseconds(5000), 1); },
+               ErrorCode::kBootstrap, {"malformed reply"});
+}
+
+// MASTER_ADDR=0.0.0.0 (or ::) would listen on every interface: refused unless asked for.
+TEST(TcpStore, WildcardAddressIsRefusedUnlessAllowed) {
+  for (const char* any : {"0.0.0.0", "::"}) {
+    expect_error([&] { TcpStore(any, 0, 0, kJob, kSecret); }, ErrorCode::kBootstrap,
+                 {"rank 0: MASTER_ADDR=" + std::string(any), "every interface", "EPFUSE_BOOTSTRAP_BIND_ANY=1"});
+  }
+  TcpStore store("0.0.0.0", 0, 0, kJob, kSecret, /*bind_any=*/true);
+  store.set("k", blob(4, 16));
+  EXPECT_EQ(tcp_store_get(kLoopback, store.port(), kJob, kSecret, "k", milliseconds(5000), 1), blob(4, 16));
 }
 
 TEST(BootstrapJob, WorldSizeAndJobIdTellJobsApart) {
@@ -320,7 +425,8 @@ class EnvTest : public ::testing::Test {
  protected:
   static constexpr const char* kNames[] = {"RANK",        "WORLD_SIZE",  "LOCAL_RANK",
                                            "MASTER_ADDR", "MASTER_PORT", "EPFUSE_BOOTSTRAP_TIMEOUT_MS",
-                                           "EPFUSE_JOB_ID", "TORCHELASTIC_RUN_ID", "EPFUSE_COLLECTIVE_TIMEOUT_MS"};
+                                           "EPFUSE_JOB_ID", "TORCHELASTIC_RUN_ID", "EPFUSE_COLLECTIVE_TIMEOUT_MS",
+                                           "EPFUSE_BOOTSTRAP_SECRET", "EPFUSE_BOOTSTRAP_BIND_ANY"};
   void SetUp() override {
     for (const char* name : kNames) {
       if (const char* v = std::getenv(name)) saved_[name] = v;
@@ -394,6 +500,31 @@ TEST_F(EnvTest, JobIdFromEpfuseJobIdElseTorchelasticRunId) {
   EXPECT_EQ(epfuse::BootstrapOptions::from_env().job_id, "mine");
   set("EPFUSE_JOB_ID", std::string(513, 'j').c_str());
   expect_env_error({"EPFUSE_JOB_ID or TORCHELASTIC_RUN_ID", "513 bytes"});
+}
+
+TEST_F(EnvTest, SecretFromTheLauncherElseFromTorchrun) {
+  set("RANK", "0");
+  set("WORLD_SIZE", "2");
+  EXPECT_EQ(epfuse::BootstrapOptions::from_env().secret, "");
+  EXPECT_FALSE(epfuse::BootstrapOptions::from_env().bind_any);
+  set("TORCHELASTIC_RUN_ID", "elastic-7");
+  set("MASTER_PORT", "29999");
+  const std::string derived = epfuse::BootstrapOptions::from_env().secret;
+  EXPECT_NE(derived.find("elastic-7"), std::string::npos) << derived;
+  EXPECT_NE(derived.find("29999"), std::string::npos) << derived;
+  set("MASTER_PORT", "29998");
+  EXPECT_NE(epfuse::BootstrapOptions::from_env().secret, derived) << "two launches of one run id share a secret";
+  set("EPFUSE_BOOTSTRAP_SECRET", "from the launcher");
+  EXPECT_EQ(epfuse::BootstrapOptions::from_env().secret, "from the launcher");
+  set("EPFUSE_BOOTSTRAP_SECRET", std::string(1025, 's').c_str());
+  expect_env_error({"EPFUSE_BOOTSTRAP_SECRET", "1025 bytes"});
+  ::unsetenv("EPFUSE_BOOTSTRAP_SECRET");
+  set("EPFUSE_BOOTSTRAP_BIND_ANY", "1");
+  EXPECT_TRUE(epfuse::BootstrapOptions::from_env().bind_any);
+  set("EPFUSE_BOOTSTRAP_BIND_ANY", "0");
+  EXPECT_FALSE(epfuse::BootstrapOptions::from_env().bind_any);
+  set("EPFUSE_BOOTSTRAP_BIND_ANY", "yes");
+  expect_env_error({"EPFUSE_BOOTSTRAP_BIND_ANY='yes'"});
 }
 
 TEST_F(EnvTest, MissingRequiredVariablesAreNamed) {

@@ -123,6 +123,38 @@ TEST(Launch, TorchrunEnvironmentInEveryRank) {
   EXPECT_EQ(fixed.out, "[rank 0] 29517\n");
 }
 
+// The bootstrap secret: one per launch, the same in every rank, new for the next launch (random, 256
+// bits as hex), and the launcher's own EPFUSE_BOOTSTRAP_SECRET passed on as it is.
+TEST(Launch, BootstrapSecretPerLaunch) {
+  auto secrets = [](const Result& r) {
+    std::vector<std::string> out;
+    std::regex re(R"(\[rank \d\] secret ([0-9a-f]{64}))");
+    for (const std::string& l : lines(r.out)) {
+      std::smatch m;
+      EXPECT_TRUE(std::regex_match(l, m, re)) << l;
+      if (m.size() == 2) out.push_back(m[1]);
+    }
+    return out;
+  };
+  const std::vector<std::string> cmd = {"launch", "-n", "3", "--", "sh", "-c", "echo secret $EPFUSE_BOOTSTRAP_SECRET"};
+  Result first = run_cli(cmd, {{"EPFUSE_BOOTSTRAP_SECRET", ""}});
+  Result second = run_cli(cmd, {{"EPFUSE_BOOTSTRAP_SECRET", ""}});
+  ASSERT_EQ(first.code, 0) << first.err;
+  ASSERT_EQ(second.code, 0) << second.err;
+  const std::vector<std::string> a = secrets(first), b = secrets(second);
+  ASSERT_EQ(a.size(), 3u) << first.out;
+  ASSERT_EQ(b.size(), 3u) << second.out;
+  EXPECT_EQ(a[0], a[1]);
+  EXPECT_EQ(a[0], a[2]);
+  EXPECT_EQ(b[0], b[2]);
+  EXPECT_NE(a[0], b[0]) << "two launches share a secret";
+  Result given = run_cli({"launch", "-n", "2", "--", "sh", "-c", "echo \"[$EPFUSE_BOOTSTRAP_SECRET]\""},
+                         {{"EPFUSE_BOOTSTRAP_SECRET", "multi node"}});
+  ASSERT_EQ(given.code, 0) << given.err;
+  EXPECT_TRUE(contains(given.out, "[rank 0] [multi node]\n")) << given.out;
+  EXPECT_TRUE(contains(given.out, "[rank 1] [multi node]\n")) << given.out;
+}
+
 TEST(Launch, EightRanksEachWithItsOwnRank) {
   // The 8-GPU machine runs 8 ranks: nothing in the launcher may assume 4 or fewer.
   Result r = run_cli({"launch", "-n", "8", "--", "sh", "-c", "echo env $RANK $WORLD_SIZE $LOCAL_RANK"});
