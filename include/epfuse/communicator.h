@@ -113,7 +113,6 @@ class SymmetricBuffer {
   ncclWindow_t window_ = nullptr;
   size_t bytes_ = 0;
   std::shared_ptr<const std::atomic<bool>> aborted_;  // NCCL: the communicator's; after abort, free only
-  std::chrono::milliseconds timeout_{0};  // NCCL: the bound on a nonblocking deregistration
   std::shared_ptr<void> slices_;  // loopback: the allocation of every rank's slice
   void* slices_base_ = nullptr;
   size_t stride_ = 0;
@@ -143,55 +142,26 @@ class DeviceComm {
   ncclDevComm* dev_ = nullptr;
   int lsa_barrier_count_ = 0;
   std::shared_ptr<const std::atomic<bool>> aborted_;  // the communicator's; after abort, nothing to destroy
-  std::chrono::milliseconds timeout_{0};  // the bound on a nonblocking ncclDevCommDestroy
 };
 
-// Owned and borrowed. bootstrap() and init_rank() make an NCCL communicator that epfuse owns: in
-// nonblocking mode, so that its creation, window registration, device-communicator creation and
-// finalization are bounded by the collective timeout (past it: ncclCommAbort and Error(kTimeout));
-// abort() ends it with ncclCommAbort. borrow() wraps a framework's communicator (torch.distributed's)
-// that epfuse never aborts, finalizes or destroys: abort() only marks it unusable for epfuse, and its
-// owner must abort it (after a peer's death it cannot be finalized or reused either).
-//
-// Bounded waits, and the limits that remain (README "Bounded waits"):
-//  - bounded by the collective timeout: every host collective (barrier, all_gather, all_reduce_*, the
-//    agreement inside alloc_symmetric), wait_bounded, and on owned communicators also ncclCommInitRank
-//    (bootstrap: by the larger of opts.timeout and the collective timeout), ncclCommWindowRegister,
-//    ncclDevCommCreate and ncclCommFinalize (in ~Communicator);
-//  - NOT bounded by epfuse on a borrowed (blocking) communicator: window registration and
-//    ncclDevCommCreate after the agreement (every rank reached them, so only a rank that dies inside
-//    them holds the others) and whatever its owner does with it; abort the owner's communicator;
-//  - NOT bounded: an NCCL kernel already enqueued (the unfused chain's all-to-alls) waits on the device
-//    for its peers until this rank aborts; the host sees it at its next bounded wait.
 class Communicator {
  public:
   // Rank 0 creates the ncclUniqueId and serves it over TCP at master_addr:master_port; the others
-  // fetch it with retries until opts.timeout. Sets the calling thread's device to local_rank. Owned;
-  // ncclCommInitRank waits at most max(opts.timeout, opts.collective_timeout) for the other ranks.
+  // fetch it with retries until opts.timeout. Sets the calling thread's device to local_rank.
   static std::unique_ptr<Communicator> bootstrap(const BootstrapOptions& opts);
-  // Collective: this rank's communicator of a world of `world_size` from an ncclUniqueId every rank
-  // received (made by rank 0 with ncclGetUniqueId), on CUDA device `device` (made current). Owned.
-  // Waits at most `collective_timeout` for the other ranks, then throws Error(kTimeout) "rank R:
-  // ncclCommInitRank timed out after N ms: ...". Error(kInvalidArgument) for a rank, world size,
-  // device or timeout out of range.
-  static std::unique_ptr<Communicator> init_rank(const ncclUniqueId& id, int world_size, int rank, int device,
-                                                 std::chrono::milliseconds collective_timeout);
-  // Wraps a communicator the caller already has (e.g. from the framework); never aborted, finalized
-  // or destroyed here. The collective timeout is EPFUSE_COLLECTIVE_TIMEOUT_MS (default 300000).
+  // Wraps a communicator the caller already has (e.g. from the framework); never destroyed here.
   static std::unique_ptr<Communicator> borrow(ncclComm_t comm);
 
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
-  // Owned: ncclCommFinalize + ncclCommDestroy (collective; the finalize waits at most the collective
-  // timeout, then ncclCommAbort), or nothing left to do after abort(). Borrowed: the comm is left
-  // alone. Every SymmetricBuffer and DeviceComm made from it must already be gone. Never throws
-  // (errors go to stderr).
+  // Owned: ncclCommFinalize + ncclCommDestroy (collective), or nothing left to do after abort().
+  // Borrowed: the comm is left alone. Every SymmetricBuffer and DeviceComm made from it must already
+  // be gone. Never throws.
   ~Communicator();
 
   // Gives up on the world, for when a peer failed or may be dead (an Error(kTimeout) or kAborted from
   // a layer or a collective): NCCL (owned): ncclCommAbort, which ends this rank's in-flight NCCL
-  // work without waiting for peers; borrowed: never aborted here, only marked unusable for epfuse
-  // (its owner must abort it: epfuse frees its windows' memory without deregistering them). Loopback:
+  // work without waiting for peers; borrowed: the comm is left to its owner (who aborts it). Loopback:
   // LoopbackWorld::abort. Afterwards every collective of this communicator throws Error(kAborted)
   // naming `why`, and destroying what was made from it (layers, workspaces, SymmetricBuffer,
   // DeviceComm) and the communicator itself is local and cannot hang: the process can then exit

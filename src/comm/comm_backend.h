@@ -4,8 +4,6 @@
 // (loopback_backend.cpp). Communicator's public methods forward to the backend and never ask which
 // transport it is. Also the error helpers the communicator's files share.
 #pragma once
-#include <algorithm>
-#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -13,7 +11,6 @@
 #include <memory>
 #include <span>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <cuda_runtime.h>
@@ -64,28 +61,6 @@ inline void check_cuda(cudaError_t err, const char* call, int rank) {
   if (err == cudaSuccess) return;
   throw Error(ErrorCode::kCuda, rank_prefix(rank) + call + " failed: " + cudaGetErrorString(err) + " (" +
                                     cudaGetErrorName(err) + ")");
-}
-
-// A communicator in nonblocking mode (those epfuse makes: Communicator::bootstrap and ::init_rank)
-// may answer any call with ncclInProgress: the operation goes on in the background and the
-// communicator's state (ncclCommGetAsyncError) says when it has finished. A blocking one (a borrowed
-// framework communicator, usually) never does, and this returns `res` at once. Polls the state until
-// it is no longer ncclInProgress or `timeout` has passed; returns the final state, ncclInProgress
-// when the time ran out (the caller then aborts the communicator).
-inline ncclResult_t settle_nccl(ncclComm_t comm, ncclResult_t res, std::chrono::milliseconds timeout) {
-  if (res != ncclInProgress) return res;
-  using Clock = std::chrono::steady_clock;
-  const Clock::time_point deadline = Clock::now() + timeout;
-  auto pause = std::chrono::microseconds(5);
-  for (;;) {
-    ncclResult_t state = ncclInProgress;
-    const ncclResult_t queried = ncclCommGetAsyncError(comm, &state);
-    if (queried != ncclSuccess) return queried;
-    if (state != ncclInProgress) return state;
-    if (Clock::now() >= deadline) return ncclInProgress;
-    std::this_thread::sleep_for(pause);
-    pause = std::min<std::chrono::microseconds>(pause * 2, std::chrono::microseconds(1000));
-  }
 }
 
 #define EPFUSE_RANK_NCCL_CHECK(rank, call) ::epfuse::detail::check_nccl((call), #call, (rank))

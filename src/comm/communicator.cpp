@@ -97,7 +97,6 @@ SymmetricBuffer::SymmetricBuffer(SymmetricBuffer&& other) noexcept
       window_(std::exchange(other.window_, nullptr)),
       bytes_(std::exchange(other.bytes_, 0)),
       aborted_(std::move(other.aborted_)),
-      timeout_(other.timeout_),
       slices_(std::move(other.slices_)),
       slices_base_(std::exchange(other.slices_base_, nullptr)),
       stride_(std::exchange(other.stride_, 0)) {}
@@ -111,7 +110,6 @@ SymmetricBuffer& SymmetricBuffer::operator=(SymmetricBuffer&& other) noexcept {
     window_ = std::exchange(other.window_, nullptr);
     bytes_ = std::exchange(other.bytes_, 0);
     aborted_ = std::move(other.aborted_);
-    timeout_ = other.timeout_;
     slices_ = std::move(other.slices_);
     slices_base_ = std::exchange(other.slices_base_, nullptr);
     stride_ = std::exchange(other.stride_, 0);
@@ -142,14 +140,9 @@ void SymmetricBuffer::reset() {
   aborted_.reset();
   const int rank = aborted ? -1 : user_rank(comm);
   DeviceGuard guard(device_, rank);
-  // Owned communicators are nonblocking: the deregistration may finish in the background.
   const ncclResult_t deregistered =
-      window != nullptr && !aborted ? detail::settle_nccl(comm, ncclCommWindowDeregister(comm, window), timeout_)
-                                    : ncclSuccess;
+      window != nullptr && !aborted ? ncclCommWindowDeregister(comm, window) : ncclSuccess;
   const ncclResult_t freed = ncclMemFree(ptr);
-  if (deregistered == ncclInProgress)
-    throw Error(ErrorCode::kTimeout, rank_prefix(rank) + "ncclCommWindowDeregister timed out after " +
-                                         std::to_string(timeout_.count()) + " ms (a rank never joined)");
   check_nccl(deregistered, "ncclCommWindowDeregister(comm, window)", rank);
   check_nccl(freed, "ncclMemFree(ptr)", rank);
 }
@@ -161,8 +154,7 @@ DeviceComm::DeviceComm(DeviceComm&& other) noexcept
       device_(other.device_),
       dev_(std::exchange(other.dev_, nullptr)),
       lsa_barrier_count_(std::exchange(other.lsa_barrier_count_, 0)),
-      aborted_(std::move(other.aborted_)),
-      timeout_(other.timeout_) {}
+      aborted_(std::move(other.aborted_)) {}
 
 DeviceComm& DeviceComm::operator=(DeviceComm&& other) noexcept {
   if (this != &other) {
@@ -172,7 +164,6 @@ DeviceComm& DeviceComm::operator=(DeviceComm&& other) noexcept {
     dev_ = std::exchange(other.dev_, nullptr);
     lsa_barrier_count_ = std::exchange(other.lsa_barrier_count_, 0);
     aborted_ = std::move(other.aborted_);
-    timeout_ = other.timeout_;
   }
   return *this;
 }
@@ -189,11 +180,7 @@ void DeviceComm::reset() {
   if (aborted) return;  // ncclCommAbort released it with the communicator
   const int rank = user_rank(comm);
   DeviceGuard guard(device_, rank);
-  const ncclResult_t destroyed = detail::settle_nccl(comm, ncclDevCommDestroy(comm, dev.get()), timeout_);
-  if (destroyed == ncclInProgress)
-    throw Error(ErrorCode::kTimeout, rank_prefix(rank) + "ncclDevCommDestroy timed out after " +
-                                         std::to_string(timeout_.count()) + " ms (a rank never joined)");
-  check_nccl(destroyed, "ncclDevCommDestroy(comm, dev)", rank);
+  EPFUSE_RANK_NCCL_CHECK(rank, ncclDevCommDestroy(comm, dev.get()));
 }
 
 // --- Communicator: every method forwards to the transport's backend ---

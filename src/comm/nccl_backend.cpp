@@ -63,9 +63,7 @@ class NcclBackend final : public CommBackend {
         device_(owner.device()),
         collective_timeout_(owner.collective_timeout()) {}
 
-  // Owned: ncclCommFinalize + ncclCommDestroy (collective), the finalize bounded by the collective
-  // timeout (past it, or when it fails, ncclCommAbort instead); nothing left to do after abort().
-  // Borrowed: the comm is left to its owner.
+  // Owned: ncclCommFinalize + ncclCommDestroy (collective), or nothing left to do after abort().
   ~NcclBackend() override {
     log_errors("~Communicator", [this] {
       DeviceGuard guard(device_, rank_);
@@ -75,24 +73,9 @@ class NcclBackend final : public CommBackend {
       // Finalize flushes outstanding work so that Destroy cannot free resources peers still use. After
       // abort() there is nothing left: ncclCommAbort freed the communicator.
       const bool live = owned_ && !aborted_->load();
-      ncclResult_t finalized = ncclSuccess, nccl_destroyed = ncclSuccess;
-      if (live) {
-        finalized = settle_nccl(comm_, ncclCommFinalize(comm_), collective_timeout_);
-        // In nonblocking mode Destroy after a finished Finalize is local; ncclInProgress is no failure.
-        if (finalized == ncclSuccess) {
-          nccl_destroyed = ncclCommDestroy(comm_);
-          if (nccl_destroyed == ncclInProgress) nccl_destroyed = ncclSuccess;
-        } else {
-          (void)ncclCommAbort(comm_);  // a peer that never finalizes (dead, stalled) must not hold us
-        }
-      }
+      const ncclResult_t finalized = live ? ncclCommFinalize(comm_) : ncclSuccess;
+      const ncclResult_t nccl_destroyed = live ? ncclCommDestroy(comm_) : ncclSuccess;
       check_cuda(destroyed, "cudaStreamDestroy(barrier stream)", rank_);
-      if (finalized == ncclInProgress) {
-        throw Error(ErrorCode::kTimeout, rank_prefix(rank_) + "ncclCommFinalize timed out after " +
-                                             std::to_string(collective_timeout_.count()) +
-                                             " ms: a rank never finalized (dead or stalled); the communicator is "
-                                             "aborted");
-      }
       check_nccl(finalized, "ncclCommFinalize(comm)", rank_);
       check_nccl(nccl_destroyed, "ncclCommDestroy(comm)", rank_);
     });
@@ -116,9 +99,7 @@ class NcclBackend final : public CommBackend {
       abort_reason_ = why;
       aborted_->store(true);
     }
-    // A borrowed comm is its owner's to abort: epfuse only stops using it (every later call throws
-    // kAborted, and what was made from it is freed without NCCL).
-    if (!owned_) return;
+    if (!owned_) return;  // a borrowed comm is its owner's to abort
     log_errors("Communicator::abort", [&] {
       DeviceGuard guard(device_, rank_);
       EPFUSE_RANK_NCCL_CHECK(rank_, ncclCommAbort(comm_));
@@ -168,7 +149,6 @@ class NcclBackend final : public CommBackend {
     DeviceGuard guard(device_, rank_);
     buffer.comm_ = comm_;
     buffer.aborted_ = aborted_;
-    buffer.timeout_ = collective_timeout_;
     // The window registration is collective and unbounded: enter it only once every rank has its
     // memory (a rank whose allocation failed would leave the others registering forever).
     agree_on_step(owner_, "alloc_symmetric(" + std::to_string(bytes) + " bytes)", [&] {
@@ -176,9 +156,8 @@ class NcclBackend final : public CommBackend {
       buffer.bytes_ = bytes;
     });
     // On failure `buffer` frees the memory (its window_ is still null).
-    // Bounded on owned (nonblocking) communicators; a borrowed blocking one waits inside NCCL.
-    finish(ncclCommWindowRegister(comm_, buffer.ptr_, bytes, &buffer.window_, NCCL_WIN_COLL_SYMMETRIC),
-           "ncclCommWindowRegister");
+    EPFUSE_RANK_NCCL_CHECK(
+        rank_, ncclCommWindowRegister(comm_, buffer.ptr_, bytes, &buffer.window_, NCCL_WIN_COLL_SYMMETRIC));
     return buffer;
   }
 
@@ -192,22 +171,21 @@ class NcclBackend final : public CommBackend {
     reqs.lsaBarrierCount = lsa_barrier_count;
     reqs.lsaMultimem = false;  // never NVLink multicast (DESIGN.md)
     auto dev = std::make_unique<ncclDevComm>();
-    finish(ncclDevCommCreate(comm_, &reqs, dev.get()), "ncclDevCommCreate");
+    EPFUSE_RANK_NCCL_CHECK(rank_, ncclDevCommCreate(comm_, &reqs, dev.get()));
     DeviceComm out;
     out.comm_ = comm_;
     out.device_ = device_;
     out.dev_ = dev.release();
     out.lsa_barrier_count_ = lsa_barrier_count;
     out.aborted_ = aborted_;
-    out.timeout_ = collective_timeout_;
     return out;
   }
 
   void barrier() override {
     check_not_aborted("barrier");
     DeviceGuard guard(device_, rank_);
-    finish(ncclAllReduce(barrier_word_.get(), barrier_word_.get(), 1, ncclInt32, ncclMax, comm_, barrier_stream_),
-           "barrier: ncclAllReduce");
+    EPFUSE_RANK_NCCL_CHECK(rank_, ncclAllReduce(barrier_word_.get(), barrier_word_.get(), 1, ncclInt32, ncclMax,
+                                                comm_, barrier_stream_));
     wait_bounded(barrier_stream_, "barrier");
   }
 
@@ -219,7 +197,7 @@ class NcclBackend final : public CommBackend {
     staged_collective(
         rank_, device_, barrier_stream_, std::as_bytes(local), std::as_writable_bytes(std::span(all)),
         [&](const void* send, void* recv) {
-          finish(ncclAllGather(send, recv, n, ncclFloat64, comm_, barrier_stream_), "all_gather: ncclAllGather");
+          EPFUSE_RANK_NCCL_CHECK(rank_, ncclAllGather(send, recv, n, ncclFloat64, comm_, barrier_stream_));
         },
         [&] { wait_bounded(barrier_stream_, "all_gather"); });
     return all;
@@ -235,7 +213,7 @@ class NcclBackend final : public CommBackend {
     staged_collective(
         rank_, device_, barrier_stream_, std::as_bytes(std::span(send)), std::as_writable_bytes(std::span(recv)),
         [&](const void* s, void* r) {
-          finish(ncclAllReduce(s, r, 2, ncclFloat64, ncclMax, comm_, barrier_stream_), "all_reduce_max: ncclAllReduce");
+          EPFUSE_RANK_NCCL_CHECK(rank_, ncclAllReduce(s, r, 2, ncclFloat64, ncclMax, comm_, barrier_stream_));
         },
         [&] { wait_bounded(barrier_stream_, "all_reduce_max"); });
     return recv[1] > 0.0 ? kNaN : recv[0];
@@ -248,27 +226,13 @@ class NcclBackend final : public CommBackend {
         rank_, device_, barrier_stream_, std::as_bytes(std::span(&local, 1)),
         std::as_writable_bytes(std::span(&sum, 1)),
         [&](const void* s, void* r) {
-          finish(ncclAllReduce(s, r, 1, ncclInt64, ncclSum, comm_, barrier_stream_), "all_reduce_sum: ncclAllReduce");
+          EPFUSE_RANK_NCCL_CHECK(rank_, ncclAllReduce(s, r, 1, ncclInt64, ncclSum, comm_, barrier_stream_));
         },
         [&] { wait_bounded(barrier_stream_, "all_reduce_sum"); });
     return sum;
   }
 
  private:
-  // The end of an NCCL call on comm_: in nonblocking mode its ncclInProgress is waited for, at most
-  // the collective timeout, past which the communicator is aborted and the call throws
-  // Error(kTimeout) "rank R: <call> timed out after N ms: ..."; a failure throws Error(kNccl).
-  void finish(ncclResult_t res, const char* call) {
-    const ncclResult_t state = settle_nccl(comm_, res, collective_timeout_);
-    if (state == ncclInProgress) {
-      const std::string why = std::string(call) + " timed out after " + std::to_string(collective_timeout_.count()) +
-                              " ms: a rank never joined (dead, stalled or in another collective)";
-      abort(why);
-      throw Error(ErrorCode::kTimeout, rank_prefix(rank_) + why + "; the communicator is aborted");
-    }
-    check_nccl(state, call, rank_);
-  }
-
   // Error(kAborted) after abort().
   void check_not_aborted(const char* what) const {
     if (!aborted_->load()) return;
@@ -291,35 +255,6 @@ class NcclBackend final : public CommBackend {
   mutable std::mutex abort_mutex_;  // guards abort_reason_
   std::string abort_reason_;        // the first abort's, under abort_mutex_
 };
-
-// This rank's NCCL communicator of a world of `world_size` from `id`, in nonblocking mode so that
-// the wait for the other ranks is bounded: ncclCommInitRankConfig returns at once and its state is
-// polled until `timeout`, past which the half-made communicator is aborted and Error(kTimeout)
-// "rank R: ncclCommInitRank timed out after N ms: ..." is thrown. Every later call on it may answer
-// ncclInProgress (settle_nccl). Uses the calling thread's current device.
-ncclComm_t init_nccl_comm(const ncclUniqueId& id, int world_size, int rank, std::chrono::milliseconds timeout) {
-  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  config.blocking = 0;
-  ncclComm_t comm = nullptr;
-  const ncclResult_t started = ncclCommInitRankConfig(&comm, world_size, id, rank, &config);
-  if (comm == nullptr) {
-    check_nccl(started, "ncclCommInitRank", rank);
-    throw Error(ErrorCode::kNccl, rank_prefix(rank) + "ncclCommInitRank returned no communicator");
-  }
-  const ncclResult_t state = settle_nccl(comm, started, timeout);
-  if (state == ncclSuccess) return comm;
-  const std::string last = ncclGetLastError(nullptr) != nullptr ? ncclGetLastError(nullptr) : "";
-  (void)ncclCommAbort(comm);
-  if (state == ncclInProgress) {
-    throw Error(ErrorCode::kTimeout, rank_prefix(rank) + "ncclCommInitRank timed out after " +
-                                         std::to_string(timeout.count()) + " ms: a rank of the " +
-                                         std::to_string(world_size) +
-                                         " never joined (dead, stalled or given another NCCL id); the "
-                                         "communicator is aborted");
-  }
-  throw Error(ErrorCode::kNccl, rank_prefix(rank) + "ncclCommInitRank failed: " + ncclGetErrorString(state) + " (" +
-                                    (last.empty() ? "no further detail" : last) + ")");
-}
 
 }  // namespace epfuse::detail
 
@@ -375,34 +310,12 @@ std::unique_ptr<Communicator> Communicator::bootstrap(const BootstrapOptions& op
   comm->world_size_ = opts.world_size;
   comm->device_ = opts.local_rank;
   comm->collective_timeout_ = opts.collective_timeout;
-  comm->comm_ = detail::init_nccl_comm(id, opts.world_size, rank, std::max(opts.timeout, opts.collective_timeout));
+  EPFUSE_RANK_NCCL_CHECK(rank, ncclCommInitRank(&comm->comm_, opts.world_size, id, rank));
   auto backend = std::make_unique<detail::NcclBackend>(*comm, comm->comm_, /*owned=*/true);
   detail::NcclBackend& nccl = *backend;
   comm->backend_ = std::move(backend);
   // ncclCommInitRank is collective: when it returns on rank 0, every rank has read the id.
   store.reset();
-  nccl.init_barrier();
-  return comm;
-}
-
-std::unique_ptr<Communicator> Communicator::init_rank(const ncclUniqueId& id, int world_size, int rank, int device,
-                                                     std::chrono::milliseconds collective_timeout) {
-  EPFUSE_REQUIRE(world_size >= 1 && rank >= 0 && rank < world_size && device >= 0 && collective_timeout.count() >= 1,
-                 ErrorCode::kInvalidArgument,
-                 "Communicator::init_rank: rank " + std::to_string(rank) + " of world " + std::to_string(world_size) +
-                     " on device " + std::to_string(device) + " with a collective timeout of " +
-                     std::to_string(collective_timeout.count()) + " ms is out of range");
-  EPFUSE_RANK_CUDA_CHECK(rank, cudaSetDevice(device));
-  std::unique_ptr<Communicator> comm(new Communicator());
-  comm->transport_ = Transport::kNccl;
-  comm->rank_ = rank;
-  comm->world_size_ = world_size;
-  comm->device_ = device;
-  comm->collective_timeout_ = collective_timeout;
-  comm->comm_ = detail::init_nccl_comm(id, world_size, rank, collective_timeout);
-  auto backend = std::make_unique<detail::NcclBackend>(*comm, comm->comm_, /*owned=*/true);
-  detail::NcclBackend& nccl = *backend;
-  comm->backend_ = std::move(backend);
   nccl.init_barrier();
   return comm;
 }

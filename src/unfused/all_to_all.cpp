@@ -1,20 +1,16 @@
 #include "unfused/all_to_all.h"
 
 #include <cstddef>
-#include <string>
 
-#include "comm/comm_backend.h"
 #include "common/check.h"
-#include "epfuse/error.h"
 
 namespace epfuse::unfused {
 
-void all_to_all(Communicator& communicator, const void* send, std::span<const int64_t> send_items, void* recv,
+void all_to_all(ncclComm_t comm, const void* send, std::span<const int64_t> send_items, void* recv,
                 std::span<const int64_t> recv_items, int64_t item_bytes, cudaStream_t stream) {
   const auto* send_bytes = static_cast<const uint8_t*>(send);
   auto* recv_bytes = static_cast<uint8_t*>(recv);
   int64_t send_offset = 0, recv_offset = 0;
-  ncclComm_t comm = communicator.nccl();
   EPFUSE_NCCL_CHECK(ncclGroupStart());
   // ncclGroupEnd must follow a started group even when a call inside fails.
   try {
@@ -33,14 +29,7 @@ void all_to_all(Communicator& communicator, const void* send, std::span<const in
     (void)ncclGroupEnd();
     throw;
   }
-  const ncclResult_t state = detail::settle_nccl(comm, ncclGroupEnd(), communicator.collective_timeout());
-  if (state == ncclInProgress) {
-    const std::string why = "unfused all-to-all: ncclGroupEnd timed out after " +
-                            std::to_string(communicator.collective_timeout().count()) + " ms";
-    communicator.abort(why);
-    throw Error(ErrorCode::kTimeout, detail::rank_prefix(communicator.rank()) + why + "; the communicator is aborted");
-  }
-  detail::check_nccl(state, "ncclGroupEnd()", communicator.rank());
+  EPFUSE_NCCL_CHECK(ncclGroupEnd());
 }
 
 }  // namespace epfuse::unfused

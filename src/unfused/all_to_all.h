@@ -7,17 +7,12 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
-#include "epfuse/communicator.h"
-
 namespace epfuse::unfused {
 
 // Peer p receives send_items[p] items of item_bytes from `send` (after the blocks of peers < p) and
 // this rank receives recv_items[p] items from p into `recv` likewise. Empty blocks are skipped; both
-// sides agree on them because the counts were exchanged first. Only enqueues: the transfers wait on
-// the device for the peers. On a nonblocking (owned) communicator ncclGroupEnd may finish in the
-// background; that wait is bounded by the collective timeout, past which the communicator is
-// aborted and Error(kTimeout) thrown.
-void all_to_all(Communicator& comm, const void* send, std::span<const int64_t> send_items, void* recv,
+// sides agree on them because the counts were exchanged first.
+void all_to_all(ncclComm_t comm, const void* send, std::span<const int64_t> send_items, void* recv,
                 std::span<const int64_t> recv_items, int64_t item_bytes, cudaStream_t stream);
 
 }  // namespace epfuse::unfused
