@@ -133,16 +133,16 @@ TEST(Faults, StalledCallTimesOutEveryPeer) { fault_test("stall", Expect::kPeersT
 TEST(Faults, ThrowMidCallTimesOutEveryPeer) { fault_test("throw", Expect::kPeersTimeOut); }
 TEST(Faults, BadIdsFailEveryRankFast) { fault_test("bad_ids", Expect::kEveryRankBadInput); }
 
-// A failed call is never silent, even unchecked: the last rank stalls in call 1; every other rank's
-// call 1 leaves its own y all NaN (y held finite values before), and its call 2, with no check_errors in
-// between, throws the recorded timeout (the kernel told the host through the workspace's mapped word)
+// A failed call is never silent, even unchecked: the last rank stalls in its second forward; every other rank's
+// second forward leaves its own y all NaN (y held finite values before), and its third, with no
+// check_errors in between, throws the recorded timeout (the kernel told the host through the workspace's mapped word)
 // instead of launching.
 void run_failed_call_poisons_y() {
   const LayerConfig cfg = testing::small_layer_config(256, 0.0f);
   testing::LayerRank r(Impl::kFused, cfg);
   const bool me_faulty = r.rank() == r.world() - 1;
   const std::string me = "rank " + std::to_string(r.rank()) + ": ";
-  r.expect_matches_reference(r.tokens(40, Routing::kUniform, 1600), "call 0, before the fault");
+  r.expect_matches_reference(r.tokens(40, Routing::kUniform, 1600), "the first forward, before the fault");
   const HostTokens in = r.tokens(40, Routing::kUniform, 1601);
   r.upload(in);
   const size_t bytes = static_cast<size_t>(in.num_tokens) * cfg.hidden * sizeof(bf16);
@@ -151,7 +151,7 @@ void run_failed_call_poisons_y() {
   try {
     r.layer().forward(r.batch(in.num_tokens), r.y(), r.stream());
   } catch (const Error& e) {
-    ADD_FAILURE() << me << "call 1's forward threw on the host: " << e.what();
+    ADD_FAILURE() << me << "the second forward threw on the host: " << e.what();
   }
   EXPECT_EQ(cudaStreamSynchronize(r.stream()), cudaSuccess);
   if (!me_faulty) {
@@ -168,11 +168,11 @@ void run_failed_call_poisons_y() {
       EXPECT_EQ(e.code(), ErrorCode::kTimeout) << e.what();
       EXPECT_EQ(std::string(e.what()).rfind(me + "timed out in ", 0), 0u) << e.what();
     }
-    EXPECT_TRUE(threw) << me << "call 2 launched on a workspace whose call 1 failed";
+    EXPECT_TRUE(threw) << me << "the third forward launched on a workspace whose second failed";
   }
   EXPECT_EQ(r.outside_writes(in), "") << me;
   r.recreate();
-  r.expect_matches_reference(r.tokens(57, Routing::kSkewed, 1602), "call 0 of the re-created layer");
+  r.expect_matches_reference(r.tokens(57, Routing::kSkewed, 1602), "the re-created layer's first forward");
 }
 
 TEST(Faults, FailedCallPoisonsItsOwnYAndTheNextForwardSaysWhy) {
