@@ -46,7 +46,7 @@ inline constexpr Variable kEnvironment[] = {
     {"EPFUSE_FAULT", "fault injection for tests: rank=R,kind=K[,call=N][,ms=M] (src/fused/fault.h)", "off"},
     {"EPFUSE_TRACE_FILE", "builds with EPFUSE_TRACE: the CSV file the fused kernel's timeline is appended to",
      "off (nothing recorded)"},
-    {"EPFUSE_TRACE_LAUNCH", "builds with EPFUSE_TRACE: which launch of each problem is recorded", "20"},
+    {"EPFUSE_TRACE_LAUNCH", "builds with EPFUSE_TRACE: the first of the four back-to-back launches of each problem recorded", "20"},
 };
 
 // The raw text of `name`, nullopt when unset. `name` must be one of kEnvironment's (else
