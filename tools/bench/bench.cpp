@@ -395,6 +395,10 @@ int bench_command(int argc, char** argv) {
     if (!torch_note.empty()) fmt::print("torch: skipped: {}\n", torch_note);
     if (o.x_fp8) fmt::print("FP8 rows: x quantised by the caller (--x-fp8: e4m3 codes and 1x128 scales, not bf16 x)\n");
     std::fputs(render_table(rows).c_str(), stdout);
+    const std::string steps = render_step_lines(rows);
+    if (!steps.empty())
+      fmt::print("decode steps ({}; bench/README.md \"The decode step\"):\n{}",
+                 o.step_graph ? "one CUDA graph replayed" : "layers and norms launched from the host", steps);
     std::fflush(stdout);
     if (!o.json_path.empty()) write_file(o.json_path, tools::dump_json(report_json(info, rows)) + "\n");
     return rows;
@@ -431,6 +435,12 @@ int bench_command(int argc, char** argv) {
     if (r.verified == "no")
       return fail(r.config + " T=" + std::to_string(r.tokens_per_rank) + " " + r.impl +
                   " did not match the reference (rel err " + format_sci(r.rel_err) + ")");
+  for (const BenchRow& r : rows)
+    if (r.step_verified == "no")
+      return fail(r.config + " T=" + std::to_string(r.tokens_per_rank) + " " + r.impl + ": the " +
+                  std::to_string(r.step_layers) + "-layer decode step did not match the reference (layer rel err " +
+                  format_sci(r.step_rel_err) + ", row " + format_sci(r.step_row_err) + ", norm " +
+                  format_sci(r.step_norm_rel_err) + ", unwritten " + std::to_string(r.step_unwritten) + ")");
   return 0;
 }
 

@@ -114,6 +114,17 @@ BenchOptions parse_bench_options(const std::vector<std::string>& args) {
            "FILE: the fused kernel's timeline of every rank (needs a build with\n-DEPFUSE_TRACE=ON): "
            "trace::kLaunches calls back to back from the 20th of\neach row (EPFUSE_TRACE_LAUNCH), as Chrome trace-event "
            "JSON for Perfetto's\nUI; the raw records in FILE.csv")
+      .add("--layers", o.step_layers,
+           "L: after every fused row, an L-layer decode step of its shape: L layers on one\n"
+           "workspace, each with its own routing and weights, each output RMS-normalised\n"
+           "into the next layer's input; per-layer time = step / L beside the row (0: off)")
+      .add("--graph", o.step_graph, "--layers: capture the step as one CUDA graph and time its replays")
+      .add("--weight-sets", o.step_weight_sets,
+           "--layers: at most this many distinct weight sets, layer i on set i % S\n"
+           "(0: as many as fit, leaving 10% of the GPU's memory free)")
+      .add("--check-layers", o.step_check_layers,
+           "--layers: layers whose output the verified replay compares with the\nfloat64 reference, spread "
+           "evenly, first and last included (0: every layer)")
       .add("--worker-dir", o.worker_dir, "internal: rank process of a bench run")
       .hide("--worker-dir");
   p.parse(args);
@@ -127,6 +138,16 @@ BenchOptions parse_bench_options(const std::vector<std::string>& args) {
   if (o.sets < 1) throw UsageError("--sets: must be >= 1");
   if (!(o.sustained_ms >= 0)) throw UsageError("--sustained: must be >= 0 ms (0: off)");
   if (o.verify_rows < 1) throw UsageError("--verify-rows: must be >= 1");
+  if (o.step_layers < 0) throw UsageError("--layers: must be >= 0 (0: no decode step)");
+  if (o.step_weight_sets < 0) throw UsageError("--weight-sets: must be >= 0 (0: as many as fit)");
+  if (o.step_check_layers < 0) throw UsageError("--check-layers: must be >= 0 (0: every layer)");
+  if (o.step_layers == 0)
+    for (const char* flag : {"--graph", "--weight-sets", "--check-layers"})
+      if (p.seen(flag)) throw UsageError(std::string(flag) + ": only with --layers L");
+  // The layers after the first take the norm's bf16 output; a trace would record the step's launches
+  // under the single layer's launch numbers.
+  if (o.step_layers > 0 && o.x_fp8) throw UsageError("--layers: not with --x-fp8 (layers 2..L take the norm's bf16 output)");
+  if (o.step_layers > 0 && !o.trace_path.empty()) throw UsageError("--layers: not with --trace");
   const std::optional<Routing> r = parse_routing(routing);
   if (!r) throw UsageError("--routing: unknown routing '" + routing + "'");
   o.routing = *r;
@@ -143,6 +164,9 @@ BenchOptions parse_bench_options(const std::vector<std::string>& args) {
     if (!dup) o.impls.push_back(name);
   }
   if (o.impls.empty()) throw UsageError("--impl: no implementation given");
+  // The step's layers share one workspace, which only the fused layer has.
+  if (o.step_layers > 0 && std::find(o.impls.begin(), o.impls.end(), "fused") == o.impls.end())
+    throw UsageError("--layers: the decode step runs the fused layer; add fused to --impl");
   for (const std::string& step : o.peer_steps)
     if (step != "gemm" && step != "megamoe")
       throw UsageError("--peer-steps: unknown step '" + step + "' (gemm, megamoe)");

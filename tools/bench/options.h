@@ -45,6 +45,12 @@ struct BenchOptions {
   // --trace: the fused kernel's timeline (a -DEPFUSE_TRACE=ON build) as Chrome trace-event JSON
   // (tools/bench/trace_export.h); the rank processes' CSV stays beside it as FILE.csv.
   std::string trace_path;
+  // --layers L: after every fused row, the L-layer decode step of that row's shape (bench/decode_step.h):
+  // L layers on one workspace, each with its own routing and weights, RMS-normalised between layers.
+  int step_layers = 0;         // 0: no step
+  bool step_graph = false;     // --graph: the step captured as one CUDA graph and replayed (else launched)
+  int step_weight_sets = 0;    // --weight-sets: at most this many distinct weight sets (0: as many as fit)
+  int step_check_layers = 0;   // --check-layers: layers checked against the reference (0: every layer)
   std::string worker_dir;  // internal: set in the rank processes the parent launches
   std::vector<std::string> args;  // as given, so the parent can pass them on to its rank processes
   bool help = false;

@@ -60,6 +60,10 @@ void derive_row(BenchRow& row) {
   row.nvlink_gbps = row.remote_bytes_per_gpu / seconds / 1e9;
   row.floor_fraction = row.floor_ms / row.median_ms;
   row.gemm_alone_tflops = row.flops_per_gpu / (row.gemm_alone_ms * 1e-3) / 1e12;
+  if (row.step_layers > 0) {
+    row.step_per_layer_ms = row.step_median_ms / row.step_layers;
+    row.step_per_layer_over_single = row.step_per_layer_ms / row.median_ms;
+  }
 }
 
 void fill_speedups(std::vector<BenchRow>& rows) {
@@ -90,6 +94,14 @@ Record row_record(const BenchRow& row) {
   r.set("flops_per_gpu", row.flops_per_gpu).set("remote_bytes_per_gpu", row.remote_bytes_per_gpu);
   r.set("floor_compute_ms", row.floor.compute_ms).set("floor_weights_ms", row.floor.weights_ms);
   r.set("floor_comm_ms", row.floor.comm_ms);
+  if (row.step_layers > 0) {
+    r.set("step_layers", row.step_layers).set("step_graph", row.step_graph ? 1 : 0);
+    r.set("step_weight_sets", row.step_weight_sets).set("step_weight_set_bytes", row.step_weight_set_bytes);
+    r.set("step_median_ms", row.step_median_ms).set("step_p10_ms", row.step_p10_ms).set("step_p90_ms", row.step_p90_ms);
+    r.set("step_layers_checked", row.step_layers_checked).set("step_verified", row.step_verified);
+    r.set("step_rel_err", row.step_rel_err).set("step_row_err", row.step_row_err);
+    r.set("step_norm_rel_err", row.step_norm_rel_err).set("step_unwritten", row.step_unwritten);
+  }
   return r;
 }
 
@@ -134,6 +146,21 @@ BenchRow row_from_record(const Record& rec) {
   row.floor.compute_ms = rec.number_or("floor_compute_ms", kNaN);
   row.floor.weights_ms = rec.number_or("floor_weights_ms", kNaN);
   row.floor.comm_ms = rec.number_or("floor_comm_ms", kNaN);
+  if (rec.has("step_layers")) {
+    row.step_layers = static_cast<int>(rec.integer("step_layers"));
+    row.step_graph = rec.integer("step_graph") != 0;
+    row.step_weight_sets = static_cast<int>(rec.integer("step_weight_sets"));
+    row.step_weight_set_bytes = rec.number("step_weight_set_bytes");
+    row.step_median_ms = rec.number("step_median_ms");
+    row.step_p10_ms = rec.number("step_p10_ms");
+    row.step_p90_ms = rec.number("step_p90_ms");
+    row.step_layers_checked = static_cast<int>(rec.integer("step_layers_checked"));
+    row.step_verified = rec.text("step_verified");
+    row.step_rel_err = rec.number("step_rel_err");
+    row.step_row_err = rec.number("step_row_err");
+    row.step_norm_rel_err = rec.number("step_norm_rel_err");
+    row.step_unwritten = rec.integer("step_unwritten");
+  }
   return row;
 }
 
@@ -187,6 +214,10 @@ std::string render_table(const std::vector<BenchRow>& rows) {
     headers.push_back(h);
   const bool sustained = std::any_of(rows.begin(), rows.end(), [](const BenchRow& r) { return r.sustained_calls > 0; });
   if (sustained) headers.push_back("sustained ms / J / W");
+  const bool step = std::any_of(rows.begin(), rows.end(), [](const BenchRow& r) { return r.step_layers > 0; });
+  if (step)
+    for (const char* h : {"step ms (layers, weight sets)", "step/L ms", "step/L vs 1 layer", "step verified"})
+      headers.push_back(h);
   tools::Table table(headers);
   for (const BenchRow& r : rows) {
     std::vector<std::string> cells{r.config, std::to_string(r.tokens_per_rank),
@@ -219,9 +250,36 @@ std::string render_table(const std::vector<BenchRow>& rows) {
       cells.push_back(r.sustained_calls > 0 ? fixed(r.sustained_ms, 3) + " / " + fixed(r.sustained_joules, 2) + " / " +
                                                   fixed(r.sustained_watts, 0)
                                             : "-");
+    if (step && r.step_layers > 0) {
+      cells.push_back(fixed(r.step_median_ms, 3) + " (" + std::to_string(r.step_layers) + ", S=" +
+                      std::to_string(r.step_weight_sets) + (r.step_graph ? ", graph)" : ", launched)"));
+      cells.push_back(fixed(r.step_per_layer_ms, 3));
+      cells.push_back(std::isfinite(r.step_per_layer_over_single) ? fixed(r.step_per_layer_over_single, 3) + "x" : "-");
+      cells.push_back(r.step_verified + " " + tools::format_sci(std::max(r.step_rel_err, r.step_norm_rel_err)));
+    } else if (step) {
+      cells.resize(headers.size(), "-");
+    }
     table.add_row(cells);
   }
   return table.render();
+}
+
+std::string render_step_lines(const std::vector<BenchRow>& rows) {
+  std::string out;
+  for (const BenchRow& r : rows) {
+    if (r.step_layers <= 0) continue;
+    out += "  " + r.config + " T=" + std::to_string(r.tokens_per_rank) + " " + r.impl +
+           (r.dtype == "bf16" ? "" : " " + r.dtype) + ": " + std::to_string(r.step_layers) + " layers " +
+           fixed(r.step_median_ms, 3) + " ms = " + fixed(r.step_per_layer_ms, 4) + " ms per layer, " +
+           (std::isfinite(r.step_per_layer_over_single) ? fixed(r.step_per_layer_over_single, 3) + "x" : "-") +
+           " the single layer's " + fixed(r.median_ms, 4) + " ms; S=" + std::to_string(r.step_weight_sets) +
+           " weight sets of " + fixed(r.step_weight_set_bytes / 1e9, 3) + " GB per GPU (layer i on set i % " +
+           std::to_string(r.step_weight_sets) + "); verified " + r.step_verified + " (" +
+           std::to_string(r.step_layers_checked) + " layers checked: rel err " + tools::format_sci(r.step_rel_err) +
+           ", worst row " + tools::format_sci(r.step_row_err) + "; norms " + tools::format_sci(r.step_norm_rel_err) +
+           "; unwritten " + std::to_string(r.step_unwritten) + ")\n";
+  }
+  return out;
 }
 
 std::string render_floor_table(const std::vector<BenchCase>& cases, int world, const Ceilings& c) {
@@ -286,6 +344,23 @@ tools::Json row_json(const BenchRow& r) {
                       {"ms_per_call", r.sustained_ms},
                       {"joules_per_call", r.sustained_joules},
                       {"watts", r.sustained_watts}};
+  if (r.step_layers > 0)
+    j["decode_step"] = {{"layers", r.step_layers},
+                        {"graph", r.step_graph},
+                        {"weight_sets", r.step_weight_sets},
+                        {"weight_set_bytes", r.step_weight_set_bytes},
+                        {"median_ms", r.step_median_ms},
+                        {"p10_ms", r.step_p10_ms},
+                        {"p90_ms", r.step_p90_ms},
+                        {"per_layer_ms", r.step_per_layer_ms},
+                        {"per_layer_over_single", r.step_per_layer_over_single},
+                        {"layers_checked", r.step_layers_checked},
+                        {"verified", r.step_verified == "yes" ? Json(true) : r.step_verified == "no" ? Json(false) : Json()},
+                        {"rel_err", r.step_rel_err},
+                        {"row_err", r.step_row_err},
+                        {"norm_rel_err", r.step_norm_rel_err},
+                        {"unwritten", r.step_unwritten < 0 ? Json() : Json(r.step_unwritten)},
+                        {"timing", kStepTimingMethod}};
   if (!r.ran()) j["skipped"] = r.note;
   if (!r.remark.empty()) j["remark"] = r.remark;
   return j;

@@ -51,6 +51,21 @@ struct BenchRow {
   double floor_ms = kNaN, floor_fraction = kNaN;  // floor_fraction = floor_ms / median_ms
   std::map<std::string, double> speedup_over;     // other impl -> its median / this median
 
+  // --layers: the L-layer decode step beside a fused row (bench/decode_step.h); step_layers 0: not run.
+  int step_layers = 0;
+  bool step_graph = false;               // captured as one CUDA graph (else launched from the host)
+  int step_weight_sets = 0;              // S distinct weight sets, layer i on set i % S (every rank the same)
+  double step_weight_set_bytes = kNaN;   // one set's bytes on one GPU (the largest over ranks)
+  double step_median_ms = kNaN, step_p10_ms = kNaN, step_p90_ms = kNaN;  // the whole step, slowest rank
+  int step_layers_checked = 0;           // layers whose output the verified replay compared
+  std::string step_verified = "n/a";     // yes / no
+  double step_rel_err = kNaN;       // max over checked layers of the relative Frobenius error (sampled rows)
+  double step_row_err = kNaN;       // max over those rows of the per-row error
+  double step_norm_rel_err = kNaN;  // max over the L norms of the per-row error of their output (all rows)
+  long long step_unwritten = -1;    // NaN elements of the layers' and norms' outputs after the verified replay
+  // Derived by derive_row: step_median_ms / step_layers, and that over the single layer's median_ms.
+  double step_per_layer_ms = kNaN, step_per_layer_over_single = kNaN;
+
   bool ran() const { return note.empty(); }
 };
 
@@ -81,6 +96,9 @@ WorkerRecords read_worker_records(std::istream& in);
 
 // Output.
 std::string render_table(const std::vector<BenchRow>& rows);
+// One line per row with a decode step: its time, per layer against the single layer, the weight sets
+// (S, bytes each, layer i on set i % S) and the verdict. "" when no row has one.
+std::string render_step_lines(const std::vector<BenchRow>& rows);
 std::string render_floor_table(const std::vector<BenchCase>& cases, int world, const Ceilings& c);
 tools::Json row_json(const BenchRow& row);
 
@@ -95,6 +113,10 @@ struct RunInfo {
 inline constexpr const char* kTimingMethod =
     "cudaEvents around each call on its stream, after a stream sync, a barrier of the ranks and a "
     "200 us GPU delay (the host's launch work falls inside the delay); per iteration the slowest rank";
+// How the decode step is timed (bench/README.md "The decode step"), in its JSON object as "timing".
+inline constexpr const char* kStepTimingMethod =
+    "the whole step per iteration (one CUDA graph replay, or the layers and norms launched from the host), "
+    "under the row's protocol; per_layer_ms = median_ms / layers";
 // {"device", "gpus", "date", "commit", "command", "timing", "ceilings": {...}, "rows": [...]}
 tools::Json report_json(const RunInfo& info, const std::vector<BenchRow>& rows);
 

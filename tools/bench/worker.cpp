@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "bench/ceilings.h"
+#include "bench/decode_run.h"
 #include "bench/energy.h"
 #include "bench/gemm_alone.h"
 #include "bench/gpu_delay.h"
@@ -285,6 +286,11 @@ void run_worker(const BenchOptions& o) {
       row.flops_per_gpu = load.flops_per_gpu;
       row.remote_bytes_per_gpu = load.remote_bytes_per_gpu;
       row.floor = load.floor;
+      if (o.step_layers > 0 && impl_name == "fused") {
+        job.reset();  // the step budgets the GPU's free memory for its weight sets
+        sink.progress(done, total, case_label(bc) + " fused, " + std::to_string(o.step_layers) + "-layer step");
+        run_decode_step(*comm, bc, o, reference_threads(), row);
+      }
       sink.write(row_record(row));
       sink.progress(++done, total, case_label(bc));
     }

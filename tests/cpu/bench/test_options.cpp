@@ -102,6 +102,45 @@ TEST(Options, RejectsBadValuesNamingTheFlag) {
   EXPECT_EQ(message({"--routing", "skewed", "--torch", "off"}), "no error");
 }
 
+// --layers L [--graph] [--weight-sets S] [--check-layers K]: the decode step beside the fused rows.
+TEST(Options, DecodeStep) {
+  const BenchOptions off = parse_bench_options({});
+  EXPECT_EQ(off.step_layers, 0);
+  EXPECT_FALSE(off.step_graph);
+  const BenchOptions o = parse_bench_options({"--model", "dsv3", "--tokens", "1,8,32", "--impl", "fused", "--dtype",
+                                              "fp8,bf16", "--layers", "58", "--graph", "--weight-sets", "4",
+                                              "--check-layers", "8"});
+  EXPECT_EQ(o.step_layers, 58);
+  EXPECT_TRUE(o.step_graph);
+  EXPECT_EQ(o.step_weight_sets, 4);
+  EXPECT_EQ(o.step_check_layers, 8);
+  EXPECT_EQ(o.cases.size(), 6u);
+  const BenchOptions launched = parse_bench_options({"--layers", "3"});  // default impls include fused
+  EXPECT_EQ(launched.step_layers, 3);
+  EXPECT_FALSE(launched.step_graph);
+  EXPECT_EQ(launched.step_weight_sets, 0);  // as many as fit
+  EXPECT_EQ(launched.step_check_layers, 0);  // every layer
+
+  auto message = [](const Args& args) {
+    try {
+      parse_bench_options(args);
+    } catch (const UsageError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message({"--layers", "-1"}).find("--layers: must be >= 0"), std::string::npos);
+  EXPECT_NE(message({"--graph"}).find("--graph: only with --layers"), std::string::npos);
+  EXPECT_NE(message({"--weight-sets", "2"}).find("--weight-sets: only with --layers"), std::string::npos);
+  EXPECT_NE(message({"--check-layers", "2"}).find("--check-layers: only with --layers"), std::string::npos);
+  EXPECT_NE(message({"--layers", "4", "--weight-sets", "-1"}).find("--weight-sets: must be >= 0"), std::string::npos);
+  EXPECT_NE(message({"--layers", "4", "--check-layers", "-2"}).find("--check-layers: must be >= 0"), std::string::npos);
+  EXPECT_NE(message({"--layers", "4", "--impl", "unfused"}).find("add fused to --impl"), std::string::npos);
+  EXPECT_NE(message({"--layers", "4", "--x-fp8"}).find("not with --x-fp8"), std::string::npos);
+  EXPECT_NE(message({"--layers", "4", "--trace", "t.json"}).find("not with --trace"), std::string::npos);
+  EXPECT_NE(parse_bench_options({"--help"}).usage.find("--layers"), std::string::npos);
+}
+
 TEST(Options, HelpShowsUsageButNotTheInternalFlag) {
   const BenchOptions o = parse_bench_options({"--help"});
   EXPECT_TRUE(o.help);

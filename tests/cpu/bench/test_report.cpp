@@ -190,6 +190,73 @@ TEST(Report, TableAndJsonCarryEveryRow) {
     EXPECT_NE(with_sustained.find(text), std::string::npos) << text << "\n" << with_sustained;
 }
 
+// --layers: the decode step's fields travel from the rank process to the table and the JSON, and
+// derive_row gives the per-layer time beside the single layer's.
+TEST(Report, DecodeStepFields) {
+  BenchCase c = facts_cases()[0];
+  c.layer.weight_format = WeightFormat::kFp8Block128;
+  BenchRow r = measured(c, "fused", 0.2);
+  EXPECT_FALSE(row_json(r).contains("decode_step"));  // no step: no object
+  EXPECT_FALSE(row_from_record(parse_record(row_record(r).format())).step_layers);
+  r.step_layers = 58;
+  r.step_graph = true;
+  r.step_weight_sets = 39;
+  r.step_weight_set_bytes = 2.82e9;
+  r.step_median_ms = 12.18;
+  r.step_p10_ms = 12.0;
+  r.step_p90_ms = 12.5;
+  r.step_layers_checked = 58;
+  r.step_verified = "yes";
+  r.step_rel_err = 9e-3;
+  r.step_row_err = 1.5e-2;
+  r.step_norm_rel_err = 2e-3;
+  r.step_unwritten = 0;
+  BenchRow back = row_from_record(parse_record(row_record(r).format()));
+  EXPECT_EQ(back.step_layers, 58);
+  EXPECT_TRUE(back.step_graph);
+  EXPECT_EQ(back.step_weight_sets, 39);
+  EXPECT_DOUBLE_EQ(back.step_weight_set_bytes, 2.82e9);
+  EXPECT_DOUBLE_EQ(back.step_median_ms, 12.18);
+  EXPECT_DOUBLE_EQ(back.step_p90_ms, 12.5);
+  EXPECT_EQ(back.step_layers_checked, 58);
+  EXPECT_EQ(back.step_verified, "yes");
+  EXPECT_DOUBLE_EQ(back.step_row_err, 1.5e-2);
+  EXPECT_DOUBLE_EQ(back.step_norm_rel_err, 2e-3);
+  EXPECT_EQ(back.step_unwritten, 0);
+  derive_row(back);
+  EXPECT_DOUBLE_EQ(back.step_per_layer_ms, 12.18 / 58);
+  EXPECT_DOUBLE_EQ(back.step_per_layer_over_single, 12.18 / 58 / 0.2);
+
+  const tools::Json j = row_json(back)["decode_step"];
+  EXPECT_EQ(j["layers"], 58);
+  EXPECT_EQ(j["graph"], true);
+  EXPECT_EQ(j["weight_sets"], 39);
+  EXPECT_EQ(j["weight_set_bytes"], 2.82e9);
+  EXPECT_DOUBLE_EQ(j["per_layer_ms"].get<double>(), 12.18 / 58);
+  EXPECT_DOUBLE_EQ(j["per_layer_over_single"].get<double>(), 12.18 / 58 / 0.2);
+  EXPECT_EQ(j["verified"], true);
+  EXPECT_EQ(j["layers_checked"], 58);
+  for (const char* key : {"median_ms", "p10_ms", "p90_ms", "rel_err", "row_err", "norm_rel_err", "unwritten", "timing"})
+    EXPECT_TRUE(j.contains(key)) << key;
+
+  // The table shows the step's columns only when a row has one; the lines below it name S.
+  std::vector<BenchRow> rows{back, measured(facts_cases()[0], "unfused", 0.3)};
+  for (BenchRow& row : rows) derive_row(row);
+  const std::string table = render_table(rows);
+  for (const char* text : {"step ms (layers, weight sets)", "12.180 (58, S=39, graph)", "step/L ms", "0.210", "1.050x",
+                           "step verified"})
+    EXPECT_NE(table.find(text), std::string::npos) << text << "\n" << table;
+  EXPECT_EQ(render_table({rows[1]}).find("step"), std::string::npos);
+  const std::string lines = render_step_lines(rows);
+  for (const char* text : {"dsv3 T=128 fused fp8: 58 layers 12.180 ms = 0.2100 ms per layer, 1.050x the single layer's "
+                           "0.2000 ms; S=39 weight sets of 2.820 GB per GPU (layer i on set i % 39); verified yes"})
+    EXPECT_NE(lines.find(text), std::string::npos) << text << "\n" << lines;
+  EXPECT_EQ(lines.find("unfused"), std::string::npos) << "a row without a step has no line";
+
+  back.step_verified = "no";
+  EXPECT_EQ(row_json(back)["decode_step"]["verified"], false);
+}
+
 TEST(Report, FloorTableWithoutGpu) {
   const std::string table = render_floor_table(facts_cases(), 4, kFacts);
   EXPECT_NE(table.find("3.554"), std::string::npos) << table;
