@@ -1,12 +1,14 @@
 // `epfuse run`'s soak modes as the flags resolve them (tools/cli/run_options.h): --graph (one forward
 // captured in a CUDA graph, replayed --iters times) and --cycles N (create/destroy cycles of a
-// workspace and its layers), their defaults, their schedule of checks and the combinations refused.
+// workspace and its layers), their defaults, their schedule of checks and the combinations refused;
+// the summary's machine-readable soak line.
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
 
 #include "cli/run_options.h"
+#include "cli/run_report.h"
 
 namespace epfuse::tools {
 namespace {
@@ -81,6 +83,28 @@ TEST(RunSoakOptions, RefusedCombinationsSayWhy) {
   EXPECT_NE(usage_error({"--cycles", "4", "--iters", "10"}).find("leave --iters out"), std::string::npos);
   EXPECT_NE(usage_error({"--cycles", "-1"}).find("--cycles must be >= 0"), std::string::npos);
   EXPECT_EQ(usage_error({"--cycles", "0", "--iters", "10"}), "");  // 0: off
+}
+
+TEST(RunSoakOptions, SoakLineIsOneParsableLine) {
+  RunResult r;
+  r.calls = 30;
+  r.calls_verified = 11;
+  r.max_rel_err = 3.25e-3;
+  r.worst_row = {1, 7, 5.5e-3};
+  r.device_used_start = int64_t{1000} << 20;
+  r.device_used_end = (int64_t{1000} << 20) + (int64_t{1} << 19);
+  r.verified = true;
+  EXPECT_EQ(soak_line(plan_for({"--graph", "--iters", "30"}), r),
+            "soak: mode=graph calls=30 checked=11 max_rel_err=3.25e-03 max_row_rel_err=5.50e-03 unwritten=0 "
+            "memory_start_mib=1000.0 memory_end_mib=1000.5 verified=yes\n");
+  r.memory_flat = false;
+  r.verified = false;
+  EXPECT_EQ(soak_line(plan_for({"--cycles", "10"}), r),
+            "soak: mode=cycles cycles=10 calls=30 checked=11 max_rel_err=3.25e-03 max_row_rel_err=5.50e-03 "
+            "unwritten=0 memory_start_mib=1000.0 memory_end_mib=1000.5 verified=no memory_flat=no\n");
+  r.device_used_start = r.device_used_end = -1;  // not measured
+  EXPECT_NE(soak_line(plan_for({}), r).find("mode=calls calls=30"), std::string::npos);
+  EXPECT_NE(soak_line(plan_for({}), r).find("memory_start_mib=-1.0 memory_end_mib=-1.0"), std::string::npos);
 }
 
 }  // namespace
