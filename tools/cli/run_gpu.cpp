@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <thread>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -17,6 +18,7 @@
 #include "common/check.h"
 #include "common/job.h"
 #include "common/output.h"
+#include "epfuse/workspace.h"
 
 namespace epfuse::tools {
 namespace {
@@ -54,6 +56,32 @@ int64_t device_bytes_used() {
   return static_cast<int64_t>(total - free);
 }
 
+// Adds a verified call's verdict to `o`; false when it failed (the verdict is all-reduced, so every
+// rank stops at the same call).
+bool add_verified(Outcome& o, const Verdict& v, int call) {
+  o.stats.seconds += v.forward_ms * 1e-3;
+  o.call_ms.push_back(v.forward_ms);
+  o.stats.rows_checked += v.rows_checked;
+  o.stats.unwritten += v.unwritten;
+  o.stats.rel_err = std::max(o.stats.rel_err, std::isnan(v.rel_err) ? INFINITY : v.rel_err);
+  o.stats.output_norm = std::hypot(o.stats.output_norm, v.output_norm);
+  o.max_rel_err = std::max(o.max_rel_err, v.max_rel_err);
+  o.worst_row = worse(o.worst_row, v.worst_row);
+  o.unwritten += v.total_unwritten;
+  ++o.calls_verified;
+  ++o.calls;
+  if (!v.passed) o.failed_call = call;
+  return v.passed;
+}
+
+// An unverified call: its forward time, then its device errors.
+void add_timed(Outcome& o, double ms, MoeLayer& layer, cudaStream_t stream) {
+  o.stats.seconds += ms * 1e-3;
+  o.call_ms.push_back(ms);
+  layer.check_errors(stream);
+  ++o.calls;
+}
+
 Outcome run_calls(const RunPlan& plan, RankJob& job, int rank) {
   Outcome o;
   const int threads = reference_threads(plan.ranks);
@@ -77,34 +105,130 @@ Outcome run_calls(const RunPlan& plan, RankJob& job, int rank) {
     }
     if (plan.verifies_call(call)) {
       std::vector<int> rows = sample_rows(inputs->num_tokens(), plan.verify_rows);
-      Verdict v = job.verified_forward(*inputs, rows, plan.tolerance, threads);
-      o.stats.seconds += v.forward_ms * 1e-3;
-      o.call_ms.push_back(v.forward_ms);
-      o.stats.rows_checked += v.rows_checked;
-      o.stats.unwritten += v.unwritten;
-      o.stats.rel_err = std::max(o.stats.rel_err, std::isnan(v.rel_err) ? INFINITY : v.rel_err);
-      o.stats.output_norm = std::hypot(o.stats.output_norm, v.output_norm);
-      o.max_rel_err = std::max(o.max_rel_err, v.max_rel_err);
-      o.worst_row = worse(o.worst_row, v.worst_row);
-      o.unwritten += v.total_unwritten;
-      ++o.calls_verified;
-      ++o.calls;
-      // The verdict is all-reduced, so every rank stops at the same call.
-      if (!v.passed) {
-        o.failed_call = call;
-        break;
-      }
+      if (!add_verified(o, job.verified_forward(*inputs, rows, plan.tolerance, threads), call)) break;
     } else {
-      const double ms = time_iterations(job.stream(), 1, [&](int) { job.forward(*inputs); })[0];
-      o.stats.seconds += ms * 1e-3;
-      o.call_ms.push_back(ms);
-      job.layer().check_errors(job.stream());
-      ++o.calls;
+      add_timed(o, time_iterations(job.stream(), 1, [&](int) { job.forward(*inputs); })[0], job.layer(), job.stream());
     }
     if (progress) progress->update(call + 1);
   }
   if (progress) progress->finish();
   inputs.reset();  // the end's memory reading counts the layer, not the last call's inputs
+  return o;
+}
+
+// --graph: call 0's forward captured once, then every call a replay after fresh inputs (seeded from
+// (seed, call), call 0's token counts) were copied into the captured buffers; y is poisoned before
+// each checked replay, so a replay that left rows unwritten (or the previous replay's) fails.
+Outcome run_graph_calls(const RunPlan& plan, RankJob& job, int rank) {
+  Outcome o;
+  const int threads = reference_threads(plan.ranks);
+  const int tokens = plan.token_counts(0)[static_cast<size_t>(rank)];
+  InputSet captured = job.make_inputs(tokens, plan.routing, call_seed(plan.seed, 0), plan.x_fp8);
+  EPFUSE_CUDA_CHECK(cudaStreamSynchronize(job.stream()));
+  // Call 0's forward on the captured buffers into the job's output.
+  CapturedGraph graph(job.stream(), [&] { job.layer().forward(captured.batch(), job.output(), job.stream()); });
+  std::optional<Progress> progress;
+  if (rank == 0 && plan.iters > 1) progress.emplace("replays", plan.iters);
+  for (int call = 0; call < plan.iters; ++call) {
+    if (call > 0) {
+      const InputSet fresh = job.make_inputs(tokens, plan.routing, call_seed(plan.seed, call), plan.x_fp8);
+      captured.overwrite_with(fresh, job.stream());
+      EPFUSE_CUDA_CHECK(cudaStreamSynchronize(job.stream()));
+    }
+    // As in run_calls (the layer's time, not the harness's); in the one-GPU mode also every rank past
+    // its device-synchronising calls (instantiation, allocations) before any replays (LoopbackWorld).
+    job.comm().barrier();
+    count_slots(captured.host(), o.stats);
+    if (plan.verifies_call(call)) {
+      std::vector<int> rows = sample_rows(tokens, plan.verify_rows);
+      if (!add_verified(o, job.verified_launch(captured, rows, plan.tolerance, threads, [&] { graph.launch(); }), call))
+        break;
+    } else {
+      add_timed(o, time_iterations(job.stream(), 1, [&](int) { graph.launch(); })[0], job.layer(), job.stream());
+    }
+    if (progress) progress->update(call + 1);
+  }
+  if (progress) progress->finish();
+  return o;
+}
+
+// A stream of the communicator's device, destroyed with its scope.
+class OwnedStream {
+ public:
+  explicit OwnedStream(int device) {
+    EPFUSE_CUDA_CHECK(cudaSetDevice(device));
+    EPFUSE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  }
+  ~OwnedStream() { (void)cudaStreamDestroy(stream_); }  // destructor: nothing to report an error to
+  OwnedStream(const OwnedStream&) = delete;
+  OwnedStream& operator=(const OwnedStream&) = delete;
+  cudaStream_t get() const { return stream_; }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+};
+
+// --cycles: plan.cycles times a workspace and RunPlan::kCycleLayers layers on it (weights seeded
+// seed, seed + 1, ...: a layer that ran another's weights would fail its check) created, one forward
+// of each (layer l of cycle c on call c * kCycleLayers + l's inputs), checked on the scheduled cycles,
+// and destroyed. Device memory is read after the first cycle (which also loads the kernels' modules
+// and the libraries' lazy state) and after the last: `result` gets both.
+Outcome run_cycles(const RunPlan& plan, Communicator& comm, RunResult& result) {
+  Outcome o;
+  const int rank = comm.rank();
+  const int threads = reference_threads(plan.ranks);
+  const OwnedStream stream(comm.device());
+  std::vector<std::unique_ptr<RankWeights>> weights;
+  for (int l = 0; l < RunPlan::kCycleLayers; ++l)
+    weights.push_back(std::make_unique<RankWeights>(plan.cfg, comm.world_size(), rank, plan.seed + l, stream.get()));
+  DeviceArray<bf16> y(static_cast<size_t>(std::max(plan.cfg.max_tokens_per_rank, 1)) * plan.cfg.hidden);
+  EPFUSE_CUDA_CHECK(cudaStreamSynchronize(stream.get()));  // the layers read the weights at creation
+  std::optional<Progress> progress;
+  if (rank == 0 && plan.cycles > 1) progress.emplace("cycles", plan.cycles);
+  for (int cycle = 0; cycle < plan.cycles && !o.failed_call; ++cycle) {
+    // Declared outside the try: on an error the world is aborted first, then they go (locally).
+    std::unique_ptr<Workspace> ws;
+    std::vector<std::unique_ptr<MoeLayer>> layers;  // after ws: destroyed before it
+    try {
+      ws = Workspace::create(comm, plan.cfg);
+      for (int l = 0; l < RunPlan::kCycleLayers; ++l)
+        layers.push_back(MoeLayer::create(plan.cfg, *ws, weights[static_cast<size_t>(l)]->view()));
+      if (cycle == 0) result.memory = ws->memory();
+      for (int l = 0; l < RunPlan::kCycleLayers && !o.failed_call; ++l) {
+        const int call = cycle * RunPlan::kCycleLayers + l;
+        const InputSet in(plan.cfg, comm.world_size(), rank, plan.token_counts(call)[static_cast<size_t>(rank)],
+                          plan.routing, plan.input_seed(call), stream.get(), plan.x_fp8);
+        count_slots(in.host(), o.stats);
+        // As in run_calls: uploads done and every rank here before the forward (the one-GPU mode's rule
+        // on device-synchronising calls, LoopbackWorld, included).
+        EPFUSE_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
+        comm.barrier();
+        MoeLayer& layer = *layers[static_cast<size_t>(l)];
+        const auto forward = [&] { layer.forward(in.batch(), y.get(), stream.get()); };
+        if (plan.verifies_cycle(cycle)) {
+          const std::vector<int> rows = sample_rows(in.num_tokens(), plan.verify_rows);
+          add_verified(o,
+                       verify_forward(comm, layer, plan.cfg, plan.seed + l, y.get(), y.bytes(), stream.get(), in, rows,
+                                      plan.tolerance, threads, forward),
+                       call);
+        } else {
+          add_timed(o, time_iterations(stream.get(), 1, [&](int) { forward(); })[0], layer, stream.get());
+        }
+      }
+      layers.clear();  // collective, like their creation
+      ws.reset();
+    } catch (const std::exception& e) {
+      comm.abort(e.what());
+      throw;
+    }
+    if (cycle == 0 || cycle == plan.cycles - 1) {
+      comm.barrier();  // every rank's frees done
+      (cycle == 0 ? result.device_used_start : result.device_used_end) = device_bytes_used();
+    }
+    if (progress) progress->update(cycle + 1);
+  }
+  if (progress) progress->finish();
+  if (result.device_used_end < 0) result.device_used_end = result.device_used_start;  // stopped early
   return o;
 }
 
@@ -117,16 +241,26 @@ int run_on(const RunPlan& plan, Communicator& comm, const std::string& command) 
   // destroying it (the layer's collective windows) is local and cannot wait for a peer that failed or
   // died.
   std::unique_ptr<RankJob> job;
+  bool memory_grew = false;
   try {
-    job = std::make_unique<RankJob>(comm, plan.cfg, *plan.impl, plan.seed);
-    result.memory = job->layer().memory();
-    // Device memory in use before the first call and after the last (every rank's allocations done:
-    // the barriers), to show that calls do not accumulate any.
-    comm.barrier();
-    result.device_used_start = device_bytes_used();
-    Outcome o = run_calls(plan, *job, comm.rank());
-    comm.barrier();
-    result.device_used_end = device_bytes_used();
+    Outcome o;
+    if (plan.cycles > 0) {
+      o = run_cycles(plan, comm, result);
+      // Every rank's own GPU (in the one-GPU mode the same one), so that every rank gives the same verdict.
+      memory_grew = comm.all_reduce_max(static_cast<double>(result.device_used_end - result.device_used_start)) >
+                    static_cast<double>(RunPlan::kCycleMemoryGrowthBytes);
+      result.memory_flat = !memory_grew;
+    } else {
+      job = std::make_unique<RankJob>(comm, plan.cfg, *plan.impl, plan.seed);
+      result.memory = job->layer().memory();
+      // Device memory in use before the first call and after the last (every rank's allocations done:
+      // the barriers), to show that calls do not accumulate any.
+      comm.barrier();
+      result.device_used_start = device_bytes_used();
+      o = plan.graph ? run_graph_calls(plan, *job, comm.rank()) : run_calls(plan, *job, comm.rank());
+      comm.barrier();
+      result.device_used_end = device_bytes_used();
+    }
     result.call_times = call_time_stats(o.call_ms);
     std::vector<double> all = comm.all_gather(o.stats.pack());
     for (int r = 0; r < comm.world_size(); ++r)
@@ -150,7 +284,7 @@ int run_on(const RunPlan& plan, Communicator& comm, const std::string& command) 
   // every rank's kernels, which are all done: each rank's last forward was checked above.
   job.reset();
   result.first_call_tokens = plan.token_counts(0);
-  if (comm.rank() != 0) return failed_call ? 1 : 0;
+  if (comm.rank() != 0) return failed_call || memory_grew ? 1 : 0;
   std::fputs(summary(plan, result, /*reference_only=*/false).c_str(), stdout);
   std::fflush(stdout);
   if (!plan.json.empty()) write_file(plan.json, result_json(plan, result, command));
@@ -158,6 +292,11 @@ int run_on(const RunPlan& plan, Communicator& comm, const std::string& command) 
     return fail("verification failed at call " + std::to_string(*failed_call) + ": max rel err " +
                 format_sci(result.max_rel_err) + " (tolerance " + format_sci(plan.tolerance) + "), " +
                 std::to_string(result.unwritten) + " unwritten elements");
+  if (memory_grew)
+    return fail(fmt::format("device memory grew by {:.1f} MiB over {} create/destroy cycles (bound {:.1f} MiB on every "
+                            "rank's GPU)",
+                            (result.device_used_end - result.device_used_start) / 1048576.0, plan.cycles,
+                            RunPlan::kCycleMemoryGrowthBytes / 1048576.0));
   return 0;
 }
 

@@ -75,10 +75,16 @@ void add_run_flags(FlagParser& p, RunFlags& f) {
   p.add("--x-fp8", f.x_fp8,
         "hand the layer x already quantised (e4m3 codes and 1x128 scales, TokenBatch::x_fp8)\ninstead of "
         "bf16 x; with --dtype fp8");
+  p.add("--graph", f.graph,
+        "capture call 0's forward in a CUDA graph and replay it --iters times, fresh\ninputs (call 0's token "
+        "counts) copied into the captured buffers before each (fused)");
+  p.add("--cycles", f.cycles,
+        "create and destroy a workspace with " + std::to_string(RunPlan::kCycleLayers) +
+            " layers N times, one forward of each\nper cycle; device memory must stay flat (fused)");
   p.add("--sms", f.sms, "SM budget of the fused kernel per rank (default: every SM,\nor SMs / ranks with --one-gpu)");
   // 0 means "not given" for these: their help says what happens then.
   for (const char* name : {"--hidden", "--intermediate", "--experts", "--topk", "--max-tokens", "--ranks",
-                           "--verify-rows", "--sms"})
+                           "--verify-rows", "--sms", "--cycles"})
     p.default_text(name, "");
 }
 
@@ -145,6 +151,22 @@ RunPlan resolve_run_plan(const RunFlags& f, const FlagParser& parser, int ranks,
     plan.impl = parse_impl(f.impl);
     if (!plan.impl) throw UsageError("--impl " + f.impl + ": expected reference, unfused or fused");
   }
+  if (f.cycles < 0) throw UsageError("--cycles must be >= 0 (0 = off), got " + std::to_string(f.cycles));
+  if (f.graph || f.cycles > 0) {
+    const std::string mode = f.graph ? "--graph" : "--cycles";
+    // Workspaces are the fused layer's; the unfused chain waits on the host inside its forward, which
+    // a stream capture cannot hold.
+    if (!f.impl.empty() && plan.impl != Impl::kFused)
+      throw UsageError(mode + " runs the fused layer: give --impl fused or leave --impl out");
+    plan.impl = Impl::kFused;
+    if (f.graph && f.cycles > 0) throw UsageError("--graph and --cycles exclude each other");
+    if (f.graph && f.vary)
+      throw UsageError("--graph replays call 0's token counts; every replay gets fresh inputs without --vary");
+    if (f.cycles > 0 && parser.seen("--iters"))
+      throw UsageError("--cycles runs one forward of each layer per cycle: leave --iters out");
+  }
+  plan.graph = f.graph;
+  plan.cycles = f.cycles;
   plan.one_gpu = f.one_gpu;
   if (f.one_gpu && plan.impl == Impl::kUnfused)
     throw Error(ErrorCode::kUnsupported,

@@ -37,6 +37,8 @@ struct RunFlags {
   std::string dtype = "bf16";    // expert weights: bf16 or fp8 (LayerConfig::weight_format)
   std::string scales = "fp32";   // FP8 block scales: fp32 or ue8m0 (LayerConfig::scale_format)
   bool x_fp8 = false;            // x quantised by the caller (TokenBatch::x_fp8)
+  bool graph = false;            // the soak replays one forward captured in a CUDA graph
+  int cycles = 0;                // create/destroy cycles of a workspace and its layers (0: none)
 };
 
 // --dtype's names: "bf16" or "fp8" (also the long names of to_string(WeightFormat)); and the short
@@ -88,10 +90,23 @@ struct RunPlan {
   std::string json;
   bool one_gpu = false;    // every rank a thread of this process on GPU 0 (Transport::kLoopback)
   bool x_fp8 = false;      // the layer gets x as codes and scales (TokenBatch::x_fp8), not bf16
+  // --graph: call 0's forward is captured in a CUDA graph on its input buffers, and every call replays
+  // it after fresh inputs (seeded from (seed, call), call 0's token counts) are copied into them.
+  bool graph = false;
+  // --cycles N (0: off): N cycles of a workspace and kCycleLayers fused layers on it created, one
+  // forward of each, then destroyed; verify_every counts cycles.
+  int cycles = 0;
+  static constexpr int kCycleLayers = 3;
+  // What device memory may grow from after the first cycle to after the last before --cycles fails:
+  // over 1,000 cycles a leak of 8 KiB a cycle exceeds it; above the allocator's 2 MiB granularity.
+  static constexpr int64_t kCycleMemoryGrowthBytes = int64_t{8} << 20;
 
-  bool verifies_call(int call) const {
-    return call == 0 || call == iters - 1 || (verify_every > 0 && call % verify_every == 0);
-  }
+  bool verifies_call(int call) const { return scheduled(call, iters); }
+  bool verifies_cycle(int cycle) const { return scheduled(cycle, cycles); }
+  // "calls", "graph" or "cycles": what the run repeats (the soak line of the summary, the JSON's "mode").
+  const char* mode() const { return cycles > 0 ? "cycles" : graph ? "graph" : "calls"; }
+  // The first and the last of n, and every verify_every-th.
+  bool scheduled(int i, int n) const { return i == 0 || i == n - 1 || (verify_every > 0 && i % verify_every == 0); }
   // The input seed of a call: fresh per call with --vary, else every call repeats call 0's inputs.
   uint64_t input_seed(int call) const { return call_seed(seed, vary ? call : 0); }
   std::vector<int> token_counts(int call) const {

@@ -89,12 +89,24 @@ std::string summary(const RunPlan& plan, const RunResult& r, bool reference_only
                        "last ({:+.1f} MiB)\n",
                        r.device_used_start / 1048576.0, r.device_used_end / 1048576.0,
                        (r.device_used_end - r.device_used_start) / 1048576.0);
+  out += soak_line(plan, r);
   if (r.call_times.calls > 1)
     out += fmt::format("time per call (rank 0): median {:.3f} ms over the first {} calls, {:.3f} ms over the last {} "
                        "(all {}: median {:.3f}, min {:.3f}, max {:.3f})\n",
                        r.call_times.first_median, r.call_times.window, r.call_times.last_median, r.call_times.window,
                        r.call_times.calls, r.call_times.median, r.call_times.min, r.call_times.max);
   return out;
+}
+
+std::string soak_line(const RunPlan& plan, const RunResult& r) {
+  const auto mib = [](int64_t bytes) { return bytes < 0 ? -1.0 : bytes / 1048576.0; };
+  const std::string cycles = plan.cycles > 0 ? fmt::format(" cycles={}", plan.cycles) : "";
+  return fmt::format(
+      "soak: mode={}{} calls={} checked={} max_rel_err={} max_row_rel_err={} unwritten={} memory_start_mib={:.1f} "
+      "memory_end_mib={:.1f} verified={}{}\n",
+      plan.mode(), cycles, r.calls, r.calls_verified, format_sci(r.max_rel_err), format_sci(r.worst_row.err),
+      r.unwritten, mib(r.device_used_start), mib(r.device_used_end), r.verified ? "yes" : "no",
+      r.memory_flat ? fmt::format(" memory_flat={}", *r.memory_flat ? "yes" : "no") : "");
 }
 
 std::string result_json(const RunPlan& plan, const RunResult& r, const std::string& command) {
@@ -113,6 +125,8 @@ std::string result_json(const RunPlan& plan, const RunResult& r, const std::stri
                        {"routing", std::string(to_string(plan.routing))},
                        {"seed", plan.seed},
                        {"vary", plan.vary},
+                       {"mode", plan.mode()},
+                       {"cycles", plan.cycles},
                        {"verify_every", plan.verify_every},
                        {"verify_rows", plan.verify_rows},
                        {"tolerance", plan.tolerance},
@@ -153,6 +167,7 @@ std::string result_json(const RunPlan& plan, const RunResult& r, const std::stri
     full["device_memory_used_bytes"] = {{"start", r.device_used_start},
                                         {"end", r.device_used_end},
                                         {"change", r.device_used_end - r.device_used_start}};
+  if (r.memory_flat) full["device_memory_flat"] = *r.memory_flat;
   if (r.call_times.calls > 0)
     full["call_ms_rank0"] = {{"calls", r.call_times.calls},
                              {"window", r.call_times.window},

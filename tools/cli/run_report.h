@@ -2,6 +2,7 @@
 // the GPU ranks and the CPU reference path.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -48,11 +49,17 @@ struct RunResult {
   int64_t device_used_start = -1;
   int64_t device_used_end = -1;
   CallTimes call_times;
+  // --cycles: whether device memory grew by at most RunPlan::kCycleMemoryGrowthBytes on every rank.
+  std::optional<bool> memory_flat;
 };
 
 // The summary table with a header line naming the config; for the CPU reference the error
 // columns are replaced by the output norm.
 std::string summary(const RunPlan& plan, const RunResult& result, bool reference_only);
+// One line a script can read: "soak: mode=... calls=... checked=... max_rel_err=... max_row_rel_err=...
+// unwritten=... memory_start_mib=... memory_end_mib=... verified=yes|no" (with --cycles also cycles=N
+// after mode and memory_flat=yes|no at the end; the memory fields -1 where not measured). Part of summary() for GPU runs.
+std::string soak_line(const RunPlan& plan, const RunResult& result);
 // The --json document (see README.md for its fields).
 std::string result_json(const RunPlan& plan, const RunResult& result, const std::string& command);
 

@@ -193,6 +193,26 @@ InputSet::InputSet(const LayerConfig& cfg, int world_size, int rank, int num_tok
   x_scales_ = upload(scales, stream);
 }
 
+void InputSet::overwrite_with(const InputSet& other, cudaStream_t stream) {
+  const auto copy = [&](auto& dst, const auto& src, const char* name) {
+    EPFUSE_REQUIRE(dst.bytes() == src.bytes(), ErrorCode::kInvalidArgument,
+                   std::string("InputSet::overwrite_with: ") + name + " has " + std::to_string(src.bytes()) +
+                       " bytes, the buffer it goes into " + std::to_string(dst.bytes()));
+    if (dst.bytes() > 0)
+      EPFUSE_CUDA_CHECK(cudaMemcpyAsync(dst.get(), src.get(), dst.bytes(), cudaMemcpyDeviceToDevice, stream));
+  };
+  EPFUSE_REQUIRE(other.num_tokens() == num_tokens(), ErrorCode::kInvalidArgument,
+                 "InputSet::overwrite_with: " + std::to_string(other.num_tokens()) + " tokens into a set of " +
+                     std::to_string(num_tokens()));
+  copy(x_, other.x_, "x");
+  copy(topk_idx_, other.topk_idx_, "topk_idx");
+  copy(topk_weights_, other.topk_weights_, "topk_weights");
+  copy(x_fp8_, other.x_fp8_, "x_fp8");
+  copy(x_scales_, other.x_scales_, "x_scales");
+  host_ = other.host_;
+  seed_ = other.seed_;
+}
+
 TokenBatch InputSet::batch() const {
   TokenBatch b{x_.get(), topk_idx_.get(), topk_weights_.get(), host_.num_tokens};
   if (x_fp8_.get() != nullptr) {
@@ -243,21 +263,33 @@ void RankJob::forward(const InputSet& in) {
 
 Verdict RankJob::verified_forward(const InputSet& in, std::span<const int> rows, double tolerance,
                                   int reference_threads) {
+  return verify_forward(comm_, *layer_, cfg_, weights_->seed(), y_.get(), y_.bytes(), stream_, in, rows, tolerance,
+                        reference_threads, [&] { forward(in); });
+}
+
+Verdict RankJob::verified_launch(const InputSet& in, std::span<const int> rows, double tolerance,
+                                 int reference_threads, const std::function<void()>& launch) {
+  return verify_forward(comm_, *layer_, cfg_, weights_->seed(), y_.get(), y_.bytes(), stream_, in, rows, tolerance,
+                        reference_threads, launch);
+}
+
+Verdict verify_forward(Communicator& comm, MoeLayer& layer, const LayerConfig& cfg, uint64_t weight_seed, bf16* y_dev,
+                       size_t y_bytes, cudaStream_t stream, const InputSet& in, std::span<const int> rows,
+                       double tolerance, int reference_threads, const std::function<void()>& launch) {
   const int T = in.num_tokens();
-  const size_t H = static_cast<size_t>(cfg_.hidden);
+  const size_t H = static_cast<size_t>(cfg.hidden);
   Verdict v;
   v.num_tokens = T;
   v.rows_checked = static_cast<int>(rows.size());
 
   // 0xFFFF is a bf16 NaN: any element the layer does not write stays NaN and is counted below.
-  EPFUSE_CUDA_CHECK(cudaMemsetAsync(y_.get(), 0xFF, y_.bytes(), stream_));
-  v.forward_ms = time_iterations(stream_, 1, [&](int) { forward(in); })[0];
-  layer_->check_errors(stream_);
+  EPFUSE_CUDA_CHECK(cudaMemsetAsync(y_dev, 0xFF, y_bytes, stream));
+  v.forward_ms = time_iterations(stream, 1, [&](int) { launch(); })[0];
+  layer.check_errors(stream);
   std::vector<bf16> y(static_cast<size_t>(T) * H);
   if (T > 0)
-    EPFUSE_CUDA_CHECK(cudaMemcpyAsync(y.data(), y_.get(), y.size() * sizeof(bf16), cudaMemcpyDeviceToHost,
-                                      stream_));
-  EPFUSE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    EPFUSE_CUDA_CHECK(cudaMemcpyAsync(y.data(), y_dev, y.size() * sizeof(bf16), cudaMemcpyDeviceToHost, stream));
+  EPFUSE_CUDA_CHECK(cudaStreamSynchronize(stream));
   v.unwritten = count_unwritten(y);
 
   WorstRow mine;
@@ -266,14 +298,14 @@ Verdict RankJob::verified_forward(const InputSet& in, std::span<const int> rows,
       EPFUSE_REQUIRE(r >= 0 && r < T, ErrorCode::kInvalidArgument,
                      "verified row " + std::to_string(r) + " is outside the rank's " + std::to_string(T) +
                          " tokens");
-    GeneratedExperts experts(cfg_, weights_->seed());
-    std::vector<double> ref = reference_forward(cfg_, in.host(), experts, rows, reference_threads);
+    GeneratedExperts experts(cfg, weight_seed);
+    std::vector<double> ref = reference_forward(cfg, in.host(), experts, rows, reference_threads);
     std::vector<double> out;
     out.reserve(rows.size() * H);
     for (int r : rows)
       for (size_t h = 0; h < H; ++h) out.push_back(static_cast<double>(__bfloat162float(y[r * H + h])));
     v.rel_err = relative_error(ref, out);
-    mine = worst_row(row_errors(ref, out, H), rows, comm_.rank());
+    mine = worst_row(row_errors(ref, out, H), rows, comm.rank());
     v.row_err = mine.err;
     double sq = 0.0;
     for (double o : out) sq += o * o;
@@ -282,12 +314,45 @@ Verdict RankJob::verified_forward(const InputSet& in, std::span<const int> rows,
 
   // A NaN error is reported as +inf (Verdict::max_rel_err; unwritten > 0 says why).
   const double local_err = std::isnan(v.rel_err) ? std::numeric_limits<double>::infinity() : v.rel_err;
-  v.max_rel_err = comm_.all_reduce_max(local_err);
-  v.total_unwritten = comm_.all_reduce_sum(v.unwritten);
+  v.max_rel_err = comm.all_reduce_max(local_err);
+  v.total_unwritten = comm.all_reduce_sum(v.unwritten);
   const double pair[] = {mine.err, static_cast<double>(mine.row)};
-  v.worst_row = worst_of_ranks(comm_.all_gather(pair));
-  v.passed = within_tolerance(v, tolerance, cfg_.weight_format);
+  v.worst_row = worst_of_ranks(comm.all_gather(pair));
+  v.passed = within_tolerance(v, tolerance, cfg.weight_format);
   return v;
+}
+
+// ---- graphs ----
+
+CapturedGraph::CapturedGraph(cudaStream_t stream, const std::function<void()>& capture) : stream_(stream) {
+  EPFUSE_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+  try {
+    capture();
+  } catch (...) {
+    cudaGraph_t partial = nullptr;  // end the capture, so that the stream is usable again
+    if (cudaStreamEndCapture(stream_, &partial) == cudaSuccess && partial != nullptr) (void)cudaGraphDestroy(partial);
+    throw;
+  }
+  try {
+    EPFUSE_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph_));
+    EPFUSE_CUDA_CHECK(cudaGraphInstantiate(&exec_, graph_, 0));
+    EPFUSE_CUDA_CHECK(cudaGraphUpload(exec_, stream_));
+    EPFUSE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  } catch (...) {
+    release();
+    throw;
+  }
+}
+
+CapturedGraph::~CapturedGraph() { release(); }
+
+void CapturedGraph::launch() { EPFUSE_CUDA_CHECK(cudaGraphLaunch(exec_, stream_)); }
+
+void CapturedGraph::release() {  // also the destructor's: nothing to report an error to
+  if (exec_ != nullptr) (void)cudaGraphExecDestroy(exec_);
+  if (graph_ != nullptr) (void)cudaGraphDestroy(graph_);
+  exec_ = nullptr;
+  graph_ = nullptr;
 }
 
 // ---- timing ----

@@ -139,6 +139,10 @@ class InputSet {
   const HostTokens& host() const { return host_; }
   TokenBatch batch() const;
   int num_tokens() const { return host_.num_tokens; }
+  // Stream-ordered: `other`'s inputs (same token count and x format) into this set's device buffers,
+  // which keep their addresses (a CUDA graph captured on them replays with the new inputs); the host
+  // copy becomes other's. Throws Error(kInvalidArgument) when the sizes differ.
+  void overwrite_with(const InputSet& other, cudaStream_t stream);
   uint64_t seed() const { return seed_; }
 
  private:
@@ -171,6 +175,15 @@ struct Verdict {
 // total_unwritten == 0.
 bool within_tolerance(const Verdict& v, double tolerance, WeightFormat format = WeightFormat::kBf16);
 
+// Collective: poison y (y_bytes of 0xFF: bf16 NaN), `launch` (a forward of `layer` on `in` into y on
+// `stream`, or a replay of a graph that holds one), check_errors, copy y back, count unwritten elements
+// over all rows, compare `rows` (sample_rows) with reference_forward of the experts generated from
+// `weight_seed` (overall and per row), all-reduce the verdict. `reference_threads` as in
+// reference_forward (0: all cores).
+Verdict verify_forward(Communicator& comm, MoeLayer& layer, const LayerConfig& cfg, uint64_t weight_seed, bf16* y,
+                       size_t y_bytes, cudaStream_t stream, const InputSet& in, std::span<const int> rows,
+                       double tolerance, int reference_threads, const std::function<void()>& launch);
+
 // A rank's layer with its weights, stream and output buffer, created collectively.
 class RankJob {
  public:
@@ -191,6 +204,10 @@ class RankJob {
   // row), all-reduce the verdict. `reference_threads` as in reference_forward (0: all cores).
   Verdict verified_forward(const InputSet& in, std::span<const int> rows, double tolerance,
                            int reference_threads = 0);
+  // The same with `launch` in place of forward(in), e.g. the replay of a graph captured on `in`'s
+  // buffers and output().
+  Verdict verified_launch(const InputSet& in, std::span<const int> rows, double tolerance, int reference_threads,
+                          const std::function<void()>& launch);
 
   MoeLayer& layer() { return *layer_; }
   Communicator& comm() { return comm_; }
@@ -206,6 +223,25 @@ class RankJob {
   std::unique_ptr<RankWeights> weights_;
   std::unique_ptr<MoeLayer> layer_;
   DeviceArray<bf16> y_;
+};
+
+// A CUDA graph of what `capture` enqueues on `stream` (a thread-local capture: in the one-GPU mode the
+// other ranks' threads capture at the same time), instantiated and uploaded, `stream` synchronised;
+// destroyed with its scope. In the one-GPU mode instantiating may wait for the device: every rank must
+// be past it (a barrier) before any launches a graph whose kernels wait for peers.
+class CapturedGraph {
+ public:
+  CapturedGraph(cudaStream_t stream, const std::function<void()>& capture);
+  ~CapturedGraph();
+  CapturedGraph(const CapturedGraph&) = delete;
+  CapturedGraph& operator=(const CapturedGraph&) = delete;
+  void launch();  // on the stream it was captured on
+
+ private:
+  void release();
+  cudaStream_t stream_;
+  cudaGraph_t graph_ = nullptr;
+  cudaGraphExec_t exec_ = nullptr;
 };
 
 // Runs `body(i)` n times on `stream`, each between two cudaEvents, and returns each iteration's

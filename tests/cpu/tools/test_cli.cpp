@@ -286,6 +286,28 @@ TEST(Cli, BadFlagPrintsUsageAndExits2) {
   EXPECT_TRUE(contains(missing.err, "--intermediate is missing")) << missing.err;
 }
 
+// The soak modes need the fused layer, so a GPU: without one they fail saying so, or skip (77) where the
+// tests ask; flags that contradict them are usage errors (exit 2).
+TEST(Cli, SoakModesNeedAGpuAndSayWhichFlagsClash) {
+  const std::vector<std::string> shape = {"run", "--hidden", "256", "--intermediate", "256", "--experts", "16",
+                                          "--topk", "4", "--tokens", "64", "--ranks", "1"};
+  for (const std::vector<std::string>& mode : {std::vector<std::string>{"--graph", "--iters", "30"},
+                                               std::vector<std::string>{"--cycles", "3"}}) {
+    std::vector<std::string> args = shape;
+    args.insert(args.end(), mode.begin(), mode.end());
+    Result skipped = run_cli(args, {{"EPFUSE_FORCE_CPU", "1"}, {"EPFUSE_SKIP_IF_FEWER_GPUS", "1"}});
+    EXPECT_EQ(skipped.code, 77) << mode[0] << ": " << skipped.err;
+    Result failed = run_cli(args, {{"EPFUSE_FORCE_CPU", "1"}});
+    EXPECT_EQ(failed.code, 1) << mode[0];
+    EXPECT_TRUE(contains(failed.err, "--impl fused needs a GPU")) << failed.err;
+  }
+  std::vector<std::string> clash = shape;
+  clash.insert(clash.end(), {"--graph", "--vary"});
+  Result r = run_cli(clash, {{"EPFUSE_FORCE_CPU", "1"}});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(contains(r.err, "without --vary")) << r.err;
+}
+
 TEST(Cli, RunReferenceOnCpu) {
   std::string json = ::testing::TempDir() + "/epfuse_run_" + std::to_string(::getpid()) + ".json";
   Result r = run_cli({"run", "--impl", "reference", "--hidden", "128", "--intermediate", "128", "--experts", "8",
