@@ -1,0 +1,49 @@
+"""DeepGEMM's FP8 m-grouped GEMM (contiguous layout, 1x128 / 128x128 scales) on the shape of the FP8 tile's
+own benchmark (tests/gpu/gemm/test_fp8_tma_tile.cu, its "bench" lines): SMs / 4 experts of --rows rows,
+N = --n, K = --k, so that the tile alone and DeepGEMM's GEMM alone are measured on one GPU in one call.
+Median of --reps launches timed one by one with CUDA events after a warm-up; prints ms and TFLOP/s.
+Our tile gathers its A rows from a pool of 300 tokens (L2-resident); DeepGEMM reads contiguous rows.
+
+Run with PYTHONPATH=<deepgemm tree> (../shared/peers/prepare_deepgemm.sh), e.g.
+  python3 bench/peers/deepgemm_tile_shape.py --rows 1024 --n 1024 --k 7168
+"""
+import argparse
+import os
+import statistics
+import sys
+
+import torch
+import deep_gemm
+
+sys.path.insert(0, os.path.join(os.path.dirname(deep_gemm.__file__), "..", "tests"))
+from generators import cast_fp8_fp4_with_major, grouped_cast_fp8_fp4_with_major, MajorTypeAB  # noqa: E402
+
+p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+p.add_argument("--experts", type=int, default=0, help="0: SMs / 4, as the tile's benchmark")
+p.add_argument("--rows", type=int, default=1024)
+p.add_argument("--n", type=int, default=1024)
+p.add_argument("--k", type=int, default=7168)
+p.add_argument("--reps", type=int, default=21)
+a = p.parse_args()
+experts = a.experts or torch.cuda.get_device_properties(0).multi_processor_count // 4
+m = experts * a.rows
+x = torch.randn(m, a.k, device="cuda", dtype=torch.bfloat16)
+w = torch.randn(experts, a.n, a.k, device="cuda", dtype=torch.bfloat16)
+x8 = cast_fp8_fp4_with_major(x, MajorTypeAB.KMajor, 128, False, False)
+w8 = grouped_cast_fp8_fp4_with_major(w, MajorTypeAB.KMajor, 128, False, False, use_block_cast_for_fp8=True)
+idx = torch.arange(experts, device="cuda", dtype=torch.int32).repeat_interleave(a.rows)
+d = torch.empty(m, a.n, device="cuda", dtype=torch.bfloat16)
+run = lambda: deep_gemm.m_grouped_fp8_gemm_nt_contiguous(x8, w8, d, idx)
+run()
+ref = torch.cat([x[e * a.rows:(e + 1) * a.rows].float() @ w[e].float().t() for e in range(experts)])
+err = ((d.float() - ref).norm() / ref.norm()).item()
+for _ in range(3):
+    run()
+times = []
+for _ in range(a.reps):
+    s, e = torch.cuda.Event(True), torch.cuda.Event(True)
+    s.record(); run(); e.record(); torch.cuda.synchronize(); times.append(s.elapsed_time(e))
+ms = statistics.median(times)
+flops = 2.0 * m * a.n * a.k
+print(f"deepgemm-fp8 tile shape: {experts} experts x {a.rows} rows, N={a.n} K={a.k}: {ms:.3f} ms (median of {a.reps}), "
+      f"{flops / ms / 1e9:.0f} TFLOP/s, rel err {err:.1e}", flush=True)
