@@ -116,8 +116,8 @@ Outcome run_calls(const RunPlan& plan, RankJob& job, int rank) {
   return o;
 }
 
-// --graph: call 0's forward captured once, then every call a replay after fresh inputs (seeded from
-// (seed, call), call 0's token counts) were copied into the captured buffers; y is poisoned before
+// --graph: the first forward captured once, then every iteration a replay after fresh inputs (seeded from
+// (seed, iteration), the first forward's token counts) were copied into the captured buffers; y is poisoned before
 // each checked replay, so a replay that left rows unwritten (or the previous replay's) fails.
 Outcome run_graph_calls(const RunPlan& plan, RankJob& job, int rank) {
   Outcome o;
@@ -125,7 +125,7 @@ Outcome run_graph_calls(const RunPlan& plan, RankJob& job, int rank) {
   const int tokens = plan.token_counts(0)[static_cast<size_t>(rank)];
   InputSet captured = job.make_inputs(tokens, plan.routing, call_seed(plan.seed, 0), plan.x_fp8);
   EPFUSE_CUDA_CHECK(cudaStreamSynchronize(job.stream()));
-  // Call 0's forward on the captured buffers into the job's output.
+  // The first forward on the captured buffers into the job's output.
   CapturedGraph graph(job.stream(), [&] { job.layer().forward(captured.batch(), job.output(), job.stream()); });
   std::optional<Progress> progress;
   if (rank == 0 && plan.iters > 1) progress.emplace("replays", plan.iters);

@@ -76,7 +76,7 @@ void add_run_flags(FlagParser& p, RunFlags& f) {
         "hand the layer x already quantised (e4m3 codes and 1x128 scales, TokenBatch::x_fp8)\ninstead of "
         "bf16 x; with --dtype fp8");
   p.add("--graph", f.graph,
-        "capture call 0's forward in a CUDA graph and replay it --iters times, fresh\ninputs (call 0's token "
+        "capture the first forward in a CUDA graph and replay it --iters times, fresh\ninputs (its token "
         "counts) copied into the captured buffers before each (fused)");
   p.add("--cycles", f.cycles,
         "create and destroy a workspace with " + std::to_string(RunPlan::kCycleLayers) +
@@ -161,7 +161,7 @@ RunPlan resolve_run_plan(const RunFlags& f, const FlagParser& parser, int ranks,
     plan.impl = Impl::kFused;
     if (f.graph && f.cycles > 0) throw UsageError("--graph and --cycles exclude each other");
     if (f.graph && f.vary)
-      throw UsageError("--graph replays call 0's token counts; every replay gets fresh inputs without --vary");
+      throw UsageError("--graph replays the first forward's token counts; every replay gets fresh inputs without --vary");
     if (f.cycles > 0 && parser.seen("--iters"))
       throw UsageError("--cycles runs one forward of each layer per cycle: leave --iters out");
   }

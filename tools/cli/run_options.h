@@ -90,8 +90,8 @@ struct RunPlan {
   std::string json;
   bool one_gpu = false;    // every rank a thread of this process on GPU 0 (Transport::kLoopback)
   bool x_fp8 = false;      // the layer gets x as codes and scales (TokenBatch::x_fp8), not bf16
-  // --graph: call 0's forward is captured in a CUDA graph on its input buffers, and every call replays
-  // it after fresh inputs (seeded from (seed, call), call 0's token counts) are copied into them.
+  // --graph: the first forward is captured in a CUDA graph on its input buffers, and every iteration replays
+  // it after fresh inputs (seeded from (seed, iteration), the first forward's token counts) are copied into them.
   bool graph = false;
   // --cycles N (0: off): N cycles of a workspace and kCycleLayers fused layers on it created, one
   // forward of each, then destroyed; verify_every counts cycles.
