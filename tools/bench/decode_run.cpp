@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "bench/decode_step.h"
-#include "bench/gpu_delay.h"
+#include "bench/timed_call.h"
 #include "bench/rms_norm.h"
 #include "bench/stats.h"
 #include "common/check.h"
@@ -231,13 +231,8 @@ void run_decode_step(Communicator& comm, const BenchCase& bc, const BenchOptions
   comm.barrier();
   for (int i = 0; i < o.warmup; ++i) run_step();
   const std::vector<double> ms = tools::time_iterations(
-      stream, o.iters, [&](int) { run_step(); },
-      [&](int) {
-        EPFUSE_CUDA_CHECK(cudaStreamSynchronize(stream));
-        comm.barrier();
-        gpu_delay(stream, kLaunchLeadUs);
-      });
-  const Summary step_ms = summarize(max_over_ranks(comm.all_gather(ms), world));
+      stream, o.iters, [&](int) { run_step(); }, [&](int) { start_together(comm, stream); });
+  const Summary step_ms = slowest_rank(comm, ms);
   layers.back()->check_errors(stream);  // the workspace's error record: any layer's failure in the timed replays
 
   // The verified replay: new inputs written into the captured buffers, every output poisoned (0xFF bytes:

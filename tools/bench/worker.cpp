@@ -12,7 +12,7 @@
 #include "bench/decode_run.h"
 #include "bench/energy.h"
 #include "bench/gemm_alone.h"
-#include "bench/gpu_delay.h"
+#include "bench/timed_call.h"
 #include "bench/report.h"
 #include "bench/stats.h"
 #include "common/check.h"
@@ -56,11 +56,6 @@ std::vector<double> sum_over_ranks(Communicator& comm, const std::vector<double>
   std::vector<double> sum(mine.size(), 0.0);
   for (size_t i = 0; i < all.size(); ++i) sum[i % mine.size()] += all[i];
   return sum;
-}
-
-// Collective: per iteration the slowest rank, then statistics over iterations.
-Summary slowest_rank(Communicator& comm, const std::vector<double>& ms) {
-  return summarize(max_over_ranks(comm.all_gather(ms), comm.world_size()));
 }
 
 // --sustained: about target_ms of forwards back to back, no sync between them (as a model's layers run,
@@ -255,14 +250,7 @@ void run_worker(const BenchOptions& o) {
       for (int i = 0; i < o.warmup; ++i) job->forward(sets[i % sets.size()]);
       const std::vector<double> ms = tools::time_iterations(
           job->stream(), o.iters, [&](int i) { job->forward(sets[i % sets.size()]); },
-          [&](int) {
-            // Ranks start each timed call together; the wait stays outside the events. The GPU delay
-            // then keeps the stream busy while the host launches the forward, so the start event fires
-            // when the GPU reaches the forward, not when the host began it (gpu_delay.h).
-            EPFUSE_CUDA_CHECK(cudaStreamSynchronize(job->stream()));
-            comm->barrier();
-            gpu_delay(job->stream(), kLaunchLeadUs);
-          });
+          [&](int) { start_together(*comm, job->stream()); });
       const Summary layer_ms = slowest_rank(*comm, ms);
       if (o.sustained_ms > 0) time_sustained(*comm, *job, sets, o.sustained_ms, layer_ms.median, energy.get(), row);
       time_phases(*job, sets, row);

@@ -79,15 +79,17 @@ TEST(Options, Ceilings) {
   EXPECT_TRUE(parse_bench_options({"--ceilings=gemm=812,hbm=4250,nvlink=350"}).ceilings);
 }
 
+// The UsageError a parse gives, or "no error".
+std::string message(const Args& args) {
+  try {
+    parse_bench_options(args);
+  } catch (const UsageError& e) {
+    return std::string(e.what());
+  }
+  return std::string("no error");
+}
+
 TEST(Options, RejectsBadValuesNamingTheFlag) {
-  auto message = [](const Args& args) {
-    try {
-      parse_bench_options(args);
-    } catch (const UsageError& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
   EXPECT_NE(message({"--model", "gpt5"}).find("--model"), std::string::npos);
   EXPECT_NE(message({"--impl", "fast"}).find("--impl"), std::string::npos);
   EXPECT_NE(message({"--configs", "facts", "--tokens", "5"}).find("--tokens"), std::string::npos);
@@ -121,14 +123,6 @@ TEST(Options, DecodeStep) {
   EXPECT_EQ(launched.step_weight_sets, 0);  // as many as fit
   EXPECT_EQ(launched.step_check_layers, 0);  // every layer
 
-  auto message = [](const Args& args) {
-    try {
-      parse_bench_options(args);
-    } catch (const UsageError& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
   EXPECT_NE(message({"--layers", "-1"}).find("--layers: must be >= 0"), std::string::npos);
   EXPECT_NE(message({"--graph"}).find("--graph: only with --layers"), std::string::npos);
   EXPECT_NE(message({"--weight-sets", "2"}).find("--weight-sets: only with --layers"), std::string::npos);
