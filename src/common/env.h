@@ -64,6 +64,8 @@ std::optional<std::string> job_id();
 std::optional<std::string> bootstrap_secret();
 // EPFUSE_BOOTSTRAP_BIND_ANY: "1" true; unset, empty or "0" false; anything else Error(kBootstrap).
 bool bootstrap_bind_any();
+// EPFUSE_COLLECTIVE_TIMEOUT_MS in [1, 86400000]; unset: `fallback` (BootstrapOptions' default, 300000).
+long long collective_timeout_ms(long long fallback);
 
 // --- the fused layer.
 // EPFUSE_TIMEOUT_MS: milliseconds in [1, 86400000], 20000 when unset or empty; otherwise

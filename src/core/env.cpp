@@ -80,6 +80,10 @@ bool bootstrap_bind_any() {
   throw Error(ErrorCode::kBootstrap, "EPFUSE_BOOTSTRAP_BIND_ANY='" + *t + "' is neither 0 nor 1");
 }
 
+long long collective_timeout_ms(long long fallback) {
+  return bootstrap_integer("EPFUSE_COLLECTIVE_TIMEOUT_MS", false, fallback, 1, 24LL * 3600 * 1000);
+}
+
 uint64_t fused_timeout_ms(int rank) {
   const std::optional<std::string> t = text("EPFUSE_TIMEOUT_MS");
   if (!t || t->empty()) return kDefaultFusedTimeoutMs;
