@@ -98,6 +98,8 @@ std::vector<std::string> hammer(std::vector<testing::LayerRank*> layers, int thr
   std::atomic<int> checked{0};
   std::barrier<> meet(threads);
   if (testing::comm().transport() == Transport::kLoopback) testing::comm().barrier();  // see LoopbackWorld
+  // The rank's communicator belongs to the rank's own thread (one-GPU mode): its device is read here.
+  const int device = testing::comm().device();
   std::vector<std::thread> pool;
   for (int t = 0; t < threads; ++t)
     pool.emplace_back([&, t] {
@@ -107,7 +109,7 @@ std::vector<std::string> hammer(std::vector<testing::LayerRank*> layers, int thr
       const GeneratedExperts experts(cfg, testing::kWeightSeed);
       const Routing routings[] = {Routing::kUniform, Routing::kSkewed, Routing::kDropped, Routing::kOneRank};
       try {
-        EPFUSE_CUDA_CHECK(cudaSetDevice(testing::comm().device()));
+        EPFUSE_CUDA_CHECK(cudaSetDevice(device));
         for (int c = 0; c < calls; ++c) {
           const uint64_t s = seed + 1000 * t + c;
           const HostTokens in = r.tokens(static_cast<int>(s % 33), routings[(t + c) % 4], s);  // 0 to 32 tokens
