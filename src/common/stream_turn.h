@@ -11,6 +11,11 @@
 //
 // Serialising (rather than refusing a second caller) is what a multi-threaded engine needs: two
 // threads forwarding on one workspace both get correct rows, in the order they took the turn.
+//
+// The event is made with the turn, never by a forward: in the one-GPU mode a rank's forward comes
+// after a barrier with its peers, whose kernels then wait on the device for this rank's launch, so
+// between that barrier and the launch nothing may wait for the device (LoopbackWorld), and making an
+// event may (docs/performance.md, "Faults seen while timing"). Turns are made at creation.
 #pragma once
 #include <cstddef>
 #include <iterator>
@@ -25,7 +30,11 @@ namespace epfuse::detail {
 
 class StreamTurn {
  public:
-  StreamTurn() = default;
+  // Makes the event on the current device (call it under the device's guard, inside a creation).
+  // Throws Error(kCuda).
+  StreamTurn();
+  // The host half alone (hold()), without an event: take() on it throws Error(kInternal).
+  explicit StreamTurn(std::nullptr_t) {}
   ~StreamTurn();  // destroys the event; never throws
   StreamTurn(const StreamTurn&) = delete;
   StreamTurn& operator=(const StreamTurn&) = delete;
@@ -51,27 +60,31 @@ class StreamTurn {
   };
 
   // Blocks while another thread holds the turn, then orders `stream` after the previous holder's
-  // work (on the current device: call it under the device's guard). Throws Error(kCuda).
+  // work (on the current device: call it under the device's guard). Makes nothing and waits for
+  // nothing on the device: stream-ordered calls only. Throws Error(kCuda), or Error(kInternal) on a
+  // turn made without its event.
   Held take(cudaStream_t stream);
   // The mutex alone, for host state the forwards also touch (phase timing, lazily made buffers).
   std::unique_lock<std::mutex> hold() { return std::unique_lock<std::mutex>(mutex_); }
 
  private:
   std::mutex mutex_;
-  cudaEvent_t last_ = nullptr;  // made by the first take(), on its device
+  cudaEvent_t last_ = nullptr;  // made by the constructor, on its device
 };
 
 // The turns shared by key, each alive while someone holds it: turn(k) returns the living turn of k,
-// or a new one. The fused workspaces use it for one turn per GPU (README "Threads and streams").
-template <typename Key>
+// or a new one (made there: call it where a StreamTurn may be made). The fused workspaces use it for
+// one turn per GPU, or per rank in the one-GPU mode (README "Threads and streams"). Turn is a
+// parameter for the CPU tests.
+template <typename Key, typename Turn = StreamTurn>
 class SharedTurns {
  public:
-  std::shared_ptr<StreamTurn> turn(const Key& key) {
+  std::shared_ptr<Turn> turn(const Key& key) {
     std::lock_guard<std::mutex> lock(mutex_);
-    std::weak_ptr<StreamTurn>& slot = turns_[key];
-    std::shared_ptr<StreamTurn> living = slot.lock();
+    std::weak_ptr<Turn>& slot = turns_[key];
+    std::shared_ptr<Turn> living = slot.lock();
     if (!living) {
-      living = std::make_shared<StreamTurn>();
+      living = std::make_shared<Turn>();
       slot = living;
     }
     // Forget keys whose turns are gone, so that the map stays as small as the living turns.
@@ -87,7 +100,7 @@ class SharedTurns {
 
  private:
   std::mutex mutex_;
-  std::map<Key, std::weak_ptr<StreamTurn>> turns_;
+  std::map<Key, std::weak_ptr<Turn>> turns_;
 };
 
 }  // namespace epfuse::detail

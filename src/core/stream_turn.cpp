@@ -5,13 +5,16 @@
 
 namespace epfuse::detail {
 
+StreamTurn::StreamTurn() { EPFUSE_CUDA_CHECK(cudaEventCreateWithFlags(&last_, cudaEventDisableTiming)); }
+
 StreamTurn::~StreamTurn() {
   if (last_ != nullptr) cudaEventDestroy(last_);  // destructor: nothing to report an error to
 }
 
 StreamTurn::Held StreamTurn::take(cudaStream_t stream) {
   std::unique_lock<std::mutex> lock(mutex_);
-  if (last_ == nullptr) EPFUSE_CUDA_CHECK(cudaEventCreateWithFlags(&last_, cudaEventDisableTiming));
+  // Never made here (see the header): a forward's turn must not wait for the device.
+  EPFUSE_REQUIRE(last_ != nullptr, ErrorCode::kInternal, "a forward's turn has no event (a turn is made with its workspace)");
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   EPFUSE_CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
   const bool capturing = status != cudaStreamCaptureStatusNone;

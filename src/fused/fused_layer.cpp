@@ -45,8 +45,8 @@ namespace {
 
 // The turns of the fused workspaces in this process, by workspace_turn_key (workspace_turn.h).
 // Never destroyed: a workspace may outlive static destruction (one leaked at exit by a binding).
-detail::SharedTurns<std::pair<int, int>>& workspace_turns() {
-  static auto* turns = new detail::SharedTurns<std::pair<int, int>>();
+detail::SharedTurns<std::pair<int, uintptr_t>>& workspace_turns() {
+  static auto* turns = new detail::SharedTurns<std::pair<int, uintptr_t>>();
   return *turns;
 }
 
@@ -103,8 +103,8 @@ class FusedWorkspace final : public Workspace {
       host_failed_ = detail::PinnedBuffer(sizeof(uint32_t));
       *host_failed_.as<uint32_t>() = 0;
       EPFUSE_CUDA_CHECK(cudaHostGetDevicePointer(&host_failed_device_, host_failed_.as(), 0));
-      turn_ = workspace_turns().turn(
-          workspace_turn_key(comm.device(), comm.transport() == Transport::kLoopback, comm.rank()));
+      // Made here, before the device synchronisation, never in a forward (common/stream_turn.h).
+      turn_ = workspace_turns().turn(workspace_turn_key(comm.device(), comm.transport() == Transport::kLoopback, &comm));
       EPFUSE_CUDA_CHECK(cudaDeviceSynchronize());
     });
   }
@@ -344,9 +344,11 @@ class FusedLayer final : public MoeLayer {
     std::unique_lock<std::mutex> lock = ws_.hold();
     if (!profiled_) return std::nullopt;
     detail::DeviceGuard guard(ws_.comm().device());
-    EPFUSE_CUDA_CHECK(cudaStreamSynchronize(profiled_stream_));
+    // On the forward's stream, not the legacy default stream, whose implicit synchronisation could
+    // wait for other ranks' kernels in the one-GPU mode.
     device::FusedProfile rec{};
-    EPFUSE_CUDA_CHECK(cudaMemcpy(&rec, profile_.get(), sizeof rec, cudaMemcpyDeviceToHost));
+    EPFUSE_CUDA_CHECK(cudaMemcpyAsync(&rec, profile_.get(), sizeof rec, cudaMemcpyDeviceToHost, profiled_stream_));
+    EPFUSE_CUDA_CHECK(cudaStreamSynchronize(profiled_stream_));
     const ProfileSummary s = summarize_profile(rec);
     if (!summed_) accumulate_profile(profile_sum_, s);  // once per forward, however often it is asked
     summed_ = true;
