@@ -410,14 +410,11 @@ EPFUSE_RANK_TEST(FusedLayer, RanksCallingDifferentLayersFailClearly) {
 }
 
 EPFUSE_RANK_TEST(FusedLayer, TwoLayersShareOneWorkspace) {
-  LayerConfig a = test_config();  // H 256, I 256, E 16, k 4, T 96
-  LayerConfig b = a;
-  b.hidden = 128;
-  b.intermediate = 384;
-  b.topk = 2;
+  const testing::TwoLayerShapes shapes = testing::two_layer_shapes();  // a: H 256, I 256, E 16, k 4, T 96
+  const LayerConfig& a = shapes.a;
+  LayerConfig b = shapes.b;
   b.max_tokens_per_rank = 80;
-  LayerConfig capacity = a;
-  capacity.intermediate = 384;
+  const LayerConfig& capacity = shapes.capacity;
   std::unique_ptr<Workspace> ws = Workspace::create(testing::comm(), capacity);
   size_t free_before = 0, free_after = 0, total = 0;
   EPFUSE_CUDA_CHECK(cudaMemGetInfo(&free_before, &total));

@@ -152,16 +152,10 @@ EPFUSE_RANK_TEST(Threads, OneLayerFromFourThreadsMatchesTheReference) {
 // only: at world > 1 racing threads would pair one rank's call of a layer with a peer's of the other.
 EPFUSE_RANK_TEST(Threads, TwoLayersOfOneWorkspaceFromFourThreads) {
   if (testing::world() > 1) GTEST_SKIP() << "calls of different layers from racing threads need world 1";
-  LayerConfig a = testing::small_layer_config(256, 0.0f);
-  LayerConfig b = a;
-  b.hidden = 128;
-  b.intermediate = 384;
-  b.topk = 2;
-  LayerConfig capacity = a;
-  capacity.intermediate = 384;
-  std::unique_ptr<Workspace> ws = Workspace::create(testing::comm(), capacity);
-  testing::LayerRank ra(Impl::kFused, a, 0, ws.get());
-  testing::LayerRank rb(Impl::kFused, b, 0, ws.get());
+  const testing::TwoLayerShapes shapes = testing::two_layer_shapes();
+  std::unique_ptr<Workspace> ws = Workspace::create(testing::comm(), shapes.capacity);
+  testing::LayerRank ra(Impl::kFused, shapes.a, 0, ws.get());
+  testing::LayerRank rb(Impl::kFused, shapes.b, 0, ws.get());
   for (const std::string& f : hammer({&ra, &rb}, 4, 16, 6000)) ADD_FAILURE() << f;
 }
 
