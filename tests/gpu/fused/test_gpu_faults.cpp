@@ -248,7 +248,8 @@ TEST(Faults, CreationFailureOnOneRankFailsEveryRank) {
 
 // Out of memory at creation: one rank's n-th allocation fails (detail::fail_allocation), for every n
 // from the first allocation of a workspace and three layers on it and beside it (the window, the
-// private buffers, a padded layer's weight copies and staging rows, shared and owned) to past the last.
+// private buffers, a padded layer's weight copies and staging rows, shared and owned), and (NCCL) of
+// an unfused layer and a padded one, to past the last.
 // Every rank's creation fails alike, naming "out of memory", or (past the last) every rank's succeeds;
 // the device memory after each failed creation equals what it was before (nothing leaked), and a
 // layer made afterwards matches the reference. Rank 0 and the last rank fail in turn: in the one-GPU
@@ -276,16 +277,23 @@ EPFUSE_RANK_TEST(Faults, OutOfMemoryAtCreationLeaksNothing) {
     comm.barrier();
     return free;
   };
-  // Returns "" when every object was made, else the error; destroys what was made either way.
-  auto create_all = [&]() -> std::string {
+  // Returns "" when every object was made, else the error; destroys what was made either way. Fused: a
+  // workspace with a layer and a padded layer on it, and a padded layer with its own workspace;
+  // unfused: a layer and a padded one.
+  auto create_all = [&](Impl impl) -> std::string {
     std::unique_ptr<Workspace> ws;
     std::unique_ptr<MoeLayer> plain, padded, owned;
     std::string error;
     try {
-      ws = Workspace::create(comm, cfg);
-      plain = MoeLayer::create(cfg, *ws, weights);
-      padded = MoeLayer::create(odd, *ws, weights);  // padded copies, the workspace's staging rows
-      owned = MoeLayer::create(Impl::kFused, odd, comm, weights);  // its own workspace and staging rows
+      if (impl == Impl::kFused) {
+        ws = Workspace::create(comm, cfg);
+        plain = MoeLayer::create(cfg, *ws, weights);
+        padded = MoeLayer::create(odd, *ws, weights);  // padded copies, the workspace's staging rows
+        owned = MoeLayer::create(Impl::kFused, odd, comm, weights);  // its own workspace and staging rows
+      } else {
+        plain = MoeLayer::create(impl, cfg, comm, weights);
+        padded = MoeLayer::create(impl, odd, comm, weights);
+      }
     } catch (const Error& e) {
       error = e.what();
       if (error.empty()) error = "an empty error";
@@ -298,29 +306,35 @@ EPFUSE_RANK_TEST(Faults, OutOfMemoryAtCreationLeaksNothing) {
     ws.reset();
     return error;
   };
-  EXPECT_EQ(create_all(), "") << me << "before any injection";  // what the driver and NCCL make once
   std::vector<int> failing{0};
   if (world > 1) failing.push_back(world - 1);
-  for (int faulty : failing) {
-    int n = 1;
-    for (; n <= 64; ++n) {
-      const size_t before = device_free();
-      if (rank == faulty) detail::fail_allocation(n);
-      const std::string error = create_all();
-      const size_t after = device_free();
-      const std::string what = "rank " + std::to_string(faulty) + "'s allocation " + std::to_string(n);
-      if (measures) {
-        EXPECT_EQ(after, before) << me << what << " failed: " << (double(before) - double(after)) / (1 << 20)
-                                 << " MiB of device memory not given back";
+  for (Impl impl : {Impl::kFused, Impl::kUnfused}) {
+    if (impl == Impl::kUnfused && testing::one_gpu()) continue;  // NCCL only
+    const std::string name = impl == Impl::kFused ? "fused" : "unfused";
+    // What the driver, NCCL and cuBLAS make once, before the first measurement.
+    EXPECT_EQ(create_all(impl), "") << me << name << ", before any injection";
+    comm.all_reduce_sum(0);
+    for (int faulty : failing) {
+      int n = 1;
+      for (; n <= 64; ++n) {
+        const size_t before = device_free();
+        if (rank == faulty) detail::fail_allocation(n);
+        const std::string error = create_all(impl);
+        const size_t after = device_free();
+        const std::string what = name + ": rank " + std::to_string(faulty) + "'s allocation " + std::to_string(n);
+        if (measures) {
+          EXPECT_EQ(after, before) << me << what << " failed: " << (double(before) - double(after)) / (1 << 20)
+                                   << " MiB of device memory not given back";
+        }
+        const int64_t created = comm.all_reduce_sum(error.empty() ? 1 : 0);
+        EXPECT_TRUE(created == 0 || created == world) << me << what << ": " << created << " of " << world
+                                                      << " ranks created everything";
+        if (created == world) break;  // n is past the last allocation
+        EXPECT_NE(error.find("out of memory"), std::string::npos) << me << what << ": " << error;
       }
-      const int64_t created = comm.all_reduce_sum(error.empty() ? 1 : 0);
-      EXPECT_TRUE(created == 0 || created == world) << me << what << ": " << created << " of " << world
-                                                    << " ranks created everything";
-      if (created == world) break;  // n is past the last allocation
-      EXPECT_NE(error.find("out of memory"), std::string::npos) << me << what << ": " << error;
+      EXPECT_GT(n, 2) << name << ": fewer allocations than a creation makes";
+      EXPECT_LE(n, 64) << name << ": creation never succeeded again after failing rank " << faulty << "'s allocations";
     }
-    EXPECT_GT(n, 4) << "fewer allocations than the window, private buffers and padded copies";
-    EXPECT_LE(n, 64) << "creation never succeeded again after failing rank " << faulty << "'s allocations";
   }
   testing::LayerRank r(Impl::kFused, cfg);
   r.expect_matches_reference(r.tokens(40, Routing::kUniform, 1700), "created after the failed creations");
