@@ -172,6 +172,35 @@ EPFUSE_RANK_TEST(Threads, TwoWorkspacesOnOneGpuTakeTurns) {
   for (const std::string& f : hammer({&ra, &rb}, 4, 16, 7000)) ADD_FAILURE() << f;
 }
 
+// The rule for two workspaces at any world (README "Threads and streams"): one thread per rank issues
+// forwards of two workspaces in the same order on every rank, on two streams with no host
+// synchronisation between them. Their kernels, each taking the SMs of its rank, run one at a time per
+// GPU (per rank in the one-GPU mode, beside the peers'), so every call matches the reference.
+EPFUSE_RANK_TEST(Threads, TwoWorkspacesInOneOrderOnEveryRank) {
+  const LayerConfig cfg = testing::small_layer_config(256, 0.0f);
+  std::unique_ptr<Workspace> first = Workspace::create(testing::comm(), cfg);
+  std::unique_ptr<Workspace> second = Workspace::create(testing::comm(), cfg);
+  testing::LayerRank ra(Impl::kFused, cfg, 0, first.get());
+  testing::LayerRank rb(Impl::kFused, cfg, 0, second.get());
+  const GeneratedExperts experts(cfg, testing::kWeightSeed);
+  for (int round = 0; round < 20; ++round) {
+    const HostTokens in_a = ra.tokens(48, Routing::kUniform, 9000 + round);
+    const HostTokens in_b = rb.tokens(1 + round % 40, Routing::kSkewed, 9100 + round);
+    ra.upload(in_a);
+    ra.poison_y();
+    rb.upload(in_b);
+    rb.poison_y();
+    if (testing::comm().transport() == Transport::kLoopback) testing::comm().barrier();  // see LoopbackWorld
+    ra.layer().forward(ra.batch(in_a.num_tokens), ra.y(), ra.stream());
+    rb.layer().forward(rb.batch(in_b.num_tokens), rb.y(), rb.stream());
+    ra.layer().check_errors(ra.stream());
+    rb.layer().check_errors(rb.stream());
+    const std::string what = "round " + std::to_string(round);
+    EXPECT_EQ(reference_mismatch(cfg, experts, in_a, ra.output(in_a.num_tokens)), "") << what << ": the first workspace";
+    EXPECT_EQ(reference_mismatch(cfg, experts, in_b, rb.output(in_b.num_tokens)), "") << what << ": the second";
+  }
+}
+
 // A forward captured in a graph, replayed on one stream while an eager forward of the same layer is
 // issued on another stream with no host synchronisation between them, in both orders: the replay
 // waits for the eager forward issued before it and the next eager forward waits for the replay (the
