@@ -140,7 +140,8 @@ EPFUSE_C_EXPORT int epfuse_layer_destroy(epfuse_layer* layer);
  * int32 (-1 = dropped), topk_weights [num_tokens, k] fp32, enqueued on `stream` (a cudaStream_t; NULL:
  * the legacy default stream). All pointers are device pointers, 16-byte aligned, rows contiguous.
  * Capturable in a CUDA graph (the kernel advances its own call state); errors the device finds are
- * returned by epfuse_layer_check_errors. */
+ * returned by epfuse_layer_check_errors. Forwards on one workspace from several threads take turns
+ * (the C++ forward's rules: README "Threads and streams"). */
 EPFUSE_C_EXPORT int epfuse_layer_forward(epfuse_layer* layer, const void* x, const int32_t* topk_idx, const float* topk_weights,
                          int num_tokens, void* y, void* stream);
 /* Collective, FP8 layers (API version 3): as epfuse_layer_forward with x already quantised by the caller:

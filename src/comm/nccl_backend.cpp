@@ -159,6 +159,8 @@ class NcclBackend final : public CommBackend {
     // The window registration is collective and unbounded: enter it only once every rank has its
     // memory (a rank whose allocation failed would leave the others registering forever).
     agree_on_step(owner_, "alloc_symmetric(" + std::to_string(bytes) + " bytes)", [&] {
+      if (injected_allocation_failure())
+        throw_allocation(cudaErrorMemoryAllocation, "ncclMemAlloc", bytes, rank_prefix(rank_));
       EPFUSE_RANK_NCCL_CHECK(rank_, ncclMemAlloc(&buffer.ptr_, bytes));
       buffer.bytes_ = bytes;
     });

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <exception>
 #include <limits>
+#include <mutex>
 #include <string>
 
 #include <cublasLt.h>
@@ -105,6 +106,7 @@ class UnfusedLayer final : public MoeLayer {
   cudaEvent_t finished_ = nullptr;
   bool timing_ = false;
   bool timed_ = false;  // the last forward recorded its events
+  std::mutex forward_mutex_;
   std::array<cudaEvent_t, kMarks> events_{};
 };
 
@@ -352,6 +354,9 @@ HostInputError UnfusedLayer::check_inputs(const TokenBatch& in, const bf16* y) c
 //    forward's counts synchronisation, so it never waits beyond that.
 // Input errors (host checks, bad expert ids) travel in the counts, so every rank throws and none waits.
 void UnfusedLayer::forward(const TokenBatch& in, bf16* y, cudaStream_t stream) {
+  // One host thread at a time (README "Threads and streams"): its NCCL calls, host members and
+  // buffers are the layer's.
+  std::lock_guard<std::mutex> lock(forward_mutex_);
   timed_ = false;
   // A rank with bad input still takes part in the counts exchange (with no tokens) and reports the
   // error there, so that no peer waits for rows that never come.

@@ -14,6 +14,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -121,6 +122,43 @@ EPFUSE_RANK_TEST(FusedLayer, PhaseTimingReportsEveryPhase) {
   r.layer().set_phase_timing(false);
   r.expect_matches_reference(r.tokens(96, Routing::kUniform, 23), "untimed call");
   EXPECT_FALSE(r.layer().last_phase_times().has_value());
+}
+
+// The order of the one-GPU hang of 2026-11-28 (docs/performance.md, "Faults seen while timing"): the
+// last rank issues its first forward on a fresh workspace only once its peers' kernels are running
+// and waiting for it (timed and untimed). A forward makes only stream-ordered calls between its turn
+// and its launch, so the late rank's forward returns at once and every call matches the reference; a
+// forward that waited for the device on the host would sit there until the peers' kernels timed out.
+EPFUSE_RANK_TEST(FusedLayer, LateRankEnqueuesWithoutWaitingForPeers) {
+  const bool late = testing::comm().rank() == testing::world() - 1;
+  for (int round = 0; round < 6; ++round) {
+    const std::string what = "round " + std::to_string(round);
+    Rank r(test_config());  // a fresh workspace: its first forward
+    const bool timed = round % 2 == 1;
+    r.layer().set_phase_timing(timed);  // before the barrier: it may allocate
+    const HostTokens in = r.tokens(64, Routing::kUniform, 40 + round);
+    r.upload(in);
+    r.poison_y();
+    testing::comm().barrier();
+    if (late) std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the peers' kernels wait for it
+    const auto t0 = Clock::now();
+    try {
+      r.layer().forward(r.batch(in.num_tokens), r.y(), r.stream());
+      const double enqueue_s = seconds_since(t0);
+      if (late) {
+        EXPECT_LT(enqueue_s, 2.0) << what << ": the late rank's forward waited on the host";
+      }
+      r.layer().check_errors(r.stream());
+    } catch (const Error& e) {
+      ADD_FAILURE() << what << ": " << e.what();
+      EXPECT_EQ(cudaStreamSynchronize(r.stream()), cudaSuccess);
+      continue;
+    }
+    r.expect_close_to_reference(in, r.output(in.num_tokens), what);
+    if (timed) {
+      EXPECT_TRUE(r.layer().last_phase_times().has_value()) << what;
+    }
+  }
 }
 
 EPFUSE_RANK_TEST(FusedLayer, ClampMatchesReference) {
@@ -371,14 +409,11 @@ EPFUSE_RANK_TEST(FusedLayer, RanksCallingDifferentLayersFailClearly) {
 }
 
 EPFUSE_RANK_TEST(FusedLayer, TwoLayersShareOneWorkspace) {
-  LayerConfig a = test_config();  // H 256, I 256, E 16, k 4, T 96
-  LayerConfig b = a;
-  b.hidden = 128;
-  b.intermediate = 384;
-  b.topk = 2;
+  const testing::TwoLayerShapes shapes = testing::two_layer_shapes();  // a: H 256, I 256, E 16, k 4, T 96
+  const LayerConfig& a = shapes.a;
+  LayerConfig b = shapes.b;
   b.max_tokens_per_rank = 80;
-  LayerConfig capacity = a;
-  capacity.intermediate = 384;
+  const LayerConfig& capacity = shapes.capacity;
   std::unique_ptr<Workspace> ws = Workspace::create(testing::comm(), capacity);
   size_t free_before = 0, free_after = 0, total = 0;
   EPFUSE_CUDA_CHECK(cudaMemGetInfo(&free_before, &total));
