@@ -96,9 +96,9 @@ def test_no_test_collected_is_skipped(tmp_path: Path) -> None:
 
 
 def test_fewer_gpus_than_min_gpus_is_skipped(tmp_path: Path) -> None:
-    # The fake nvidia-smi lists one GPU; torch (if installed) sees none here.
+    # The fake nvidia-smi lists one GPU; where torch sees GPUs (a GPU machine) the count is torch's.
     out = run(
         tmp_path, {"conftest.py": CONFTEST, "test_gpu_a.py": GPU_TEST}, smi=True, runner_args=("--min-gpus", "2")
     )
     assert out.returncode == 77, out.stdout + out.stderr
-    assert "SKIPPED: these tests need 2 GPUs, this machine has 1 (nvidia-smi -L lists 1 GPU(s))" in out.stdout
+    assert "SKIPPED: these tests need 2 GPUs, this machine has 1 (" in out.stdout
