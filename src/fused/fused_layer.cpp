@@ -72,6 +72,7 @@ class FusedWorkspace final : public Workspace {
                            "wait for each other's forwards forever");
       }
       timeout_ns_ = env::fused_timeout_ms(comm.rank()) * 1000000ull;
+      programmatic_ = env::programmatic_launch();
       if (std::optional<Fault> f = fault_from_env(); f && f->kind == FaultKind::kFailCreate && f->rank == comm.rank())
         throw Error(ErrorCode::kCuda, who + "EPFUSE_FAULT: fail_create: the workspace's allocation failed (injected)");
     });
@@ -131,6 +132,9 @@ class FusedWorkspace final : public Workspace {
     return pad_stage_;
   }
   uint64_t timeout_ms() const { return timeout_ns_ / 1000000ull; }
+  // EPFUSE_PDL, read at creation: the fused kernel's launches may overlap the previous kernel's tail
+  // (launch_fused_kernel).
+  bool programmatic_launch() const { return programmatic_; }
 
   // Sizes compare as the kernel runs them (padded, padding.h), so that a padded layer (3072 for 2880)
   // fits the workspace made for its caller's size.
@@ -225,6 +229,7 @@ class FusedWorkspace final : public Workspace {
   LayerConfig capacity_;  // as the caller gave it; the plan is for its padded sizes
   FusedPlan plan_;
   uint64_t timeout_ns_ = 0;
+  bool programmatic_ = true;
   SymmetricBuffer window_;
   detail::DeviceBuffer private_;
   detail::PinnedBuffer host_failed_;  // FusedParams::host_failed, as the host reads it
@@ -429,7 +434,7 @@ class FusedLayer final : public MoeLayer {
     summed_ = false;
     if (fault && inject_fault(call, prm, in, stream)) return;
     ws_.before_launch(stream);
-    launch_fused_kernel(comm.transport(), tile, prm, grid_, stream);
+    launch_fused_kernel(comm.transport(), tile, prm, grid_, ws_.programmatic_launch(), stream);
     last_tile_ = tile;
     ws_.after_launch(stream);
     if (host_status != 0) {
