@@ -96,6 +96,13 @@ uint64_t fused_timeout_ms(int rank) {
   return v;
 }
 
+bool programmatic_launch() {
+  const std::optional<std::string> t = text("EPFUSE_PDL");
+  if (!t || t->empty() || *t == "1") return true;
+  if (*t == "0") return false;
+  throw Error(ErrorCode::kInvalidArgument, "EPFUSE_PDL = '" + *t + "' is neither 0 nor 1");
+}
+
 bool profile_print() { return text("EPFUSE_PROFILE") == std::optional<std::string>("1"); }
 
 int device_max_connections() {

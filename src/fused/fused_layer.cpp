@@ -83,6 +83,7 @@ class FusedWorkspace final : public Workspace {
                            "wait for each other's forwards forever");
       }
       timeout_ns_ = env::fused_timeout_ms(comm.rank()) * 1000000ull;
+      programmatic_ = env::programmatic_launch();
       if (std::optional<Fault> f = fault_from_env(); f && f->kind == FaultKind::kFailCreate && f->rank == comm.rank())
         throw Error(ErrorCode::kCuda, who + "EPFUSE_FAULT: fail_create: the workspace's allocation failed (injected)");
     });
@@ -144,6 +145,9 @@ class FusedWorkspace final : public Workspace {
     return pad_stage_;
   }
   uint64_t timeout_ms() const { return timeout_ns_ / 1000000ull; }
+  // EPFUSE_PDL, read at creation: the fused kernel's launches may overlap the previous kernel's tail
+  // (launch_fused_kernel).
+  bool programmatic_launch() const { return programmatic_; }
 
   // Sizes compare as the kernel runs them (padded, padding.h), so that a padded layer (3072 for 2880)
   // fits the workspace made for its caller's size.
@@ -233,6 +237,7 @@ class FusedWorkspace final : public Workspace {
   LayerConfig capacity_;  // as the caller gave it; the plan is for its padded sizes
   FusedPlan plan_;
   uint64_t timeout_ns_ = 0;
+  bool programmatic_ = true;
   SymmetricBuffer window_;
   detail::DeviceBuffer private_;
   detail::PinnedBuffer host_failed_;  // FusedParams::host_failed, as the host reads it
@@ -445,7 +450,7 @@ class FusedLayer final : public MoeLayer {
     profiled_ = timing_;
     summed_ = false;
     if (fault && inject_fault(call, prm, in, stream)) return;
-    launch_fused_kernel(comm.transport(), tile, prm, grid_, stream);
+    launch_fused_kernel(comm.transport(), tile, prm, grid_, ws_.programmatic_launch(), stream);
     last_tile_ = tile;
     turn.done();
     if (host_status != 0) {

@@ -20,10 +20,12 @@
 #include <gtest/gtest.h>
 
 #include "common/check.h"
+#include "common/device_buffer.h"
 #include "epfuse/epfuse.h"
 #include "fused/fused_layer.h"
 #include "fused/heuristics.h"
 #include "fused/plan.h"
+#include "late_write.h"
 #include "layer_rank.h"
 #include "multiprocess.h"
 
@@ -369,6 +371,67 @@ EPFUSE_RANK_TEST(FusedLayer, GraphReplaysMatchTheReference) {
   EXPECT_TRUE(std::all_of(after.begin(), after.end(), [](double v) { return std::isnan(v); }))
       << "a failed workspace left non-NaN output in a graph replay";
   EXPECT_THROW(r.layer().forward(r.batch(kTokens), r.y(), r.stream()), Error);  // the host knows too
+  EPFUSE_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  EPFUSE_CUDA_CHECK(cudaGraphDestroy(graph));
+}
+
+// Programmatic dependent launch (common/launch.h, EPFUSE_PDL): the fused kernel's prologue may run
+// under the tail of the kernel before it. Here that kernel lets the next one launch at its start and
+// only 20 us later copies this call's x, routing and weights over a decoy (other tokens, other
+// routing) uploaded before it. Every call, launched one by one and replayed from a CUDA graph of both
+// kernels, matches the float64 reference of the late inputs: the fused kernel reads nothing of them
+// (nor the previous call's state) before its wait for the previous kernel.
+EPFUSE_RANK_TEST(FusedLayer, OverlappedLaunchSeesThePreviousKernelsWrites) {
+  Rank r(test_config());
+  constexpr int kTokens = 64;
+  constexpr uint32_t kDelayUs = 20;
+  const HostTokens shape = r.tokens(kTokens, Routing::kUniform, 0);
+  detail::DeviceBuffer x(shape.x.size() * sizeof(bf16)), idx(shape.topk_idx.size() * sizeof(int32_t)),
+      wts(shape.topk_weights.size() * sizeof(float));
+  const TokenBatch batch = r.batch(kTokens);
+  const testing::LateCopy copies[3] = {{x.as(), const_cast<bf16*>(batch.x), x.bytes()},
+                                       {idx.as(), const_cast<int32_t*>(batch.topk_idx), idx.bytes()},
+                                       {wts.as(), const_cast<float*>(batch.topk_weights), wts.bytes()}};
+  testing::prepare_late_write();
+  // The decoy in the layer's input buffers, this call's tokens where the late kernel copies from.
+  const auto stage = [&](int call, uint64_t seed) {
+    const Routing routings[] = {Routing::kUniform, Routing::kSkewed, Routing::kDropped, Routing::kOneExpert};
+    r.upload(r.tokens(kTokens, routings[(call + 1) % 4], seed + 5000));
+    const HostTokens in = r.tokens(kTokens, routings[call % 4], seed);
+    EPFUSE_CUDA_CHECK(cudaMemcpyAsync(x.as(), in.x.data(), x.bytes(), cudaMemcpyHostToDevice, r.stream()));
+    EPFUSE_CUDA_CHECK(cudaMemcpyAsync(idx.as(), in.topk_idx.data(), idx.bytes(), cudaMemcpyHostToDevice, r.stream()));
+    EPFUSE_CUDA_CHECK(cudaMemcpyAsync(wts.as(), in.topk_weights.data(), wts.bytes(), cudaMemcpyHostToDevice, r.stream()));
+    EPFUSE_CUDA_CHECK(cudaStreamSynchronize(r.stream()));
+    r.poison_y();
+    return in;
+  };
+  const auto enqueue = [&] {
+    testing::late_write(copies, kDelayUs, r.stream());
+    r.layer().forward(r.batch(kTokens), r.y(), r.stream());
+  };
+  testing::comm().barrier();
+  for (int call = 0; call < 40; ++call) {
+    const HostTokens in = stage(call, 1200 + call);
+    enqueue();
+    r.layer().check_errors(r.stream());
+    r.expect_close_to_reference(in, r.output(kTokens), "call " + std::to_string(call));
+  }
+  testing::comm().barrier();  // every rank's calls are done before any captures and instantiates
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  EPFUSE_CUDA_CHECK(cudaStreamBeginCapture(r.stream(), cudaStreamCaptureModeThreadLocal));
+  enqueue();
+  EPFUSE_CUDA_CHECK(cudaStreamEndCapture(r.stream(), &graph));
+  EPFUSE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  EPFUSE_CUDA_CHECK(cudaGraphUpload(exec, r.stream()));  // see GraphReplaysMatchTheReference
+  EPFUSE_CUDA_CHECK(cudaStreamSynchronize(r.stream()));
+  testing::comm().barrier();
+  for (int replay = 0; replay < 40; ++replay) {
+    const HostTokens in = stage(replay, 1300 + replay);
+    EPFUSE_CUDA_CHECK(cudaGraphLaunch(exec, r.stream()));
+    r.layer().check_errors(r.stream());
+    r.expect_close_to_reference(in, r.output(kTokens), "replay " + std::to_string(replay));
+  }
   EPFUSE_CUDA_CHECK(cudaGraphExecDestroy(exec));
   EPFUSE_CUDA_CHECK(cudaGraphDestroy(graph));
 }
