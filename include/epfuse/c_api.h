@@ -9,6 +9,13 @@
  * one per communicator, sized for the largest layer), a layer (its borrowed weights and small state).
  * Creating and destroying a workspace or a layer is collective: every rank does it, in the same order.
  * Destroy layers before their workspace and workspaces before their communicator.
+ *
+ * After a peer fails (EPFUSE_ERR_TIMEOUT or EPFUSE_ERR_ABORTED from any call, or a rank known dead):
+ * epfuse_comm_abort, then destroy the layers, the workspace and the communicator; each of those is
+ * then local and returns at once. Without the abort, destroying a workspace on an owned communicator
+ * (epfuse_comm_init_rank) waits at most the collective timeout (EPFUSE_COLLECTIVE_TIMEOUT_MS, default
+ * 300000) for its peers, then aborts the communicator and returns EPFUSE_ERR_TIMEOUT; on a borrowed one
+ * it can wait until the owner aborts its communicator.
  */
 #ifndef EPFUSE_C_API_H_
 #define EPFUSE_C_API_H_
@@ -20,7 +27,7 @@
 extern "C" {
 #endif
 
-#define EPFUSE_C_API_VERSION 3
+#define EPFUSE_C_API_VERSION 4
 
 #if defined(__GNUC__)
 #define EPFUSE_C_EXPORT __attribute__((visibility("default")))
@@ -75,19 +82,38 @@ EPFUSE_C_EXPORT int epfuse_c_api_version(void);
 EPFUSE_C_EXPORT const char* epfuse_last_error(void);
 
 /* --- communicators --- */
-/* Wraps an existing ncclComm_t (e.g. a torch.distributed NCCL group's); never destroyed here. */
+/* Wraps an existing ncclComm_t (e.g. a torch.distributed NCCL group's): borrowed, never aborted,
+ * finalized or destroyed here (epfuse_comm_abort only marks it unusable for epfuse; its owner must
+ * abort it). */
 EPFUSE_C_EXPORT int epfuse_comm_borrow_nccl(void* nccl_comm, epfuse_comm** out);
 /* A new NCCL communicator of rank `rank` in a world of `world_size` on CUDA device `device`, from an
  * ncclUniqueId (128 bytes) that rank 0 made with epfuse_nccl_unique_id and every rank received
- * (collective). */
+ * (collective). Owned by epfuse (epfuse_comm_abort ends it with ncclCommAbort). Its host collectives
+ * wait at most EPFUSE_COLLECTIVE_TIMEOUT_MS (default 300000); ncclCommInitRank itself waits for every
+ * rank without a bound of epfuse's. */
 EPFUSE_C_EXPORT int epfuse_nccl_unique_id(void* id_out, size_t id_bytes);
 EPFUSE_C_EXPORT int epfuse_comm_init_rank(const void* id, size_t id_bytes, int world_size, int rank, int device, epfuse_comm** out);
+/* Owned: collective (a barrier bounded by the collective timeout, past which the communicator is
+ * aborted, then ncclCommFinalize); after epfuse_comm_abort, local. Borrowed: the ncclComm_t is left
+ * to its owner. */
 EPFUSE_C_EXPORT int epfuse_comm_destroy(epfuse_comm* comm);
+/* Gives up on the world (API version 4), for when a peer failed or may be dead: an owned
+ * communicator is ended with ncclCommAbort (this rank's in-flight NCCL work stops without waiting for
+ * peers); a borrowed one is only marked unusable for epfuse. Afterwards every collective call on it,
+ * and on its workspaces and layers, returns EPFUSE_ERR_ABORTED naming `why` (NULL or "": a default),
+ * and destroying them is local. Idempotent (the first reason is kept). Call it from the thread that
+ * makes this communicator's calls, not while another thread is inside one of them. */
+EPFUSE_C_EXPORT int epfuse_comm_abort(epfuse_comm* comm, const char* why);
+/* *aborted = 1 once the communicator is aborted (by epfuse_comm_abort or a timed-out collective), else 0. */
+EPFUSE_C_EXPORT int epfuse_comm_aborted(const epfuse_comm* comm, int* aborted);
 EPFUSE_C_EXPORT int epfuse_comm_rank(const epfuse_comm* comm, int* rank);
 EPFUSE_C_EXPORT int epfuse_comm_world_size(const epfuse_comm* comm, int* world_size);
 
 /* --- workspaces (collective) --- */
 EPFUSE_C_EXPORT int epfuse_workspace_create(epfuse_comm* comm, const epfuse_layer_config* capacity, epfuse_workspace** out);
+/* Collective (a barrier bounded by the collective timeout, skipped after epfuse_comm_abort). The
+ * workspace is freed whatever the result; EPFUSE_ERR_TIMEOUT when the peers never met the barrier
+ * (the communicator is then aborted). */
 EPFUSE_C_EXPORT int epfuse_workspace_destroy(epfuse_workspace* ws);
 /* Device bytes the workspace holds: the symmetric window and the private buffers. */
 EPFUSE_C_EXPORT int epfuse_workspace_memory(const epfuse_workspace* ws, size_t* symmetric_bytes, size_t* private_bytes);
@@ -114,7 +140,8 @@ EPFUSE_C_EXPORT int epfuse_layer_destroy(epfuse_layer* layer);
  * int32 (-1 = dropped), topk_weights [num_tokens, k] fp32, enqueued on `stream` (a cudaStream_t; NULL:
  * the legacy default stream). All pointers are device pointers, 16-byte aligned, rows contiguous.
  * Capturable in a CUDA graph (the kernel advances its own call state); errors the device finds are
- * returned by epfuse_layer_check_errors. */
+ * returned by epfuse_layer_check_errors. Forwards on one workspace from several threads take turns
+ * (the C++ forward's rules: README "Threads and streams"). */
 EPFUSE_C_EXPORT int epfuse_layer_forward(epfuse_layer* layer, const void* x, const int32_t* topk_idx, const float* topk_weights,
                          int num_tokens, void* y, void* stream);
 /* Collective, FP8 layers (API version 3): as epfuse_layer_forward with x already quantised by the caller:

@@ -144,24 +144,50 @@ class DeviceComm {
   std::shared_ptr<const std::atomic<bool>> aborted_;  // the communicator's; after abort, nothing to destroy
 };
 
+// Owned and borrowed. bootstrap() and init_rank() make an NCCL communicator that epfuse owns (in
+// NCCL's default blocking mode): abort() ends it with ncclCommAbort, the destructor finalizes it.
+// borrow() wraps a framework's communicator (torch.distributed's) that epfuse never aborts, finalizes
+// or destroys: abort() only marks it unusable for epfuse, and its owner must abort it (after a peer's
+// death it cannot be finalized or reused either).
+//
+// Bounded waits, and the limits that remain (README, "Waits epfuse does not bound"):
+//  - bounded by the collective timeout: every host collective (barrier, all_gather, all_reduce_*, the
+//    agreement inside alloc_symmetric), wait_bounded, and on owned communicators the destructor (a
+//    barrier before ncclCommFinalize: past the timeout the communicator is aborted instead);
+//  - NOT bounded by epfuse: ncclCommInitRank (once every rank has the NCCL id), window registration
+//    and ncclDevCommCreate after the agreement (every rank reached them, so only a rank that dies
+//    inside them holds the others), ncclCommFinalize after its barrier, and whatever a borrowed
+//    communicator's owner does with it;
+//  - NOT bounded: an NCCL kernel already enqueued (the unfused chain's all-to-alls) waits on the device
+//    for its peers until this rank aborts; the host sees it at its next bounded wait.
 class Communicator {
  public:
   // Rank 0 creates the ncclUniqueId and serves it over TCP at master_addr:master_port; the others
-  // fetch it with retries until opts.timeout. Sets the calling thread's device to local_rank.
+  // fetch it with retries until opts.timeout. Sets the calling thread's device to local_rank. Owned
+  // (init_rank with the id).
   static std::unique_ptr<Communicator> bootstrap(const BootstrapOptions& opts);
-  // Wraps a communicator the caller already has (e.g. from the framework); never destroyed here.
+  // Collective: this rank's communicator of a world of `world_size` from an ncclUniqueId every rank
+  // received (made by rank 0 with ncclGetUniqueId), on CUDA device `device` (made current). Owned;
+  // `collective_timeout` bounds its host collectives. ncclCommInitRank waits for every rank without a
+  // bound of epfuse's. Error(kInvalidArgument) for a rank, world size, device or timeout out of range.
+  static std::unique_ptr<Communicator> init_rank(const ncclUniqueId& id, int world_size, int rank, int device,
+                                                 std::chrono::milliseconds collective_timeout);
+  // Wraps a communicator the caller already has (e.g. from the framework); never aborted, finalized
+  // or destroyed here. The collective timeout is EPFUSE_COLLECTIVE_TIMEOUT_MS (default 300000).
   static std::unique_ptr<Communicator> borrow(ncclComm_t comm);
 
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
-  // Owned: ncclCommFinalize + ncclCommDestroy (collective), or nothing left to do after abort().
-  // Borrowed: the comm is left alone. Every SymmetricBuffer and DeviceComm made from it must already
-  // be gone. Never throws.
+  // Owned: a barrier, then ncclCommFinalize + ncclCommDestroy (collective; a barrier that times out
+  // aborts the communicator instead), or nothing left to do after abort(). Borrowed: the comm is left
+  // alone. Every SymmetricBuffer and DeviceComm made from it must already be gone. Never throws
+  // (errors go to stderr).
   ~Communicator();
 
   // Gives up on the world, for when a peer failed or may be dead (an Error(kTimeout) or kAborted from
   // a layer or a collective): NCCL (owned): ncclCommAbort, which ends this rank's in-flight NCCL
-  // work without waiting for peers; borrowed: the comm is left to its owner (who aborts it). Loopback:
+  // work without waiting for peers; borrowed: never aborted here, only marked unusable for epfuse
+  // (its owner must abort it: epfuse frees its windows' memory without deregistering them). Loopback:
   // LoopbackWorld::abort. Afterwards every collective of this communicator throws Error(kAborted)
   // naming `why`, and destroying what was made from it (layers, workspaces, SymmetricBuffer,
   // DeviceComm) and the communicator itself is local and cannot hang: the process can then exit

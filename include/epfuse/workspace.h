@@ -17,9 +17,13 @@ class Communicator;
 // weights and a few scalars (MoeLayer::create(cfg, workspace, weights)).
 //
 // Layers on a workspace take turns: each forward is ordered after the previous forward of any layer
-// on it, on whatever stream (the workspace records an event after each launch and the next launch
-// waits for it; inside a CUDA graph capture the graph's own order applies and no event is used).
-// Two forwards on one workspace never run at once; two workspaces (two communicators) may.
+// on it, on whatever stream and from whatever host thread (a second thread waits while the first
+// enqueues; the workspace records an event after each launch and the next launch waits for it; a
+// forward captured in a CUDA graph holds that wait and record as external event nodes, so replays and
+// eager forwards are ordered too). Two forwards on one workspace never run at once, and under NCCL
+// neither do two fused workspaces of one GPU in a process: their kernels each need every SM they were
+// given resident at once. At world > 1 every rank must issue forwards of different layers or
+// workspaces in the same order (README "Threads and streams").
 //
 // The call state (epoch, parity, counters) lives on the device and the kernel advances it, so a
 // forward captured in a CUDA graph replays correctly any number of times with new inputs written into

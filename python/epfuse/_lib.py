@@ -20,7 +20,7 @@ from typing import Any, Callable
 from .errors import ERR_INTERNAL, error_for_code
 
 # The version of c_api.h this binding was written against (EPFUSE_C_API_VERSION).
-C_API_VERSION = 3
+C_API_VERSION = 4
 LIBRARY_NAME = "libepfuse_c.so"
 # Bytes of an ncclUniqueId (NCCL_UNIQUE_ID_BYTES).
 NCCL_UNIQUE_ID_BYTES = 128
@@ -71,6 +71,8 @@ SIGNATURES: dict[str, tuple[list[Any], Any]] = {
     "epfuse_nccl_unique_id": ([c_void_p, c_size_t], c_int),
     "epfuse_comm_init_rank": ([c_void_p, c_size_t, c_int, c_int, c_int, HANDLE_OUT], c_int),
     "epfuse_comm_destroy": ([HANDLE], c_int),
+    "epfuse_comm_abort": ([HANDLE, c_char_p], c_int),
+    "epfuse_comm_aborted": ([HANDLE, POINTER(c_int)], c_int),
     "epfuse_comm_rank": ([HANDLE, POINTER(c_int)], c_int),
     "epfuse_comm_world_size": ([HANDLE, POINTER(c_int)], c_int),
     # workspaces
@@ -215,6 +217,18 @@ def comm_borrow_nccl(nccl_comm: int) -> int:
     out = c_void_p()
     call("epfuse_comm_borrow_nccl", c_void_p(nccl_comm), ctypes.byref(out))
     return _handle(out)
+
+
+def comm_abort(comm: int, why: str) -> None:
+    """epfuse_comm_abort: an owned communicator is ended with ncclCommAbort, a borrowed one marked
+    unusable for epfuse; later calls on it raise epfuse.Aborted naming `why`."""
+    call("epfuse_comm_abort", c_void_p(comm), why.encode("utf-8", "replace"))
+
+
+def comm_aborted(comm: int) -> bool:
+    v = c_int()
+    call("epfuse_comm_aborted", c_void_p(comm), ctypes.byref(v))
+    return bool(v.value)
 
 
 def comm_rank(comm: int) -> int:

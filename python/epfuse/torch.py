@@ -393,6 +393,10 @@ class Workspace:
     Collective. close() (or `with`) destroys its layers, then the workspace, then the communicator;
     with more than one rank call it explicitly: garbage collection happens at different times on each
     rank, so a workspace of world > 1 that is collected unclosed is leaked with a ResourceWarning.
+    After a peer failed (epfuse.Timeout or epfuse.Aborted from a call) or died, call abort() instead:
+    it closes everything without waiting for any peer. On a communicator epfuse made, a close() whose
+    peers never come waits at most the collective timeout (EPFUSE_COLLECTIVE_TIMEOUT_MS, default
+    300000) and raises epfuse.Timeout; on a borrowed one it can wait until the group is aborted.
     """
 
     def __init__(
@@ -493,6 +497,26 @@ class Workspace:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    @property
+    def aborted(self) -> bool:
+        """Whether the communicator was aborted (by abort(), or by a collective that timed out)."""
+        return bool(self._comm) and _lib.comm_aborted(self._comm)
+
+    def abort(self, reason: str = "epfuse.torch.Workspace.abort()") -> None:
+        """Gives up on the world, for when a peer failed or may be dead (an epfuse.Timeout or
+        epfuse.Aborted from a forward or check_errors, or a rank known to have died): aborts the
+        communicator, then closes the layers, the workspace and the communicator, each locally, so it
+        returns without waiting for any peer. A communicator epfuse made (comm_source "unique_id ...")
+        is ended with ncclCommAbort; one borrowed from the process group is never aborted by epfuse,
+        only marked unusable for it: abort the group yourself (e.g. dist.destroy_process_group() or
+        ProcessGroupNCCL.abort()). Not collective; idempotent; nothing to do once closed."""
+        if self._closed:
+            return
+        if self._comm:
+            with _OnDevice(self.device):
+                _lib.comm_abort(self._comm, reason)
+        self.close()
 
     @property
     def handle(self) -> int:

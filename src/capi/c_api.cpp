@@ -2,6 +2,7 @@
 // return code plus the calling thread's message.
 #include "epfuse/c_api.h"
 
+#include <chrono>
 #include <cstring>
 #include <exception>
 #include <memory>
@@ -12,14 +13,14 @@
 
 #include "capi/config_c.h"
 #include "common/check.h"
+#include "common/env.h"
 #include "epfuse/communicator.h"
 #include "epfuse/error.h"
 #include "epfuse/layer.h"
 #include "epfuse/workspace.h"
 
 struct epfuse_comm {
-  ncclComm_t owned = nullptr;  // made by epfuse_comm_init_rank; destroyed after `comm`
-  std::unique_ptr<epfuse::Communicator> comm;
+  std::unique_ptr<epfuse::Communicator> comm;  // owned (init_rank) or borrowed (borrow_nccl)
 };
 struct epfuse_workspace {
   std::unique_ptr<epfuse::Workspace> ws;
@@ -131,15 +132,11 @@ int epfuse_comm_init_rank(const void* id, size_t id_bytes, int world_size, int r
                        " on device " + std::to_string(device) + " is out of range");
     ncclUniqueId uid{};
     std::memcpy(&uid, id, sizeof uid);
-    EPFUSE_CUDA_CHECK(cudaSetDevice(device));
+    // The bound on the communicator's host collectives, as under bootstrap.
+    const std::chrono::milliseconds timeout(
+        epfuse::env::collective_timeout_ms(epfuse::BootstrapOptions{}.collective_timeout.count()));
     auto c = std::make_unique<epfuse_comm>();
-    EPFUSE_NCCL_CHECK(ncclCommInitRank(&c->owned, world_size, uid, rank));
-    try {
-      c->comm = epfuse::Communicator::borrow(c->owned);
-    } catch (...) {
-      ncclCommDestroy(c->owned);
-      throw;
-    }
+    c->comm = epfuse::Communicator::init_rank(uid, world_size, rank, device, timeout);
     *out = c.release();
   });
 }
@@ -148,11 +145,22 @@ int epfuse_comm_destroy(epfuse_comm* comm) {
   return guarded([&] {
     std::unique_ptr<epfuse_comm> c(comm);
     if (!c) return;
+    // Owned: a barrier bounded by the collective timeout (past it the communicator is aborted and
+    // stderr says so), then finalized; after epfuse_comm_abort, local. Borrowed: left to its owner.
     c->comm.reset();
-    if (c->owned != nullptr) {
-      EPFUSE_NCCL_CHECK(ncclCommFinalize(c->owned));
-      EPFUSE_NCCL_CHECK(ncclCommDestroy(c->owned));
-    }
+  });
+}
+
+int epfuse_comm_abort(epfuse_comm* comm, const char* why) {
+  return guarded([&] {
+    epfuse_comm& c = need(comm, "epfuse_comm_abort", "comm");
+    c.comm->abort(why != nullptr && why[0] != '\0' ? why : "epfuse_comm_abort");
+  });
+}
+
+int epfuse_comm_aborted(const epfuse_comm* comm, int* aborted) {
+  return guarded([&] {
+    need(aborted, "epfuse_comm_aborted", "aborted") = need(comm, "epfuse_comm_aborted", "comm").comm->aborted() ? 1 : 0;
   });
 }
 
@@ -181,7 +189,21 @@ int epfuse_workspace_create(epfuse_comm* comm, const epfuse_layer_config* capaci
 }
 
 int epfuse_workspace_destroy(epfuse_workspace* ws) {
-  return guarded([&] { delete ws; });
+  return guarded([&] {
+    std::unique_ptr<epfuse_workspace> w(ws);
+    if (!w) return;
+    // Destruction meets the peers in a bounded barrier (skipped once the communicator is aborted);
+    // a barrier that times out aborts the communicator, which is how a dead peer shows here.
+    epfuse::Communicator& comm = w->ws->comm();
+    const bool was_aborted = comm.aborted();
+    w.reset();
+    if (!was_aborted && comm.aborted())
+      throw epfuse::Error(epfuse::ErrorCode::kTimeout,
+                          "epfuse_workspace_destroy: rank " + std::to_string(comm.rank()) +
+                              ": the peers never met the destruction's barrier within the collective timeout (" +
+                              std::to_string(comm.collective_timeout().count()) +
+                              " ms): the workspace is freed and the communicator aborted (a rank is dead or stalled)");
+  });
 }
 
 int epfuse_workspace_memory(const epfuse_workspace* ws, size_t* symmetric_bytes, size_t* private_bytes) {

@@ -52,8 +52,7 @@ BootstrapOptions BootstrapOptions::from_env() {
   opts.master_port = static_cast<int>(env::bootstrap_integer("MASTER_PORT", false, opts.master_port, 1, 65535));
   opts.timeout = std::chrono::milliseconds(
       env::bootstrap_integer("EPFUSE_BOOTSTRAP_TIMEOUT_MS", false, opts.timeout.count(), 1, 24LL * 3600 * 1000));
-  opts.collective_timeout = std::chrono::milliseconds(env::bootstrap_integer(
-      "EPFUSE_COLLECTIVE_TIMEOUT_MS", false, opts.collective_timeout.count(), 1, 24LL * 3600 * 1000));
+  opts.collective_timeout = std::chrono::milliseconds(env::collective_timeout_ms(opts.collective_timeout.count()));
   opts.validate();
   return opts;
 }

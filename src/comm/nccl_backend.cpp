@@ -63,10 +63,15 @@ class NcclBackend final : public CommBackend {
         device_(owner.device()),
         collective_timeout_(owner.collective_timeout()) {}
 
-  // Owned: ncclCommFinalize + ncclCommDestroy (collective), or nothing left to do after abort().
+  // Owned: ncclCommFinalize + ncclCommDestroy (collective), after a barrier bounded by the collective
+  // timeout (a peer that died would otherwise hold the finalize forever: past the timeout the barrier
+  // aborts the communicator and the rest is local); nothing left to do after abort(). Borrowed: the
+  // comm is left to its owner.
   ~NcclBackend() override {
     log_errors("~Communicator", [this] {
       DeviceGuard guard(device_, rank_);
+      if (owned_ && world_size_ > 1 && !aborted_->load() && barrier_stream_ != nullptr)
+        log_errors("~Communicator: the barrier before ncclCommFinalize", [this] { barrier(); });
       // Every step runs even when an earlier one failed; the first failure is reported.
       barrier_word_.reset();  // device_buffer.h frees it (and logs a failure)
       const cudaError_t destroyed = barrier_stream_ != nullptr ? cudaStreamDestroy(barrier_stream_) : cudaSuccess;
@@ -99,7 +104,9 @@ class NcclBackend final : public CommBackend {
       abort_reason_ = why;
       aborted_->store(true);
     }
-    if (!owned_) return;  // a borrowed comm is its owner's to abort
+    // A borrowed comm is its owner's to abort: epfuse only stops using it (every later call throws
+    // kAborted, and what was made from it is freed without NCCL).
+    if (!owned_) return;
     log_errors("Communicator::abort", [&] {
       DeviceGuard guard(device_, rank_);
       EPFUSE_RANK_NCCL_CHECK(rank_, ncclCommAbort(comm_));
@@ -152,6 +159,8 @@ class NcclBackend final : public CommBackend {
     // The window registration is collective and unbounded: enter it only once every rank has its
     // memory (a rank whose allocation failed would leave the others registering forever).
     agree_on_step(owner_, "alloc_symmetric(" + std::to_string(bytes) + " bytes)", [&] {
+      if (injected_allocation_failure())
+        throw_allocation(cudaErrorMemoryAllocation, "ncclMemAlloc", bytes, rank_prefix(rank_));
       EPFUSE_RANK_NCCL_CHECK(rank_, ncclMemAlloc(&buffer.ptr_, bytes));
       buffer.bytes_ = bytes;
     });
@@ -304,18 +313,34 @@ std::unique_ptr<Communicator> Communicator::bootstrap(const BootstrapOptions& op
     std::memcpy(&id, blob.data(), sizeof(id));
   }
 
+  std::unique_ptr<Communicator> comm =
+      init_rank(id, opts.world_size, rank, opts.local_rank, opts.collective_timeout);
+  // ncclCommInitRank is collective: when it returned on rank 0, every rank had read the id.
+  store.reset();
+  return comm;
+}
+
+std::unique_ptr<Communicator> Communicator::init_rank(const ncclUniqueId& id, int world_size, int rank, int device,
+                                                     std::chrono::milliseconds collective_timeout) {
+  EPFUSE_REQUIRE(world_size >= 1 && rank >= 0 && rank < world_size && device >= 0 && collective_timeout.count() >= 1,
+                 ErrorCode::kInvalidArgument,
+                 "Communicator::init_rank: rank " + std::to_string(rank) + " of world " + std::to_string(world_size) +
+                     " on device " + std::to_string(device) + " with a collective timeout of " +
+                     std::to_string(collective_timeout.count()) + " ms is out of range");
+  EPFUSE_RANK_CUDA_CHECK(rank, cudaSetDevice(device));
   std::unique_ptr<Communicator> comm(new Communicator());
   comm->transport_ = Transport::kNccl;
   comm->rank_ = rank;
-  comm->world_size_ = opts.world_size;
-  comm->device_ = opts.local_rank;
-  comm->collective_timeout_ = opts.collective_timeout;
-  EPFUSE_RANK_NCCL_CHECK(rank, ncclCommInitRank(&comm->comm_, opts.world_size, id, rank));
+  comm->world_size_ = world_size;
+  comm->device_ = device;
+  comm->collective_timeout_ = collective_timeout;
+  // Blocking, and not bounded by epfuse (README, "Waits epfuse does not bound"): NCCL's nonblocking
+  // mode would bound it, but every later call on such a communicator must then be polled until it
+  // has finished (docs/performance.md, "Faults seen while timing").
+  EPFUSE_RANK_NCCL_CHECK(rank, ncclCommInitRank(&comm->comm_, world_size, id, rank));
   auto backend = std::make_unique<detail::NcclBackend>(*comm, comm->comm_, /*owned=*/true);
   detail::NcclBackend& nccl = *backend;
   comm->backend_ = std::move(backend);
-  // ncclCommInitRank is collective: when it returns on rank 0, every rank has read the id.
-  store.reset();
   nccl.init_barrier();
   return comm;
 }
@@ -328,8 +353,7 @@ std::unique_ptr<Communicator> Communicator::borrow(ncclComm_t nccl) {
   EPFUSE_RANK_NCCL_CHECK(-1, ncclCommUserRank(nccl, &comm->rank_));
   EPFUSE_RANK_NCCL_CHECK(comm->rank_, ncclCommCount(nccl, &comm->world_size_));
   EPFUSE_RANK_NCCL_CHECK(comm->rank_, ncclCommCuDevice(nccl, &comm->device_));
-  comm->collective_timeout_ = std::chrono::milliseconds(env::bootstrap_integer(
-      "EPFUSE_COLLECTIVE_TIMEOUT_MS", false, comm->collective_timeout_.count(), 1, 24LL * 3600 * 1000));
+  comm->collective_timeout_ = std::chrono::milliseconds(env::collective_timeout_ms(comm->collective_timeout_.count()));
   auto backend = std::make_unique<detail::NcclBackend>(*comm, nccl, /*owned=*/false);
   detail::NcclBackend& borrowed = *backend;
   comm->backend_ = std::move(backend);

@@ -29,22 +29,24 @@ enum class MemoryKind { kDevice, kPinnedHost };
                                     cudaGetErrorString(err) + " (" + cudaGetErrorName(err) + ")");
 }
 
+// Out-of-memory injection for the GPU tests (tests/gpu/fused/test_gpu_faults.cpp): the n-th device or
+// pinned allocation the calling thread makes from now on (1: the next) fails as CUDA's out of memory
+// would (cudaErrorMemoryAllocation), with nothing allocated; 0 disarms. Allocations of other threads
+// do not count. Every allocation of the library counts: CudaBuffer, and the NCCL window's ncclMemAlloc.
+void fail_allocation(int n);
+// Counts one allocation of the calling thread: true when it is the one to fail (fail_allocation).
+bool injected_allocation_failure();
+
 // Zero bytes allocate nothing: as() is then null.
 template <MemoryKind kKind>
 class CudaBuffer {
  public:
   CudaBuffer() = default;
-  explicit CudaBuffer(size_t bytes) : bytes_(bytes) {
-    if (bytes == 0) return;
-    if constexpr (kKind == MemoryKind::kPinnedHost)
-      EPFUSE_CUDA_CHECK(cudaMallocHost(&ptr_, bytes));
-    else
-      EPFUSE_CUDA_CHECK(cudaMalloc(&ptr_, bytes));
-  }
-  // The same, a failure naming `who` (e.g. "rank 3: ") and the call instead of the source line.
+  explicit CudaBuffer(size_t bytes) : CudaBuffer(bytes, std::string()) {}
+  // The same, a failure naming `who` (e.g. "rank 3: ") and the call.
   CudaBuffer(size_t bytes, std::string who) : bytes_(bytes), who_(std::move(who)) {
     if (bytes == 0) return;
-    const cudaError_t err = kKind == MemoryKind::kPinnedHost ? cudaMallocHost(&ptr_, bytes) : cudaMalloc(&ptr_, bytes);
+    const cudaError_t err = allocate(bytes);
     if (err != cudaSuccess) {
       ptr_ = nullptr;
       bytes_ = 0;
@@ -72,6 +74,10 @@ class CudaBuffer {
   const std::string& who() const { return who_; }
 
  private:
+  cudaError_t allocate(size_t bytes) {
+    if (injected_allocation_failure()) return cudaErrorMemoryAllocation;
+    return kKind == MemoryKind::kPinnedHost ? cudaMallocHost(&ptr_, bytes) : cudaMalloc(&ptr_, bytes);
+  }
   void release() noexcept {
     if (ptr_ == nullptr) return;
     const cudaError_t err = kKind == MemoryKind::kPinnedHost ? cudaFreeHost(ptr_) : cudaFree(ptr_);

@@ -41,6 +41,10 @@ inline constexpr Variable kEnvironment[] = {
     {"CUDA_DEVICE_MAX_CONNECTIONS",
      "CUDA's hardware queues; the fused layer refuses a one-GPU world larger than it (LoopbackWorld sets 32)", "8"},
     {"EPFUSE_TIMEOUT_MS", "the fused kernel's device-side wait bound", "20000"},
+    {"EPFUSE_PDL",
+     "0: the fused kernel (and the decode step's norm) start only after the previous kernel on the stream has "
+     "ended; 1: programmatic dependent launch, their set-up overlaps its tail",
+     "1"},
     {"EPFUSE_PROFILE", "1: rank 0 prints the fused kernel's per-phase profile when timing stops", "off"},
     {"EPFUSE_UNFUSED_GEMM", "the unfused chain's expert GEMMs: grouped, loop or auto", "auto"},
     {"EPFUSE_FAULT", "fault injection for tests: rank=R,kind=K[,call=N][,ms=M] (src/fused/fault.h)", "off"},
@@ -64,11 +68,15 @@ std::optional<std::string> job_id();
 std::optional<std::string> bootstrap_secret();
 // EPFUSE_BOOTSTRAP_BIND_ANY: "1" true; unset, empty or "0" false; anything else Error(kBootstrap).
 bool bootstrap_bind_any();
+// EPFUSE_COLLECTIVE_TIMEOUT_MS in [1, 86400000]; unset: `fallback` (BootstrapOptions' default, 300000).
+long long collective_timeout_ms(long long fallback);
 
 // --- the fused layer.
 // EPFUSE_TIMEOUT_MS: milliseconds in [1, 86400000], 20000 when unset or empty; otherwise
 // Error(kInvalidArgument) "rank R: EPFUSE_TIMEOUT_MS = '<text>' is not a whole number ...".
 uint64_t fused_timeout_ms(int rank);
+// EPFUSE_PDL: "1", empty or unset true, "0" false; anything else Error(kInvalidArgument) naming it.
+bool programmatic_launch();
 // EPFUSE_PROFILE == "1".
 bool profile_print();
 // CUDA_DEVICE_MAX_CONNECTIONS: a positive integer, capped at LoopbackWorld::kMaxConnections; CUDA's

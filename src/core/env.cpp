@@ -80,6 +80,10 @@ bool bootstrap_bind_any() {
   throw Error(ErrorCode::kBootstrap, "EPFUSE_BOOTSTRAP_BIND_ANY='" + *t + "' is neither 0 nor 1");
 }
 
+long long collective_timeout_ms(long long fallback) {
+  return bootstrap_integer("EPFUSE_COLLECTIVE_TIMEOUT_MS", false, fallback, 1, 24LL * 3600 * 1000);
+}
+
 uint64_t fused_timeout_ms(int rank) {
   const std::optional<std::string> t = text("EPFUSE_TIMEOUT_MS");
   if (!t || t->empty()) return kDefaultFusedTimeoutMs;
@@ -90,6 +94,13 @@ uint64_t fused_timeout_ms(int rank) {
     throw Error(ErrorCode::kInvalidArgument, "rank " + std::to_string(rank) + ": EPFUSE_TIMEOUT_MS = '" + *t +
                                                  "' is not a whole number of milliseconds in [1, 86400000]");
   return v;
+}
+
+bool programmatic_launch() {
+  const std::optional<std::string> t = text("EPFUSE_PDL");
+  if (!t || t->empty() || *t == "1") return true;
+  if (*t == "0") return false;
+  throw Error(ErrorCode::kInvalidArgument, "EPFUSE_PDL = '" + *t + "' is neither 0 nor 1");
 }
 
 bool profile_print() { return text("EPFUSE_PROFILE") == std::optional<std::string>("1"); }

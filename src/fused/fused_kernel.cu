@@ -29,6 +29,7 @@
 
 #include "common/check.h"
 #include "common/env.h"
+#include "common/launch.h"
 #include "device/diagnostics/profile.cuh"
 #include "device/diagnostics/trace.cuh"
 #include "device/ffn/expert_ffn.cuh"
@@ -43,6 +44,7 @@
 #include "device/phases/combine.cuh"
 #include "device/phases/dispatch.cuh"
 #include "device/phases/layout.cuh"
+#include "device/ptx/ptx.cuh"
 
 namespace epfuse::fused {
 namespace {
@@ -175,6 +177,16 @@ using RoleTilesOf = std::conditional_t<device::WarpSpecialisedFp8Tile<Gemm>, dev
 template <class Gemm, class Transport>
 __global__ void __launch_bounds__(Gemm::kThreads, 1) fused_moe_kernel(const __grid_constant__ device::FusedParams prm) {
   extern __shared__ __align__(1024) char smem[];
+  // Nothing before this wait reads global memory (launch_fused_kernel, common/launch.h): x, the routing
+  // and y are the previous kernels' (a norm writes x just before), and the control block (the broken
+  // flag, the epoch, the counters) and the symmetric window are the previous call's. The CTA's launch
+  // is what overlaps the previous kernel's tail.
+  device::ptx::grid_dependency_wait();
+  // The next kernel may be launched now: its CTAs take the SMs this grid's CTAs leave (all of this
+  // grid's CTAs are resident once each has issued this) and wait in their own prologue for this grid's
+  // end. Not in the one-GPU mode, where they could take the SMs another rank's kernel of this call
+  // still needs to become resident, and this call waits for that kernel.
+  if constexpr (!std::is_same_v<Transport, device::LoopbackTransport>) device::ptx::launch_dependents();
   // A workspace that failed in an earlier call runs nothing; y gets NaN rather than stale values (a
   // graph replay has no host check in between).
   if (device::workspace_broken(prm)) return device::fill_y_with_nan(prm);
@@ -398,7 +410,7 @@ class LaunchTrace {
 #endif
 
 void launch_fused_kernel(Transport transport, const GemmTileShape& tile, const device::FusedParams& prm, int grid,
-                         cudaStream_t stream) {
+                         bool programmatic, cudaStream_t stream) {
 #ifdef EPFUSE_TRACE
   static LaunchTrace trace;
   const bool traced = trace.before(prm, tile, stream);
@@ -406,8 +418,7 @@ void launch_fused_kernel(Transport transport, const GemmTileShape& tile, const d
   with_shape(tile, [&](auto gemm) {
     const KernelShape ks = fused_kernel_shape(tile, prm.dims);
     with_kernel<decltype(gemm)>(transport, prm.dims.world, [&](auto kernel) {
-      kernel<<<grid, ks.threads, ks.smem_bytes, stream>>>(prm);
-      EPFUSE_CUDA_CHECK_LAUNCH();
+      detail::launch_kernel(kernel, grid, ks.threads, ks.smem_bytes, stream, programmatic, prm);
     });
   });
 #ifdef EPFUSE_TRACE

@@ -23,7 +23,8 @@ int prepare_fused_kernel(Transport transport, const GemmTileShape& tile, const d
 // Ranks of comm that reach each other's windows through LSA (NVLink) pointers.
 int lsa_team_size(ncclComm_t comm);
 // One instantiation per (tile shape, transport): the transport is a compile-time choice in the kernel.
+// programmatic: the launch may overlap the previous kernel's tail (common/launch.h; EPFUSE_PDL).
 void launch_fused_kernel(Transport transport, const GemmTileShape& tile, const device::FusedParams& prm, int grid,
-                         cudaStream_t stream);
+                         bool programmatic, cudaStream_t stream);
 
 }  // namespace epfuse::fused

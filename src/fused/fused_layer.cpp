@@ -1,12 +1,14 @@
 #include "fused/fused_layer.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -22,6 +24,7 @@
 #include "common/env.h"
 #include "common/fp8.h"
 #include "common/overlap.h"
+#include "common/stream_turn.h"
 #include "device/gemm/gemm_maps_wgmma.h"
 #include "device/kernel/kernel_params.h"
 #include "device/protocol/epoch.h"
@@ -33,11 +36,19 @@
 #include "fused/plan.h"
 #include "fused/profile.h"
 #include "fused/tensor_map.h"
+#include "fused/workspace_turn.h"
 #include "weights/block_scales.h"
 #include "weights/fp8_weights.h"
 
 namespace epfuse::fused {
 namespace {
+
+// The turns of the fused workspaces in this process, by workspace_turn_key (workspace_turn.h).
+// Never destroyed: a workspace may outlive static destruction (one leaked at exit by a binding).
+detail::SharedTurns<std::pair<int, uintptr_t>>& workspace_turns() {
+  static auto* turns = new detail::SharedTurns<std::pair<int, uintptr_t>>();
+  return *turns;
+}
 
 // The workspace of the fused layer (epfuse/workspace.h): the symmetric window, the private buffers
 // (control block included) and the cross-stream order of its layers' forwards, laid out for the
@@ -72,6 +83,7 @@ class FusedWorkspace final : public Workspace {
                            "wait for each other's forwards forever");
       }
       timeout_ns_ = env::fused_timeout_ms(comm.rank()) * 1000000ull;
+      programmatic_ = env::programmatic_launch();
       if (std::optional<Fault> f = fault_from_env(); f && f->kind == FaultKind::kFailCreate && f->rank == comm.rank())
         throw Error(ErrorCode::kCuda, who + "EPFUSE_FAULT: fail_create: the workspace's allocation failed (injected)");
     });
@@ -92,7 +104,8 @@ class FusedWorkspace final : public Workspace {
       host_failed_ = detail::PinnedBuffer(sizeof(uint32_t));
       *host_failed_.as<uint32_t>() = 0;
       EPFUSE_CUDA_CHECK(cudaHostGetDevicePointer(&host_failed_device_, host_failed_.as(), 0));
-      EPFUSE_CUDA_CHECK(cudaEventCreateWithFlags(&last_forward_, cudaEventDisableTiming));
+      // Made here, before the device synchronisation, never in a forward (common/stream_turn.h).
+      turn_ = workspace_turns().turn(workspace_turn_key(comm.device(), comm.transport() == Transport::kLoopback, &comm));
       EPFUSE_CUDA_CHECK(cudaDeviceSynchronize());
     });
   }
@@ -110,7 +123,7 @@ class FusedWorkspace final : public Workspace {
       }
     }
     detail::DeviceGuard guard(comm_.device());
-    if (last_forward_ != nullptr) cudaEventDestroy(last_forward_);  // destructor: nothing to report an error to
+    turn_.reset();  // its event, when this was its last workspace
     private_ = detail::DeviceBuffer();  // freed on the communicator's device
   }
 
@@ -119,11 +132,12 @@ class FusedWorkspace final : public Workspace {
   MemoryFootprint memory() const override {
     return {plan_.symmetric_bytes(), plan_.private_bytes() + (pad_stage_ ? pad_stage_->bytes() : 0)};
   }
-  bool failed() const override { return failed_; }
+  bool failed() const override { return failed_.load(); }
 
   // The staging rows of the padded layers on this workspace (padding.h), made by the first of them
   // (inside its creation's agreed step) for the capacity's padded hidden size.
   std::shared_ptr<padding::Stage> pad_stage() {
+    std::lock_guard<std::mutex> lock(state_mutex_);
     if (!pad_stage_) {
       detail::DeviceGuard guard(comm_.device());
       pad_stage_ = std::make_shared<padding::Stage>(capacity_.max_tokens_per_rank, padded(capacity_).hidden);
@@ -131,6 +145,9 @@ class FusedWorkspace final : public Workspace {
     return pad_stage_;
   }
   uint64_t timeout_ms() const { return timeout_ns_ / 1000000ull; }
+  // EPFUSE_PDL, read at creation: the fused kernel's launches may overlap the previous kernel's tail
+  // (launch_fused_kernel).
+  bool programmatic_launch() const { return programmatic_; }
 
   // Sizes compare as the kernel runs them (padded, padding.h), so that a padded layer (3072 for 2880)
   // fits the workspace made for its caller's size.
@@ -181,24 +198,25 @@ class FusedWorkspace final : public Workspace {
     return host_failed_.as() != nullptr && *static_cast<const volatile uint32_t*>(host_failed_.as()) != 0;
   }
 
-  // Around every launch: wait for the previous forward on this workspace (another layer's, maybe on
-  // another stream), then mark this one. Not while `stream` is being captured: the graph orders its
-  // nodes itself, and an event recorded outside the capture cannot be waited for inside it.
-  void before_launch(cudaStream_t stream) {
-    capturing_ = is_capturing(stream);
-    if (!capturing_) EPFUSE_CUDA_CHECK(cudaStreamWaitEvent(stream, last_forward_, 0));
-  }
-  void after_launch(cudaStream_t stream) {
-    if (!capturing_) EPFUSE_CUDA_CHECK(cudaEventRecord(last_forward_, stream));
-  }
+  // A forward's turn on this workspace (stream_turn.h), taken before it reads or writes anything the
+  // workspace's forwards share (host members included) and kept until its launch is enqueued: on
+  // `stream` it waits for the previous forward of any layer on the workspace (or, under NCCL, on its
+  // GPU), on any stream and in any host thread; inside a capture, at every replay.
+  detail::StreamTurn::Held take_turn(cudaStream_t stream) { return turn_->take(stream); }
+  // The same mutex without the stream order, for a layer's host state outside forward.
+  std::unique_lock<std::mutex> hold() { return turn_->hold(); }
 
   // The first error that made the workspace unusable (a layer's bad input or device error), named in
-  // every later forward's refusal.
+  // every later forward's refusal. check_errors sets it without the turn (it synchronises a stream).
   void mark_failed(const std::string& why) {
-    if (!failed_) failed_reason_ = why;
-    failed_ = true;
+    std::lock_guard<std::mutex> lock(state_mutex_);
+    if (!failed_.load()) failed_reason_ = why;
+    failed_.store(true);
   }
-  const std::string& failed_reason() const { return failed_reason_; }
+  std::string failed_reason() const {
+    std::lock_guard<std::mutex> lock(state_mutex_);
+    return failed_reason_;
+  }
   // The next layer's identity (1, 2, ...): layers are created collectively, so every rank numbers the
   // same layer alike (FusedParams::layer_id).
   uint32_t next_layer_id() { return ++layers_created_; }
@@ -213,27 +231,22 @@ class FusedWorkspace final : public Workspace {
   }
 
  private:
-  static bool is_capturing(cudaStream_t stream) {
-    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-    EPFUSE_CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
-    return status != cudaStreamCaptureStatusNone;
-  }
-
   static LayerConfig padded(const LayerConfig& cfg) { return padding::padded_config(cfg, Impl::kFused); }
 
   Communicator& comm_;
   LayerConfig capacity_;  // as the caller gave it; the plan is for its padded sizes
   FusedPlan plan_;
   uint64_t timeout_ns_ = 0;
+  bool programmatic_ = true;
   SymmetricBuffer window_;
   detail::DeviceBuffer private_;
   detail::PinnedBuffer host_failed_;  // FusedParams::host_failed, as the host reads it
   void* host_failed_device_ = nullptr;
-  cudaEvent_t last_forward_ = nullptr;
-  bool capturing_ = false;
-  bool failed_ = false;
+  std::shared_ptr<detail::StreamTurn> turn_;  // workspace_turns(): the order of forwards
+  std::atomic<bool> failed_{false};
+  mutable std::mutex state_mutex_;  // failed_reason_, pad_stage_
   std::string failed_reason_;
-  uint32_t layers_created_ = 0;
+  std::atomic<uint32_t> layers_created_{0};
   std::shared_ptr<padding::Stage> pad_stage_;
 };
 
@@ -319,6 +332,7 @@ class FusedLayer final : public MoeLayer {
 
   // Phase timing = the in-kernel profile (device/diagnostics/profile_record.h): per-phase CTA-time / CTAs.
   void set_phase_timing(bool enabled) override {
+    std::unique_lock<std::mutex> lock = ws_.hold();  // forward reads the flags under the turn
     if (enabled && profile_.get() == nullptr) {
       detail::DeviceGuard guard(ws_.comm().device());
       profile_ = detail::DeviceArray<device::FusedProfile>(1);
@@ -331,11 +345,15 @@ class FusedLayer final : public MoeLayer {
   }
 
   std::optional<PhaseTimes> last_phase_times() override {
+    // Held while the record is read: no later forward can zero it meanwhile.
+    std::unique_lock<std::mutex> lock = ws_.hold();
     if (!profiled_) return std::nullopt;
     detail::DeviceGuard guard(ws_.comm().device());
-    EPFUSE_CUDA_CHECK(cudaStreamSynchronize(profiled_stream_));
+    // On the forward's stream, not the legacy default stream, whose implicit synchronisation could
+    // wait for other ranks' kernels in the one-GPU mode.
     device::FusedProfile rec{};
-    EPFUSE_CUDA_CHECK(cudaMemcpy(&rec, profile_.get(), sizeof rec, cudaMemcpyDeviceToHost));
+    EPFUSE_CUDA_CHECK(cudaMemcpyAsync(&rec, profile_.get(), sizeof rec, cudaMemcpyDeviceToHost, profiled_stream_));
+    EPFUSE_CUDA_CHECK(cudaStreamSynchronize(profiled_stream_));
     const ProfileSummary s = summarize_profile(rec);
     if (!summed_) accumulate_profile(profile_sum_, s);  // once per forward, however often it is asked
     summed_ = true;
@@ -345,6 +363,11 @@ class FusedLayer final : public MoeLayer {
   void forward(const TokenBatch& in, bf16* y, cudaStream_t stream) override {
     Communicator& comm = ws_.comm();
     const std::string who = "rank " + std::to_string(comm.rank()) + ": ";
+    detail::DeviceGuard guard(comm.device());
+    // One forward at a time on the workspace, from its first read of shared state (calls_, the flags,
+    // the profile record) to its launch: a second host thread waits here, and on the device this
+    // forward runs after the previous one on the workspace, whatever its stream (or graph replay).
+    detail::StreamTurn::Held turn = ws_.take_turn(stream);
     const int64_t call = calls_++;
     const bool fault = fault_ && fault_->fires(comm.rank(), call);
     // An earlier call's kernel failed (the device says so without a sync): its error, now, rather than
@@ -387,7 +410,6 @@ class FusedLayer final : public MoeLayer {
       host_status = static_cast<uint32_t>(device::ErrorKind::kBadPointer);
       problem = who + "y overlaps " + input + ": the output must not alias an input; give y its own memory";
     }
-    detail::DeviceGuard guard(comm.device());
     device::FusedParams prm;
     ws_.fill(prm);
     prm.dims = dims_;
@@ -428,10 +450,9 @@ class FusedLayer final : public MoeLayer {
     profiled_ = timing_;
     summed_ = false;
     if (fault && inject_fault(call, prm, in, stream)) return;
-    ws_.before_launch(stream);
-    launch_fused_kernel(comm.transport(), tile, prm, grid_, stream);
+    launch_fused_kernel(comm.transport(), tile, prm, grid_, ws_.programmatic_launch(), stream);
     last_tile_ = tile;
-    ws_.after_launch(stream);
+    turn.done();
     if (host_status != 0) {
       ws_.mark_failed("forward call " + std::to_string(call) + ": " + problem);
       throw Error(ErrorCode::kInvalidArgument, problem + "; the workspace must be re-created");

@@ -125,7 +125,9 @@ class PaddedLayer final : public MoeLayer {
     }
     detail::DeviceGuard guard(comm_.device());
     const int H = cfg_.hidden, Hp = inner_->config().hidden;
-    stage_->before(stream);
+    // Held from the copy into the staging rows to the copy out of them: another padded forward on them,
+    // from another thread or stream, comes after (padding::Stage).
+    detail::StreamTurn::Held turn = stage_->take(stream);
     TokenBatch padded = in;
     if (fp8_x) {
       // Codes [T, Hp] then scales [T, Hp / 128] in the x rows (1 + 1/32 bytes per bf16 pair); the new
@@ -146,7 +148,7 @@ class PaddedLayer final : public MoeLayer {
     }
     inner_->forward(padded, stage_->y(), stream);
     padding::copy_resized(stage_->y(), 1, T, Hp, y, T, H, sizeof(bf16), stream);
-    stage_->after(stream);
+    turn.done();
   }
 
   // Whether y overlaps an input of the caller's sizes (what the wrapped layer refuses, fused_layer.cpp).

@@ -52,23 +52,8 @@ std::vector<uint8_t> pad_block_scales(const void* scales, ScaleFormat format, in
 Stage::Stage(int max_tokens, int hidden)
     : max_tokens_(max_tokens),
       hidden_(hidden),
-      buffer_(2 * static_cast<size_t>(max_tokens) * hidden * sizeof(bf16)) {
-  EPFUSE_CUDA_CHECK(cudaEventCreateWithFlags(&last_, cudaEventDisableTiming));
-}
+      buffer_(2 * static_cast<size_t>(max_tokens) * hidden * sizeof(bf16)) {}
 
-Stage::~Stage() {
-  if (last_ != nullptr) cudaEventDestroy(last_);  // destructor: nothing to report an error to
-}
-
-void Stage::before(cudaStream_t stream) {
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  EPFUSE_CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
-  capturing_ = status != cudaStreamCaptureStatusNone;
-  if (!capturing_) EPFUSE_CUDA_CHECK(cudaStreamWaitEvent(stream, last_, 0));
-}
-
-void Stage::after(cudaStream_t stream) {
-  if (!capturing_) EPFUSE_CUDA_CHECK(cudaEventRecord(last_, stream));
-}
+Stage::~Stage() = default;
 
 }  // namespace epfuse::padding

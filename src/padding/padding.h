@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 
 #include "common/device_buffer.h"
+#include "common/stream_turn.h"
 #include "epfuse/config.h"
 #include "epfuse/layer.h"
 #include "epfuse/types.h"
@@ -45,9 +46,10 @@ void copy_resized(const void* src, int64_t batches, int src_rows, int src_cols, 
                   int elem_bytes, cudaStream_t stream);
 
 // The x and y rows of padded forwards at the padded hidden size, on the current device, shared by the
-// padded layers of one workspace (or owned by one layer). Its forwards take turns through an event,
-// as the fused workspace's do (epfuse/workspace.h): before() waits for the last one, after() marks
-// this one; neither inside a CUDA graph capture, whose own order applies.
+// padded layers of one workspace (or owned by one layer). Its forwards take turns as the fused
+// workspace's do (common/stream_turn.h): take() before the copy into the staging x rows (a second
+// host thread waits there; the stream waits for the last forward's copies, in a capture at every
+// replay), Held::done() after the copy out of the staging y rows.
 class Stage {
  public:
   Stage(int max_tokens, int hidden);
@@ -59,14 +61,12 @@ class Stage {
   bf16* x() { return buffer_.as<bf16>(); }
   bf16* y() { return buffer_.as<bf16>() + static_cast<size_t>(max_tokens_) * hidden_; }
   size_t bytes() const { return buffer_.bytes(); }
-  void before(cudaStream_t stream);
-  void after(cudaStream_t stream);
+  detail::StreamTurn::Held take(cudaStream_t stream) { return turn_.take(stream); }
 
  private:
   int max_tokens_, hidden_;
   detail::DeviceBuffer buffer_;
-  cudaEvent_t last_ = nullptr;
-  bool capturing_ = false;
+  detail::StreamTurn turn_;
 };
 
 }  // namespace epfuse::padding

@@ -5,7 +5,9 @@
 #include <array>
 #include <cstdint>
 #include <cstdio>
+#include <exception>
 #include <limits>
+#include <mutex>
 #include <string>
 
 #include <cublasLt.h>
@@ -104,6 +106,7 @@ class UnfusedLayer final : public MoeLayer {
   cudaEvent_t finished_ = nullptr;
   bool timing_ = false;
   bool timed_ = false;  // the last forward recorded its events
+  std::mutex forward_mutex_;
   std::array<cudaEvent_t, kMarks> events_{};
 };
 
@@ -344,11 +347,16 @@ HostInputError UnfusedLayer::check_inputs(const TokenBatch& in, const bf16* y) c
 //    surfaces on the host in the bounded waits above (this forward's check_errors, the next
 //    forward's counts synchronisation) and otherwise in last_phase_times and the destructor
 //    (cudaEventSynchronize of finished_), which are NOT bounded: after an error from a peer call
-//    Communicator::abort first (as `epfuse run` does), then destroy the layer;
+//    Communicator::abort first (as `epfuse run` does), then destroy the layer. A rank that fails
+//    after the counts exchange (peers already inside the all-to-alls) aborts its communicator itself
+//    (forward below), so it never waits there, and its peers' next bounded wait ends theirs;
 //  - GroupedGemm::run_grouped waits for its previous pointer upload, which is ordered before this
 //    forward's counts synchronisation, so it never waits beyond that.
 // Input errors (host checks, bad expert ids) travel in the counts, so every rank throws and none waits.
 void UnfusedLayer::forward(const TokenBatch& in, bf16* y, cudaStream_t stream) {
+  // One host thread at a time (README "Threads and streams"): its NCCL calls, host members and
+  // buffers are the layer's.
+  std::lock_guard<std::mutex> lock(forward_mutex_);
   timed_ = false;
   // A rank with bad input still takes part in the counts exchange (with no tokens) and reports the
   // error there, so that no peer waits for rows that never come.
@@ -374,48 +382,59 @@ void UnfusedLayer::forward(const TokenBatch& in, bf16* y, cudaStream_t stream) {
   const int32_t* host_recv = host_send + world * words;
   if (const auto message = first_input_error(host_recv, world, words, cfg_))
     throw Error(ErrorCode::kInvalidArgument, *message);  // on every rank alike, before any row moves
-  read_traffic(host_send, host_recv, world, words, plan_.experts_per_rank, traffic_);
-  EPFUSE_REQUIRE(traffic_.total_send <= plan_.max_send_records && traffic_.total_recv <= plan_.max_recv_records &&
-                     traffic_.total_rows <= plan_.max_expert_rows,
-                 ErrorCode::kInternal,
-                 "rank " + std::to_string(rank_) + ": unfused traffic exceeds the plan: send " +
-                     std::to_string(traffic_.total_send) + ", receive " + std::to_string(traffic_.total_recv) +
-                     ", expert rows " + std::to_string(traffic_.total_rows));
-  all_to_all(comm_, send_.as(), traffic_.send_records, recv_.as(), traffic_.recv_records, plan_.record_bytes, stream);
-  mark(kDispatched, stream);
+  // From here every peer is inside this call's record and combine all-to-alls. A rank that fails now
+  // (kInternal, a CUDA error) would leave them waiting on the device for rows that never come, and its
+  // own next collective out of step with theirs: it aborts the communicator instead (an owned one with
+  // ncclCommAbort), so its later calls throw kAborted at once; the peers see the failure at their next
+  // bounded wait (check_errors, the next forward's counts), within the collective timeout.
+  try {
+    read_traffic(host_send, host_recv, world, words, plan_.experts_per_rank, traffic_);
+    EPFUSE_REQUIRE(traffic_.total_send <= plan_.max_send_records && traffic_.total_recv <= plan_.max_recv_records &&
+                       traffic_.total_rows <= plan_.max_expert_rows,
+                   ErrorCode::kInternal,
+                   "rank " + std::to_string(rank_) + ": unfused traffic exceeds the plan: send " +
+                       std::to_string(traffic_.total_send) + ", receive " + std::to_string(traffic_.total_recv) +
+                       ", expert rows " + std::to_string(traffic_.total_rows));
+    all_to_all(comm_, send_.as(), traffic_.send_records, recv_.as(), traffic_.recv_records, plan_.record_bytes,
+               stream);
+    mark(kDispatched, stream);
 
-  // ---- experts --------------------------------------------------------------------------------------
-  const int records = static_cast<int>(traffic_.total_recv);
-  launch_permute(shape_, recv_.as<uint8_t>(), records, recv_counts(), expert_fill(), rows_.as<bf16>(),
-                 row_weight_.as<float>(), token_rows_.as<int32_t>(), stream);
-  const int64_t inter_ld = 2 * int64_t{cfg_.intermediate};
-  const GemmPath gemm_path = select_gemm_path(forced_gemm_path_, traffic_.expert_rows);
-  if (fp8_) {
-    run_fp8_experts(records, stream);
-  } else {
-    gemm_up_.run(cublas_,
-                 {.rows = traffic_.expert_rows, .n = 2 * cfg_.intermediate, .k = cfg_.hidden, .a = rows_.as<bf16>(),
-                  .lda = cfg_.hidden, .w = weights_.w13, .w_expert_stride = inter_ld * cfg_.hidden,
-                  .c = inter_.as<bf16>(), .ldc = inter_ld},
-                 gemm_path, stream);
-    launch_swiglu(shape_, inter_.as<bf16>(), row_weight_.as<float>(), traffic_.total_rows, cfg_.swiglu_clamp, stream);
-    gemm_down_.run(cublas_,
-                   {.rows = traffic_.expert_rows, .n = cfg_.hidden, .k = cfg_.intermediate, .a = inter_.as<bf16>(),
-                    .lda = inter_ld, .w = weights_.w2, .w_expert_stride = int64_t{cfg_.hidden} * cfg_.intermediate,
-                    .c = rows_.as<bf16>(), .ldc = cfg_.hidden},
+    // ---- experts --------------------------------------------------------------------------------------
+    const int records = static_cast<int>(traffic_.total_recv);
+    launch_permute(shape_, recv_.as<uint8_t>(), records, recv_counts(), expert_fill(), rows_.as<bf16>(),
+                   row_weight_.as<float>(), token_rows_.as<int32_t>(), stream);
+    const int64_t inter_ld = 2 * int64_t{cfg_.intermediate};
+    const GemmPath gemm_path = select_gemm_path(forced_gemm_path_, traffic_.expert_rows);
+    if (fp8_) {
+      run_fp8_experts(records, stream);
+    } else {
+      gemm_up_.run(cublas_,
+                   {.rows = traffic_.expert_rows, .n = 2 * cfg_.intermediate, .k = cfg_.hidden, .a = rows_.as<bf16>(),
+                    .lda = cfg_.hidden, .w = weights_.w13, .w_expert_stride = inter_ld * cfg_.hidden,
+                    .c = inter_.as<bf16>(), .ldc = inter_ld},
                    gemm_path, stream);
-  }
-  mark(kComputed, stream);
+      launch_swiglu(shape_, inter_.as<bf16>(), row_weight_.as<float>(), traffic_.total_rows, cfg_.swiglu_clamp, stream);
+      gemm_down_.run(cublas_,
+                     {.rows = traffic_.expert_rows, .n = cfg_.hidden, .k = cfg_.intermediate, .a = inter_.as<bf16>(),
+                      .lda = inter_ld, .w = weights_.w2, .w_expert_stride = int64_t{cfg_.hidden} * cfg_.intermediate,
+                      .c = rows_.as<bf16>(), .ldc = cfg_.hidden},
+                     gemm_path, stream);
+    }
+    mark(kComputed, stream);
 
-  // ---- combine: the rows go back the way the records came, in the same buffers ----------------------
-  launch_pre_reduce(shape_, rows_.as<bf16>(), token_rows_.as<int32_t>(), records, recv_.as<bf16>(), stream);
-  all_to_all(comm_, recv_.as(), traffic_.recv_records, send_.as(), traffic_.send_records,
-             int64_t{cfg_.hidden} * sizeof(bf16), stream);
-  launch_home_reduce(shape_, send_.as<bf16>(), in.topk_idx, send_counts(), send_slot_.as<int32_t>(), tokens, y,
-                     stream);
-  mark(kCombined, stream);
-  EPFUSE_CUDA_CHECK(cudaEventRecord(finished_, stream));
-  timed_ = timing_;
+    // ---- combine: the rows go back the way the records came, in the same buffers ----------------------
+    launch_pre_reduce(shape_, rows_.as<bf16>(), token_rows_.as<int32_t>(), records, recv_.as<bf16>(), stream);
+    all_to_all(comm_, recv_.as(), traffic_.recv_records, send_.as(), traffic_.send_records,
+               int64_t{cfg_.hidden} * sizeof(bf16), stream);
+    launch_home_reduce(shape_, send_.as<bf16>(), in.topk_idx, send_counts(), send_slot_.as<int32_t>(), tokens, y,
+                       stream);
+    mark(kCombined, stream);
+    EPFUSE_CUDA_CHECK(cudaEventRecord(finished_, stream));
+    timed_ = timing_;
+  } catch (const std::exception& e) {
+    comm_obj_.abort(std::string("unfused forward failed after the counts exchange: ") + e.what());
+    throw;
+  }
 }
 
 std::optional<PhaseTimes> UnfusedLayer::last_phase_times() {

@@ -1,12 +1,21 @@
 """One rank of test_gpu_multi.py: started once per GPU with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT
 (as torchrun would), EPFUSE_TEST_COMM (the Workspace's comm= argument). Writes rank<R>.json into the
-directory given as argv[1]: {"rank", "comm_source", "checks": [...], "ok", "error"}."""
+directory given as argv[1]: {"rank", "comm_source", "checks": [...], "ok", "error"}.
+
+With EPFUSE_TEST_KILL=<victim> it runs the peer-death scenario instead (kill_main): every rank makes a
+workspace and a layer and runs verified forwards; then the victim SIGKILLs itself and the others go
+on calling the layer until epfuse raises, then give up as EPFUSE_TEST_GIVE_UP says ("abort":
+Workspace.abort(); "close": Workspace.close(), which must come back within the collective timeout),
+and write {"rank", "error", "error_type", "seconds_to_error", "seconds_to_give_up", "give_up_error",
+"ok"} (the victim writes {"rank", "killed": true} just before it dies)."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
+import time
 import traceback
 from pathlib import Path
 from typing import Any
@@ -84,10 +93,65 @@ def hf_checks(ws_kwargs: dict[str, Any], rank: int) -> list[dict[str, Any]]:
     ]
 
 
+def kill_main(out_dir: Path, rank: int, world: int, victim: int, comm: str) -> int:
+    """The peer-death scenario (module docstring). Leaves with os._exit: the process group's own
+    teardown would wait for the dead rank."""
+    give_up = os.environ.get("EPFUSE_TEST_GIVE_UP", "abort")
+    result: dict[str, Any] = {"rank": rank, "world": world, "victim": victim, "give_up": give_up, "ok": False, "error": None}
+    try:
+        torch.cuda.set_device(rank)
+        dist.init_process_group("nccl", device_id=torch.device("cuda", rank))
+        import epfuse
+        import epfuse.torch as et
+
+        ws = et.Workspace(hidden=H, intermediate=I, num_experts=E, topk=K, max_tokens=MAX_T, comm=comm)
+        result["comm_source"] = ws.comm_source
+        w13, w2 = random_weights(E, H, I, device="cuda", seed=5)
+        per = E // world
+        layer = et.MoELayer(ws, w13[rank * per : (rank + 1) * per], w2[rank * per : (rank + 1) * per], topk=K)
+        x, ids, w = random_inputs(32, H, E, K, device="cuda", seed=rank)
+        for _ in range(3):  # the world works before the death
+            layer(x, ids, w)
+        layer.check_errors()
+        torch.cuda.synchronize()
+        dist.barrier()
+        if rank == victim:
+            (out_dir / f"rank{rank}.json").write_text(json.dumps({"rank": rank, "killed": True}))
+            os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(0.5)  # the victim is gone before the survivors call again
+        start = time.monotonic()
+        try:
+            while time.monotonic() - start < 120:  # the test's bound is far below; never loop forever
+                layer(x, ids, w)
+                layer.check_errors()
+            result["error"] = "no error within 120 s of the victim's death"
+        except epfuse.Error as e:
+            result["seconds_to_error"] = time.monotonic() - start
+            result["error"], result["error_type"] = str(e), type(e).__name__
+        start = time.monotonic()
+        try:
+            if give_up == "abort":
+                ws.abort(f"rank {victim} died")
+            else:
+                ws.close()
+        except epfuse.Error as e:
+            result["give_up_error"], result["give_up_error_type"] = str(e), type(e).__name__
+        result["seconds_to_give_up"] = time.monotonic() - start
+        result["closed"] = ws.closed
+        result["ok"] = result["error"] is not None and "error_type" in result and ws.closed
+    except BaseException as e:  # noqa: BLE001 - reported to the parent test
+        result["error"] = f"{type(e).__name__}: {e}\n{traceback.format_exc()}"
+    (out_dir / f"rank{rank}.json").write_text(json.dumps(result, indent=2))
+    sys.stdout.flush()
+    os._exit(0)
+
+
 def main() -> int:
     out_dir = Path(sys.argv[1])
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     comm = os.environ.get("EPFUSE_TEST_COMM", "auto")
+    if os.environ.get("EPFUSE_TEST_KILL"):
+        return kill_main(out_dir, rank, world, int(os.environ["EPFUSE_TEST_KILL"]), comm)
     result: dict[str, Any] = {"rank": rank, "world": world, "comm": comm, "checks": [], "ok": False, "error": None}
     try:
         torch.cuda.set_device(rank)

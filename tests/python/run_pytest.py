@@ -1,8 +1,9 @@
-"""ctest's entry to the Python package tests: runs pytest with the given arguments.
+"""ctest's entry to the Python package tests: runs pytest with the given arguments, after an optional
+`--min-gpus N` (the run's tests need N GPUs).
 
 Exit status:
-- 77 (the test's SKIP_RETURN_CODE, ctest reports "Skipped") when pytest is not installed or collected
-  no test;
+- 77 (the test's SKIP_RETURN_CODE, ctest reports "Skipped") when pytest is not installed, collected
+  no test, or the machine has fewer GPUs than --min-gpus;
 - 1 on a machine with a GPU where every GPU test (a test using the `cuda` fixture of conftest.py)
   skipped: there a skipped GPU test means the suite did not test what it exists for (torch without
   CUDA, the library not loading, ...), and ctest must not report "Passed". The skip reasons are
@@ -27,29 +28,29 @@ except ImportError:
     sys.exit(77)
 
 
-def gpu_present() -> tuple[bool, str]:
-    """(whether this machine has a GPU the tests should use, how that was decided)."""
+def gpu_count() -> tuple[int, str]:
+    """(how many GPUs this machine has that the tests should use, how that was decided)."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None and visible.strip() in ("", "-1"):
-        return False, f"CUDA_VISIBLE_DEVICES={visible!r} hides every GPU"
+        return 0, f"CUDA_VISIBLE_DEVICES={visible!r} hides every GPU"
     try:
         import torch
 
         if torch.cuda.is_available():
-            return True, f"torch.cuda.is_available() ({torch.cuda.device_count()} devices)"
+            return torch.cuda.device_count(), f"torch.cuda.is_available() ({torch.cuda.device_count()} devices)"
     except Exception:  # noqa: BLE001 - no torch, or a broken one: ask the driver
         pass
     smi = shutil.which("nvidia-smi")
     if smi is None:
-        return False, "torch sees no CUDA device and there is no nvidia-smi"
+        return 0, "torch sees no CUDA device and there is no nvidia-smi"
     try:
         out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.SubprocessError) as e:
-        return False, f"nvidia-smi -L failed ({e})"
+        return 0, f"nvidia-smi -L failed ({e})"
     gpus = [line for line in out.stdout.splitlines() if line.startswith("GPU ")]
     if out.returncode == 0 and gpus:
-        return True, f"nvidia-smi -L lists {len(gpus)} GPU(s)"
-    return False, "nvidia-smi -L lists no GPU"
+        return len(gpus), f"nvidia-smi -L lists {len(gpus)} GPU(s)"
+    return 0, "nvidia-smi -L lists no GPU"
 
 
 def _reason(report: pytest.CollectReport | pytest.TestReport) -> str:
@@ -101,10 +102,16 @@ def verdict(status: int, has_gpu: bool, why: str, tally: GpuTestTally) -> tuple[
 
 
 def main(args: list[str]) -> int:
+    min_gpus = 0
+    if args[:1] == ["--min-gpus"]:
+        min_gpus, args = int(args[1]), args[2:]
+    gpus, why = gpu_count()
+    if gpus < min_gpus:
+        print(f"SKIPPED: these tests need {min_gpus} GPUs, this machine has {gpus} ({why})")
+        return 77
     tally = GpuTestTally()
     status = pytest.main(args, plugins=[tally])
-    has_gpu, why = gpu_present()
-    code, lines = verdict(status, has_gpu, why, tally)
+    code, lines = verdict(status, gpus > 0, why, tally)
     for line in lines:
         print(line)
     return code

@@ -13,7 +13,7 @@ from epfuse import _lib
 
 
 def test_api_version(lib: Any) -> None:
-    assert epfuse.c_api_version() == _lib.C_API_VERSION == 3
+    assert epfuse.c_api_version() == _lib.C_API_VERSION == 4
     assert epfuse.library_path().endswith("libepfuse_c.so")
 
 
@@ -54,6 +54,8 @@ NULL_CALLS: list[tuple[str, Callable[[], tuple[Any, ...]], str]] = [
     ("epfuse_comm_borrow_nccl", lambda: (NULL, NULL), "epfuse_comm_borrow_nccl: out is NULL"),
     ("epfuse_nccl_unique_id", lambda: (NULL, 128), "epfuse_nccl_unique_id: id_out is NULL"),
     ("epfuse_comm_init_rank", lambda: (NULL, 128, 1, 0, 0, _out()), "epfuse_comm_init_rank: id is NULL"),
+    ("epfuse_comm_abort", lambda: (NULL, b"a peer died"), "epfuse_comm_abort: comm is NULL"),
+    ("epfuse_comm_aborted", lambda: (NULL, ctypes.byref(ctypes.c_int())), "epfuse_comm_aborted: comm is NULL"),
 ]
 
 

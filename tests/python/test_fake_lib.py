@@ -30,6 +30,7 @@ class FakeLib:
         self.world, self.rank = world, rank
         self.calls: list[tuple[Any, ...]] = []
         self.live: dict[int, str] = {}
+        self.aborted: set[int] = set()
         self._next = 0x1000
 
     def _new(self, kind: str) -> int:
@@ -49,6 +50,14 @@ class FakeLib:
     def comm_borrow_nccl(self, ptr: int) -> int:
         self.calls.append(("borrow", ptr))
         return self._new("comm")
+
+    def comm_abort(self, comm: int, why: str) -> None:
+        assert self.live[comm] == "comm"
+        self.aborted.add(comm)
+        self.calls.append(("abort", comm, why))
+
+    def comm_aborted(self, comm: int) -> bool:
+        return comm in self.aborted
 
     def comm_rank(self, comm: int) -> int:
         return self.rank
@@ -130,6 +139,8 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeLib]:
         "nccl_unique_id",
         "comm_init_rank",
         "comm_borrow_nccl",
+        "comm_abort",
+        "comm_aborted",
         "comm_rank",
         "comm_world_size",
         "workspace_create",
@@ -343,6 +354,49 @@ def test_close_order_newest_layer_first(fake: FakeLib) -> None:
     ws.close()  # idempotent
     with pytest.raises(epfuse.InvalidArgument, match="the workspace is closed"):
         et.MoELayer(ws, *weights(), topk=K)
+
+
+def test_abort_aborts_the_communicator_then_closes_everything(fake: FakeLib) -> None:
+    fake.world = 2
+    ws = make_ws()
+    layers = [et.MoELayer(ws, *weights(e=E // 2), topk=K) for _ in range(2)]
+    handles = [c for c in fake.live if fake.live[c] == "layer"]
+    ws_handle, comm_handle = ws.handle, next(h for h, k in fake.live.items() if k == "comm")
+    assert not ws.aborted
+    ws.abort("rank 1 died")
+    # The abort comes first, so that every destruction after it is local (no barrier, no finalize).
+    assert fake.calls[-5:] == [
+        ("abort", comm_handle, "rank 1 died"),
+        ("destroy", "layer", handles[1]),
+        ("destroy", "layer", handles[0]),
+        ("destroy", "workspace", ws_handle),
+        ("destroy", "comm", comm_handle),
+    ]
+    assert fake.live == {} and ws.closed and all(layer.closed for layer in layers)
+    assert not ws.aborted  # closed: no communicator left to ask
+    ws.abort("again")  # idempotent
+    ws.close()
+    assert fake.kinds("abort") == [("abort", comm_handle, "rank 1 died")]
+    with pytest.raises(epfuse.InvalidArgument, match="the workspace is closed"):
+        et.MoELayer(ws, *weights(e=E // 2), topk=K)
+
+
+def test_close_raises_the_destroy_error_after_freeing_everything(
+    fake: FakeLib, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ws = make_ws()
+    et.MoELayer(ws, *weights(), topk=K)
+    real_destroy = fake.destroy
+
+    def destroy(kind: str, handle: int) -> None:
+        real_destroy(kind, handle)
+        if kind == "workspace":  # as epfuse_workspace_destroy when the peers never met its barrier
+            raise epfuse.Timeout("epfuse_workspace_destroy: rank 0: the peers never met the destruction's barrier")
+
+    monkeypatch.setattr(_lib, "destroy", destroy)
+    with pytest.raises(epfuse.Timeout, match="never met the destruction's barrier"):
+        ws.close()
+    assert fake.live == {} and ws.closed  # the communicator is destroyed all the same
 
 
 def test_registry_and_garbage_collection(fake: FakeLib) -> None:

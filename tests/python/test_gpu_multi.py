@@ -3,7 +3,8 @@ on a torch.distributed NCCL group, with the group's communicator borrowed ("borr
 borrowed path, Workspace.comm_source says which it took), with epfuse's own from a broadcast
 ncclUniqueId ("unique_id"), and "auto" (either: borrowed where torch exposes the communicator, else the
 broadcast); each rank checks its tokens against the float64 reference, and an HF Qwen3-MoE block
-against transformers. Skipped with fewer GPUs than ranks."""
+against transformers; and a rank killed with SIGKILL mid-run: every other rank raises an error naming
+it and gives up (Workspace.abort() or .close()) in bounded time. Skipped with fewer GPUs than ranks."""
 
 from __future__ import annotations
 
@@ -34,26 +35,32 @@ BORROWED = "borrowed from the process group"
 BROADCAST = "unique_id broadcast over the process group"
 
 
-@pytest.mark.parametrize("comm", ["borrow", "auto", "unique_id"])
-@pytest.mark.parametrize("world", [2, 4])
-def test_multi_rank(record: Any, tmp_path: Path, world: int, comm: str) -> None:
+def _skip_unless_runnable(world: int, comm: str) -> None:
     gpus = torch.cuda.device_count()
     if gpus < world:
         pytest.skip(f"needs {world} GPUs, this machine has {gpus}")
-    import epfuse
-
     if comm == "borrow" and not hasattr(getattr(torch.distributed, "ProcessGroupNCCL", None), "_comm_ptr"):
         pytest.skip(f"torch {torch.__version__} does not expose ProcessGroupNCCL._comm_ptr(): nothing to borrow")
+
+
+def _launch(
+    tmp_path: Path, world: int, extra_env: dict[str, str], timeout_s: int
+) -> tuple[list[subprocess.Popen[str]], list[str]]:
+    """Starts one multi_rank_worker.py per rank as torchrun would (RANK, LOCAL_RANK, WORLD_SIZE,
+    MASTER_ADDR, MASTER_PORT) with `extra_env`, and waits for them (each at most `timeout_s`, then
+    killed): the processes and their outputs."""
+    import epfuse
+
     env = dict(os.environ)
     env.update(
         WORLD_SIZE=str(world),
         MASTER_ADDR="127.0.0.1",
         MASTER_PORT=str(_free_port()),
         EPFUSE_BOOTSTRAP_SECRET=secrets.token_hex(32),  # what `epfuse launch` would give the ranks
-        EPFUSE_TEST_COMM=comm,
         NCCL_NVLS_ENABLE="0",  # epfuse never uses NVLink multicast (README, Requirements)
         EPFUSE_LIB=epfuse.library_path(),
         PYTHONPATH=os.pathsep.join([str(Path(epfuse.__file__).resolve().parents[1]), env.get("PYTHONPATH", "")]),
+        **extra_env,
     )
     procs = [
         subprocess.Popen(
@@ -68,11 +75,19 @@ def test_multi_rank(record: Any, tmp_path: Path, world: int, comm: str) -> None:
     logs = []
     try:
         for p in procs:
-            logs.append(p.communicate(timeout=600)[0])
+            logs.append(p.communicate(timeout=timeout_s)[0])
     finally:
         for p in procs:
             if p.poll() is None:
                 p.kill()
+    return procs, logs
+
+
+@pytest.mark.parametrize("comm", ["borrow", "auto", "unique_id"])
+@pytest.mark.parametrize("world", [2, 4])
+def test_multi_rank(record: Any, tmp_path: Path, world: int, comm: str) -> None:
+    _skip_unless_runnable(world, comm)
+    procs, logs = _launch(tmp_path, world, {"EPFUSE_TEST_COMM": comm}, timeout_s=600)
     results = []
     for r in range(world):
         path = tmp_path / f"rank{r}.json"
@@ -99,3 +114,65 @@ def test_multi_rank(record: Any, tmp_path: Path, world: int, comm: str) -> None:
                 comm=res.get("comm_source"),
                 **c,
             )
+
+
+# The peer-death test's bounds: the kernel's waits (EPFUSE_TIMEOUT_MS) and the host collectives'
+# (EPFUSE_COLLECTIVE_TIMEOUT_MS), short so that the test is quick; each survivor must see its error,
+# and give up, within these plus a margin for process and CUDA overheads.
+KILL_DEVICE_TIMEOUT_MS = 3000
+KILL_COLLECTIVE_TIMEOUT_MS = 10000
+KILL_MARGIN_S = 20.0
+
+
+# A borrowed communicator is given up with abort() only: close() would leave the destruction's barrier
+# kernel waiting on the owner's communicator for the dead rank, which epfuse never aborts, and freeing
+# the workspace's memory then waits for that kernel (README, "Waits epfuse does not bound").
+@pytest.mark.parametrize(("comm", "give_up"), [("borrow", "abort"), ("unique_id", "abort"), ("unique_id", "close")])
+@pytest.mark.parametrize("world", [2, 4])
+def test_killed_rank_every_other_rank_errors_in_bounded_time(
+    record: Any, tmp_path: Path, world: int, comm: str, give_up: str
+) -> None:
+    """One rank (the last) SIGKILLs itself after verified forwards; every other rank's next calls
+    raise an epfuse error naming it within the kernel's timeout, and Workspace.abort() (local) or
+    Workspace.close() (bounded by the collective timeout, raising epfuse.Timeout) lets it exit."""
+    _skip_unless_runnable(world, comm)
+    victim = world - 1
+    extra = {
+        "EPFUSE_TEST_COMM": comm,
+        "EPFUSE_TEST_KILL": str(victim),
+        "EPFUSE_TEST_GIVE_UP": give_up,
+        "EPFUSE_TIMEOUT_MS": str(KILL_DEVICE_TIMEOUT_MS),
+        "EPFUSE_COLLECTIVE_TIMEOUT_MS": str(KILL_COLLECTIVE_TIMEOUT_MS),
+    }
+    # Setup, the death and the give-up: far less than this unless a rank hangs.
+    procs, logs = _launch(tmp_path, world, extra, timeout_s=300)
+    assert procs[victim].returncode == -9, f"the victim exited with {procs[victim].returncode}:\n{logs[victim]}"
+    for r in range(world):
+        path = tmp_path / f"rank{r}.json"
+        assert path.exists(), f"rank {r} wrote no result; its output:\n{logs[r] if r < len(logs) else ''}"
+        res = json.loads(path.read_text())
+        if r == victim:
+            assert res.get("killed"), res
+            continue
+        assert procs[r].returncode == 0, f"rank {r} exited with {procs[r].returncode}:\n{logs[r]}"
+        assert res["ok"], f"rank {r}: {json.dumps(res, indent=1)}\n{logs[r]}"
+        assert f"rank {victim}" in res["error"], f"rank {r}'s error does not name rank {victim}: {res['error']}"
+        assert res["seconds_to_error"] < KILL_DEVICE_TIMEOUT_MS / 1000 + KILL_MARGIN_S, res
+        if give_up == "abort":
+            assert "give_up_error" not in res, res  # aborted: every destruction is local
+            assert res["seconds_to_give_up"] < KILL_MARGIN_S, res
+        else:
+            # The workspace's destruction waits for its peers in a barrier bounded by the collective
+            # timeout, then aborts the communicator and says so.
+            assert res.get("give_up_error_type") == "Timeout", res
+            assert "never met the destruction's barrier" in res["give_up_error"], res
+            assert res["seconds_to_give_up"] < KILL_COLLECTIVE_TIMEOUT_MS / 1000 + KILL_MARGIN_S, res
+        record(
+            check=f"world{world}_killed_rank_{give_up}",
+            model="random",
+            rank=r,
+            comm=res.get("comm_source"),
+            error=res["error_type"],
+            seconds_to_error=res["seconds_to_error"],
+            seconds_to_give_up=res["seconds_to_give_up"],
+        )

@@ -202,6 +202,49 @@ def test_two_layers_of_different_shapes_take_turns(record: Any) -> None:
     )
 
 
+def test_threads_share_a_workspace(ws: Any, record: Any) -> None:
+    """Four Python threads call one layer at once, each on a CUDA stream of its own (README "Threads and
+    streams"): the workspace's turn orders their kernels, and every call matches the reference."""
+    import threading
+
+    import torch
+
+    layer, w13, w2 = make_layer(ws, seed=11)
+    failures: list[str] = []
+    worst: list[float] = []
+    start = threading.Barrier(4)
+
+    def work(t: int) -> None:
+        try:
+            with torch.cuda.stream(torch.cuda.Stream()):
+                start.wait()
+                for call in range(20):
+                    T = 1 + (t * 53 + call * 29) % MAX_T
+                    x, ids, w = random_inputs(T, H, E, K, device="cuda", seed=1000 * t + call)
+                    y = layer(x, ids, w)
+                    layer.check_errors()  # synchronises this thread's stream
+                    err = assert_close_to_reference(y, reference(x, ids, w, w13, w2), f"thread {t} call {call}")
+                    worst.append(err["frob_rel_err"])
+        except Exception as e:  # reported below: an exception in a thread would not fail the test
+            failures.append(f"thread {t}: {e!r}")
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not failures, failures
+    assert len(worst) == 80
+    record(
+        check="threads_share_a_workspace",
+        model="random",
+        shape=[H, I, E, K],
+        calls=80,
+        frob_rel_err=max(worst),
+        verified=True,
+    )
+
+
 def test_torch_compile_fullgraph_matches_the_reference(ws: Any, record: Any) -> None:
     """A block (norm, the op, a residual) compiled with fullgraph=True and run eagerly: each against the
     float64 reference of the block (not only against each other, which a wrong op in both would pass)."""

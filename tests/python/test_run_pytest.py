@@ -1,7 +1,8 @@
 """run_pytest.py, ctest's entry to this suite, on small suites of its own in a temporary directory: a
 run whose GPU tests all skip fails on a machine with a GPU (a fake `nvidia-smi -L` that lists one
 stands for it here) and passes, saying so, where every GPU is hidden; a run with a GPU test that ran
-passes; an empty suite is "Skipped" (77). No GPU needed."""
+passes; an empty suite, or one run with --min-gpus above the machine's GPUs, is "Skipped" (77). No GPU
+needed."""
 
 from __future__ import annotations
 
@@ -30,7 +31,9 @@ GPU_TEST = "import pytest\n\npytestmark = pytest.mark.usefixtures('cuda')\n\ndef
 GPU_MODULE_SKIPPED = "import pytest\n\npytest.importorskip('epfuse_no_such_module', reason='torch is not installed')\n\ndef test_gpu():\n    pass\n"
 
 
-def run(tmp_path: Path, files: dict[str, str], *, smi: bool, **env: str) -> subprocess.CompletedProcess[str]:
+def run(
+    tmp_path: Path, files: dict[str, str], *, smi: bool, runner_args: tuple[str, ...] = (), **env: str
+) -> subprocess.CompletedProcess[str]:
     suite = tmp_path / "suite"
     suite.mkdir()
     for name, text in files.items():
@@ -44,7 +47,7 @@ def run(tmp_path: Path, files: dict[str, str], *, smi: bool, **env: str) -> subp
     environ = {k: v for k, v in os.environ.items() if k not in ("CUDA_VISIBLE_DEVICES", "FAKE_CUDA_RUNS")}
     environ.update(PATH=str(bin_dir), **env)
     return subprocess.run(
-        [sys.executable, str(RUNNER), str(suite), "-q", "-rs", "-p", "no:cacheprovider", "--rootdir", str(suite)],
+        [sys.executable, str(RUNNER), *runner_args, str(suite), "-q", "-rs", "-p", "no:cacheprovider", "--rootdir", str(suite)],
         capture_output=True,
         text=True,
         env=environ,
@@ -90,3 +93,12 @@ def test_no_test_collected_is_skipped(tmp_path: Path) -> None:
     out = run(tmp_path, {"conftest.py": CONFTEST}, smi=False, CUDA_VISIBLE_DEVICES="")
     assert out.returncode == 77, out.stdout + out.stderr
     assert "SKIPPED: pytest collected no test" in out.stdout
+
+
+def test_fewer_gpus_than_min_gpus_is_skipped(tmp_path: Path) -> None:
+    # The fake nvidia-smi lists one GPU; where torch sees GPUs (a GPU machine) the count is torch's.
+    out = run(
+        tmp_path, {"conftest.py": CONFTEST, "test_gpu_a.py": GPU_TEST}, smi=True, runner_args=("--min-gpus", "2")
+    )
+    assert out.returncode == 77, out.stdout + out.stderr
+    assert "SKIPPED: these tests need 2 GPUs, this machine has 1 (" in out.stdout

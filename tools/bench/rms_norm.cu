@@ -3,6 +3,9 @@
 #include <cuda_bf16.h>
 
 #include "common/check.h"
+#include "common/env.h"
+#include "common/launch.h"
+#include "device/ptx/ptx.cuh"
 #include "epfuse/error.h"
 
 namespace epfuse::bench {
@@ -10,9 +13,13 @@ namespace {
 
 constexpr int kThreads = 256;
 
-// One CTA per row: 16-byte loads of 8 values, a block-wide sum of squares, then the scaled row.
+// One CTA per row: 16-byte loads of 8 values, a block-wide sum of squares, then the scaled row. Launched
+// as the fused layers are (common/launch.h): it may start under the layer's tail and reads y only after
+// the layer has ended; the next layer may start under its own tail in turn.
 __global__ void __launch_bounds__(kThreads) rms_norm_kernel(const uint4* __restrict__ y, uint4* __restrict__ x,
                                                             int vecs_per_row, float inv_h, float eps) {
+  device::ptx::grid_dependency_wait();
+  device::ptx::launch_dependents();
   const uint4* in = y + static_cast<size_t>(blockIdx.x) * vecs_per_row;
   uint4* out = x + static_cast<size_t>(blockIdx.x) * vecs_per_row;
   float sq = 0.0f;
@@ -54,9 +61,9 @@ void rms_norm(const bf16* y, bf16* x, int rows, int H, float eps, cudaStream_t s
   if (rows == 0) return;
   EPFUSE_REQUIRE(reinterpret_cast<uintptr_t>(y) % 16 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0,
                  ErrorCode::kInvalidArgument, "rms_norm: y and x must be 16-byte aligned");
-  rms_norm_kernel<<<rows, kThreads, 0, stream>>>(reinterpret_cast<const uint4*>(y), reinterpret_cast<uint4*>(x),
-                                                 H / 8, 1.0f / static_cast<float>(H), eps);
-  EPFUSE_CUDA_CHECK_LAUNCH();
+  static const bool programmatic = env::programmatic_launch();
+  detail::launch_kernel(rms_norm_kernel, rows, kThreads, 0, stream, programmatic, reinterpret_cast<const uint4*>(y),
+                        reinterpret_cast<uint4*>(x), H / 8, 1.0f / static_cast<float>(H), eps);
 }
 
 }  // namespace epfuse::bench

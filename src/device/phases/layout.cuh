@@ -105,12 +105,35 @@ __device__ void publish_task(const FusedContext<Transport>& c, int layout_tasks)
   if (threadIdx.x == 0 && status != 0) raise_abort(c.ctl);
 }
 
+// plan_prefixes' scan (task_map.h) by the 32 lanes of one warp, each call from all of them: 32
+// elements a step, each step's sums by shuffles, carried into the next; the same sums as SerialScan.
+struct WarpScan {
+  int lane;
+  template <class Load, class Store>
+  __device__ int operator()(int n, Load&& load, Store&& store) const {
+    int carry = 0;
+    for (int base = 0; base < n; base += 32) {
+      const int i = base + lane;
+      const int v = i < n ? load(i) : 0;
+      int inclusive = v;
+#pragma unroll
+      for (int d = 1; d < 32; d *= 2) {
+        const int below = __shfl_up_sync(~0u, inclusive, d);
+        if (lane >= d) inclusive += below;
+      }
+      if (i < n) store(i, carry + inclusive - v);
+      carry += __shfl_sync(~0u, inclusive, 31);
+    }
+    return carry;
+  }
+};
+
 // Task: wait for every sender's counts, check their input status, build the expert plan (rows per
 // expert, m-blocks of block_m rows, where each expert row sits), the GEMM schedule and the arrival
 // targets; then publish plan_epoch.
 // The plan is built in shared memory when it fits (collect_scratch_ints within the `scratch_bytes` the
 // tile leaves free before the GEMM phase): the whole CTA reads the counts and arrival bases in, runs
-// plan_expert one expert per thread, thread 0 the prefix sums and the schedule (serial by nature), and
+// plan_expert one expert per thread, warp 0 the prefix sums (scans), the schedule and the targets, and
 // the whole CTA copies the plan out before the release. Thread 0 alone on global memory took 40 us for
 // 64 experts (docs/performance.md#start-up-layout-publish-collect).
 EPFUSE_HD size_t collect_scratch_ints(const FusedDims& d) {
@@ -168,17 +191,22 @@ __device__ void collect_task(const FusedContext<Transport>& c, int block_m, int 
   uint32_t* bases = in_smem ? bases_smem : c.arrival_base;
   for (int e = threadIdx.x; e < L; e += blockDim.x) plan_expert(counts, count_stride, W, e, block_m, p);
   __syncthreads();
-  if (threadIdx.x == 0) {
-    const int mblocks = plan_prefixes(counts, count_stride, W, L, p);
-    // target is filled below: until then it is the schedule's scratch.
-    build_gemm_schedule(p, L, nblocks1, nblocks2, schedule_lag(W, static_cast<int>(gridDim.x)),
-                        reinterpret_cast<int*>(p.target));
-    for (int e = 0; e < L; ++e) {
-      const uint32_t target = bases[e] + static_cast<uint32_t>(p.rows[e]);
-      p.target[e] = target;
-      bases[e] = target;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  if (threadIdx.x < 32) {
+    // Warp 0: the prefixes as scans, then the schedule and the targets expert by expert (lane by lane);
+    // the lagged schedule of worlds > 1 is one pass (task_map.h build_gemm_schedule), on lane 0.
+    const int mblocks = plan_prefixes(counts, count_stride, W, L, p, WarpScan{lane});
+    __syncwarp();
+    const int lag = schedule_lag(W, static_cast<int>(gridDim.x));
+    if (lag == kLinear1First) {
+      for (int e = lane; e < L; e += 32) linear1_first_segments(p, L, nblocks1, nblocks2, e);
+    } else if (lane == 0) {
+      // target is filled below: until then it is the schedule's scratch.
+      build_gemm_schedule(p, L, nblocks1, nblocks2, lag, reinterpret_cast<int*>(p.target));
     }
-    c.ctl->mblocks = static_cast<uint32_t>(mblocks);
+    __syncwarp();
+    for (int e = lane; e < L; e += 32) plan_target(p, bases, e);
+    if (lane == 0) c.ctl->mblocks = static_cast<uint32_t>(mblocks);
   }
   if (in_smem) {
     __syncthreads();

@@ -118,15 +118,27 @@ EPFUSE_HD ExpertPlan plan_view(int* ints, int world, int local_experts) {
   return p;
 }
 
-// Exclusive prefix sum of n counts into out (out may not alias counts); returns the total. Senders use
-// it over their pair tickets and receivers over the count messages: one definition of entry offsets.
-EPFUSE_HD int exclusive_prefix(const uint32_t* counts, int n, int* out) {
-  int sum = 0;
-  for (int i = 0; i < n; ++i) {
-    out[i] = sum;
-    sum += static_cast<int>(counts[i]);
+// An exclusive scan by one thread: store(i, sum of load(j) for j < i) for i < n, each element loaded
+// before its sum is stored; returns the sum of all n. The collect task's warp computes the same sums
+// 32 elements a step (layout.cuh WarpScan).
+struct SerialScan {
+  template <class Load, class Store>
+  EPFUSE_HD int operator()(int n, Load&& load, Store&& store) const {
+    int sum = 0;
+    for (int i = 0; i < n; ++i) {
+      const int v = load(i);
+      store(i, sum);
+      sum += v;
+    }
+    return sum;
   }
-  return sum;
+};
+
+// Exclusive prefix sum of n counts into out (out may not alias counts); returns the total. Senders use
+// it over their pair tickets and receivers (plan_prefixes) the same scan over the count messages: one
+// definition of entry offsets.
+EPFUSE_HD int exclusive_prefix(const uint32_t* counts, int n, int* out) {
+  return SerialScan{}(n, [&](int i) { return static_cast<int>(counts[i]); }, [&](int i, int v) { out[i] = v; });
 }
 
 EPFUSE_HD int mblocks_of(int rows, int block_m) { return (rows + block_m - 1) / block_m; }
@@ -150,20 +162,30 @@ EPFUSE_HD void plan_expert(const uint32_t* counts, int count_stride, int world, 
   p.mb_start[e] = mblocks_of(rows, block_m);
 }
 // Step 2, once step 1 ran for every expert: the prefix sums over experts (entry_off, pair_off,
-// mb_start). Returns the m-block count.
-EPFUSE_HD int plan_prefixes(const uint32_t* counts, int count_stride, int world, int local_experts, const ExpertPlan& p) {
-  for (int s = 0; s < world; ++s)
-    exclusive_prefix(counts + s * count_stride, local_experts, p.entry_off + s * local_experts);
-  int pairs = 0, mblocks = 0;
-  for (int e = 0; e < local_experts; ++e) {
-    const int rows = p.rows[e], mb = p.mb_start[e];
-    p.pair_off[e] = pairs;
-    p.mb_start[e] = mblocks;
-    pairs += rows;
-    mblocks += mb;
+// mb_start), each one exclusive scan. scan(n, load, store) calls store(i, sum of load(j) for j < i)
+// for every i < n and returns the sum of all n; it may store element i once it has loaded element i,
+// never before (mb_start is scanned in place). The collect task's warp scans 32 experts a step
+// (layout.cuh WarpScan): the serial steps took its thread 0 microseconds on the way to the
+// first tile (docs/performance.md#where-a-t--1-call-goes-2026-11-28-the-timeline). Every thread of the
+// scan stores mb_start[local_experts] (the same value). Returns the m-block count.
+#ifdef __CUDACC__
+#pragma nv_exec_check_disable
+#endif
+template <class Scan>
+EPFUSE_HD int plan_prefixes(const uint32_t* counts, int count_stride, int world, int local_experts, const ExpertPlan& p,
+                            Scan&& scan) {
+  for (int s = 0; s < world; ++s) {
+    const uint32_t* from = counts + s * count_stride;
+    int* to = p.entry_off + s * local_experts;
+    scan(local_experts, [&](int e) { return static_cast<int>(from[e]); }, [&](int e, int v) { to[e] = v; });
   }
+  scan(local_experts, [&](int e) { return p.rows[e]; }, [&](int e, int v) { p.pair_off[e] = v; });
+  const int mblocks = scan(local_experts, [&](int e) { return p.mb_start[e]; }, [&](int e, int v) { p.mb_start[e] = v; });
   p.mb_start[local_experts] = mblocks;
   return mblocks;
+}
+EPFUSE_HD int plan_prefixes(const uint32_t* counts, int count_stride, int world, int local_experts, const ExpertPlan& p) {
+  return plan_prefixes(counts, count_stride, world, local_experts, p, SerialScan{});
 }
 // Both steps. Fills everything but target; returns the m-block count.
 EPFUSE_HD int build_expert_plan(const uint32_t* counts, int count_stride, int world, int local_experts, int block_m,
@@ -175,6 +197,14 @@ EPFUSE_HD int build_expert_plan(const uint32_t* counts, int count_stride, int wo
 EPFUSE_HD int build_expert_plan(const uint32_t* counts, int world, int local_experts, int block_m,
                                 const ExpertPlan& p) {
   return build_expert_plan(counts, local_experts, world, local_experts, block_m, p);
+}
+
+// Expert e's arrival target, once rows[e] is known: bases[e] (the arrivals counted before this call)
+// plus its rows; bases[e] advances to it for the next call.
+EPFUSE_HD void plan_target(const ExpertPlan& p, uint32_t* bases, int e) {
+  const uint32_t target = bases[e] + static_cast<uint32_t>(p.rows[e]);
+  p.target[e] = target;
+  bases[e] = target;
 }
 
 // Where expert row r of expert e (r < rows[e]) was written: sender and entry index in its region.

@@ -140,4 +140,14 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
+// ---- programmatic dependent launch (common/launch.h) ----
+// Until the grid this launch depends on has completed and its memory operations are visible; returns at
+// once when the launch had no programmatic dependency. Everything a kernel reads that an earlier kernel
+// may write comes after it.
+__device__ __forceinline__ void grid_dependency_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+// This CTA lets the next kernel on the stream be launched (its CTAs run up to their own
+// grid_dependency_wait) once every CTA of this grid has issued it or exited. Orders nothing: the next
+// kernel's wait is still for this grid's completion.
+__device__ __forceinline__ void launch_dependents() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
+
 }  // namespace epfuse::device::ptx

@@ -589,3 +589,25 @@ TEST(BootstrapOptions, ValidateNamesTheField) {
 }
 
 }  // namespace
+
+// Communicator::init_rank checks its arguments before touching CUDA or NCCL (no GPU needed).
+TEST(InitRank, OutOfRangeArgumentsAreInvalid) {
+  const ncclUniqueId id{};
+  struct Case {
+    int world, rank, device;
+    long long timeout_ms;
+  };
+  for (const Case c : {Case{0, 0, 0, 1000}, Case{2, 2, 0, 1000}, Case{2, -1, 0, 1000}, Case{2, 0, -1, 1000},
+                       Case{2, 0, 0, 0}}) {
+    try {
+      (void)epfuse::Communicator::init_rank(id, c.world, c.rank, c.device, std::chrono::milliseconds(c.timeout_ms));
+      ADD_FAILURE() << "no error for world " << c.world << " rank " << c.rank;
+    } catch (const epfuse::Error& e) {
+      EXPECT_EQ(e.code(), epfuse::ErrorCode::kInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find("Communicator::init_rank: rank " + std::to_string(c.rank) + " of world " +
+                                           std::to_string(c.world)),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}

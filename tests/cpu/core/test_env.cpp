@@ -104,6 +104,22 @@ TEST(Env, Parsers) {
   ::unsetenv("EPFUSE_TRACE_LAUNCH");
   EXPECT_EQ(env::trace_launch(), 20);
 
+  ::unsetenv("EPFUSE_PDL");
+  EXPECT_TRUE(env::programmatic_launch());
+  ::setenv("EPFUSE_PDL", "0", 1);
+  EXPECT_FALSE(env::programmatic_launch());
+  ::setenv("EPFUSE_PDL", "1", 1);
+  EXPECT_TRUE(env::programmatic_launch());
+  ::setenv("EPFUSE_PDL", "off", 1);
+  try {
+    env::programmatic_launch();
+    ADD_FAILURE() << "EPFUSE_PDL=off accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_EQ(std::string(e.what()), "EPFUSE_PDL = 'off' is neither 0 nor 1");
+  }
+  ::unsetenv("EPFUSE_PDL");
+
   ::setenv("EPFUSE_JOB_ID", "a", 1);
   ::setenv("TORCHELASTIC_RUN_ID", "b", 1);
   EXPECT_EQ(env::job_id(), std::optional<std::string>("a"));

@@ -415,6 +415,112 @@ TEST(FusedPlan, MblockBoundHolds) {
   }
 }
 
+// The collect task's construction (layout.cuh): plan_expert one expert per thread, plan_prefixes over
+// a warp's scan (32 lanes a step: each step's values loaded, summed by the lanes' doubling rounds, then
+// stored, carried into the next), then the world-1 schedule (linear1_first_segments) and the targets
+// one expert per lane, or the lagged schedule of worlds > 1 on one lane. Here the experts go in a
+// random order; the plan must equal, int for int, that of one thread in expert order (the prefixes as
+// plan_prefixes computed them before the scans, spelled out below), over random counts at worlds 1-8,
+// 1-300 local experts, count strides past L and empty experts.
+struct LaneStepScan {  // WarpScan's arithmetic (layout.cuh), lane by lane
+  template <class Load, class Store>
+  int operator()(int n, Load&& load, Store&& store) const {
+    int carry = 0;
+    for (int base = 0; base < n; base += 32) {
+      int v[32], inclusive[32];
+      for (int lane = 0; lane < 32; ++lane) inclusive[lane] = v[lane] = base + lane < n ? load(base + lane) : 0;
+      for (int d = 1; d < 32; d *= 2) {
+        int below[32];
+        for (int lane = 0; lane < 32; ++lane) below[lane] = inclusive[(lane - d + 32) % 32];
+        for (int lane = d; lane < 32; ++lane) inclusive[lane] += below[lane];
+      }
+      for (int lane = 0; lane < 32 && base + lane < n; ++lane) store(base + lane, carry + inclusive[lane] - v[lane]);
+      carry += inclusive[31];
+    }
+    return carry;
+  }
+};
+
+TEST(FusedPlan, WarpConstructionIsTheOneThreadPlan) {
+  std::mt19937 rng(4242);
+  int checked = 0;
+  for (int world : {1, 2, 4, 8}) {
+    for (int L : {1, 3, 31, 32, 33, 64, 100, 300}) {
+      for (int trial = 0; trial < 12; ++trial) {
+        const FusedDims d{world, 128, 128, L * world, 8, 1 << 12};
+        const int stride = L + static_cast<int>(rng() % 3);
+        const int block_m = trial % 3 == 0 ? 64 : 128;
+        std::vector<uint32_t> counts(static_cast<size_t>(world) * stride, 0xdeadu);  // past L: never read
+        for (int s = 0; s < world; ++s)
+          for (int e = 0; e < L; ++e)
+            counts[s * stride + e] = rng() % 4 == 0 ? 0 : trial % 2 ? rng() % 3 : rng() % 300;
+        std::vector<uint32_t> bases0(L);
+        for (uint32_t& b : bases0) b = static_cast<uint32_t>(rng());
+        const int nb1 = 1 + static_cast<int>(rng() % 8), nb2 = 1 + static_cast<int>(rng() % 8);
+        const int lag = world == 1 ? schedule_lag(1, 132) : schedule_lag(world, 1 + static_cast<int>(rng() % 200));
+
+        // One thread, expert order (the collect task before the warp).
+        PlanStore one(d);
+        std::vector<uint32_t> bases1 = bases0;
+        for (int e = 0; e < L; ++e) plan_expert(counts.data(), stride, world, e, block_m, one.plan);
+        for (int s = 0; s < world; ++s) {
+          int sum = 0;
+          for (int e = 0; e < L; ++e) {
+            one.plan.entry_off[s * L + e] = sum;
+            sum += static_cast<int>(counts[s * stride + e]);
+          }
+        }
+        int pairs = 0, mb1 = 0;
+        for (int e = 0; e < L; ++e) {
+          const int rows = one.plan.rows[e], mb = one.plan.mb_start[e];
+          one.plan.pair_off[e] = pairs;
+          one.plan.mb_start[e] = mb1;
+          pairs += rows;
+          mb1 += mb;
+        }
+        one.plan.mb_start[L] = mb1;
+        std::vector<int> l1_end(L);
+        const int total1 = build_gemm_schedule(one.plan, L, nb1, nb2, lag, l1_end.data());
+        for (int e = 0; e < L; ++e) {
+          one.plan.target[e] = bases1[e] + static_cast<uint32_t>(one.plan.rows[e]);
+          bases1[e] = one.plan.target[e];
+        }
+
+        // The warp's construction, experts in a random order.
+        PlanStore warp(d);
+        std::vector<uint32_t> bases2 = bases0;
+        std::vector<int> order(L);
+        for (int e = 0; e < L; ++e) order[e] = e;
+        std::shuffle(order.begin(), order.end(), rng);
+        for (int e : order) plan_expert(counts.data(), stride, world, e, block_m, warp.plan);
+        const int mb2 = plan_prefixes(counts.data(), stride, world, L, warp.plan, LaneStepScan{});
+        ASSERT_EQ(mb2, mb1);
+        std::shuffle(order.begin(), order.end(), rng);
+        int total2 = 0;
+        if (lag == kLinear1First) {
+          for (int e : order) linear1_first_segments(warp.plan, L, nb1, nb2, e);
+          total2 = warp.plan.seg_start[*warp.plan.segments];
+        } else {
+          total2 = build_gemm_schedule(warp.plan, L, nb1, nb2, lag, reinterpret_cast<int*>(warp.plan.target));
+        }
+        ASSERT_EQ(total2, total1);
+        for (int e : order) plan_target(warp.plan, bases2.data(), e);
+
+        ASSERT_EQ(warp.ints, one.ints) << "world " << world << ", L " << L << ", trial " << trial;
+        ASSERT_EQ(bases2, bases1);
+        // The one-thread path of the library (SerialScan) is the same plan too.
+        PlanStore lib(d);
+        ASSERT_EQ(build_expert_plan(counts.data(), stride, world, L, block_m, lib.plan), mb1);
+        for (int i = 0; i < L + 1; ++i) ASSERT_EQ(lib.plan.mb_start[i], one.plan.mb_start[i]);
+        for (int i = 0; i < world * L; ++i) ASSERT_EQ(lib.plan.entry_off[i], one.plan.entry_off[i]);
+        for (int i = 0; i < L; ++i) ASSERT_EQ(lib.plan.pair_off[i], one.plan.pair_off[i]);
+        ++checked;
+      }
+    }
+  }
+  EXPECT_EQ(checked, 4 * 8 * 12);
+}
+
 // ---- regions of the symmetric window and the private workspace ----
 TEST(FusedRegions, RegionsAreDisjointAlignedAndInBounds) {
   for (int world : {1, 2, 4, 8}) {

@@ -29,6 +29,22 @@ inline LayerConfig small_layer_config(int intermediate, float clamp) {
   return cfg;
 }
 
+// Two layers of different shapes for one workspace: a = small_layer_config(256), b with H 128, I 384,
+// top-2, and the capacity that holds both.
+struct TwoLayerShapes {
+  LayerConfig a, b, capacity;
+};
+inline TwoLayerShapes two_layer_shapes() {
+  TwoLayerShapes s{small_layer_config(256, 0.0f), {}, {}};
+  s.b = s.a;
+  s.b.hidden = 128;
+  s.b.intermediate = 384;
+  s.b.topk = 2;
+  s.capacity = s.a;
+  s.capacity.intermediate = 384;
+  return s;
+}
+
 // A device buffer between two guard bands of kGuardBytes filled with kGuardByte, to catch a layer
 // writing outside its caller's buffers (the fault-injection tests check them).
 class GuardedBuffer {

@@ -11,10 +11,12 @@
 // workspace) the next call matches the reference. `exit` (a process that dies mid-call) is the CLI's
 // test (run_fused_fault_* in tests/gpu/run/run_matrix.cmake): it ends the whole test process.
 // Creation: fail_create on one rank, and (one process per GPU) a bad EPFUSE_TIMEOUT_MS on one rank,
-// fail every rank's creation alike (agree_on_step) instead of leaving the others in a collective.
+// fail every rank's creation alike (agree_on_step) instead of leaving the others in a collective; so
+// does an out-of-memory at any allocation of a creation (detail::fail_allocation), leaking nothing.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -242,6 +244,100 @@ TEST(Faults, CreationFailureOnOneRankFailsEveryRank) {
     testing::LayerRank r(Impl::kFused, testing::small_layer_config(256, 0.0f));
     r.expect_matches_reference(r.tokens(20, Routing::kUniform, 1600), "created after a failed creation");
   });
+}
+
+// Out of memory at creation: one rank's n-th allocation fails (detail::fail_allocation), for every n
+// from the first allocation of a workspace and three layers on it and beside it (the window, the
+// private buffers, a padded layer's weight copies and staging rows, shared and owned), and (NCCL) of
+// an unfused layer and a padded one, to past the last.
+// Every rank's creation fails alike, naming "out of memory", or (past the last) every rank's succeeds;
+// the device memory after each failed creation equals what it was before (nothing leaked), and a
+// layer made afterwards matches the reference. Rank 0 and the last rank fail in turn: in the one-GPU
+// mode rank 0 allocates the world's window. Rank 0 measures the one GPU between barriers.
+EPFUSE_RANK_TEST(Faults, OutOfMemoryAtCreationLeaksNothing) {
+  Communicator& comm = testing::comm();
+  const int rank = comm.rank(), world = comm.world_size();
+  const std::string me = "rank " + std::to_string(rank) + ": ";
+  const LayerConfig cfg = testing::small_layer_config(256, 0.0f);
+  LayerConfig odd = cfg;  // padded to hidden 256, intermediate 256 (padding.h): fits the workspace
+  odd.hidden = 192;
+  odd.intermediate = 192;
+  const int local = cfg.experts_per_rank(world);
+  detail::DeviceBuffer w13(size_t(local) * 2 * cfg.intermediate * cfg.hidden * sizeof(bf16));
+  detail::DeviceBuffer w2(size_t(local) * cfg.hidden * cfg.intermediate * sizeof(bf16));
+  EPFUSE_CUDA_CHECK(cudaMemset(w13.as(), 0, w13.bytes()));
+  EPFUSE_CUDA_CHECK(cudaMemset(w2.as(), 0, w2.bytes()));
+  const ExpertWeights weights{w13.as<bf16>(), w2.as<bf16>()};  // large enough for both shapes
+  const bool measures = rank == 0 || !testing::one_gpu();
+  auto device_free = [&] {
+    size_t free = 0, total = 0;
+    EPFUSE_CUDA_CHECK(cudaDeviceSynchronize());  // no forward in flight in this test
+    comm.barrier();
+    if (measures) EPFUSE_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+    comm.barrier();
+    return free;
+  };
+  // Returns "" when every object was made, else the error; destroys what was made either way. Fused: a
+  // workspace with a layer and a padded layer on it, and a padded layer with its own workspace;
+  // unfused: a layer and a padded one.
+  auto create_all = [&](Impl impl) -> std::string {
+    std::unique_ptr<Workspace> ws;
+    std::unique_ptr<MoeLayer> plain, padded, owned;
+    std::string error;
+    try {
+      if (impl == Impl::kFused) {
+        ws = Workspace::create(comm, cfg);
+        plain = MoeLayer::create(cfg, *ws, weights);
+        padded = MoeLayer::create(odd, *ws, weights);  // padded copies, the workspace's staging rows
+        owned = MoeLayer::create(Impl::kFused, odd, comm, weights);  // its own workspace and staging rows
+      } else {
+        plain = MoeLayer::create(impl, cfg, comm, weights);
+        padded = MoeLayer::create(impl, odd, comm, weights);
+      }
+    } catch (const Error& e) {
+      error = e.what();
+      if (error.empty()) error = "an empty error";
+      EXPECT_TRUE(e.code() == ErrorCode::kCuda || e.code() == ErrorCode::kAborted) << e.what();
+    }
+    detail::fail_allocation(0);
+    owned.reset();
+    padded.reset();
+    plain.reset();
+    ws.reset();
+    return error;
+  };
+  std::vector<int> failing{0};
+  if (world > 1) failing.push_back(world - 1);
+  for (Impl impl : {Impl::kFused, Impl::kUnfused}) {
+    if (impl == Impl::kUnfused && testing::one_gpu()) continue;  // NCCL only
+    const std::string name = impl == Impl::kFused ? "fused" : "unfused";
+    // What the driver, NCCL and cuBLAS make once, before the first measurement.
+    EXPECT_EQ(create_all(impl), "") << me << name << ", before any injection";
+    comm.all_reduce_sum(0);
+    for (int faulty : failing) {
+      int n = 1;
+      for (; n <= 64; ++n) {
+        const size_t before = device_free();
+        if (rank == faulty) detail::fail_allocation(n);
+        const std::string error = create_all(impl);
+        const size_t after = device_free();
+        const std::string what = name + ": rank " + std::to_string(faulty) + "'s allocation " + std::to_string(n);
+        if (measures) {
+          EXPECT_EQ(after, before) << me << what << " failed: " << (double(before) - double(after)) / (1 << 20)
+                                   << " MiB of device memory not given back";
+        }
+        const int64_t created = comm.all_reduce_sum(error.empty() ? 1 : 0);
+        EXPECT_TRUE(created == 0 || created == world) << me << what << ": " << created << " of " << world
+                                                      << " ranks created everything";
+        if (created == world) break;  // n is past the last allocation
+        EXPECT_NE(error.find("out of memory"), std::string::npos) << me << what << ": " << error;
+      }
+      EXPECT_GT(n, 2) << name << ": fewer allocations than a creation makes";
+      EXPECT_LE(n, 64) << name << ": creation never succeeded again after failing rank " << faulty << "'s allocations";
+    }
+  }
+  testing::LayerRank r(Impl::kFused, cfg);
+  r.expect_matches_reference(r.tokens(40, Routing::kUniform, 1700), "created after the failed creations");
 }
 
 // A bad EPFUSE_TIMEOUT_MS on one rank only (one process per GPU: each has its own environment): every

@@ -14,15 +14,18 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
 
 #include "common/check.h"
+#include "common/device_buffer.h"
 #include "epfuse/epfuse.h"
 #include "fused/fused_layer.h"
 #include "fused/heuristics.h"
 #include "fused/plan.h"
+#include "late_write.h"
 #include "layer_rank.h"
 #include "multiprocess.h"
 
@@ -121,6 +124,43 @@ EPFUSE_RANK_TEST(FusedLayer, PhaseTimingReportsEveryPhase) {
   r.layer().set_phase_timing(false);
   r.expect_matches_reference(r.tokens(96, Routing::kUniform, 23), "untimed call");
   EXPECT_FALSE(r.layer().last_phase_times().has_value());
+}
+
+// The order of the one-GPU hang of 2026-11-28 (docs/performance.md, "Faults seen while timing"): the
+// last rank issues its first forward on a fresh workspace only once its peers' kernels are running
+// and waiting for it (timed and untimed). A forward makes only stream-ordered calls between its turn
+// and its launch, so the late rank's forward returns at once and every call matches the reference; a
+// forward that waited for the device on the host would sit there until the peers' kernels timed out.
+EPFUSE_RANK_TEST(FusedLayer, LateRankEnqueuesWithoutWaitingForPeers) {
+  const bool late = testing::comm().rank() == testing::world() - 1;
+  for (int round = 0; round < 6; ++round) {
+    const std::string what = "round " + std::to_string(round);
+    Rank r(test_config());  // a fresh workspace: its first forward
+    const bool timed = round % 2 == 1;
+    r.layer().set_phase_timing(timed);  // before the barrier: it may allocate
+    const HostTokens in = r.tokens(64, Routing::kUniform, 40 + round);
+    r.upload(in);
+    r.poison_y();
+    testing::comm().barrier();
+    if (late) std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the peers' kernels wait for it
+    const auto t0 = Clock::now();
+    try {
+      r.layer().forward(r.batch(in.num_tokens), r.y(), r.stream());
+      const double enqueue_s = seconds_since(t0);
+      if (late) {
+        EXPECT_LT(enqueue_s, 2.0) << what << ": the late rank's forward waited on the host";
+      }
+      r.layer().check_errors(r.stream());
+    } catch (const Error& e) {
+      ADD_FAILURE() << what << ": " << e.what();
+      EXPECT_EQ(cudaStreamSynchronize(r.stream()), cudaSuccess);
+      continue;
+    }
+    r.expect_close_to_reference(in, r.output(in.num_tokens), what);
+    if (timed) {
+      EXPECT_TRUE(r.layer().last_phase_times().has_value()) << what;
+    }
+  }
 }
 
 EPFUSE_RANK_TEST(FusedLayer, ClampMatchesReference) {
@@ -335,6 +375,67 @@ EPFUSE_RANK_TEST(FusedLayer, GraphReplaysMatchTheReference) {
   EPFUSE_CUDA_CHECK(cudaGraphDestroy(graph));
 }
 
+// Programmatic dependent launch (common/launch.h, EPFUSE_PDL): the fused kernel's prologue may run
+// under the tail of the kernel before it. Here that kernel lets the next one launch at its start and
+// only 20 us later copies this call's x, routing and weights over a decoy (other tokens, other
+// routing) uploaded before it. Every call, launched one by one and replayed from a CUDA graph of both
+// kernels, matches the float64 reference of the late inputs: the fused kernel reads nothing of them
+// (nor the previous call's state) before its wait for the previous kernel.
+EPFUSE_RANK_TEST(FusedLayer, OverlappedLaunchSeesThePreviousKernelsWrites) {
+  Rank r(test_config());
+  constexpr int kTokens = 64;
+  constexpr uint32_t kDelayUs = 20;
+  const HostTokens shape = r.tokens(kTokens, Routing::kUniform, 0);
+  detail::DeviceBuffer x(shape.x.size() * sizeof(bf16)), idx(shape.topk_idx.size() * sizeof(int32_t)),
+      wts(shape.topk_weights.size() * sizeof(float));
+  const TokenBatch batch = r.batch(kTokens);
+  const testing::LateCopy copies[3] = {{x.as(), const_cast<bf16*>(batch.x), x.bytes()},
+                                       {idx.as(), const_cast<int32_t*>(batch.topk_idx), idx.bytes()},
+                                       {wts.as(), const_cast<float*>(batch.topk_weights), wts.bytes()}};
+  testing::prepare_late_write();
+  // The decoy in the layer's input buffers, this call's tokens where the late kernel copies from.
+  const auto stage = [&](int call, uint64_t seed) {
+    const Routing routings[] = {Routing::kUniform, Routing::kSkewed, Routing::kDropped, Routing::kOneExpert};
+    r.upload(r.tokens(kTokens, routings[(call + 1) % 4], seed + 5000));
+    const HostTokens in = r.tokens(kTokens, routings[call % 4], seed);
+    EPFUSE_CUDA_CHECK(cudaMemcpyAsync(x.as(), in.x.data(), x.bytes(), cudaMemcpyHostToDevice, r.stream()));
+    EPFUSE_CUDA_CHECK(cudaMemcpyAsync(idx.as(), in.topk_idx.data(), idx.bytes(), cudaMemcpyHostToDevice, r.stream()));
+    EPFUSE_CUDA_CHECK(cudaMemcpyAsync(wts.as(), in.topk_weights.data(), wts.bytes(), cudaMemcpyHostToDevice, r.stream()));
+    EPFUSE_CUDA_CHECK(cudaStreamSynchronize(r.stream()));
+    r.poison_y();
+    return in;
+  };
+  const auto enqueue = [&] {
+    testing::late_write(copies, kDelayUs, r.stream());
+    r.layer().forward(r.batch(kTokens), r.y(), r.stream());
+  };
+  testing::comm().barrier();
+  for (int call = 0; call < 40; ++call) {
+    const HostTokens in = stage(call, 1200 + call);
+    enqueue();
+    r.layer().check_errors(r.stream());
+    r.expect_close_to_reference(in, r.output(kTokens), "call " + std::to_string(call));
+  }
+  testing::comm().barrier();  // every rank's calls are done before any captures and instantiates
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  EPFUSE_CUDA_CHECK(cudaStreamBeginCapture(r.stream(), cudaStreamCaptureModeThreadLocal));
+  enqueue();
+  EPFUSE_CUDA_CHECK(cudaStreamEndCapture(r.stream(), &graph));
+  EPFUSE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  EPFUSE_CUDA_CHECK(cudaGraphUpload(exec, r.stream()));  // see GraphReplaysMatchTheReference
+  EPFUSE_CUDA_CHECK(cudaStreamSynchronize(r.stream()));
+  testing::comm().barrier();
+  for (int replay = 0; replay < 40; ++replay) {
+    const HostTokens in = stage(replay, 1300 + replay);
+    EPFUSE_CUDA_CHECK(cudaGraphLaunch(exec, r.stream()));
+    r.layer().check_errors(r.stream());
+    r.expect_close_to_reference(in, r.output(kTokens), "replay " + std::to_string(replay));
+  }
+  EPFUSE_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  EPFUSE_CUDA_CHECK(cudaGraphDestroy(graph));
+}
+
 // Two layers of different shapes on one workspace, each on its own stream, alternating for 100 calls
 // (the workspace orders them); every 10th call of each checked. The layers add no device memory.
 // Ranks that call different layers of one workspace in the same call (same shapes, so nothing else
@@ -371,14 +472,11 @@ EPFUSE_RANK_TEST(FusedLayer, RanksCallingDifferentLayersFailClearly) {
 }
 
 EPFUSE_RANK_TEST(FusedLayer, TwoLayersShareOneWorkspace) {
-  LayerConfig a = test_config();  // H 256, I 256, E 16, k 4, T 96
-  LayerConfig b = a;
-  b.hidden = 128;
-  b.intermediate = 384;
-  b.topk = 2;
+  const testing::TwoLayerShapes shapes = testing::two_layer_shapes();  // a: H 256, I 256, E 16, k 4, T 96
+  const LayerConfig& a = shapes.a;
+  LayerConfig b = shapes.b;
   b.max_tokens_per_rank = 80;
-  LayerConfig capacity = a;
-  capacity.intermediate = 384;
+  const LayerConfig& capacity = shapes.capacity;
   std::unique_ptr<Workspace> ws = Workspace::create(testing::comm(), capacity);
   size_t free_before = 0, free_after = 0, total = 0;
   EPFUSE_CUDA_CHECK(cudaMemGetInfo(&free_before, &total));
