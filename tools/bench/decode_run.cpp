@@ -131,13 +131,8 @@ void run_decode_step(Communicator& comm, const BenchCase& bc, const BenchOptions
                    case_label(bc).c_str());
     return;
   }
-  EPFUSE_CUDA_CHECK(cudaSetDevice(comm.device()));
-  cudaStream_t stream = nullptr;
-  EPFUSE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  struct DestroyStream {
-    cudaStream_t s;
-    ~DestroyStream() { (void)cudaStreamDestroy(s); }
-  } destroy_stream{stream};
+  const tools::OwnedStream owned_stream(comm.device());
+  const cudaStream_t stream = owned_stream.get();
 
   // Declared in the order they must outlive each other: the layers borrow the weights and the workspace.
   const std::unique_ptr<Workspace> ws = Workspace::create(comm, cfg);

@@ -171,12 +171,8 @@ void run_worker(const BenchOptions& o) {
   const std::unique_ptr<Communicator> comm = Communicator::bootstrap(boot);
   const int world = comm->world_size(), rank = comm->rank();
   RecordSink sink(o.worker_dir, rank == 0);
-  cudaStream_t stream = nullptr;
-  EPFUSE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  struct DestroyStream {
-    cudaStream_t s;
-    ~DestroyStream() { (void)cudaStreamDestroy(s); }
-  } destroy_stream{stream};
+  const tools::OwnedStream owned_stream(comm->device());
+  const cudaStream_t stream = owned_stream.get();
 
   const int total = static_cast<int>(o.cases.size() * o.impls.size()) + 1;
   sink.progress(0, total, "ceilings");

@@ -152,22 +152,6 @@ Outcome run_graph_calls(const RunPlan& plan, RankJob& job, int rank) {
   return o;
 }
 
-// A stream of the communicator's device, destroyed with its scope.
-class OwnedStream {
- public:
-  explicit OwnedStream(int device) {
-    EPFUSE_CUDA_CHECK(cudaSetDevice(device));
-    EPFUSE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-  }
-  ~OwnedStream() { (void)cudaStreamDestroy(stream_); }  // destructor: nothing to report an error to
-  OwnedStream(const OwnedStream&) = delete;
-  OwnedStream& operator=(const OwnedStream&) = delete;
-  cudaStream_t get() const { return stream_; }
-
- private:
-  cudaStream_t stream_ = nullptr;
-};
-
 // --cycles: plan.cycles times a workspace and RunPlan::kCycleLayers layers on it (weights seeded
 // seed, seed + 1, ...: a layer that ran another's weights would fail its check) created, one forward
 // of each (layer l of cycle c on call c * kCycleLayers + l's inputs), checked on the scheduled cycles,

@@ -184,6 +184,22 @@ Verdict verify_forward(Communicator& comm, MoeLayer& layer, const LayerConfig& c
                        size_t y_bytes, cudaStream_t stream, const InputSet& in, std::span<const int> rows,
                        double tolerance, int reference_threads, const std::function<void()>& launch);
 
+// A stream of the communicator's device, destroyed with its scope.
+class OwnedStream {
+ public:
+  explicit OwnedStream(int device) {
+    EPFUSE_CUDA_CHECK(cudaSetDevice(device));
+    EPFUSE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  }
+  ~OwnedStream() { (void)cudaStreamDestroy(stream_); }  // destructor: nothing to report an error to
+  OwnedStream(const OwnedStream&) = delete;
+  OwnedStream& operator=(const OwnedStream&) = delete;
+  cudaStream_t get() const { return stream_; }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+};
+
 // A rank's layer with its weights, stream and output buffer, created collectively.
 class RankJob {
  public:
