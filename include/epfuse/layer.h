@@ -66,7 +66,8 @@ class MoeLayer {
   // earlier error (<that error>); re-create it") without launching, as after a device error reported
   // by check_errors(). The caller must destroy the layers and the workspace and create them again
   // (collective: every rank does it). The unfused chain throws kInvalidArgument on every rank before
-  // any row moves. A layer of padded sizes behaves as the layer it wraps.
+  // any row moves (a rank whose own arguments were valid leaves its y NaN). A layer of padded sizes
+  // behaves as the layer it wraps.
   // Threads: forwards on one workspace (or one unfused layer) from several host threads take turns;
   // the rules for streams, graphs and ranks are in README "Threads and streams".
   virtual void forward(const TokenBatch& in, bf16* y, cudaStream_t stream) = 0;

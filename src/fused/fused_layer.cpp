@@ -22,6 +22,7 @@
 #include "common/device_buffer.h"
 #include "common/device_guard.h"
 #include "common/env.h"
+#include "common/fault.h"
 #include "common/fp8.h"
 #include "common/overlap.h"
 #include "common/stream_turn.h"
@@ -30,7 +31,6 @@
 #include "device/protocol/epoch.h"
 #include "epfuse/error.h"
 #include "fused/describe_error.h"
-#include "fused/fault.h"
 #include "fused/fused_kernel.h"
 #include "fused/heuristics.h"
 #include "fused/plan.h"
@@ -42,6 +42,10 @@
 
 namespace epfuse::fused {
 namespace {
+
+using detail::Fault;
+using detail::FaultKind;
+using detail::fault_from_env;
 
 // The turns of the fused workspaces in this process, by workspace_turn_key (workspace_turn.h).
 // Never destroyed: a workspace may outlive static destruction (one leaked at exit by a binding).
@@ -489,33 +493,15 @@ class FusedLayer final : public MoeLayer {
 
   // EPFUSE_FAULT's misbehaviour in this call (fault.h), just before the launch; true: do not launch.
   bool inject_fault(int64_t call, device::FusedParams& prm, const TokenBatch& in, cudaStream_t stream) {
-    const std::string what = "rank " + std::to_string(ws_.comm().rank()) + ": EPFUSE_FAULT: " +
-                             std::string(to_string(fault_->kind)) + " in forward call " + std::to_string(call);
-    std::fprintf(stderr, "epfuse: %s\n", what.c_str());
-    std::fflush(stderr);
-    switch (fault_->kind) {
-      case FaultKind::kSkip: return true;
-      case FaultKind::kStall: {
-        const int64_t ms = fault_->stall_ms >= 0 ? fault_->stall_ms : 2 * static_cast<int64_t>(ws_.timeout_ms());
-        std::this_thread::sleep_for(std::chrono::milliseconds(ms));
-        return false;
-      }
-      case FaultKind::kThrow: throw Error(ErrorCode::kInternal, what + " (thrown before the launch)");
-      case FaultKind::kExit:
-        std::fflush(stdout);
-        ::_exit(1);
-      case FaultKind::kBadIds:
-        if (prm.num_tokens > 0) {
-          const size_t n = static_cast<size_t>(prm.num_tokens) * cfg_.topk;
-          EPFUSE_CUDA_CHECK(cudaMemcpyAsync(fault_ids_.get(), in.topk_idx, n * sizeof(int32_t),
-                                            cudaMemcpyDeviceToDevice, stream));
-          EPFUSE_CUDA_CHECK(cudaMemsetAsync(fault_ids_.get(), 0x7f, sizeof(int32_t), stream));
-          prm.topk_idx = fault_ids_.get();
-        }
-        return false;
-      case FaultKind::kFailCreate: return false;  // acted on at the workspace's creation
+    const bool skip = detail::act_on_fault(*fault_, ws_.comm().rank(), call,
+                                           std::chrono::milliseconds(2 * static_cast<int64_t>(ws_.timeout_ms())),
+                                           "the launch");
+    if (fault_->kind == FaultKind::kBadIds && prm.num_tokens > 0) {
+      detail::copy_ids_with_bad_first(fault_ids_.get(), in.topk_idx, static_cast<size_t>(prm.num_tokens) * cfg_.topk,
+                                      stream);
+      prm.topk_idx = fault_ids_.get();
     }
-    return false;
+    return skip;
   }
   // weight_format fp8-block128: checks the FP8 fields like the unfused chain (weights/fp8_weights.h:
   // pointers, alignment, scale counts), reads the scales once (a synchronous copy; every scale checked,

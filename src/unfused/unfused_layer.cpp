@@ -15,6 +15,7 @@
 
 #include "common/check.h"
 #include "common/device_buffer.h"
+#include "common/fault.h"
 #include "common/fp8.h"
 #include "common/overlap.h"
 #include "epfuse/error.h"
@@ -80,6 +81,10 @@ class UnfusedLayer final : public MoeLayer {
   cublasHandle_t cublas_ = nullptr;
   GroupedGemm gemm_up_, gemm_down_;  // one each: their pointer staging must not be shared in a forward
   std::optional<GemmPath> forced_gemm_path_;  // EPFUSE_UNFUSED_GEMM, read once at creation
+  // Fault injection (common/fault.h): set only on the rank EPFUSE_FAULT names.
+  std::optional<detail::Fault> fault_;
+  detail::DeviceBuffer fault_ids_;  // bad_ids: the corrupted copy of topk_idx
+  int64_t calls_ = 0;               // forwards so far
 
   // FP8 weights (weight_format = kFp8Block128), set up by init_fp8. The chain dispatches the bf16
   // tokens as the bf16 chain does and quantises the permuted expert rows (each a copy of its token, so
@@ -150,6 +155,14 @@ UnfusedLayer::UnfusedLayer(const detail::CheckedConfig& checked, Communicator& c
     for (cudaEvent_t& event : events_) EPFUSE_CUDA_CHECK(cudaEventCreate(&event));
     EPFUSE_CUDA_CHECK(cudaEventCreateWithFlags(&finished_, cudaEventDisableTiming));
     if (cfg.weight_format == WeightFormat::kFp8Block128) init_fp8(weights);
+    if (std::optional<detail::Fault> f = detail::fault_from_env(); f && f->rank == rank_) {
+      if (f->kind == detail::FaultKind::kFailCreate)
+        throw Error(ErrorCode::kCuda, "rank " + std::to_string(rank_) +
+                                          ": EPFUSE_FAULT: fail_create: the unfused layer's allocation failed (injected)");
+      fault_ = f;
+      if (f->kind == detail::FaultKind::kBadIds)
+        fault_ids_ = detail::DeviceBuffer(static_cast<size_t>(cfg.max_tokens_per_rank) * cfg.topk * sizeof(int32_t));
+    }
   } catch (...) {
     if (row_map_uploaded_ != nullptr) cudaEventDestroy(row_map_uploaded_);
     if (lt_ != nullptr) cublasLtDestroy(lt_);
@@ -353,11 +366,20 @@ HostInputError UnfusedLayer::check_inputs(const TokenBatch& in, const bf16* y) c
 //  - GroupedGemm::run_grouped waits for its previous pointer upload, which is ordered before this
 //    forward's counts synchronisation, so it never waits beyond that.
 // Input errors (host checks, bad expert ids) travel in the counts, so every rank throws and none waits.
-void UnfusedLayer::forward(const TokenBatch& in, bf16* y, cudaStream_t stream) {
+// Faults (EPFUSE_FAULT, common/fault.h) act before the counts exchange: a rank that skips, stalls past
+// the collective timeout, throws or exits leaves its peers in the counts synchronisation, which ends
+// within the collective timeout (kTimeout, the communicator aborted: later forwards throw kAborted);
+// NCCL cannot tell them which rank is missing. bad_ids fails every rank in the same call.
+void UnfusedLayer::forward(const TokenBatch& caller, bf16* y, cudaStream_t stream) {
   // One host thread at a time (README "Threads and streams"): its NCCL calls, host members and
   // buffers are the layer's.
   std::lock_guard<std::mutex> lock(forward_mutex_);
   timed_ = false;
+  const int64_t call = calls_++;
+  const bool fault = fault_ && fault_->fires(rank_, call);
+  if (fault && detail::act_on_fault(*fault_, rank_, call, 2 * comm_obj_.collective_timeout(), "the counts exchange"))
+    return;
+  TokenBatch in = caller;
   // A rank with bad input still takes part in the counts exchange (with no tokens) and reports the
   // error there, so that no peer waits for rows that never come.
   const HostInputError host_error = check_inputs(in, y);
@@ -366,6 +388,11 @@ void UnfusedLayer::forward(const TokenBatch& in, bf16* y, cudaStream_t stream) {
 
   // ---- dispatch -----------------------------------------------------------------------------------
   EPFUSE_CUDA_CHECK(cudaStreamWaitEvent(stream, finished_, 0));
+  if (fault && fault_->kind == detail::FaultKind::kBadIds && tokens > 0) {
+    detail::copy_ids_with_bad_first(fault_ids_.as<int32_t>(), in.topk_idx, static_cast<size_t>(tokens) * cfg_.topk,
+                                    stream);
+    in.topk_idx = fault_ids_.as<int32_t>();
+  }
   mark(kStart, stream);
   EPFUSE_CUDA_CHECK(cudaMemsetAsync(counts_.as(), 0, plan_.counts_bytes, stream));
   launch_layout(shape_, in.topk_idx, tokens, send_counts(), send_slot_.as<int32_t>(), error_key(), stream);
@@ -380,8 +407,13 @@ void UnfusedLayer::forward(const TokenBatch& in, bf16* y, cudaStream_t stream) {
 
   const int32_t* host_send = host_counts_.as<int32_t>();
   const int32_t* host_recv = host_send + world * words;
-  if (const auto message = first_input_error(host_recv, world, words, cfg_))
-    throw Error(ErrorCode::kInvalidArgument, *message);  // on every rank alike, before any row moves
+  if (const auto message = first_input_error(host_recv, world, words, cfg_)) {
+    // On every rank alike, before any row moves. None of this call's rows is finished: a rank whose own
+    // arguments were valid leaves its y NaN (bf16 0xFFFF), as a failed fused call does.
+    if (host_error.code == InputError::kNone && tokens > 0)
+      EPFUSE_CUDA_CHECK(cudaMemsetAsync(y, 0xff, static_cast<size_t>(tokens) * cfg_.hidden * sizeof(bf16), stream));
+    throw Error(ErrorCode::kInvalidArgument, *message);
+  }
   // From here every peer is inside this call's record and combine all-to-alls. A rank that fails now
   // (kInternal, a CUDA error) would leave them waiting on the device for rows that never come, and its
   // own next collective out of step with theirs: it aborts the communicator instead (an owned one with

@@ -7,7 +7,13 @@ workspace and a layer and runs verified forwards; then the victim SIGKILLs itsel
 on calling the layer until epfuse raises, then give up as EPFUSE_TEST_GIVE_UP says ("abort":
 Workspace.abort(); "close": Workspace.close(), which must come back within the collective timeout),
 and write {"rank", "error", "error_type", "seconds_to_error", "seconds_to_give_up", "give_up_error",
-"ok"} (the victim writes {"rank", "killed": true} just before it dies)."""
+"ok"} (the victim writes {"rank", "killed": true} just before it dies).
+
+With EPFUSE_TEST_FAULT=<kind> it runs a fault scenario instead (fault_main): EPFUSE_FAULT (set by the
+parent for every rank) makes the last rank misbehave in its forward call 1; every rank checks call 0
+against the reference, then calls the layer (a barrier after call 1) until epfuse raises, at most 4
+calls, and writes {"rank", "calls": [{"call", "raised", "error", "not_nan", "values", "verified",
+"seconds"}], "ok", "error"}, then gives up with Workspace.abort()."""
 
 from __future__ import annotations
 
@@ -146,12 +152,57 @@ def kill_main(out_dir: Path, rank: int, world: int, victim: int, comm: str) -> i
     os._exit(0)
 
 
+def fault_main(out_dir: Path, rank: int, world: int, kind: str) -> int:
+    """The fault scenario (module docstring). Leaves with os._exit, like kill_main: the world is
+    aborted, and the process group's teardown must not wait on it."""
+    result: dict[str, Any] = {"rank": rank, "world": world, "kind": kind, "calls": [], "ok": False, "error": None}
+    try:
+        torch.cuda.set_device(rank)
+        dist.init_process_group("nccl", device_id=torch.device("cuda", rank))
+        import epfuse
+        import epfuse.torch as et
+
+        ws = et.Workspace(hidden=H, intermediate=I, num_experts=E, topk=K, max_tokens=MAX_T, comm="unique_id")
+        w13, w2 = random_weights(E, H, I, device="cuda", seed=5)
+        per = E // world
+        layer = et.MoELayer(ws, w13[rank * per : (rank + 1) * per], w2[rank * per : (rank + 1) * per], topk=K)
+        x, ids, w = random_inputs(32, H, E, K, device="cuda", seed=rank)
+        ref = reference(x, ids, w, w13, w2)
+        for call in range(4):
+            entry: dict[str, Any] = {"call": call, "raised": None}
+            start = time.monotonic()
+            try:
+                y = layer(x, ids, w)
+                torch.cuda.synchronize()
+                err = errors(y, ref)
+                entry.update(not_nan=y.numel() - err["nan"], values=y.numel(), verified=within_bounds(err))
+            except epfuse.Error as e:
+                entry.update(raised=type(e).__name__, error=str(e))
+            entry["seconds"] = time.monotonic() - start
+            result["calls"].append(entry)
+            if call == 1:
+                # Every rank's call 1 is over before any calls again: a faulty rank that called at once
+                # would be in step with its peers again, and its fault unseen.
+                dist.barrier()
+            if entry["raised"]:
+                break
+        ws.abort(f"the {kind} fault test is over")
+        result["ok"] = ws.closed
+    except BaseException as e:  # noqa: BLE001 - reported to the parent test
+        result["error"] = f"{type(e).__name__}: {e}\n{traceback.format_exc()}"
+    (out_dir / f"rank{rank}.json").write_text(json.dumps(result, indent=2))
+    sys.stdout.flush()
+    os._exit(0)
+
+
 def main() -> int:
     out_dir = Path(sys.argv[1])
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     comm = os.environ.get("EPFUSE_TEST_COMM", "auto")
     if os.environ.get("EPFUSE_TEST_KILL"):
         return kill_main(out_dir, rank, world, int(os.environ["EPFUSE_TEST_KILL"]), comm)
+    if os.environ.get("EPFUSE_TEST_FAULT"):
+        return fault_main(out_dir, rank, world, os.environ["EPFUSE_TEST_FAULT"])
     result: dict[str, Any] = {"rank": rank, "world": world, "comm": comm, "checks": [], "ok": False, "error": None}
     try:
         torch.cuda.set_device(rank)

@@ -3,8 +3,10 @@ on a torch.distributed NCCL group, with the group's communicator borrowed ("borr
 borrowed path, Workspace.comm_source says which it took), with epfuse's own from a broadcast
 ncclUniqueId ("unique_id"), and "auto" (either: borrowed where torch exposes the communicator, else the
 broadcast); each rank checks its tokens against the float64 reference, and an HF Qwen3-MoE block
-against transformers; and a rank killed with SIGKILL mid-run: every other rank raises an error naming
-it and gives up (Workspace.abort() or .close()) in bounded time. Skipped with fewer GPUs than ranks."""
+against transformers; a rank killed with SIGKILL mid-run: every other rank raises an error naming
+it and gives up (Workspace.abort() or .close()) in bounded time; and EPFUSE_FAULT on the last rank
+(test_peer_fault_*): each failed call's y is NaN and the next forward raises naming that rank. Skipped
+with fewer GPUs than ranks."""
 
 from __future__ import annotations
 
@@ -176,3 +178,64 @@ def test_killed_rank_every_other_rank_errors_in_bounded_time(
             seconds_to_error=res["seconds_to_error"],
             seconds_to_give_up=res["seconds_to_give_up"],
         )
+
+
+# The fault tests' bounds: the kernel's waits (EPFUSE_TIMEOUT_MS), a stall past them, and a margin for
+# process and CUDA overheads.
+FAULT_DEVICE_TIMEOUT_MS = 2000
+FAULT_STALL_MS = 3000
+FAULT_MARGIN_S = 15.0
+
+
+@pytest.mark.parametrize("kind", ["skip", "stall", "throw", "bad_ids"])
+def test_peer_fault_poisons_the_failed_call_and_the_next_forward_raises(tmp_path: Path, kind: str) -> None:
+    """World 2, one process per GPU (multi_rank_worker.py fault_main): rank 1 misbehaves in its forward
+    call 1. Every rank whose call 1 ran and failed gets y NaN on every row from that call (no exception
+    yet: the forward does not synchronise), and its next forward raises, naming rank 1 and what it
+    waited for (epfuse.Timeout: rank 1's count message; bad_ids: epfuse.InvalidArgument); the faulty
+    rank raises too within two more calls (its first runs alone and times out, NaN); nobody hangs."""
+    world, victim = 2, 1
+    _skip_unless_runnable(world, "unique_id")
+    fault = f"rank={victim},kind={kind},call=1" + (f",ms={FAULT_STALL_MS}" if kind == "stall" else "")
+    extra = {
+        "EPFUSE_TEST_FAULT": kind,
+        "EPFUSE_FAULT": fault,
+        "EPFUSE_TIMEOUT_MS": str(FAULT_DEVICE_TIMEOUT_MS),
+        "EPFUSE_COLLECTIVE_TIMEOUT_MS": "10000",
+    }
+    procs, logs = _launch(tmp_path, world, extra, timeout_s=300)
+    bound_s = (FAULT_STALL_MS + 2 * FAULT_DEVICE_TIMEOUT_MS) / 1000 + FAULT_MARGIN_S
+    for r in range(world):
+        path = tmp_path / f"rank{r}.json"
+        assert path.exists(), f"rank {r} wrote no result; its output:\n{logs[r] if r < len(logs) else ''}"
+        res = json.loads(path.read_text())
+        where = f"rank {r} ({kind}): {json.dumps(res, indent=1)}\n{logs[r]}"
+        assert res["error"] is None and res["ok"], where
+        calls = res["calls"]
+        assert calls[0]["raised"] is None and calls[0]["verified"], where
+        last = calls[-1]
+        assert last["raised"], f"never raised: {where}"  # never silent
+        assert sum(c["seconds"] for c in calls[1:]) < bound_s, where
+        for c in calls[1:-1]:
+            # Every forward that returned after the fault left NaN, but the faulty rank's own call 1 under
+            # skip (it never ran) and a late stalled call that ran right.
+            never_ran = r == victim and kind == "skip" and c["call"] == 1
+            late_but_right = r == victim and kind == "stall" and c["call"] == 1 and c["verified"]
+            assert never_ran or late_but_right or c["not_nan"] == 0, where
+        if r != victim:
+            assert [c["call"] for c in calls] == [0, 1, 2], where  # the first forward after the failure raises
+            assert last["error"].startswith(f"[EPFUSE_ERR_") and f"] rank {r}: " in last["error"], where
+            if kind == "bad_ids":
+                assert last["raised"] == "InvalidArgument" and f"rank {victim} reported invalid input" in last["error"], where
+            else:
+                assert last["raised"] == "Timeout", where
+                assert f"the count message of rank {victim}" in last["error"], where
+        elif kind == "throw":
+            assert [c["call"] for c in calls] == [0, 1], where
+            assert last["raised"] == "InternalError", where
+            assert "EPFUSE_FAULT: throw in forward call 1" in last["error"], where
+        elif kind == "bad_ids":
+            assert [c["call"] for c in calls] == [0, 1, 2], where
+            assert last["raised"] == "InvalidArgument" and "topk_idx[0][0] = 2139062143" in last["error"], where
+        else:
+            assert last["raised"] == "Timeout" and len(calls) <= 4, where

@@ -1,5 +1,6 @@
 #include "layer_rank.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -152,6 +153,13 @@ std::string LayerRank::outside_writes(const HostTokens& in) {
 }
 
 void LayerRank::poison_y() { EPFUSE_CUDA_CHECK(cudaMemsetAsync(y_.as(), 0xff, y_.bytes(), stream_)); }  // bf16 NaN
+
+void LayerRank::fill_y_finite() { EPFUSE_CUDA_CHECK(cudaMemsetAsync(y_.as(), 0x3f, y_.bytes(), stream_)); }
+
+size_t LayerRank::values_not_nan(int num_tokens) {
+  const std::vector<double> y = output(num_tokens);
+  return static_cast<size_t>(std::count_if(y.begin(), y.end(), [](double v) { return !std::isnan(v); }));
+}
 
 std::vector<double> LayerRank::output(int num_tokens) {
   std::vector<bf16> host(size_t(num_tokens) * cfg_.hidden);

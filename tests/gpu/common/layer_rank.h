@@ -98,6 +98,11 @@ class LayerRank {
   // e.g. a replayed CUDA graph); poison_y() fills y with bf16 NaN on the stream.
   std::vector<double> output(int num_tokens);
   void poison_y();
+  // Fault tests: fills y with a finite value (bf16 0x3f3f = 0.746) on the stream, so that the rows a
+  // failed call poisoned (NaN) show; and how many of the first num_tokens rows' values are not NaN.
+  static constexpr double kFiniteFill = 0.74609375;
+  void fill_y_finite();
+  size_t values_not_nan(int num_tokens);
   // Checks rows against the float64 reference (no row unwritten, the overall and per-row bounds);
   // returns the reference, for callers that report more about it.
   std::vector<double> expect_close_to_reference(const HostTokens& in, const std::vector<double>& got,

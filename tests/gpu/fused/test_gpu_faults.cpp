@@ -1,4 +1,4 @@
-// Fault injection (EPFUSE_FAULT, src/fused/fault.h) on the fused layer, one process per GPU (worlds 1,
+// Fault injection (EPFUSE_FAULT, src/common/fault.h) on the fused layer, one process per GPU (worlds 1,
 // 2, 4) or every rank on one GPU (--one-gpu, worlds 2 and 4): linked into test_gpu_fused (its main) and
 // registered as test_gpu_faults_* with --gtest_filter=Faults.* (tests/gpu/fused/CMakeLists.txt). In each test the last rank misbehaves in
 // its second forward (call 1; call 0 is checked against the reference first):
@@ -6,14 +6,18 @@
 //                       checked under 5 s), naming itself, "timed out in" and the faulty rank's count
 //                       message; the faulty rank never hangs;
 //   bad_ids:            every rank fails fast with kInvalidArgument naming the faulty rank;
-// then on every rank: no guard band around x, topk_idx, topk_weights or y was written and the inputs
+// that call's own y (filled finite before it) is NaN on every rank whose kernel ran and failed, as it
+// was where the call never launched (the faulty skip and throw), and right if a late stalled call
+// reported no error; then on every rank: no guard band around x, topk_idx, topk_weights or y was written and the inputs
 // are unchanged (nothing outside the layer's buffers written), and after re-creating the layer (its
 // workspace) the next call matches the reference. `exit` (a process that dies mid-call) is the CLI's
 // test (run_fused_fault_* in tests/gpu/run/run_matrix.cmake): it ends the whole test process.
 // Creation: fail_create on one rank, and (one process per GPU) a bad EPFUSE_TIMEOUT_MS on one rank,
 // fail every rank's creation alike (agree_on_step) instead of leaving the others in a collective; so
 // does an out-of-memory at any allocation of a creation (detail::fail_allocation), leaking nothing.
+#include <algorithm>
 #include <chrono>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -28,6 +32,7 @@
 #include "epfuse/epfuse.h"
 #include "layer_rank.h"
 #include "multiprocess.h"
+#include "scoped_env.h"
 
 namespace epfuse {
 namespace {
@@ -36,18 +41,7 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-// Sets an environment variable for its scope. Set on the test's main thread before the ranks start
-// (EPFUSE_FAULT and EPFUSE_TIMEOUT_MS are read when a layer is created).
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const std::string& value) : name_(name) { setenv(name, value.c_str(), 1); }
-  ~ScopedEnv() { unsetenv(name_); }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-};
+using testing::ScopedEnv;
 
 // What the faulty rank's and its peers' call 1 must end with.
 enum class Expect {
@@ -72,7 +66,7 @@ void run_fault(const std::string& kind, Expect expect) {
 
   const HostTokens in = r.tokens(40, Routing::kUniform, 1401);
   r.upload(in);
-  r.poison_y();
+  r.fill_y_finite();  // finite: the rows this call poisons show
   if (testing::comm().transport() == Transport::kLoopback) testing::comm().barrier();  // see LoopbackWorld
   Outcome o;
   const auto t0 = Clock::now();
@@ -111,7 +105,26 @@ void run_fault(const std::string& kind, Expect expect) {
     EXPECT_FALSE(o.threw) << what;  // it never launched: nothing recorded on its device
   }
   // A stalled rank's late call may fail or not (its peers' epoch-1 messages are there): no expectation
-  // beyond the bound.
+  // on its error beyond the bound; its y below.
+
+  // This call's own y (issue 43 item 1): NaN on every row wherever the call ran and failed (the peers
+  // of skip, stall and throw; every rank under bad_ids); left as it was where the call never launched
+  // (the faulty rank's skip and throw); a late call that reported no error must be right.
+  const size_t values = static_cast<size_t>(in.num_tokens) * r.layer().config().hidden;
+  const size_t not_nan = r.values_not_nan(in.num_tokens);
+  if (expect == Expect::kEveryRankBadInput || !me_faulty) {
+    EXPECT_EQ(not_nan, 0u) << me << kind << ": " << not_nan << " of " << values
+                           << " values of the failed call's y are not NaN";
+  } else if (kind == "skip" || kind == "throw") {
+    const std::vector<double> y = r.output(in.num_tokens);
+    EXPECT_EQ(std::count(y.begin(), y.end(), testing::LayerRank::kFiniteFill), static_cast<std::ptrdiff_t>(values))
+        << me << kind << ": y was written by a call that never launched";
+  } else if (o.threw) {
+    EXPECT_EQ(not_nan, 0u) << me << kind << ": " << not_nan << " of " << values
+                           << " values of the failed late call's y are not NaN";
+  } else {
+    r.expect_close_to_reference(in, r.output(in.num_tokens), me + "the stalled call that reported no error");
+  }
 
   // Nothing outside the layer's buffers was written, on any rank (the faulty one's ids included).
   EXPECT_EQ(r.outside_writes(in), "") << me << kind;
@@ -147,8 +160,7 @@ void run_failed_call_poisons_y() {
   r.expect_matches_reference(r.tokens(40, Routing::kUniform, 1600), "the first forward, before the fault");
   const HostTokens in = r.tokens(40, Routing::kUniform, 1601);
   r.upload(in);
-  const size_t bytes = static_cast<size_t>(in.num_tokens) * cfg.hidden * sizeof(bf16);
-  EPFUSE_CUDA_CHECK(cudaMemsetAsync(r.y(), 0x3f, bytes, r.stream()));  // bf16 0x3f3f = 0.746: finite
+  r.fill_y_finite();
   if (testing::comm().transport() == Transport::kLoopback) testing::comm().barrier();  // see LoopbackWorld
   try {
     r.layer().forward(r.batch(in.num_tokens), r.y(), r.stream());
@@ -157,11 +169,9 @@ void run_failed_call_poisons_y() {
   }
   EXPECT_EQ(cudaStreamSynchronize(r.stream()), cudaSuccess);
   if (!me_faulty) {
-    std::vector<uint16_t> y(bytes / 2);
-    EPFUSE_CUDA_CHECK(cudaMemcpy(y.data(), r.y(), bytes, cudaMemcpyDeviceToHost));
-    size_t finite = 0;
-    for (uint16_t v : y) finite += (v & 0x7f80u) != 0x7f80u || (v & 0x7fu) == 0 ? 1 : 0;
-    EXPECT_EQ(finite, 0u) << me << finite << " of " << y.size() << " values of the failed call's y are not NaN";
+    const size_t finite = r.values_not_nan(in.num_tokens);
+    EXPECT_EQ(finite, 0u) << me << finite << " of " << size_t(in.num_tokens) * cfg.hidden
+                          << " values of the failed call's y are not NaN";
     bool threw = false;
     try {
       r.layer().forward(r.batch(in.num_tokens), r.y(), r.stream());

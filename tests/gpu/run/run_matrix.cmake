@@ -195,18 +195,23 @@ function(epfuse_add_padded_run_matrix impl)
   epfuse_add_run_test(${impl} padded_fp8_w1_ue8m0 120 ${odd} --dtype fp8 --scales ue8m0 --ranks 1 --tokens 128)
 endfunction()
 
-# epfuse_add_fault_run_tests(<impl>): `epfuse run` with EPFUSE_FAULT (src/fused/fault.h) making the last
+# epfuse_add_fault_run_tests(<impl>): `epfuse run` with EPFUSE_FAULT (src/common/fault.h) making the last
 # rank misbehave in call 2 of 4, as ctest entries run_<impl>_fault_<where>_<kind>: each must exit
 # non-zero (not 77) within its limit and print the line that names the failure (expect_failure.sh).
-# One-GPU at world 4 and one process per GPU at world 2 (skipped with fewer GPUs).
+# Fused: one-GPU at world 4 and one process per GPU at world 2 (skipped with fewer GPUs). Unfused (NCCL
+# only): the kinds whose first line is certain, at world 2, and bad_ids at world 1; a peer's skip and
+# stall are test_gpu_unfused_faults_*'s (a collective timeout of 10 s here bounds what they leave).
 function(epfuse_add_fault_run_test impl name ranks fault regex)
   set(test run_${impl}_fault_${name})
   add_test(NAME ${test} COMMAND bash ${PROJECT_SOURCE_DIR}/tests/gpu/run/expect_failure.sh "${regex}" 60
     $<TARGET_FILE:epfuse_cli> run --impl ${impl} ${ARGN} --hidden 256 --intermediate 256 --experts 16 --topk 4
     --ranks ${ranks} --tokens 64 --iters 4)
+  set(env "EPFUSE_SKIP_IF_FEWER_GPUS=1;NCCL_NVLS_ENABLE=0;EPFUSE_TIMEOUT_MS=1000;EPFUSE_FAULT=${fault}")
+  if(impl STREQUAL "unfused")
+    list(APPEND env "EPFUSE_COLLECTIVE_TIMEOUT_MS=10000")  # the chain's bound (its waits are NCCL's)
+  endif()
   set_tests_properties(${test} PROPERTIES
-    SKIP_RETURN_CODE 77 RUN_SERIAL TRUE TIMEOUT 90 LABELS "gpu;run;fault"
-    ENVIRONMENT "EPFUSE_SKIP_IF_FEWER_GPUS=1;NCCL_NVLS_ENABLE=0;EPFUSE_TIMEOUT_MS=1000;EPFUSE_FAULT=${fault}")
+    SKIP_RETURN_CODE 77 RUN_SERIAL TRUE TIMEOUT 90 LABELS "gpu;run;fault" ENVIRONMENT "${env}")
 endfunction()
 
 function(epfuse_add_fault_run_tests impl)
@@ -236,4 +241,15 @@ function(epfuse_add_fault_run_tests impl)
     epfuse_add_fault_run_test(${impl} ${where}_exit ${ranks} "rank=${last},kind=exit,call=2"
       "rank ${last}: EPFUSE_FAULT: exit in forward call 2" ${flags})
   endforeach()
+endfunction()
+
+function(epfuse_add_unfused_fault_run_tests)
+  set(bad_id "topk_idx\\[0\\]\\[0\\] = 2139062143 out of range")
+  epfuse_add_fault_run_test(unfused w1_bad_ids 1 "rank=0,kind=bad_ids,call=2" "rank 0: ${bad_id}")
+  epfuse_add_fault_run_test(unfused w2_bad_ids 2 "rank=1,kind=bad_ids,call=2" "rank 1: ${bad_id}")
+  epfuse_add_fault_run_test(unfused w2_throw 2 "rank=1,kind=throw,call=2"
+    "rank 1: EPFUSE_FAULT: throw in forward call 2 \\(thrown before the counts exchange\\)")
+  epfuse_add_fault_run_test(unfused w2_exit 2 "rank=1,kind=exit,call=2" "rank 1: EPFUSE_FAULT: exit in forward call 2")
+  epfuse_add_fault_run_test(unfused w2_fail_create 2 "rank=1,kind=fail_create"
+    "rank 1: EPFUSE_FAULT: fail_create: the unfused layer's allocation failed \\(injected\\)")
 endfunction()

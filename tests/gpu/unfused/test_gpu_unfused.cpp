@@ -2,18 +2,28 @@
 // (tests/gpu/run) cannot cover. Bad input on one rank must make EVERY rank throw the same Error
 // before any row moves, and the next call must work; plus a reference check over all routings,
 // changing token counts (0 and 1 included), the clamp, and phase timing.
+// UnfusedFaults (registered apart as test_gpu_unfused_faults_*): EPFUSE_FAULT (src/common/fault.h) on
+// the last rank: bad_ids and fail_create fail every rank alike at once; throw, skip and a stall past
+// the collective timeout end every rank's forward within that timeout (on a communicator of the
+// test's own, aborted afterwards), and later forwards fail at once.
+#include <chrono>
 #include <cmath>
 #include <cstring>
+#include <cstdio>
 #include <memory>
+#include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <nccl.h>
 
 #include "common/check.h"
 #include "epfuse/epfuse.h"
 #include "layer_rank.h"
 #include "multiprocess.h"
+#include "scoped_env.h"
 
 namespace epfuse {
 namespace {
@@ -74,10 +84,13 @@ TEST(UnfusedLayer, BadExpertIdOnOneRankFailsEveryRankThenRecovers) {
     in.topk_idx[30 * cfg.topk + 0] = -5;                  // a later one: not reported
   }
   r.upload(in);
+  r.fill_y_finite();
   expect_everyone_throws(r, r.batch(in.num_tokens), r.y(),
                          "rank " + std::to_string(bad_rank) + ": topk_idx[7][2] = " +
                              std::to_string(cfg.num_experts + 3) + " out of range [-1, " +
                              std::to_string(cfg.num_experts) + ")");
+  // The failed call's own y: NaN on every rank (none of its rows was finished).
+  EXPECT_EQ(r.values_not_nan(in.num_tokens), 0u) << "rank " << r.rank() << ": the failed call's y is not all NaN";
   r.expect_matches_reference(r.tokens(40, Routing::kUniform, 22), "after a bad expert id");
 }
 
@@ -171,6 +184,171 @@ TEST(UnfusedLayer, CreateValidates) {
   EXPECT_GT(layer->memory().private_bytes, 0u);
   EXPECT_EQ(layer->memory().symmetric_bytes, 0u);
 }
+
+// ---- EPFUSE_FAULT on the unfused chain -------------------------------------------------------------
+
+using testing::ScopedEnv;
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+std::string fault_text(const std::string& kind, const std::string& extra = "") {
+  return "rank=" + std::to_string(testing::world() - 1) + ",kind=" + kind + extra;
+}
+
+// bad_ids in the second forward of the last rank: every rank throws kInvalidArgument naming it, before
+// any row moves, with its y NaN; the caller's ids are untouched and the next forward is right (the chain
+// keeps no failed state).
+TEST(UnfusedFaults, BadIdsFailEveryRankAndPoisonY) {
+  const LayerConfig cfg = test_config();
+  ScopedEnv fault("EPFUSE_FAULT", fault_text("bad_ids", ",call=1"));
+  Rank r(cfg);
+  const int faulty = r.world() - 1;
+  r.expect_matches_reference(r.tokens(40, Routing::kUniform, 60), "call 0, before the fault");
+  const HostTokens in = r.tokens(40, Routing::kUniform, 61);
+  r.upload(in);
+  r.fill_y_finite();
+  expect_everyone_throws(r, r.batch(in.num_tokens), r.y(),
+                         "rank " + std::to_string(faulty) + ": topk_idx[0][0] = 2139062143 out of range [-1, " +
+                             std::to_string(cfg.num_experts) + ")");
+  EXPECT_EQ(r.values_not_nan(in.num_tokens), 0u) << "rank " << r.rank() << ": the failed call's y is not all NaN";
+  EXPECT_EQ(r.outside_writes(in), "") << "rank " << r.rank();
+  r.expect_matches_reference(r.tokens(57, Routing::kSkewed, 62), "call 2, after the fault");
+}
+
+// fail_create on the last rank: its creation throws the injected kCuda error, every other rank's
+// kAborted naming it (agreed, nobody waits in NCCL); a later creation works.
+TEST(UnfusedFaults, CreationFailureOnOneRankFailsEveryRank) {
+  const int faulty = testing::world() - 1, rank = testing::comm().rank();
+  const std::string me = "rank " + std::to_string(rank) + ": ";
+  const std::string injected =
+      "rank " + std::to_string(faulty) + ": EPFUSE_FAULT: fail_create: the unfused layer's allocation failed (injected)";
+  {
+    ScopedEnv fault("EPFUSE_FAULT", fault_text("fail_create"));
+    try {
+      Rank r(test_config());
+      ADD_FAILURE() << me << "created a layer although rank " << faulty << "'s creation failed";
+    } catch (const Error& e) {
+      if (rank == faulty) {
+        EXPECT_EQ(e.code(), ErrorCode::kCuda) << e.what();
+        EXPECT_EQ(std::string(e.what()), injected);
+      } else {
+        EXPECT_EQ(e.code(), ErrorCode::kAborted) << e.what();
+        EXPECT_EQ(std::string(e.what()),
+                  me + "MoeLayer::create (unfused): rank " + std::to_string(faulty) + " failed: " + injected);
+      }
+    }
+  }
+  Rank r(test_config());
+  r.expect_matches_reference(r.tokens(20, Routing::kUniform, 63), "created after a failed creation");
+}
+
+// A communicator of this test's own (an NCCL id from rank 0, gathered through the harness's), with a
+// short collective timeout; a fault test aborts it and leaves the harness's communicator untouched.
+std::unique_ptr<Communicator> own_communicator(std::chrono::milliseconds collective_timeout) {
+  Communicator& comm = testing::comm();
+  ncclUniqueId id{};
+  if (comm.rank() == 0) EPFUSE_NCCL_CHECK(ncclGetUniqueId(&id));
+  constexpr size_t kWords = sizeof(ncclUniqueId) / sizeof(double);
+  static_assert(kWords * sizeof(double) == sizeof(ncclUniqueId));
+  double words[kWords];
+  std::memcpy(words, &id, sizeof id);
+  const std::vector<double> all = comm.all_gather(std::span<const double>(words, kWords));
+  std::memcpy(&id, all.data(), sizeof id);  // rank 0's
+  return Communicator::init_rank(id, comm.world_size(), comm.rank(), comm.device(), collective_timeout);
+}
+
+// The last rank misbehaves in its second forward (throw, skip, or a stall past the collective
+// timeout: all before the counts exchange). Every other rank's forward throws kTimeout, naming itself and the counts all-to-all, within
+// the collective timeout (NCCL cannot say which rank is missing); the faulty rank's call fails as the
+// kind says; every rank's next forward fails within the bound too (kAborted at once where the timeout
+// aborted the communicator); nothing outside the layer's buffers was written; after the abort the
+// harness's own communicator still runs a correct layer.
+void peer_fault_test(const std::string& kind) {
+  if (testing::world() < 2) GTEST_SKIP() << "needs a peer";
+  constexpr int kTimeoutMs = 3000, kStallMs = 5000;
+  constexpr double kMarginS = 10.0;
+  const LayerConfig cfg = test_config();
+  Rank r(cfg);  // on the harness's communicator, made before the fault is set: never misbehaves
+  const int faulty = r.world() - 1;
+  const bool me_faulty = r.rank() == faulty;
+  const std::string me = "rank " + std::to_string(r.rank()) + ": ";
+  std::unique_ptr<Communicator> comm = own_communicator(std::chrono::milliseconds(kTimeoutMs));
+  std::unique_ptr<MoeLayer> layer;
+  {
+    ScopedEnv fault("EPFUSE_FAULT",
+                    fault_text(kind, ",call=1" + (kind == "stall" ? ",ms=" + std::to_string(kStallMs) : std::string())));
+    layer = MoeLayer::create(Impl::kUnfused, cfg, *comm, r.weights());
+  }
+  const auto call = [&](const HostTokens& in, Clock::time_point t0, double& seconds) -> std::optional<Error> {
+    std::optional<Error> error;
+    try {
+      layer->forward(r.batch(in.num_tokens), r.y(), r.stream());
+      layer->check_errors(r.stream());
+    } catch (const Error& e) {
+      error = e;
+    }
+    seconds = seconds_since(t0);
+    return error;
+  };
+  double seconds = 0;
+  const HostTokens first = r.tokens(40, Routing::kUniform, 70);
+  r.upload(first);
+  r.poison_y();
+  const std::optional<Error> ok = call(first, Clock::now(), seconds);
+  EXPECT_FALSE(ok.has_value()) << me << "call 0: " << (ok ? ok->what() : "");
+  if (!ok) r.expect_close_to_reference(first, r.output(first.num_tokens), me + "call 0, before the fault");
+
+  const HostTokens in = r.tokens(40, Routing::kUniform, 71);
+  r.upload(in);
+  const auto t0 = Clock::now();
+  const std::optional<Error> e1 = call(in, t0, seconds);
+  std::printf("%s%s fault, call 1: %s after %.2f s\n", me.c_str(), kind.c_str(), e1 ? e1->what() : "returned", seconds);
+  if (!me_faulty) {
+    EXPECT_TRUE(e1.has_value()) << me << "a peer's " << kind << " went unnoticed";
+    if (e1) {
+      EXPECT_EQ(e1->code(), ErrorCode::kTimeout) << e1->what();
+      EXPECT_EQ(std::string(e1->what()).rfind(me + "unfused forward: the counts all-to-all timed out after 3000 ms", 0),
+                0u)
+          << e1->what();
+    }
+    EXPECT_LT(seconds, kTimeoutMs / 1000.0 + kMarginS) << me << "call 1 took " << seconds << " s";
+  } else if (kind == "throw") {
+    EXPECT_TRUE(e1.has_value());
+    if (e1) {
+      EXPECT_EQ(e1->code(), ErrorCode::kInternal) << e1->what();
+      EXPECT_EQ(std::string(e1->what()), me + "EPFUSE_FAULT: throw in forward call 1 (thrown before the counts exchange)");
+    }
+  } else if (kind == "skip") {
+    EXPECT_FALSE(e1.has_value()) << e1->what();  // it never called: nothing to report
+  } else {
+    // The stall: it joins the counts exchange after its peers gave up on it.
+    EXPECT_TRUE(e1.has_value()) << me << "the stalled call reported no error after its peers timed out";
+    EXPECT_LT(seconds, (kStallMs + kTimeoutMs) / 1000.0 + kMarginS) << me << "call 1 took " << seconds << " s";
+  }
+  // The next forward fails on every rank within the bound: the peers' communicators are aborted; the
+  // faulty rank's (skip, throw) waits in the counts exchange for peers that are gone. Every rank starts
+  // it after every rank's call 1 ended (the harness's barrier): a faulty rank that called again at once
+  // would meet its peers' call 1 in NCCL's order and no rank would look missing.
+  testing::comm().barrier();
+  const std::optional<Error> e2 = call(in, Clock::now(), seconds);
+  std::printf("%s%s fault, call 2: %s after %.2f s\n", me.c_str(), kind.c_str(), e2 ? e2->what() : "returned", seconds);
+  EXPECT_TRUE(e2.has_value()) << me << "the forward after the fault reported no error";
+  if (e2 && !me_faulty) EXPECT_EQ(e2->code(), ErrorCode::kAborted) << e2->what();
+  if (e2 && !me_faulty) EXPECT_NE(std::string(e2->what()).find("the communicator was aborted"), std::string::npos) << e2->what();
+  EXPECT_LT(seconds, kTimeoutMs / 1000.0 + kMarginS) << me << "call 2 took " << seconds << " s";
+  // Give up on the test's world (local after the abort), then check the harness's.
+  comm->abort("the " + kind + " fault test is over");
+  layer.reset();
+  comm.reset();
+  EXPECT_EQ(cudaStreamSynchronize(r.stream()), cudaSuccess);
+  EXPECT_EQ(r.outside_writes(in), "") << me << kind;
+  r.expect_matches_reference(r.tokens(57, Routing::kSkewed, 72), "the harness's layer after the fault");
+}
+
+TEST(UnfusedFaults, ThrowOnOneRankTimesOutEveryPeer) { peer_fault_test("throw"); }
+TEST(UnfusedFaults, SkipOnOneRankTimesOutEveryPeer) { peer_fault_test("skip"); }
+TEST(UnfusedFaults, StallPastTheTimeoutTimesOutEveryRank) { peer_fault_test("stall"); }
 
 }  // namespace
 }  // namespace epfuse

@@ -1,12 +1,13 @@
-// EPFUSE_FAULT's parser (src/fused/fault.h): the fault-injection hook's one entry point.
+// EPFUSE_FAULT's parser (src/common/fault.h): the fault-injection hook's one entry point.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <string>
 
+#include "common/fault.h"
 #include "epfuse/error.h"
-#include "fused/fault.h"
 
-namespace epfuse::fused {
+namespace epfuse::detail {
 namespace {
 
 TEST(Fault, EmptyMeansOff) { EXPECT_FALSE(parse_fault("").has_value()); }
@@ -56,5 +57,27 @@ TEST(Fault, RejectsMalformedTextNamingIt) {
   }
 }
 
+// What a fired fault does on the host, the same for both layers: skip tells the caller to return, stall
+// sleeps (its own ms, else the layer's default), throw names the rank, the call and where it stopped.
+TEST(Fault, ActsOnTheHost) {
+  using std::chrono::milliseconds;
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto since = [&] { return std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - t0); };
+  EXPECT_TRUE(act_on_fault(*parse_fault("rank=2,kind=skip"), 2, 0, milliseconds(0), "the launch"));
+  EXPECT_FALSE(act_on_fault(*parse_fault("rank=2,kind=bad_ids"), 2, 0, milliseconds(0), "the launch"));
+  EXPECT_FALSE(act_on_fault(*parse_fault("rank=2,kind=stall"), 2, 0, milliseconds(30), "the launch"));
+  EXPECT_GE(since(), milliseconds(30));  // the default applies without ms=
+  const auto t1 = since();
+  EXPECT_FALSE(act_on_fault(*parse_fault("rank=2,kind=stall,ms=40"), 2, 0, milliseconds(0), "the launch"));
+  EXPECT_GE(since() - t1, milliseconds(40));
+  try {
+    act_on_fault(*parse_fault("rank=2,kind=throw,call=3"), 2, 3, milliseconds(0), "the counts exchange");
+    ADD_FAILURE() << "a throw fault returned";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInternal);
+    EXPECT_EQ(std::string(e.what()), "rank 2: EPFUSE_FAULT: throw in forward call 3 (thrown before the counts exchange)");
+  }
+}
+
 }  // namespace
-}  // namespace epfuse::fused
+}  // namespace epfuse::detail

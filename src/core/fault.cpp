@@ -1,15 +1,20 @@
-#include "fused/fault.h"
+#include "common/fault.h"
+
+#include <unistd.h>
 
 #include <algorithm>
 #include <charconv>
+#include <cstdio>
 #include <cstdlib>
 #include <set>
 #include <string>
+#include <thread>
 
+#include "common/check.h"
 #include "common/env.h"
 #include "epfuse/error.h"
 
-namespace epfuse::fused {
+namespace epfuse::detail {
 
 std::string_view to_string(FaultKind kind) {
   switch (kind) {
@@ -76,4 +81,32 @@ std::optional<Fault> fault_from_env() {
   return s ? parse_fault(*s) : std::nullopt;
 }
 
-}  // namespace epfuse::fused
+bool act_on_fault(const Fault& fault, int rank, int64_t call, std::chrono::milliseconds default_stall,
+                  std::string_view before) {
+  const std::string what = "rank " + std::to_string(rank) + ": EPFUSE_FAULT: " + std::string(to_string(fault.kind)) +
+                           " in forward call " + std::to_string(call);
+  std::fprintf(stderr, "epfuse: %s\n", what.c_str());
+  std::fflush(stderr);
+  switch (fault.kind) {
+    case FaultKind::kSkip: return true;
+    case FaultKind::kStall:
+      std::this_thread::sleep_for(fault.stall_ms >= 0 ? std::chrono::milliseconds(fault.stall_ms) : default_stall);
+      return false;
+    case FaultKind::kThrow:
+      throw Error(ErrorCode::kInternal, what + " (thrown before " + std::string(before) + ")");
+    case FaultKind::kExit:
+      std::fflush(stdout);
+      ::_exit(1);
+    case FaultKind::kBadIds:
+    case FaultKind::kFailCreate: return false;
+  }
+  return false;
+}
+
+void copy_ids_with_bad_first(int32_t* dst, const int32_t* src, size_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  EPFUSE_CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(int32_t), cudaMemcpyDeviceToDevice, stream));
+  EPFUSE_CUDA_CHECK(cudaMemsetAsync(dst, 0x7f, sizeof(int32_t), stream));
+}
+
+}  // namespace epfuse::detail
