@@ -74,7 +74,7 @@ def test_torch_bad_ids_poison_their_own_call_and_the_next_forward_raises(fault: 
 
 class _CLayer:
     """A world of one rank made through the C ABI alone (comm, workspace, layer), with its forward and
-    check_errors returning the C functions' codes."""
+    check_errors returning the C functions' codes; `with` destroys it."""
 
     def __init__(self, w13: Any, w2: Any) -> None:
         self.lib = _lib.load()
@@ -100,6 +100,12 @@ class _CLayer:
     def check_errors(self) -> int:
         return int(self.lib.epfuse_layer_check_errors(ctypes.c_void_p(self.layer), self.stream))
 
+    def __enter__(self) -> _CLayer:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
     def close(self) -> None:
         for kind in ("layer", "ws", "comm"):
             handle = getattr(self, kind)
@@ -111,9 +117,8 @@ class _CLayer:
 def test_c_abi_bad_ids_return_ok_with_nan_then_the_error_code(fault: Any) -> None:
     w13, w2, x, ids, w, ref = _inputs()
     fault("rank=0,kind=bad_ids,call=1")
-    c = _CLayer(w13, w2)
-    try:
-        y = torch.empty_like(x)
+    y = torch.empty_like(x)
+    with _CLayer(w13, w2) as c:
         assert c.forward(x, ids, w, y) == OK and c.check_errors() == OK, _lib.last_error()
         assert within_bounds(errors(y, ref)), errors(y, ref)
         y.fill_(0.5)
@@ -124,17 +129,11 @@ def test_c_abi_bad_ids_return_ok_with_nan_then_the_error_code(fault: Any) -> Non
         assert BAD_ID in _lib.last_error(), _lib.last_error()
         assert c.forward(x, ids, w, y) == ERR_INTERNAL
         assert "unusable after an earlier error" in _lib.last_error(), _lib.last_error()
-    finally:
-        c.close()
 
 
 def test_c_abi_thrown_fault_is_internal_with_its_message(fault: Any) -> None:
     w13, w2, x, ids, w, _ = _inputs()
     fault("rank=0,kind=throw,call=0")
-    c = _CLayer(w13, w2)
-    try:
-        y = torch.empty_like(x)
-        assert c.forward(x, ids, w, y) == ERR_INTERNAL
+    with _CLayer(w13, w2) as c:
+        assert c.forward(x, ids, w, torch.empty_like(x)) == ERR_INTERNAL
         assert _lib.last_error() == "rank 0: EPFUSE_FAULT: throw in forward call 0 (thrown before the launch)"
-    finally:
-        c.close()
