@@ -67,7 +67,9 @@ class MoeLayer {
   // by check_errors(). The caller must destroy the layers and the workspace and create them again
   // (collective: every rank does it). The unfused chain throws kInvalidArgument on every rank before
   // any row moves (a rank whose own arguments were valid leaves its y NaN). A layer of padded sizes
-  // behaves as the layer it wraps.
+  // behaves as the layer it wraps. After Communicator::abort (or a collective that timed out and
+  // aborted it) every forward throws Error(kAborted, "rank R: <fused|unfused> forward: the
+  // communicator was aborted; ...") before launching anything.
   // Threads: forwards on one workspace (or one unfused layer) from several host threads take turns;
   // the rules for streams, graphs and ranks are in README "Threads and streams".
   virtual void forward(const TokenBatch& in, bf16* y, cudaStream_t stream) = 0;

@@ -26,6 +26,9 @@
 #include <vector>
 
 #include <cuda_runtime.h>
+#ifdef EPFUSE_TRACE
+#include <sys/file.h>
+#endif
 
 #include "common/check.h"
 #include "common/env.h"
@@ -367,6 +370,12 @@ class LaunchTrace {
     EPFUSE_CUDA_CHECK(cudaMemcpyFromSymbol(spans.data(), device::trace::g_spans, spans.size() * sizeof(Span)));
     std::FILE* f = std::fopen(env::text("EPFUSE_TRACE_FILE").value_or("").c_str(), "a");
     if (f == nullptr) throw Error(ErrorCode::kInvalidArgument, "EPFUSE_TRACE_FILE cannot be opened");
+    // Every rank's process appends to the one file: whole blocks of lines, one rank at a time (the lock
+    // holds until fclose has written the buffered lines out).
+    if (flock(fileno(f), LOCK_EX) != 0) {
+      std::fclose(f);
+      throw Error(ErrorCode::kInternal, "EPFUSE_TRACE_FILE cannot be locked");
+    }
     // Launches numbered in time order (the slots go round with the epoch).
     std::vector<std::pair<uint64_t, int>> order;
     for (int l = 0; l < kLaunches; ++l) order.push_back({spans[static_cast<size_t>(l) * kMaxCtas].start, l});

@@ -7,9 +7,11 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <filesystem>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -149,6 +151,19 @@ int run_multiprocess(int argc, char** argv, int default_world) {
     g_comm.reset();
     return 1;
   }
+}
+
+std::unique_ptr<Communicator> own_communicator(std::chrono::milliseconds collective_timeout) {
+  Communicator& world = comm();
+  ncclUniqueId id{};
+  if (world.rank() == 0) EPFUSE_NCCL_CHECK(ncclGetUniqueId(&id));
+  constexpr size_t kWords = sizeof(ncclUniqueId) / sizeof(double);
+  static_assert(kWords * sizeof(double) == sizeof(ncclUniqueId));
+  double words[kWords];
+  std::memcpy(words, &id, sizeof id);
+  const std::vector<double> all = world.all_gather(std::span<const double>(words, kWords));
+  std::memcpy(&id, all.data(), sizeof id);  // rank 0's
+  return Communicator::init_rank(id, world.world_size(), world.rank(), world.device(), collective_timeout);
 }
 
 Communicator& comm() {

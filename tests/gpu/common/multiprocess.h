@@ -23,6 +23,9 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <memory>
+
 #include "epfuse/communicator.h"
 
 namespace epfuse::testing {
@@ -35,6 +38,11 @@ int run_multiprocess(int argc, char** argv, int default_world);
 // The communicator of this rank, valid while the tests run (inside run_multiprocess; in one-GPU
 // mode inside an EPFUSE_RANK_TEST body, where it is the calling thread's rank).
 Communicator& comm();
+
+// A communicator of the calling test's own over the same ranks (NCCL, one process per GPU: an id from
+// rank 0 gathered through comm()), with its own collective timeout: a fault test may abort it and
+// leave comm() untouched. Collective over comm().
+std::unique_ptr<Communicator> own_communicator(std::chrono::milliseconds collective_timeout);
 
 // The world size this run was started with (--world or the default).
 int world();

@@ -12,6 +12,7 @@
 // are unchanged (nothing outside the layer's buffers written), and after re-creating the layer (its
 // workspace) the next call matches the reference. `exit` (a process that dies mid-call) is the CLI's
 // test (run_fused_fault_* in tests/gpu/run/run_matrix.cmake): it ends the whole test process.
+// After Communicator::abort a forward throws kAborted and launches nothing.
 // Creation: fail_create on one rank, and (one process per GPU) a bad EPFUSE_TIMEOUT_MS on one rank,
 // fail every rank's creation alike (agree_on_step) instead of leaving the others in a collective; so
 // does an out-of-memory at any allocation of a creation (detail::fail_allocation), leaking nothing.
@@ -209,6 +210,37 @@ EPFUSE_RANK_TEST(Faults, GuardBandsSeeAWriteOutsideTheBuffer) {
   EXPECT_EQ(buf.guard_damage("y", stream), "y: byte 3 before the buffer is 0x07 (guard 0xa5)");
   EPFUSE_CUDA_CHECK(cudaStreamDestroy(stream));
   // Back-to-back device-synchronising frees on every rank's thread: nothing of a peer's is in flight.
+  testing::comm().barrier();
+}
+
+// After Communicator::abort (here of a communicator of the test's own) a fused forward throws
+// kAborted on the host and launches nothing: y keeps what it held. NCCL only (the one-GPU mode's
+// loopback world is the harness's).
+TEST(Faults, ForwardAfterAbortThrowsAbortedAndLaunchesNothing) {
+  if (testing::one_gpu()) GTEST_SKIP() << "NCCL communicators only";
+  const LayerConfig cfg = testing::small_layer_config(256, 0.0f);
+  testing::LayerRank r(Impl::kFused, cfg);
+  std::unique_ptr<Communicator> comm = testing::own_communicator(std::chrono::milliseconds(10000));
+  std::unique_ptr<MoeLayer> layer = MoeLayer::create(Impl::kFused, cfg, *comm, r.weights());
+  const HostTokens in = r.tokens(24, Routing::kUniform, 1700);
+  r.upload(in);
+  layer->forward(r.batch(in.num_tokens), r.y(), r.stream());
+  layer->check_errors(r.stream());
+  comm->abort("the abort test");
+  r.fill_y_finite();
+  const std::string me = "rank " + std::to_string(r.rank()) + ": ";
+  try {
+    layer->forward(r.batch(in.num_tokens), r.y(), r.stream());
+    ADD_FAILURE() << me << "a forward after abort() returned";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kAborted) << e.what();
+    EXPECT_EQ(std::string(e.what()), me + "fused forward: the communicator was aborted; destroy the layer and create a "
+                                          "new communicator");
+  }
+  EXPECT_EQ(cudaStreamSynchronize(r.stream()), cudaSuccess);
+  EXPECT_EQ(r.values_not_nan(in.num_tokens), static_cast<size_t>(in.num_tokens) * cfg.hidden) << me << "y was written";
+  layer.reset();
+  comm.reset();
   testing::comm().barrier();
 }
 

@@ -243,20 +243,6 @@ TEST(UnfusedFaults, CreationFailureOnOneRankFailsEveryRank) {
   r.expect_matches_reference(r.tokens(20, Routing::kUniform, 63), "created after a failed creation");
 }
 
-// A communicator of this test's own (an NCCL id from rank 0, gathered through the harness's), with a
-// short collective timeout; a fault test aborts it and leaves the harness's communicator untouched.
-std::unique_ptr<Communicator> own_communicator(std::chrono::milliseconds collective_timeout) {
-  Communicator& comm = testing::comm();
-  ncclUniqueId id{};
-  if (comm.rank() == 0) EPFUSE_NCCL_CHECK(ncclGetUniqueId(&id));
-  constexpr size_t kWords = sizeof(ncclUniqueId) / sizeof(double);
-  static_assert(kWords * sizeof(double) == sizeof(ncclUniqueId));
-  double words[kWords];
-  std::memcpy(words, &id, sizeof id);
-  const std::vector<double> all = comm.all_gather(std::span<const double>(words, kWords));
-  std::memcpy(&id, all.data(), sizeof id);  // rank 0's
-  return Communicator::init_rank(id, comm.world_size(), comm.rank(), comm.device(), collective_timeout);
-}
 
 // The last rank misbehaves in its second forward (throw, skip, or a stall past the collective
 // timeout: all before the counts exchange). Every other rank's forward throws kTimeout, naming itself and the counts all-to-all, within
@@ -273,7 +259,7 @@ void peer_fault_test(const std::string& kind) {
   const int faulty = r.world() - 1;
   const bool me_faulty = r.rank() == faulty;
   const std::string me = "rank " + std::to_string(r.rank()) + ": ";
-  std::unique_ptr<Communicator> comm = own_communicator(std::chrono::milliseconds(kTimeoutMs));
+  std::unique_ptr<Communicator> comm = testing::own_communicator(std::chrono::milliseconds(kTimeoutMs));
   std::unique_ptr<MoeLayer> layer;
   {
     ScopedEnv fault("EPFUSE_FAULT",
