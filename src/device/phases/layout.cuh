@@ -156,18 +156,32 @@ __device__ void collect_task(const FusedContext<Transport>& c, int block_m, int 
   __shared__ int peer_bad;
   if (threadIdx.x == 0) {
     peer_bad = 0;
-    for (int src = 0; src < W; ++src) {
-      const uint32_t status = __ldcg(local_ptr<uint32_t>(c, count_status_offset(prm.sym, prm.capacity, c.parity, src)));
-      if (status != 0) {
-        record_error(c.ctl, ErrorRecord{static_cast<int32_t>(ErrorKind::kPeerBadInput), prm.rank,
-                                        static_cast<int32_t>(Phase::kCollect), 0, src, 0, 0, status});
-        peer_bad = 1;
+    // Every sender's status and layer id, kSendersAtOnce senders' loads issued before the first is
+    // tested: one load after the other (a test and a possible record_error between) cost a round trip
+    // each, ~10 us from counts in to the plan at world 4 (docs/performance.md#the-plan-at-world-4-2026-11-28).
+    constexpr int kSendersAtOnce = 8;
+    for (int src0 = 0; src0 < W; src0 += kSendersAtOnce) {
+      uint32_t status[kSendersAtOnce], layer[kSendersAtOnce];
+#pragma unroll
+      for (int i = 0; i < kSendersAtOnce; ++i) {
+        const int src = src0 + i < W ? src0 + i : src0;
+        status[i] = __ldcg(local_ptr<uint32_t>(c, count_status_offset(prm.sym, prm.capacity, c.parity, src)));
+        layer[i] = __ldcg(local_ptr<uint32_t>(c, count_layer_offset(prm.sym, prm.capacity, c.parity, src)));
       }
-      const uint32_t layer = __ldcg(local_ptr<uint32_t>(c, count_layer_offset(prm.sym, prm.capacity, c.parity, src)));
-      if (layer != prm.layer_id) {
-        record_error(c.ctl, ErrorRecord{static_cast<int32_t>(ErrorKind::kPeerOtherLayer), prm.rank,
-                                        static_cast<int32_t>(Phase::kCollect), 0, src, 0, prm.layer_id, layer});
-        peer_bad = 1;
+#pragma unroll
+      for (int i = 0; i < kSendersAtOnce; ++i) {
+        const int src = src0 + i;
+        if (src >= W) break;
+        if (status[i] != 0) {
+          record_error(c.ctl, ErrorRecord{static_cast<int32_t>(ErrorKind::kPeerBadInput), prm.rank,
+                                          static_cast<int32_t>(Phase::kCollect), 0, src, 0, 0, status[i]});
+          peer_bad = 1;
+        }
+        if (layer[i] != prm.layer_id) {
+          record_error(c.ctl, ErrorRecord{static_cast<int32_t>(ErrorKind::kPeerOtherLayer), prm.rank,
+                                          static_cast<int32_t>(Phase::kCollect), 0, src, 0, prm.layer_id, layer[i]});
+          peer_bad = 1;
+        }
       }
     }
     if (peer_bad) raise_abort(c.ctl);
@@ -194,10 +208,11 @@ __device__ void collect_task(const FusedContext<Transport>& c, int block_m, int 
   const int lane = static_cast<int>(threadIdx.x) % 32;
   if (threadIdx.x < 32) {
     // Warp 0: the prefixes as scans, then the schedule and the targets expert by expert (lane by lane);
-    // the lagged schedule of worlds > 1 is one pass (task_map.h build_gemm_schedule), on lane 0.
+    // the lagged schedule of worlds > 1 (a GEMM phase of more than one wave) is one pass
+    // (task_map.h build_gemm_schedule), on lane 0.
     const int mblocks = plan_prefixes(counts, count_stride, W, L, p, WarpScan{lane});
     __syncwarp();
-    const int lag = schedule_lag(W, static_cast<int>(gridDim.x));
+    const int lag = schedule_lag(W, static_cast<int>(gridDim.x), mblocks * (nblocks1 + nblocks2));
     if (lag == kLinear1First) {
       for (int e = lane; e < L; e += 32) linear1_first_segments(p, L, nblocks1, nblocks2, e);
     } else if (lane == 0) {

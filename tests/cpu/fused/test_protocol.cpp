@@ -251,8 +251,22 @@ TEST(FusedSchedule, Linear1FirstIsTheSerialScheduleWithoutLag) {
       MblockPlan serial(mblocks), first(mblocks);
       std::vector<int> l1_end(L);
       const int total = build_gemm_schedule(serial.plan, L, nb1, nb2, 1 << 20, l1_end.data());
-      ASSERT_EQ(build_gemm_schedule(first.plan, L, nb1, nb2, schedule_lag(1, 132), l1_end.data()), total);
+      ASSERT_EQ(build_gemm_schedule(first.plan, L, nb1, nb2, schedule_lag(1, 132, total), l1_end.data()), total);
       ASSERT_EQ(first.plan.seg_start[*first.plan.segments], total);
+      // At world 4 a phase of at most one wave asks for the same order, and the lagged pass with the
+      // smallest such lag (the phase's length) builds it too.
+      if (total > 0) {
+        ASSERT_EQ(schedule_lag(4, total, total), kLinear1First);
+        ASSERT_EQ(schedule_lag(4, total - 1, total), total - 1);
+        MblockPlan one_wave(mblocks);
+        ASSERT_EQ(build_gemm_schedule(one_wave.plan, L, nb1, nb2, total, l1_end.data()), total);
+        for (int i = 0; i < total; ++i) {
+          int kind_s = -1, kind_w = -1;
+          const GemmTile a = gemm_tile(serial.plan, i, &kind_s), w = gemm_tile(one_wave.plan, i, &kind_w);
+          ASSERT_TRUE(kind_w == kind_s && w.expert == a.expert && w.mblock == a.mblock && w.nblock == a.nblock)
+              << "L " << L << " task " << i;
+        }
+      }
       bool in_linear2 = false;
       for (int i = 0; i < total; ++i) {
         int kind_s = -1, kind_p = -1;
@@ -268,8 +282,8 @@ TEST(FusedSchedule, Linear1FirstIsTheSerialScheduleWithoutLag) {
   }
   MblockPlan decode(std::vector<int>(32, 1));
   std::vector<int> l1_end(32);
-  ASSERT_EQ(schedule_lag(4, 132), 132);
-  const int total = build_gemm_schedule(decode.plan, 32, 6, 8, schedule_lag(4, 132), l1_end.data());
+  ASSERT_EQ(schedule_lag(4, 132, 32 * 14), 132);
+  const int total = build_gemm_schedule(decode.plan, 32, 6, 8, schedule_lag(4, 132, 32 * 14), l1_end.data());
   int last_l1 = -1, first_l2 = total;
   for (int i = 0; i < total; ++i) {
     int kind = -1;
@@ -457,7 +471,7 @@ TEST(FusedPlan, WarpConstructionIsTheOneThreadPlan) {
         std::vector<uint32_t> bases0(L);
         for (uint32_t& b : bases0) b = static_cast<uint32_t>(rng());
         const int nb1 = 1 + static_cast<int>(rng() % 8), nb2 = 1 + static_cast<int>(rng() % 8);
-        const int lag = world == 1 ? schedule_lag(1, 132) : schedule_lag(world, 1 + static_cast<int>(rng() % 200));
+        const int lag = world == 1 ? schedule_lag(1, 132, 0) : 1 + static_cast<int>(rng() % 200);
 
         // One thread, expert order (the collect task before the warp).
         PlanStore one(d);
