@@ -240,17 +240,18 @@ EPFUSE_HD void linear1_first_segments(const ExpertPlan& p, int local_experts, in
   }
 }
 
-// The lag the collect task asks for, for a GEMM phase of gemm_tasks tasks (m-blocks x (nblocks1 +
-// nblocks2)). Its one wave of CTAs spreads the Linear2 tiles' combine stores to other ranks over the
-// GEMM phase. World 1 has none, and there the lag cost time where experts have few m-blocks: a placed
-// Linear2 segment counts toward the next one's lag, so one wave in every Linear2 segment so far went
-// ahead of the remaining Linear1 segments, whose Linear2 tiles then ended the phase
-// (docs/performance.md#start-up-layout-publish-collect). A phase of at most one wave has every Linear2
-// segment after the last Linear1 one whatever the lag, which is the kLinear1First order, built one
+// The lag the collect task asks for, given the phase's Linear1 tasks (m-blocks x nblocks1). Its one
+// wave of CTAs spreads the Linear2 tiles' combine stores to other ranks over the GEMM phase. World 1 has
+// none, and there the lag cost time where experts have few m-blocks: a placed Linear2 segment counts
+// toward the next one's lag, so one wave in every Linear2 segment so far went ahead of the remaining
+// Linear1 segments, whose Linear2 tiles then ended the phase
+// (docs/performance.md#start-up-layout-publish-collect). With at most one wave of Linear1 tasks no
+// Linear2 segment is `lag` tasks past the end of the first Linear1 one before the last Linear1 segment
+// is placed, so every Linear2 segment follows it whatever the lag: the kLinear1First order, built one
 // expert per lane instead of the serial pass (docs/performance.md#the-plan-at-world-4-2026-11-28).
 inline constexpr int kLinear1First = 0x7fffffff;
-EPFUSE_HD int schedule_lag(int world, int ctas, int gemm_tasks) {
-  return world == 1 || gemm_tasks <= ctas ? kLinear1First : ctas;
+EPFUSE_HD int schedule_lag(int world, int ctas, int linear1_tasks) {
+  return world == 1 || linear1_tasks <= ctas ? kLinear1First : ctas;
 }
 
 // Order of the GEMM tasks (built after build_expert_plan by the collect task):

@@ -253,13 +253,14 @@ TEST(FusedSchedule, Linear1FirstIsTheSerialScheduleWithoutLag) {
       const int total = build_gemm_schedule(serial.plan, L, nb1, nb2, 1 << 20, l1_end.data());
       ASSERT_EQ(build_gemm_schedule(first.plan, L, nb1, nb2, schedule_lag(1, 132, total), l1_end.data()), total);
       ASSERT_EQ(first.plan.seg_start[*first.plan.segments], total);
-      // At world 4 a phase of at most one wave asks for the same order, and the lagged pass with the
-      // smallest such lag (the phase's length) builds it too.
+      // At world 4 a phase of at most one wave of Linear1 tasks asks for the same order, and the lagged
+      // pass with the smallest such lag (the Linear1 task count) builds it too.
+      const int linear1_tasks = serial.plan.mb_start[L] * nb1;
       if (total > 0) {
-        ASSERT_EQ(schedule_lag(4, total, total), kLinear1First);
-        ASSERT_EQ(schedule_lag(4, total - 1, total), total - 1);
+        ASSERT_EQ(schedule_lag(4, linear1_tasks, linear1_tasks), kLinear1First);
+        ASSERT_EQ(schedule_lag(4, linear1_tasks - 1, linear1_tasks), linear1_tasks - 1);
         MblockPlan one_wave(mblocks);
-        ASSERT_EQ(build_gemm_schedule(one_wave.plan, L, nb1, nb2, total, l1_end.data()), total);
+        ASSERT_EQ(build_gemm_schedule(one_wave.plan, L, nb1, nb2, linear1_tasks, l1_end.data()), total);
         for (int i = 0; i < total; ++i) {
           int kind_s = -1, kind_w = -1;
           const GemmTile a = gemm_tile(serial.plan, i, &kind_s), w = gemm_tile(one_wave.plan, i, &kind_w);
@@ -282,8 +283,8 @@ TEST(FusedSchedule, Linear1FirstIsTheSerialScheduleWithoutLag) {
   }
   MblockPlan decode(std::vector<int>(32, 1));
   std::vector<int> l1_end(32);
-  ASSERT_EQ(schedule_lag(4, 132, 32 * 14), 132);
-  const int total = build_gemm_schedule(decode.plan, 32, 6, 8, schedule_lag(4, 132, 32 * 14), l1_end.data());
+  ASSERT_EQ(schedule_lag(4, 132, 32 * 6), 132);
+  const int total = build_gemm_schedule(decode.plan, 32, 6, 8, schedule_lag(4, 132, 32 * 6), l1_end.data());
   int last_l1 = -1, first_l2 = total;
   for (int i = 0; i < total; ++i) {
     int kind = -1;
