@@ -117,7 +117,9 @@ TEST(WorkspaceTurnKey, OnePerGpuUnderNcclOnePerRankInOneGpuMode) {
   for (int r = 0; r < 4; ++r) {
     EXPECT_EQ(workspace_turn_key(0, true, &comm[r]), workspace_turn_key(0, true, &comm[r]));
     for (int q = 0; q < 4; ++q) {
-      if (q != r) EXPECT_NE(workspace_turn_key(0, true, &comm[r]), workspace_turn_key(0, true, &comm[q]));
+      if (q != r) {
+        EXPECT_NE(workspace_turn_key(0, true, &comm[r]), workspace_turn_key(0, true, &comm[q]));
+      }
     }
     EXPECT_NE(workspace_turn_key(0, true, &comm[r]), workspace_turn_key(0, false, &comm[r]));
   }
