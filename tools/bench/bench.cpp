@@ -220,6 +220,9 @@ DeepGemmPeers run_deepgemm_peers(const BenchOptions& o, int world) {
   }
   std::string env = "EXTRA=" + shell_quote(gemm_alone_extra_shapes(o.cases, world)) + " ";
   if (world > 1) env += "MEGAMOE_RANKS=" + std::to_string(world) + " ";
+  // MegaMoE at this run's token counts, unless the caller's environment names its own.
+  for (const auto& [var, tokens] : megamoe_batches(o.cases))
+    if (std::getenv(var.c_str()) == nullptr) env += var + "=" + shell_quote(tokens) + " ";
   std::string cmd = env + "bash " + shell_quote(script) + " " + shell_quote(o.peers_dir);
   for (const std::string& step : o.peer_steps) cmd += " " + step;
   cmd += " 2>&1";

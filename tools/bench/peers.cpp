@@ -109,4 +109,19 @@ std::string gemm_alone_extra_shapes(const std::vector<BenchCase>& cases, int wor
   return extra;
 }
 
+std::vector<std::pair<std::string, std::string>> megamoe_batches(const std::vector<BenchCase>& cases) {
+  std::vector<std::pair<std::string, std::string>> vars;
+  for (const auto& [model, var] : {std::pair{"dsv3", "MEGAMOE_DSV3_BATCHES"}, {"qwen3-30b", "MEGAMOE_QWEN3_BATCHES"}}) {
+    std::set<int> seen;
+    std::string tokens;
+    for (const BenchCase& c : cases) {
+      const LayerConfig& l = c.layer;
+      if (model_name(l.hidden, l.intermediate, l.topk) != model || !seen.insert(c.tokens_per_rank).second) continue;
+      tokens += (tokens.empty() ? "" : " ") + std::to_string(c.tokens_per_rank);
+    }
+    if (!tokens.empty()) vars.emplace_back(var, tokens);
+  }
+  return vars;
+}
+
 }  // namespace epfuse::bench

@@ -12,6 +12,7 @@
 #pragma once
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "bench/options.h"
@@ -33,5 +34,12 @@ PeerOutput parse_peer_output(std::string_view text, int world);
 // EXTRA="name,H,I,E,k,T;..." for deepgemm_gemm_alone.py: the cases that its built-in FACTS list lacks,
 // as the world-4 shapes it expects (E * 4 / world global experts); cases it cannot express are left out.
 std::string gemm_alone_extra_shapes(const std::vector<BenchCase>& cases, int world);
+
+// MEGAMOE_DSV3_BATCHES and MEGAMOE_QWEN3_BATCHES for run_deepgemm_peers.sh: the token counts of the cases
+// of MegaMoE's two shapes (dsv3 and qwen3-30b by hidden, intermediate and top-k, whatever the experts), in
+// order, each once, space-separated; a shape without cases is left out (the script's own list then).
+// Without them a decode sweep's MegaMoE rows came at the script's 128 / 1024 / 4096 tokens, beside none
+// of the layer's rows.
+std::vector<std::pair<std::string, std::string>> megamoe_batches(const std::vector<BenchCase>& cases);
 
 }  // namespace epfuse::bench

@@ -83,5 +83,21 @@ TEST(Peers, ExtraShapesAreTheCasesTheScriptLacks) {
   EXPECT_EQ(gemm_alone_extra_shapes({}, 1), "");
 }
 
+// MegaMoE's token counts follow the cases of its two shapes (by H, I and k: one GPU's dsv3 at world 1
+// counts), each count once, in order; other shapes add nothing, and no case of a shape leaves its variable out.
+TEST(Peers, MegaMoeBatchesAreTheCasesTokens) {
+  const auto config = [](std::string_view name) { return make_config(*find_model(name), 4096); };
+  const LayerConfig dsv3 = config("dsv3"), qwen3 = config("qwen3-30b"), mixtral = config("mixtral");
+  LayerConfig dsv3_gpu = dsv3;
+  dsv3_gpu.num_experts = dsv3.num_experts / 4;
+  const std::vector<BenchCase> cases = {{"dsv3", dsv3, 1},       {"qwen3-30b", qwen3, 8}, {"dsv3", dsv3, 32},
+                                        {"custom", dsv3_gpu, 1}, {"mixtral", mixtral, 4096}, {"qwen3-30b", qwen3, 1}};
+  const std::vector<std::pair<std::string, std::string>> want = {{"MEGAMOE_DSV3_BATCHES", "1 32"},
+                                                                 {"MEGAMOE_QWEN3_BATCHES", "8 1"}};
+  EXPECT_EQ(megamoe_batches(cases), want);
+  const std::vector<BenchCase> only_mixtral = {{"mixtral", mixtral, 4096}};
+  EXPECT_TRUE(megamoe_batches(only_mixtral).empty());
+}
+
 }  // namespace
 }  // namespace epfuse::bench
