@@ -13,7 +13,7 @@
 # and world-1 run matrix), fp8-fused (the fused FP8 layer's tests and run matrix), profile-fp8 (ncu on the
 # fused FP8 kernel and the FP8 tile alone), pytest (tests/python on the GPU), fp8-bench (bf16 and FP8 rows on the per-GPU shapes; EPFUSE_PEERS=DIR adds --peers),
 # ab (a focused A/B of the fused layer, this build's or EPFUSE_NEW_BIN, against EPFUSE_BASE_BIN; EPFUSE_AB_SHAPES, EPFUSE_AB_ROUNDS, EPFUSE_AB_ARGS
-# e.g. --dtype fp8).
+# e.g. --dtype fp8), decode (dsv3 and qwen3-30b at T = 1, 8, 32 with the 58-layer graph step; EPFUSE_PEERS adds MegaMoE).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -127,6 +127,11 @@ for step in "$@"; do
         timeout 300 tools/epfuse run --impl $impl --ranks $w --hidden 512 --intermediate 256 --experts 32 --topk 8 \
           --tokens random --max-tokens 256 --routing dropped --iters 1000 --vary --verify-every 100 2>&1 | tail -3
       done; done 2>&1 | tee "$OUT/vary1000.log" ;;
+    decode)  # issue 42's rows: dsv3 and qwen3-30b at T = 1, 8, 32 over EPFUSE_RANKS GPUs (default 4), fused FP8
+      # and bf16 with the 58-layer graph step of each row; EPFUSE_PEERS=DIR adds MegaMoE at the same T
+      timeout 560 tools/epfuse bench --model dsv3,qwen3-30b --tokens 1,8,32 --impl fused --ranks "${EPFUSE_RANKS:-4}" \
+        --dtype fp8,bf16 --torch off --layers 58 --graph --check-layers 3 ${EPFUSE_PEERS:+--peers "$EPFUSE_PEERS" --peer-steps megamoe} \
+        --json "$OUT/decode.json" 2>&1 | tee "$OUT/decode.log" | grep -E "^(dsv3|qwen3)|58 layers|rror" | tail -40 ;;
     bench-*) impls=${step#bench-}  # e.g. bench-unfused_fused (no "+": $OUT names allow only [A-Za-z0-9._-])
       # the FACTS configurations over EPFUSE_RANKS GPUs (default 4); EPFUSE_BENCH_ARGS adds flags (e.g.
       # "--dtype bf16,fp8"); EPFUSE_PEERS=DIR adds DeepGEMM and MegaMoE on as many GPUs (--peers)
