@@ -19,6 +19,7 @@
 #include <mutex>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nccl.h>
@@ -196,6 +197,9 @@ class Communicator {
   // while another thread is inside one of them: ncclCommAbort frees what such a call still uses.
   void abort(const std::string& why) noexcept;
   bool aborted() const;
+  // After abort(): throws Error(kAborted) "rank R: <what>: the communicator was aborted; destroy the
+  // layer and create a new communicator" (a layer's forward, before it launches or calls NCCL).
+  void require_not_aborted(std::string_view what) const;
 
   int rank() const { return rank_; }
   int world_size() const { return world_size_; }

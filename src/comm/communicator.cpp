@@ -192,6 +192,12 @@ void Communicator::abort(const std::string& why) noexcept { backend_->abort(why)
 
 bool Communicator::aborted() const { return backend_->aborted(); }
 
+void Communicator::require_not_aborted(std::string_view what) const {
+  if (aborted())
+    throw Error(ErrorCode::kAborted, "rank " + std::to_string(rank_) + ": " + std::string(what) +
+                                         ": the communicator was aborted; destroy the layer and create a new communicator");
+}
+
 void Communicator::wait_bounded(cudaStream_t stream, const char* what) { backend_->wait_bounded(stream, what); }
 
 SymmetricBuffer Communicator::alloc_symmetric(size_t bytes) { return backend_->alloc_symmetric(bytes); }

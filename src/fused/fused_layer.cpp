@@ -369,8 +369,7 @@ class FusedLayer final : public MoeLayer {
     const std::string who = "rank " + std::to_string(comm.rank()) + ": ";
     detail::DeviceGuard guard(comm.device());
     // After Communicator::abort the symmetric window's peers may be gone: no kernel touches it.
-    EPFUSE_REQUIRE(!comm.aborted(), ErrorCode::kAborted,
-                   who + "fused forward: the communicator was aborted; destroy the layer and create a new communicator");
+    comm.require_not_aborted("fused forward");
     // One forward at a time on the workspace, from its first read of shared state (calls_, the flags,
     // the profile record) to its launch: a second host thread waits here, and on the device this
     // forward runs after the previous one on the workspace, whatever its stream (or graph replay).

@@ -376,10 +376,7 @@ void UnfusedLayer::forward(const TokenBatch& caller, bf16* y, cudaStream_t strea
   std::lock_guard<std::mutex> lock(forward_mutex_);
   // After an abort (a timed-out collective, or Communicator::abort) the NCCL communicator is gone:
   // refuse before any NCCL call, which would fail as a corrupted communicator (kNccl).
-  if (comm_obj_.aborted())
-    throw Error(ErrorCode::kAborted, "rank " + std::to_string(rank_) +
-                                         ": unfused forward: the communicator was aborted; destroy the layer and "
-                                         "create a new communicator");
+  comm_obj_.require_not_aborted("unfused forward");
   timed_ = false;
   const int64_t call = calls_++;
   const bool fault = fault_ && fault_->fires(rank_, call);
