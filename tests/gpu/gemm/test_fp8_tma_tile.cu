@@ -294,7 +294,7 @@ bool run_case(int K, uint64_t seed, int ctas, const std::vector<int>& expert_row
         for (int c = 0; c < kN; ++c) nonfinite += !std::isfinite(out[(static_cast<size_t>(t) * kM + r) * kN + c]);
     const bool ok = ctl[1] == 0 && nonfinite == 0;
     const std::string outputs = kloop_only ? "outputs not stored" : "non-finite outputs " + std::to_string(nonfinite);
-    std::printf("%s bench%s K=%d: %d tiles on %d CTAs: %.3f ms per launch (median of 21), %.0f TFLOP/s (real rows; device error %u, "
+    std::printf("%s bench%s K=%d: %d tiles on %d CTAs: %.4f ms per launch (median of 21), %.0f TFLOP/s (real rows; device error %u, "
                 "%s; not a test of the values)\n",
                 ok ? "ok  " : "FAIL", kloop_only ? " (k-loop only)" : "", K, ntiles, ctas, ms,
                 flops / (ms * 1e-3) / 1e12, ctl[1], outputs.c_str());
@@ -428,14 +428,20 @@ int main(int argc, char** argv) {
   bool ok = true;
   try {
     // Expert 0: m-blocks of 128 and 72 rows, experts 1-3: one of 37, 64, 65 (the second math warpgroup
-    // runs no MMA in the tiles of 37 and 64 rows); two n-blocks each: 12 tiles, 6 per CTA.
-    for (int K : {256, 2048, 2880, 7168}) ok = run_case(K, seed + K, 2, {200, 37, 64, 65}, 256) && ok;
+    // runs no MMA in the tiles of 37 and 64 rows), experts 4-8: one of 1, 16, 17, 32, 33 (a decode
+    // step's tiles: one or a few warps of real rows); two n-blocks each: 28 tiles on 2 CTAs. K = 128:
+    // one k-block; 384: three; 2880: 23, the last a partial block of 64.
+    for (int K : {128, 256, 384, 2048, 2880, 7168})
+      ok = run_case(K, seed + K, 2, {200, 37, 64, 65, 1, 16, 17, 32, 33}, 256) && ok;
     int sms = 0;
     EPFUSE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
     // dsv3-like Linear1 (H = 7168) on every SM: SMs / 4 experts of 1024 rows and 512 gate/up columns,
     // 32 full tiles each, 8 per CTA.
     ok = run_case(7168, seed, sms, std::vector<int>(std::max(1, sms / 4), 1024), 512, true) && ok;
     ok = run_case(7168, seed, sms, std::vector<int>(std::max(1, sms / 4), 1024), 512, true, true) && ok;
+    // A decode step's Linear1 tiles (qwen3-30b, H = 2048): SMs / 6 experts of one row and 768 gate/up
+    // columns, one tile per CTA (docs/performance.md#the-k-split-of-small-tiles-2026-11-28-not-kept).
+    ok = run_case(2048, seed, sms, std::vector<int>(std::max(1, sms / 6), 1), 768, true) && ok;
   } catch (const std::exception& e) {
     std::printf("FAIL: %s\n", e.what());
     return 1;
