@@ -47,7 +47,7 @@ inline constexpr Variable kEnvironment[] = {
      "1"},
     {"EPFUSE_PROFILE", "1: rank 0 prints the fused kernel's per-phase profile when timing stops", "off"},
     {"EPFUSE_UNFUSED_GEMM", "the unfused chain's expert GEMMs: grouped, loop or auto", "auto"},
-    {"EPFUSE_FAULT", "fault injection for tests: rank=R,kind=K[,call=N][,ms=M] (src/common/fault.h)", "off"},
+    {"EPFUSE_FAULT", "fault injection for tests: rank=R,kind=K[,call=N][,ms=M][,at=P] (src/common/fault.h)", "off"},
     {"EPFUSE_TRACE_FILE", "builds with EPFUSE_TRACE: the CSV file the fused kernel's timeline is appended to",
      "off (nothing recorded)"},
     {"EPFUSE_TRACE_LAUNCH", "builds with EPFUSE_TRACE: the first of the four back-to-back launches of each problem recorded", "20"},

@@ -3,7 +3,7 @@
 // the CLI can check that every other rank fails within its bound, names what it waited for, and
 // recovers. Implemented in src/core/fault.cpp.
 //
-//   EPFUSE_FAULT="rank=R,kind=K[,call=N][,ms=M]"
+//   EPFUSE_FAULT="rank=R,kind=K[,call=N][,ms=M][,at=P]"
 //
 // rank: the rank that misbehaves (the others ignore the variable). call: the layer's forward to
 // misbehave in, counting from 0 in each layer (`epfuse run`'s call numbers; default 0); every other
@@ -25,6 +25,13 @@
 //            an allocation failure would (Error(kCuda)); `call` does not apply. Every other rank's
 //            creation must fail too (Error(kAborted) naming the rank), not wait for it. The unfused
 //            chain ignores it
+//   hang     the call launches, and its fused kernel stops at point P (at=, required; common/hang_point.h):
+//            publish, dispatch, collect, producer or scheduler. The stopped threads wait for this
+//            rank's abort flag (one of its own waits ran out), at most 4x the workspace's
+//            EPFUSE_TIMEOUT_MS (twice its longest wait); aborted, they abandon their task, else they go
+//            on, late. producer and scheduler are warp-specialised CTAs' producer warps (the FP8
+//            kernel; bf16 at >= 128 rows per expert): a kernel without them runs normally. The unfused
+//            chain ignores it (it has no kernel of its own to stop)
 // What each layer's peers see, and the bounds, are in docs/fused_design.md (the EPFUSE_FAULT entry).
 // The variable is read when a layer is created; a malformed one is Error(kInvalidArgument) naming it
 // (on every rank alike: every rank reads the same text).
@@ -38,9 +45,11 @@
 
 #include <cuda_runtime.h>
 
+#include "common/hang_point.h"
+
 namespace epfuse::detail {
 
-enum class FaultKind { kSkip, kStall, kThrow, kExit, kBadIds, kFailCreate };
+enum class FaultKind { kSkip, kStall, kThrow, kExit, kBadIds, kFailCreate, kHang };
 std::string_view to_string(FaultKind kind);
 
 struct Fault {
@@ -48,6 +57,7 @@ struct Fault {
   FaultKind kind = FaultKind::kSkip;
   int64_t call = 0;
   int64_t stall_ms = -1;  // -1: twice the peers' bound (act_on_fault's default_stall)
+  HangPoint hang_at = HangPoint::kNone;  // kind=hang: where the kernel stops
 
   // Whether this rank misbehaves in its layer's forward number `call` (from 0).
   bool fires(int my_rank, int64_t this_call) const {
@@ -56,20 +66,21 @@ struct Fault {
 };
 
 // Parses EPFUSE_FAULT's text; nullopt for empty text. Throws Error(kInvalidArgument) "EPFUSE_FAULT
-// = '<text>': <what is wrong>" for an unknown key or kind, a missing rank or kind, a negative or
-// non-integer number, or a key given twice.
+// = '<text>': <what is wrong>" for an unknown key, kind or point, a missing rank or kind (or at= with
+// kind=hang), ms= or at= with another kind, a negative or non-integer number, or a key given twice.
 std::optional<Fault> parse_fault(std::string_view text);
 // parse_fault of EPFUSE_FAULT (common/env.h), nullopt when unset.
 std::optional<Fault> fault_from_env();
 
 // A fault that fires in forward call `call` of rank `rank`, on the host, before the layer's first
-// collective work: prints "epfuse: rank R: EPFUSE_FAULT: <kind> in forward call N" to stderr, then
+// collective work: prints "epfuse: rank R: EPFUSE_FAULT: <kind>[ at <point>] in forward call N" to stderr, then
 //   skip: returns true (the caller returns at once);
 //   stall: sleeps stall_ms (or `default_stall`), returns false;
 //   throw: throws Error(kInternal) "rank R: EPFUSE_FAULT: throw in forward call N (thrown before
 //          <before>)";
 //   exit: ends the process with _exit(1);
-//   bad_ids, fail_create: returns false (bad_ids: the caller reads copy_ids_with_bad_first's copy).
+//   bad_ids, fail_create, hang: returns false (bad_ids: the caller reads copy_ids_with_bad_first's copy;
+//   hang: the fused layer passes hang_at to its kernel).
 bool act_on_fault(const Fault& fault, int rank, int64_t call, std::chrono::milliseconds default_stall,
                   std::string_view before);
 

@@ -24,6 +24,7 @@ std::string_view to_string(FaultKind kind) {
     case FaultKind::kExit: return "exit";
     case FaultKind::kBadIds: return "bad_ids";
     case FaultKind::kFailCreate: return "fail_create";
+    case FaultKind::kHang: return "hang";
   }
   return "unknown";
 }
@@ -32,7 +33,8 @@ std::optional<Fault> parse_fault(std::string_view text) {
   if (text.empty()) return std::nullopt;
   const auto fail = [&](const std::string& why) -> Error {
     return Error(ErrorCode::kInvalidArgument, "EPFUSE_FAULT = '" + std::string(text) + "': " + why +
-                                                  " (expected rank=R,kind=skip|stall|throw|exit|bad_ids|fail_create[,call=N][,ms=M])");
+                                                  " (expected rank=R,kind=skip|stall|throw|exit|bad_ids|fail_create|hang[,call=N][,ms=M]"
+                                                  "[,at=publish|dispatch|collect|producer|scheduler])");
   };
   const auto number = [&](std::string_view key, std::string_view v) {
     int64_t n = -1;
@@ -63,9 +65,13 @@ std::optional<Fault> parse_fault(std::string_view text) {
     } else if (key == "kind") {
       bool known = false;
       for (FaultKind k : {FaultKind::kSkip, FaultKind::kStall, FaultKind::kThrow, FaultKind::kExit, FaultKind::kBadIds,
-                          FaultKind::kFailCreate})
+                          FaultKind::kFailCreate, FaultKind::kHang})
         if (value == to_string(k)) f.kind = k, known = true;
       if (!known) throw fail("unknown kind '" + std::string(value) + "'");
+    } else if (key == "at") {
+      for (HangPoint p : kHangPoints)
+        if (value == to_string(p)) f.hang_at = p;
+      if (f.hang_at == HangPoint::kNone) throw fail("unknown hang point '" + std::string(value) + "'");
     } else {
       throw fail("unknown key '" + std::string(key) + "'");
     }
@@ -73,6 +79,8 @@ std::optional<Fault> parse_fault(std::string_view text) {
   if (!seen.contains("rank")) throw fail("rank is missing");
   if (!seen.contains("kind")) throw fail("kind is missing");
   if (seen.contains("ms") && f.kind != FaultKind::kStall) throw fail("ms applies to kind=stall only");
+  if (seen.contains("at") != (f.kind == FaultKind::kHang))
+    throw fail(f.kind == FaultKind::kHang ? "kind=hang needs at=" : "at applies to kind=hang only");
   return f;
 }
 
@@ -84,6 +92,7 @@ std::optional<Fault> fault_from_env() {
 bool act_on_fault(const Fault& fault, int rank, int64_t call, std::chrono::milliseconds default_stall,
                   std::string_view before) {
   const std::string what = "rank " + std::to_string(rank) + ": EPFUSE_FAULT: " + std::string(to_string(fault.kind)) +
+                           (fault.kind == FaultKind::kHang ? " at " + std::string(to_string(fault.hang_at)) : "") +
                            " in forward call " + std::to_string(call);
   std::fprintf(stderr, "epfuse: %s\n", what.c_str());
   std::fflush(stderr);
@@ -98,7 +107,8 @@ bool act_on_fault(const Fault& fault, int rank, int64_t call, std::chrono::milli
       std::fflush(stdout);
       ::_exit(1);
     case FaultKind::kBadIds:
-    case FaultKind::kFailCreate: return false;
+    case FaultKind::kFailCreate:
+    case FaultKind::kHang: return false;
   }
   return false;
 }

@@ -84,13 +84,18 @@ __device__ void producer_role(const device::FusedContext<Transport>& c, TaskSche
     // math warps' current tile still holds before the row table could be read and the tile posted
     // (docs/performance.md#task-hand-over-between-tiles: ~2 us of every tile's hand-over).
     const bool in = gemm && device::tile_inputs_in(c, g, task.phase, task.tile, l1_tiles);
-    const int preloaded = gemm && !in ? device::preload_weights<Tiles>(c, g, task, ring, smem) : 0;
+    // No preload in a call that stops after the post (EPFUSE_FAULT at=producer, below): then nothing of
+    // the tile is in flight, and the math warps never find a stage of it full.
+    const bool preload = gemm && !in && prm.fault_hang != HangPoint::kProducer;
+    const int preloaded = preload ? device::preload_weights<Tiles>(c, g, task, ring, smem) : 0;
     if (g.leader()) device::trace::stamp(rec, device::trace::kWeights);
     bool ok = preloaded >= 0;
-    if (gemm && !in && ok && !(ok = device::wait_tile_inputs(c, g, task.phase, task.tile, l1_tiles)))
+    if (gemm && !in && ok && !(ok = device::wait_tile_inputs(c, g, task.phase, task.tile, l1_tiles)) && preload)
       device::drop_weights<Tiles>(c, task, ring, smem);
     if (gemm && ok) Tiles::prepare(c, g, task, I, queue.table[s], a_rows, w);
     if (g.leader()) device::trace::stamp(rec, device::trace::kInputs);
+    // EPFUSE_FAULT at=scheduler: the end of the task stream is never posted; the math warps wait for it.
+    if (task.phase == Phase::kDone) device::hang_here(prm, c.ctl, g, HangPoint::kScheduler);
     if (g.leader()) {
       queue.item[s] = {ok ? task : Task{Phase::kDone, 0, {}}, w.rows,
                        gemm ? static_cast<int64_t>(c.plan.pair_off[w.expert]) + w.row0 : 0};
@@ -98,6 +103,9 @@ __device__ void producer_role(const device::FusedContext<Transport>& c, TaskSche
       device::trace::stamp(rec, device::trace::kPosted);
     }
     if (!ok || task.phase == Phase::kDone) break;
+    // EPFUSE_FAULT at=producer: the tile is posted, its operands never load; its math warps' pipeline
+    // waits for them.
+    if (gemm && device::hang_here(prm, c.ctl, g, HangPoint::kProducer)) break;
     // The next id is taken before this tile's loads, its decoding (and any wait) after them: the
     // atomic's round trip runs under the loads, and the math warps never wait for a producer held in
     // a later task's wait (scheduler.cuh TaskQueue).

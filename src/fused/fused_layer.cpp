@@ -503,6 +503,7 @@ class FusedLayer final : public MoeLayer {
                                       stream);
       prm.topk_idx = fault_ids_.get();
     }
+    if (fault_->kind == FaultKind::kHang) prm.fault_hang = fault_->hang_at;  // this call's kernel only
     return skip;
   }
   // weight_format fp8-block128: checks the FP8 fields like the unfused chain (weights/fp8_weights.h:

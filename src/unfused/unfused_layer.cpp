@@ -155,7 +155,9 @@ UnfusedLayer::UnfusedLayer(const detail::CheckedConfig& checked, Communicator& c
     for (cudaEvent_t& event : events_) EPFUSE_CUDA_CHECK(cudaEventCreate(&event));
     EPFUSE_CUDA_CHECK(cudaEventCreateWithFlags(&finished_, cudaEventDisableTiming));
     if (cfg.weight_format == WeightFormat::kFp8Block128) init_fp8(weights);
-    if (std::optional<detail::Fault> f = detail::fault_from_env(); f && f->rank == rank_) {
+    // kind=hang stops a fused kernel (fault.h): the chain has none of its own to stop.
+    if (std::optional<detail::Fault> f = detail::fault_from_env();
+        f && f->rank == rank_ && f->kind != detail::FaultKind::kHang) {
       if (f->kind == detail::FaultKind::kFailCreate)
         throw Error(ErrorCode::kCuda, "rank " + std::to_string(rank_) +
                                           ": EPFUSE_FAULT: fail_create: the unfused layer's allocation failed (injected)");

@@ -7,6 +7,7 @@
 #include <cuda_bf16.h>
 #include <nccl.h>
 
+#include "common/hang_point.h"
 #include "device/diagnostics/error_record.h"
 #include "device/diagnostics/profile_record.h"
 #include "device/protocol/regions.h"
@@ -87,6 +88,9 @@ struct FusedParams {
   // creation on the workspace): carried in the count message, so ranks calling different layers in
   // one call fail (ErrorKind::kPeerOtherLayer) instead of mixing them.
   uint32_t layer_id = 0;
+  // EPFUSE_FAULT kind=hang (common/fault.h), set only in the call it fires in: where this rank's kernel
+  // stops (wait.cuh hang_here: one compare per task at each point, none in a k-loop). kNone: never.
+  HangPoint fault_hang = HangPoint::kNone;
 };
 
 }  // namespace epfuse::device

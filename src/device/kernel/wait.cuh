@@ -8,6 +8,7 @@
 //   bounded_wait  one thread on a 32-bit word, recording by WaitSite on timeout
 //   group_wait    a thread group (cta_wait: the CTA) on its leader's bounded_wait
 //   mbar_wait     an mbarrier phase (the GEMM ring's stages, the scheduler's task slots): spin_wait.cuh
+//   hang_here     not a wait for anything: EPFUSE_FAULT kind=hang's stop, which ends as a wait does
 #pragma once
 #include <cstdint>
 
@@ -55,6 +56,24 @@ template <class Load, class Done>
 __device__ bool cta_wait(const FusedParams& prm, FusedControl* ctl, const WaitSite& site, uint32_t expected,
                          Load load, Done done, bool abortable = true) {
   return group_wait(ThreadGroup::cta(), prm, ctl, site, expected, load, done, abortable);
+}
+
+// EPFUSE_FAULT kind=hang (common/fault.h): at the point prm.fault_hang names, group g stops making
+// progress. Its leader waits for this rank's abort flag (raised when a wait of this rank runs out,
+// recording what it waited for) for at most 4x the timeout, twice the longest wait (waits behind a
+// wait, the task queue's), so the kernel always ends. True in every thread of g: the call was aborted
+// meanwhile and the caller abandons its task; false: no hang here, or the bound passed and the caller
+// goes on, late. g is uniform where it is called; elsewhere the cost is one compare of a kernel
+// parameter per task.
+__device__ __forceinline__ bool hang_here(const FusedParams& prm, FusedControl* ctl, const ThreadGroup& g,
+                                          HangPoint at) {
+  if (prm.fault_hang != at) return false;
+  bool stopped = false;
+  if (g.leader()) {
+    spin_wait<1, 64>([] { return false; }, WaitLimit{globaltimer_ns() + 4 * prm.timeout_ns, &ctl->abort});
+    stopped = aborted(ctl);
+  }
+  return g.sync_or(stopped);
 }
 
 }  // namespace epfuse::device

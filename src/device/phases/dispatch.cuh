@@ -27,6 +27,9 @@ __device__ void dispatch_task(const FusedContext<Transport>& c, int block, const
   const FusedParams& prm = *c.prm;
   const FusedDims& d = prm.dims;
   const int k = d.topk, E = d.num_experts, L = c.local_experts, H = d.hidden;
+  // EPFUSE_FAULT at=dispatch: this task's rows, entries and arrival adds never go out; the receivers'
+  // Linear1 tiles wait for them.
+  if (hang_here(prm, c.ctl, ThreadGroup::cta(), HangPoint::kDispatch)) return;
   if (!wait_layout_done(c, Phase::kDispatch, space.layout, /*abortable=*/true)) return;
   trace::stamp_current(threadIdx.x == 0, trace::kInputs);
   int* entry_base = static_cast<int*>(smem);                            // [E]: my first entry per expert

@@ -88,6 +88,8 @@ __device__ void publish_task(const FusedContext<Transport>& c, int layout_tasks)
   const FusedParams& prm = *c.prm;
   const FusedDims& d = prm.dims;
   const int L = c.local_experts;
+  // EPFUSE_FAULT at=publish: this rank's count messages never go out; every rank's collect waits for them.
+  if (hang_here(prm, c.ctl, ThreadGroup::cta(), HangPoint::kPublish)) return;
   if (!wait_layout_done(c, Phase::kPublish, layout_tasks, /*abortable=*/false)) return;
   const uint32_t found = *reinterpret_cast<volatile uint32_t*>(&c.ctl->input_status);
   const uint32_t status = found != 0 ? found : prm.host_status;
@@ -146,6 +148,8 @@ __device__ void collect_task(const FusedContext<Transport>& c, int block_m, int 
   const FusedParams& prm = *c.prm;
   const FusedDims& d = prm.dims;
   const int L = c.local_experts, W = d.world;
+  // EPFUSE_FAULT at=collect: this rank's plan never comes; its GEMM and combine tasks wait for it.
+  if (hang_here(prm, c.ctl, ThreadGroup::cta(), HangPoint::kCollect)) return;
   for (int src = 0; src < W; ++src) {
     const uint32_t* flag = local_ptr<uint32_t>(c, count_flag_offset(prm.sym, prm.capacity, c.parity, src));
     if (!cta_wait(prm, c.ctl, c.site(Phase::kCollect, WaitKind::kCounts, src), c.epoch,

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <iterator>
 #include <string>
 
 #include "common/fault.h"
@@ -30,6 +31,21 @@ TEST(Fault, ParsesEveryKindWithDefaults) {
   }
 }
 
+// kind=hang names where the kernel stops (common/hang_point.h): every point by its name, and only with it.
+TEST(Fault, ParsesEveryHangPoint) {
+  for (HangPoint at : kHangPoints) {
+    const std::string text = "rank=2,kind=hang,call=1,at=" + std::string(to_string(at));
+    const std::optional<Fault> f = parse_fault(text);
+    ASSERT_TRUE(f.has_value()) << text;
+    EXPECT_EQ(f->kind, FaultKind::kHang) << text;
+    EXPECT_EQ(f->hang_at, at) << text;
+    EXPECT_TRUE(f->fires(2, 1)) << text;
+  }
+  EXPECT_EQ(parse_fault("at=scheduler,kind=hang,rank=0")->hang_at, HangPoint::kScheduler);
+  EXPECT_EQ(parse_fault("rank=0,kind=stall")->hang_at, HangPoint::kNone);
+  EXPECT_EQ(std::size(kHangPoints), 5u);  // a new point needs its name here and a GPU test
+}
+
 TEST(Fault, ParsesCallAndStall) {
   const std::optional<Fault> f = parse_fault("rank=3,kind=stall,call=17,ms=250");
   ASSERT_TRUE(f.has_value());
@@ -46,7 +62,10 @@ TEST(Fault, ParsesCallAndStall) {
 TEST(Fault, RejectsMalformedTextNamingIt) {
   for (const char* bad : {"rank=1", "kind=skip", "rank=x,kind=skip", "rank=-1,kind=skip", "rank=1,kind=crash",
                           "rank=1,kind=skip,call=", "rank=1,kind=skip,when=2", "rank=1,rank=2,kind=skip",
-                          "rank=1,kind=skip,ms=5", "rank=1,kind=skip,", "rank=1 kind=skip", "rank=99999999,kind=skip"}) {
+                          "rank=1,kind=skip,ms=5", "rank=1,kind=skip,", "rank=1 kind=skip", "rank=99999999,kind=skip",
+                          "rank=1,kind=hang", "rank=1,kind=hang,at=", "rank=1,kind=hang,at=combine",
+                          "rank=1,kind=hang,at=Publish", "rank=1,kind=skip,at=publish",
+                          "rank=1,kind=hang,at=publish,ms=5", "rank=1,kind=hang,at=publish,at=dispatch"}) {
     try {
       parse_fault(bad);
       ADD_FAILURE() << "accepted '" << bad << "'";
@@ -65,6 +84,7 @@ TEST(Fault, ActsOnTheHost) {
   const auto since = [&] { return std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - t0); };
   EXPECT_TRUE(act_on_fault(*parse_fault("rank=2,kind=skip"), 2, 0, milliseconds(0), "the launch"));
   EXPECT_FALSE(act_on_fault(*parse_fault("rank=2,kind=bad_ids"), 2, 0, milliseconds(0), "the launch"));
+  EXPECT_FALSE(act_on_fault(*parse_fault("rank=2,kind=hang,at=dispatch"), 2, 0, milliseconds(0), "the launch"));
   EXPECT_FALSE(act_on_fault(*parse_fault("rank=2,kind=stall"), 2, 0, milliseconds(30), "the launch"));
   EXPECT_GE(since(), milliseconds(30));  // the default applies without ms=
   const auto t1 = since();

@@ -6,6 +6,9 @@
 //                       checked under 5 s), naming itself, "timed out in" and the faulty rank's count
 //                       message; the faulty rank never hangs;
 //   bad_ids:            every rank fails fast with kInvalidArgument naming the faulty rank;
+//   hang at P:          its kernel stops inside the call; per point, the wait each rank must report
+//                       (HangCase, docs/fused_design.md's table), within 5 s, and the failed
+//                       workspace refusing the next forward;
 // that call's own y (filled finite before it) is NaN on every rank whose kernel ran and failed, as it
 // was where the call never launched (the faulty skip and throw), and right if a late stalled call
 // reported no error; then on every rank: no guard band around x, topk_idx, topk_weights or y was written and the inputs
@@ -31,6 +34,7 @@
 #include "common/check.h"
 #include "common/device_buffer.h"
 #include "epfuse/epfuse.h"
+#include "fp8_layer_rank.h"
 #include "layer_rank.h"
 #include "multiprocess.h"
 #include "scoped_env.h"
@@ -56,18 +60,11 @@ struct Outcome {
   double seconds = 0;
 };
 
-// One rank's run of a fault test: a checked call 0, the faulty call 1, the checks, a re-created layer.
-void run_fault(const std::string& kind, Expect expect) {
-  const LayerConfig cfg = testing::small_layer_config(256, 0.0f);
-  testing::LayerRank r(Impl::kFused, cfg);
-  const int faulty = r.world() - 1;
-  const bool me_faulty = r.rank() == faulty;
-  const std::string me = "rank " + std::to_string(r.rank()) + ": ";
-  r.expect_matches_reference(r.tokens(40, Routing::kUniform, 1400), "call 0, before the fault");
-
-  const HostTokens in = r.tokens(40, Routing::kUniform, 1401);
+// The faulty call: `in` uploaded, y filled finite (the rows the call poisons show), one forward and
+// check_errors, timed until the stream is done (a forward that threw may still have launched).
+Outcome faulty_call(testing::LayerRank& r, const HostTokens& in) {
   r.upload(in);
-  r.fill_y_finite();  // finite: the rows this call poisons show
+  r.fill_y_finite();
   if (testing::comm().transport() == Transport::kLoopback) testing::comm().barrier();  // see LoopbackWorld
   Outcome o;
   const auto t0 = Clock::now();
@@ -78,8 +75,22 @@ void run_fault(const std::string& kind, Expect expect) {
     o.threw = true;
     o.error = e;
   }
-  EXPECT_EQ(cudaStreamSynchronize(r.stream()), cudaSuccess);  // a forward that threw may still have launched
+  EXPECT_EQ(cudaStreamSynchronize(r.stream()), cudaSuccess);
   o.seconds = seconds_since(t0);
+  return o;
+}
+
+// One rank's run of a fault test: a checked call 0, the faulty call 1, the checks, a re-created layer.
+void run_fault(const std::string& kind, Expect expect) {
+  const LayerConfig cfg = testing::small_layer_config(256, 0.0f);
+  testing::LayerRank r(Impl::kFused, cfg);
+  const int faulty = r.world() - 1;
+  const bool me_faulty = r.rank() == faulty;
+  const std::string me = "rank " + std::to_string(r.rank()) + ": ";
+  r.expect_matches_reference(r.tokens(40, Routing::kUniform, 1400), "call 0, before the fault");
+
+  const HostTokens in = r.tokens(40, Routing::kUniform, 1401);
+  const Outcome o = faulty_call(r, in);
   const std::string what = o.error.what();
   std::printf("%s%s fault, call 1: %s after %.2f s\n", me.c_str(), kind.c_str(), o.threw ? what.c_str() : "returned",
               o.seconds);
@@ -193,6 +204,99 @@ TEST(Faults, FailedCallPoisonsItsOwnYAndTheNextForwardSaysWhy) {
   ScopedEnv timeout("EPFUSE_TIMEOUT_MS", "1000");
   ScopedEnv fault("EPFUSE_FAULT", "rank=" + std::to_string(testing::world() - 1) + ",kind=stall,call=1,ms=1500");
   testing::on_every_rank([] { run_failed_call_poisons_y(); });
+}
+
+// kind=hang (docs/fused_design.md's EPFUSE_FAULT entry): the last rank R's kernel stops at point P of its
+// second forward. Per point, inputs under which one wait must expire first on each rank, and the words
+// describe_error gives it; nullptr: that rank's call completes and is right.
+struct HangCase {
+  const char* at;
+  bool fp8;                // the warp-specialised kernel (the FP8 layer runs it at every T): producer, scheduler
+  bool needs_peer;         // at world 1 nothing would wait for what stops
+  int faulty_tokens;       // R's T in the faulty call (0: no combine of its own to race its wait)
+  int peer_tokens;         // the others' T (0: no combine to race their arrival waits)
+  bool faulty_keeps_home;  // R's slots on its own experts stay (else dropped: no arrival of R's own for R to wait for)
+  const char* faulty_waits;
+  const char* peers_wait;
+};
+
+// Each rank's call 1 under the hang: bounded (waits of 1 s, twice that behind a wait); the expected
+// rank's error is kTimeout naming itself and the wait (R's number filled in for "%R"); the failed
+// call's y is all NaN; the failed workspace refuses the next forward on the host, naming that error;
+// nothing outside the layer's buffers is written; a re-created layer is right.
+void run_hang(const HangCase& hc) {
+  const LayerConfig cfg = hc.fp8 ? testing::fp8_layer_config() : testing::small_layer_config(256, 0.0f);
+  testing::LayerRank r(Impl::kFused, cfg);
+  const int faulty = r.world() - 1;
+  const bool me_faulty = r.rank() == faulty;
+  const std::string me = "rank " + std::to_string(r.rank()) + ": ";
+  r.expect_matches_reference(r.tokens(40, Routing::kUniform, 1800), "call 0, before the hang");
+
+  HostTokens in = r.tokens(me_faulty ? hc.faulty_tokens : hc.peer_tokens, Routing::kUniform, 1801);
+  if (me_faulty && !hc.faulty_keeps_home) {
+    const int local = cfg.experts_per_rank(r.world());
+    for (int32_t& e : in.topk_idx)
+      if (e >= 0 && e / local == faulty) e = -1;
+  }
+  const Outcome o = faulty_call(r, in);
+  const std::string what = o.error.what();
+  std::printf("%shang at %s, call 1 (T = %d): %s after %.2f s\n", me.c_str(), hc.at, in.num_tokens,
+              o.threw ? what.c_str() : "returned", o.seconds);
+  EXPECT_LT(o.seconds, 5.0) << me << "the call took " << o.seconds << " s";
+
+  const char* expected = me_faulty ? hc.faulty_waits : hc.peers_wait;
+  if (expected == nullptr) {
+    EXPECT_FALSE(o.threw) << me << what;
+    if (!o.threw) r.expect_close_to_reference(in, r.output(in.num_tokens), me + "a call R's hang left whole");
+  } else {
+    std::string want = expected;
+    if (const size_t r_at = want.find("%R"); r_at != std::string::npos) want.replace(r_at, 2, std::to_string(faulty));
+    EXPECT_TRUE(o.threw) << me << "hang at " << hc.at << " went unnoticed";
+    EXPECT_EQ(o.error.code(), ErrorCode::kTimeout) << what;
+    EXPECT_EQ(what.rfind(me + "timed out in ", 0), 0u) << what;
+    EXPECT_NE(what.find(" waiting for " + want), std::string::npos) << me << "expected a wait for '" << want
+                                                                    << "': " << what;
+    const size_t not_nan = r.values_not_nan(in.num_tokens);
+    EXPECT_EQ(not_nan, 0u) << me << not_nan << " values of the failed call's y are not NaN";
+    // The workspace is unusable until re-created (epfuse/layer.h): the next forward throws on the host,
+    // naming the error, and launches nothing.
+    try {
+      r.layer().forward(r.batch(in.num_tokens), r.y(), r.stream());
+      ADD_FAILURE() << me << "a forward after the failed call returned";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInternal) << e.what();
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("re-create it"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(r.outside_writes(in), "") << me << "hang at " << hc.at;
+  r.recreate();
+  r.expect_matches_reference(r.tokens(57, Routing::kSkewed, 1802), "call 0 of the re-created layer");
+}
+
+void hang_test(const HangCase& hc) {
+  if (hc.needs_peer && testing::world() < 2) GTEST_SKIP() << "needs a peer";
+  ScopedEnv timeout("EPFUSE_TIMEOUT_MS", "1000");
+  ScopedEnv fault("EPFUSE_FAULT", "rank=" + std::to_string(testing::world() - 1) + ",kind=hang,call=1,at=" + hc.at);
+  testing::on_every_rank([&] { run_hang(hc); });
+}
+
+constexpr const char* kTokenTilesWait = "output tiles of token ";
+
+TEST(Faults, HangAtPublishTimesOutEveryRankOnItsCounts) {
+  hang_test({"publish", false, false, 40, 40, true, "the count message of rank %R", "the count message of rank %R"});
+}
+TEST(Faults, HangAtDispatchTimesOutItsReceiversOnArrivals) {
+  hang_test({"dispatch", false, true, 40, 0, false, kTokenTilesWait, "arrivals of local expert "});
+}
+TEST(Faults, HangAtCollectTimesOutItsPlanAndThePeersCombine) {
+  hang_test({"collect", false, false, 40, 40, true, "this rank's expert plan (collect task)", kTokenTilesWait});
+}
+TEST(Faults, HangAtProducerTimesOutItsOperandPipeline) {
+  hang_test({"producer", true, true, 0, 40, true, "the operand pipeline of GEMM tile (m-block ", kTokenTilesWait});
+}
+TEST(Faults, HangAtSchedulerTimesOutItsTaskSlotAlone) {
+  hang_test({"scheduler", true, false, 40, 40, true, "the next task from this CTA's producer warps (task slot ", nullptr});
 }
 
 // The guard check itself can fail: a byte written just outside y is reported.

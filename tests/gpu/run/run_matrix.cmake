@@ -198,7 +198,8 @@ endfunction()
 # epfuse_add_fault_run_tests(<impl>): `epfuse run` with EPFUSE_FAULT (src/common/fault.h) making the last
 # rank misbehave in call 2 of 4, as ctest entries run_<impl>_fault_<where>_<kind>: each must exit
 # non-zero (not 77) within its limit and print the line that names the failure (expect_failure.sh).
-# Fused: one-GPU at world 4 and one process per GPU at world 2 (skipped with fewer GPUs). Unfused (NCCL
+# Fused (with kind=hang at each point): one-GPU at world 4 and one process per GPU at world 2 (skipped
+# with fewer GPUs). Unfused (NCCL
 # only): the kinds whose first line is certain, at world 2, and bad_ids at world 1; a peer's skip and
 # stall are test_gpu_unfused_faults_*'s (a collective timeout of 10 s here bounds what they leave).
 function(epfuse_add_fault_run_test impl name ranks fault regex)
@@ -240,6 +241,21 @@ function(epfuse_add_fault_run_tests impl)
     epfuse_add_fault_run_test(${impl} ${where}_bad_ids ${ranks} "rank=${last},kind=bad_ids,call=2" "${bad}" ${flags})
     epfuse_add_fault_run_test(${impl} ${where}_exit ${ranks} "rank=${last},kind=exit,call=2"
       "rank ${last}: EPFUSE_FAULT: exit in forward call 2" ${flags})
+    # kind=hang at each point inside the kernel (docs/fused_design.md, the EPFUSE_FAULT table): the wait
+    # that expires first on some rank (either of two where, with every rank's 64 tokens, two start
+    # together); producer and scheduler stop the producer warps of the FP8 kernel.
+    set(any "rank [0-9]+: timed out in [a-z0-9 ]+ waiting for")
+    set(hang "rank=${last},kind=hang,call=2,at")
+    epfuse_add_fault_run_test(${impl} ${where}_hang_publish ${ranks} "${hang}=publish"
+      "${any} the count message of rank ${last}" ${flags})
+    epfuse_add_fault_run_test(${impl} ${where}_hang_dispatch ${ranks} "${hang}=dispatch"
+      "${any} (arrivals of local expert|output tiles of token)" ${flags})
+    epfuse_add_fault_run_test(${impl} ${where}_hang_collect ${ranks} "${hang}=collect"
+      "${any} (this rank.s expert plan|output tiles of token)" ${flags})
+    epfuse_add_fault_run_test(${impl} ${where}_hang_producer ${ranks} "${hang}=producer"
+      "${any} (the operand pipeline of GEMM tile|output tiles of token)" ${flags} --dtype fp8)
+    epfuse_add_fault_run_test(${impl} ${where}_hang_scheduler ${ranks} "${hang}=scheduler"
+      "rank ${last}: timed out in [a-z0-9 ]+ waiting for the next task from this CTA.s producer warps" ${flags} --dtype fp8)
   endforeach()
 endfunction()
 
