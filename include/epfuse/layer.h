@@ -66,7 +66,9 @@ class MoeLayer {
   // earlier error (<that error>); re-create it") without launching, as after a device error reported
   // by check_errors(). The caller must destroy the layers and the workspace and create them again
   // (collective: every rank does it). The unfused chain throws kInvalidArgument on every rank before
-  // any row moves (a rank whose own arguments were valid leaves its y NaN). A layer of padded sizes
+  // any row moves (a rank whose own arguments were valid leaves its y NaN); a forward whose counts
+  // all-to-all timed out (a peer that never called) throws Error(kTimeout) with its y NaN too (filled
+  // on `stream` once the abort has ended its NCCL kernels). A layer of padded sizes
   // behaves as the layer it wraps. After Communicator::abort (or a collective that timed out and
   // aborted it) every forward throws Error(kAborted, "rank R: <fused|unfused> forward: the
   // communicator was aborted; ...") before launching anything.

@@ -352,7 +352,8 @@ HostInputError UnfusedLayer::check_inputs(const TokenBatch& in, const bf16* y) c
 //  - host, the counts synchronisation below: bounded by the communicator's collective timeout
 //    (EPFUSE_COLLECTIVE_TIMEOUT_MS, default 300 s; Communicator::wait_bounded): past it the
 //    communicator is aborted (which ends this rank's NCCL kernels) and the forward throws
-//    Error(kTimeout) "rank R: unfused forward: the counts all-to-all timed out ...". It also covers
+//    Error(kTimeout) "rank R: unfused forward: the counts all-to-all timed out ...", with its y NaN
+//    (filled on the stream after the abort has ended its NCCL kernels). It also covers
 //    this stream's earlier work, hence the generous bound;
 //  - host, check_errors: bounded the same way;
 //  - host, ncclGroupEnd of an all-to-all: may block for the first exchange with a peer (NCCL sets up
@@ -407,16 +408,27 @@ void UnfusedLayer::forward(const TokenBatch& caller, bf16* y, cudaStream_t strea
              stream);
   EPFUSE_CUDA_CHECK(cudaMemcpyAsync(host_counts_.as(), counts_.as(), host_counts_.bytes(), cudaMemcpyDeviceToHost,
                                     stream));
+  // A call that fails before any row moves finishes none of them: a rank whose own arguments were valid
+  // leaves its y NaN (bf16 0xFFFF), as a failed fused call does.
+  const auto poison_y = [&] {
+    if (host_error.code != InputError::kNone || tokens == 0) return cudaSuccess;
+    return cudaMemsetAsync(y, 0xff, static_cast<size_t>(tokens) * cfg_.hidden * sizeof(bf16), stream);
+  };
   // The forward's one host synchronisation, bounded (see the waits above).
-  comm_obj_.wait_bounded(stream, "unfused forward: the counts all-to-all");
+  try {
+    comm_obj_.wait_bounded(stream, "unfused forward: the counts all-to-all");
+  } catch (const Error& e) {
+    // Timed out: the communicator is aborted, which ends this stream's NCCL kernels, so the fill runs
+    // after them. The timeout is what the caller hears; a fill that cannot be queued changes nothing.
+    if (e.code() == ErrorCode::kTimeout && poison_y() != cudaSuccess) (void)cudaGetLastError();
+    throw;
+  }
 
   const int32_t* host_send = host_counts_.as<int32_t>();
   const int32_t* host_recv = host_send + world * words;
   if (const auto message = first_input_error(host_recv, world, words, cfg_)) {
-    // On every rank alike, before any row moves. None of this call's rows is finished: a rank whose own
-    // arguments were valid leaves its y NaN (bf16 0xFFFF), as a failed fused call does.
-    if (host_error.code == InputError::kNone && tokens > 0)
-      EPFUSE_CUDA_CHECK(cudaMemsetAsync(y, 0xff, static_cast<size_t>(tokens) * cfg_.hidden * sizeof(bf16), stream));
+    // On every rank alike, before any row moves.
+    EPFUSE_CUDA_CHECK(poison_y());
     throw Error(ErrorCode::kInvalidArgument, *message);
   }
   // From here every peer is inside this call's record and combine all-to-alls. A rank that fails now

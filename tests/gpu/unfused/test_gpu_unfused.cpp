@@ -4,8 +4,8 @@
 // changing token counts (0 and 1 included), the clamp, and phase timing.
 // UnfusedFaults (registered apart as test_gpu_unfused_faults_*): EPFUSE_FAULT (src/common/fault.h) on
 // the last rank: bad_ids and fail_create fail every rank alike at once; throw, skip and a stall past
-// the collective timeout end every rank's forward within that timeout (on a communicator of the
-// test's own, aborted afterwards), and later forwards fail at once.
+// the collective timeout end every rank's forward within that timeout, with its y NaN (on a
+// communicator of the test's own, aborted afterwards), and later forwards fail at once.
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -287,6 +287,7 @@ void peer_fault_test(const std::string& kind) {
 
   const HostTokens in = r.tokens(40, Routing::kUniform, 71);
   r.upload(in);
+  r.fill_y_finite();
   const auto t0 = Clock::now();
   const std::optional<Error> e1 = call(in, t0, seconds);
   std::printf("%s%s fault, call 1: %s after %.2f s\n", me.c_str(), kind.c_str(), e1 ? e1->what() : "returned", seconds);
@@ -297,6 +298,8 @@ void peer_fault_test(const std::string& kind) {
       EXPECT_EQ(std::string(e1->what()).rfind(me + "unfused forward: the counts all-to-all timed out after 3000 ms", 0),
                 0u)
           << e1->what();
+      // The timed-out call finished none of its rows: its y is NaN, not the finite fill from before.
+      EXPECT_EQ(r.values_not_nan(in.num_tokens), 0u) << me << "the timed-out call's y is not all NaN";
     }
     EXPECT_LT(seconds, kTimeoutMs / 1000.0 + kMarginS) << me << "call 1 took " << seconds << " s";
   } else if (kind == "throw") {
