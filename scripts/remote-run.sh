@@ -13,7 +13,8 @@
 # and world-1 run matrix), fp8-fused (the fused FP8 layer's tests and run matrix), profile-fp8 (ncu on the
 # fused FP8 kernel and the FP8 tile alone), pytest (tests/python on the GPU), fp8-bench (bf16 and FP8 rows on the per-GPU shapes; EPFUSE_PEERS=DIR adds --peers),
 # ab (a focused A/B of the fused layer, this build's or EPFUSE_NEW_BIN, against EPFUSE_BASE_BIN; EPFUSE_AB_SHAPES, EPFUSE_AB_ROUNDS, EPFUSE_AB_ARGS
-# e.g. --dtype fp8), decode (dsv3 and qwen3-30b at T = 1, 8, 32 with the 58-layer graph step; EPFUSE_PEERS adds MegaMoE).
+# e.g. --dtype fp8), decode (dsv3 and qwen3-30b at T = 1, 8, 32 with the 58-layer graph step; EPFUSE_PEERS adds MegaMoE),
+# decode-trace (timelines of qwen3-30b T=8, 32 and dsv3 T=8 from a trace build, EPFUSE_TRACE_BIN).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -132,6 +133,14 @@ for step in "$@"; do
       timeout 560 tools/epfuse bench --model dsv3,qwen3-30b --tokens 1,8,32 --impl fused --ranks "${EPFUSE_RANKS:-4}" \
         --dtype fp8,bf16 --torch off --layers 58 --graph --check-layers 3 ${EPFUSE_PEERS:+--peers "$EPFUSE_PEERS" --peer-steps megamoe} \
         --json "$OUT/decode.json" 2>&1 | tee "$OUT/decode.log" | grep -E "^(dsv3|qwen3)|58 layers|rror" | tail -40 ;;
+    decode-trace)  # timelines of the decode rows whose fixed cost is not yet placed (qwen3-30b T=8, 32, dsv3
+      # T=8, FP8, over EPFUSE_RANKS GPUs, default 4): EPFUSE_TRACE_BIN, the epfuse of a -DEPFUSE_TRACE=ON
+      # build; each trace and rank 0's figure of its last launch (scripts/trace_plot.py) go to $OUT
+      for row in "qwen3-30b 8" "qwen3-30b 32" "dsv3 8"; do set -- $row
+        timeout 120 "${EPFUSE_TRACE_BIN:?set EPFUSE_TRACE_BIN}" bench --impl fused --torch off --dtype fp8 \
+          --ranks "${EPFUSE_RANKS:-4}" --model $1 --tokens $2 --trace "$OUT/trace-$1-t$2.json" 2>&1 | grep -E "^$1|rror"
+        python3 "$repo/scripts/trace_plot.py" "$OUT/trace-$1-t$2.json" "$OUT/trace-$1-t$2.png" --title "$1 T=$2 FP8" 2>&1 | tail -2
+      done 2>&1 | tee "$OUT/decode-trace.log" ;;
     bench-*) impls=${step#bench-}  # e.g. bench-unfused_fused (no "+": $OUT names allow only [A-Za-z0-9._-])
       # the FACTS configurations over EPFUSE_RANKS GPUs (default 4); EPFUSE_BENCH_ARGS adds flags (e.g.
       # "--dtype bf16,fp8"); EPFUSE_PEERS=DIR adds DeepGEMM and MegaMoE on as many GPUs (--peers)
