@@ -199,4 +199,22 @@ void on_every_rank(const std::function<void()>& body) {
     if (!e.empty()) ADD_FAILURE() << e;
 }
 
+void expect_creation_fails_everywhere(const std::function<void()>& create, int faulty, ErrorCode code,
+                                      const std::string& message, const std::string& creator) {
+  const int rank = comm().rank();
+  const std::string me = "rank " + std::to_string(rank) + ": ";
+  try {
+    create();
+    ADD_FAILURE() << me << creator << " succeeded although rank " << faulty << "'s failed";
+  } catch (const Error& e) {
+    if (rank == faulty) {
+      EXPECT_EQ(e.code(), code) << e.what();
+      EXPECT_EQ(std::string(e.what()), message);
+    } else {
+      EXPECT_EQ(e.code(), ErrorCode::kAborted) << e.what();
+      EXPECT_EQ(std::string(e.what()), me + creator + ": rank " + std::to_string(faulty) + " failed: " + message);
+    }
+  }
+}
+
 }  // namespace epfuse::testing

@@ -25,8 +25,10 @@
 
 #include <chrono>
 #include <memory>
+#include <string>
 
 #include "epfuse/communicator.h"
+#include "epfuse/error.h"
 
 namespace epfuse::testing {
 
@@ -53,6 +55,12 @@ bool one_gpu();
 // Runs `body` as every rank of this process: once (one process per GPU), or once per rank on its own
 // thread (one-GPU mode). EPFUSE_RANK_TEST wraps a test body in it.
 void on_every_rank(const std::function<void()>& body);
+
+// A collective creation that one rank fails: create() must throw on every rank, on rank `faulty`
+// Error(code, message) exactly, on every other rank Error(kAborted) "rank R: <creator>: rank <faulty>
+// failed: <message>" (the failure agreed, nobody left waiting for the faulty rank).
+void expect_creation_fails_everywhere(const std::function<void()>& create, int faulty, ErrorCode code,
+                                      const std::string& message, const std::string& creator);
 
 }  // namespace epfuse::testing
 

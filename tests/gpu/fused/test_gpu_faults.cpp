@@ -366,22 +366,12 @@ TEST(Faults, CreationFailureOnOneRankFailsEveryRank) {
     ScopedEnv fault("EPFUSE_FAULT", "rank=" + std::to_string(testing::world() - 1) + ",kind=fail_create");
     testing::on_every_rank([] {
       const int faulty = testing::world() - 1;
-      const std::string me = "rank " + std::to_string(testing::comm().rank()) + ": ";
       const std::string injected = "rank " + std::to_string(faulty) +
                                    ": EPFUSE_FAULT: fail_create: the workspace's allocation failed (injected)";
       const auto t0 = Clock::now();
-      try {
-        testing::LayerRank r(Impl::kFused, testing::small_layer_config(256, 0.0f));
-        ADD_FAILURE() << me << "created a layer although rank " << faulty << "'s creation failed";
-      } catch (const Error& e) {
-        if (testing::comm().rank() == faulty) {
-          EXPECT_EQ(e.code(), ErrorCode::kCuda) << e.what();
-          EXPECT_EQ(std::string(e.what()), injected);
-        } else {
-          EXPECT_EQ(e.code(), ErrorCode::kAborted) << e.what();
-          EXPECT_EQ(std::string(e.what()), me + "Workspace::create: rank " + std::to_string(faulty) + " failed: " + injected);
-        }
-      }
+      testing::expect_creation_fails_everywhere(
+          [] { testing::LayerRank r(Impl::kFused, testing::small_layer_config(256, 0.0f)); }, faulty, ErrorCode::kCuda,
+          injected, "Workspace::create");
       EXPECT_LT(seconds_since(t0), 30.0);
       testing::comm().barrier();  // every rank is still in step
     });
@@ -492,24 +482,14 @@ TEST(Faults, BadTimeoutOnOneRankFailsEveryRank) {
   if (testing::one_gpu()) GTEST_SKIP() << "the ranks of the one-GPU mode share one environment";
   const int faulty = testing::world() - 1;
   const int rank = testing::comm().rank();
-  const std::string me = "rank " + std::to_string(rank) + ": ";
   const std::string bad = "rank " + std::to_string(faulty) +
                           ": EPFUSE_TIMEOUT_MS = 'soon' is not a whole number of milliseconds in [1, 86400000]";
   {
     std::optional<ScopedEnv> env;
     if (rank == faulty) env.emplace("EPFUSE_TIMEOUT_MS", "soon");
-    try {
-      testing::LayerRank r(Impl::kFused, testing::small_layer_config(256, 0.0f));
-      ADD_FAILURE() << me << "created a layer although rank " << faulty << " has a bad EPFUSE_TIMEOUT_MS";
-    } catch (const Error& e) {
-      if (rank == faulty) {
-        EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
-        EXPECT_EQ(std::string(e.what()), bad);
-      } else {
-        EXPECT_EQ(e.code(), ErrorCode::kAborted) << e.what();
-        EXPECT_EQ(std::string(e.what()), me + "Workspace::create: rank " + std::to_string(faulty) + " failed: " + bad);
-      }
-    }
+    testing::expect_creation_fails_everywhere(
+        [] { testing::LayerRank r(Impl::kFused, testing::small_layer_config(256, 0.0f)); }, faulty,
+        ErrorCode::kInvalidArgument, bad, "Workspace::create");
   }
   testing::LayerRank r(Impl::kFused, testing::small_layer_config(256, 0.0f));
   r.expect_matches_reference(r.tokens(20, Routing::kUniform, 1601), "created with a good timeout");
@@ -520,25 +500,15 @@ TEST(Faults, BadTimeoutOnOneRankFailsEveryRank) {
 EPFUSE_RANK_TEST(Faults, NullWeightsOnOneRankFailEveryRank) {
   const int faulty = testing::world() - 1;
   const int rank = testing::comm().rank();
-  const std::string me = "rank " + std::to_string(rank) + ": ";
   const std::string own = "rank " + std::to_string(faulty) + ": MoeLayer::create: expert weights w13/w2 must not be null";
   detail::DeviceBuffer w(16);
   const ExpertWeights weights = rank == faulty ? ExpertWeights{nullptr, nullptr} : ExpertWeights{w.as<bf16>(), w.as<bf16>()};
   testing::comm().barrier();  // every rank's cudaMalloc is done (one-GPU mode)
   for (Impl impl : {Impl::kFused, Impl::kUnfused}) {
     if (impl == Impl::kUnfused && testing::one_gpu()) continue;  // NCCL only
-    try {
-      MoeLayer::create(impl, testing::small_layer_config(256, 0.0f), testing::comm(), weights);
-      ADD_FAILURE() << me << "created a layer although rank " << faulty << " passed null weights";
-    } catch (const Error& e) {
-      if (rank == faulty) {
-        EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
-        EXPECT_EQ(std::string(e.what()), own);
-      } else {
-        EXPECT_EQ(e.code(), ErrorCode::kAborted) << e.what();
-        EXPECT_EQ(std::string(e.what()), me + "MoeLayer::create: rank " + std::to_string(faulty) + " failed: " + own);
-      }
-    }
+    testing::expect_creation_fails_everywhere(
+        [&] { MoeLayer::create(impl, testing::small_layer_config(256, 0.0f), testing::comm(), weights); }, faulty,
+        ErrorCode::kInvalidArgument, own, "MoeLayer::create");
   }
   testing::comm().barrier();
 }

@@ -219,25 +219,13 @@ TEST(UnfusedFaults, BadIdsFailEveryRankAndPoisonY) {
 // fail_create on the last rank: its creation throws the injected kCuda error, every other rank's
 // kAborted naming it (agreed, nobody waits in NCCL); a later creation works.
 TEST(UnfusedFaults, CreationFailureOnOneRankFailsEveryRank) {
-  const int faulty = testing::world() - 1, rank = testing::comm().rank();
-  const std::string me = "rank " + std::to_string(rank) + ": ";
+  const int faulty = testing::world() - 1;
   const std::string injected =
       "rank " + std::to_string(faulty) + ": EPFUSE_FAULT: fail_create: the unfused layer's allocation failed (injected)";
   {
     ScopedEnv fault("EPFUSE_FAULT", fault_text("fail_create"));
-    try {
-      Rank r(test_config());
-      ADD_FAILURE() << me << "created a layer although rank " << faulty << "'s creation failed";
-    } catch (const Error& e) {
-      if (rank == faulty) {
-        EXPECT_EQ(e.code(), ErrorCode::kCuda) << e.what();
-        EXPECT_EQ(std::string(e.what()), injected);
-      } else {
-        EXPECT_EQ(e.code(), ErrorCode::kAborted) << e.what();
-        EXPECT_EQ(std::string(e.what()),
-                  me + "MoeLayer::create (unfused): rank " + std::to_string(faulty) + " failed: " + injected);
-      }
-    }
+    testing::expect_creation_fails_everywhere([] { Rank r(test_config()); }, faulty, ErrorCode::kCuda, injected,
+                                              "MoeLayer::create (unfused)");
   }
   Rank r(test_config());
   r.expect_matches_reference(r.tokens(20, Routing::kUniform, 63), "created after a failed creation");
