@@ -41,11 +41,15 @@ __device__ void dispatch_task(const FusedContext<Transport>& c, int block, const
 
   const int t0 = block * space.dispatch_tokens;
   const int tokens = min(space.dispatch_tokens, prm.num_tokens - t0), pairs = tokens * k;
-  // Rows: one warp per (token, owning slot) of a remote receiver, items in dispatch_item's order.
+  // Rows: one warp per (token, owning slot) of a remote receiver and column chunk (dispatch_row_chunks:
+  // several only in a task of few tokens), items in dispatch_item's order, a row's chunks on
+  // consecutive warps.
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
-  for (int q = warp; q < pairs; q += warps) {
-    const DispatchItem item = dispatch_item(q, tokens);
+  const int chunks = dispatch_row_chunks(tokens, H);
+  for (int q = warp; q < pairs * chunks; q += warps) {
+    const DispatchItem item = dispatch_item(q / chunks, tokens);
     const int t = t0 + item.token, j = item.slot;
+    const int c0 = (q % chunks) * kDispatchChunk, n = chunks == 1 ? H : min(kDispatchChunk, H - c0);
     const int32_t* idx = prm.topk_idx + static_cast<int64_t>(t) * k;
     if (first_slot_for_rank(idx, j, E, L) != j) continue;
     const int dst = expert_rank(idx[j], L);
@@ -54,19 +58,20 @@ __device__ void dispatch_task(const FusedContext<Transport>& c, int block, const
                        ? reinterpret_cast<uint8_t*>(prm.workspace + prm.fp8.x_offset) + t * fp8_x_row_bytes(H)
                        : peer_ptr<uint8_t>(c, dst, recv_row_offset(prm.sym, prm.capacity, c.parity, dst, prm.rank,
                                                                    c.pair_row[static_cast<int64_t>(t) * k + j]));
-      float* q_scales = reinterpret_cast<float*>(q + fp8_x_scale_offset(H));
+      float* q_scales = reinterpret_cast<float*>(q + fp8_x_scale_offset(H)) + c0 / fp8::kBlock;
       if (prm.fp8.x_codes != nullptr)
-        warp_copy_fp8_row(prm.fp8.x_codes + static_cast<int64_t>(t) * H,
-                          prm.fp8.x_scales + static_cast<int64_t>(t) * fp8::num_blocks(H), H, q, q_scales);
+        warp_copy_fp8_row(prm.fp8.x_codes + static_cast<int64_t>(t) * H + c0,
+                          prm.fp8.x_scales + static_cast<int64_t>(t) * fp8::num_blocks(H) + c0 / fp8::kBlock, n,
+                          q + c0, q_scales);
       else
-        warp_quantize_row(prm.x + static_cast<int64_t>(t) * H, H, q, q_scales, prm.fp8.scale_format);
+        warp_quantize_row(prm.x + static_cast<int64_t>(t) * H + c0, n, q + c0, q_scales, prm.fp8.scale_format);
       continue;
     }
     if (dst == prm.rank) continue;
-    const int4* src_row = reinterpret_cast<const int4*>(prm.x + static_cast<int64_t>(t) * H);
+    const int4* src_row = reinterpret_cast<const int4*>(prm.x + static_cast<int64_t>(t) * H + c0);
     int4* dst_row = peer_ptr<int4>(c, dst, recv_row_offset(prm.sym, prm.capacity, c.parity, dst, prm.rank,
-                                                    c.pair_row[static_cast<int64_t>(t) * k + j]));
-    for (int v = lane; v < H / 8; v += 32) dst_row[v] = ptx::ld_nc_na_v4(src_row + v);
+                                                    c.pair_row[static_cast<int64_t>(t) * k + j])) + c0 / 8;
+    for (int v = lane; v < n / 8; v += 32) dst_row[v] = ptx::ld_nc_na_v4(src_row + v);
   }
   // Entries: one 16-byte store per routed pair.
   for (int q = threadIdx.x; q < pairs; q += blockDim.x) {

@@ -212,11 +212,11 @@ __device__ void collect_task(const FusedContext<Transport>& c, int block_m, int 
   const int lane = static_cast<int>(threadIdx.x) % 32;
   if (threadIdx.x < 32) {
     // Warp 0: the prefixes as scans, then the schedule and the targets expert by expert (lane by lane);
-    // the lagged schedule of worlds > 1 (more than one wave of Linear1 tiles) is one pass
-    // (task_map.h build_gemm_schedule), on lane 0.
+    // the lagged schedule of worlds > 1 (more than one wave of Linear1 tiles, more m-blocks than
+    // experts) is one pass (task_map.h build_gemm_schedule), on lane 0.
     const int mblocks = plan_prefixes(counts, count_stride, W, L, p, WarpScan{lane});
     __syncwarp();
-    const int lag = schedule_lag(W, static_cast<int>(gridDim.x), mblocks * nblocks1);
+    const int lag = schedule_lag(W, static_cast<int>(gridDim.x), mblocks, nblocks1, L);
     if (lag == kLinear1First) {
       for (int e = lane; e < L; e += 32) linear1_first_segments(p, L, nblocks1, nblocks2, e);
     } else if (lane == 0) {

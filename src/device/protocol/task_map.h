@@ -46,11 +46,25 @@ EPFUSE_HD int ceil_div(int a, int b) { return (a + b - 1) / b; }
 // layout wait, the ticket prefix, the entries' dependent loads, the release add), so many tokens want
 // few tasks; a decode step's few tokens want every task on a CTA of its own. On an H100 32 tokens took
 // the dispatch phase from 53 to 38 us at mixtral T=4096 and from 150 to 110 us at qwen3 T=16384, and
-// cost T=128 7% when fixed (docs/performance.md#dispatch).
+// cost T=128 7% when fixed (docs/performance.md#dispatch). Below 8-token tasks on 7/8 of the CTAs, the
+// size halves (down to 1) while the tasks stay within a quarter of the CTAs: one 8-token task at T = 8
+// quantised and sent its rows in 13 us at qwen3-30b and 37 us at dsv3 (world 4), on the way to the
+// receivers' first tiles (docs/performance.md#decode-start-up-by-more-ctas-2026-11-28).
 EPFUSE_HD int dispatch_tokens(int num_tokens, int ctas) {
   for (int size = kDispatchTokensMax; size > kDispatchTokensMin; size /= 2)
     if (ceil_div(num_tokens, size) >= ctas - ctas / 8) return size;
-  return kDispatchTokensMin;
+  int size = kDispatchTokensMin;
+  while (size > 1 && ceil_div(num_tokens, size / 2) <= (ctas / 4 > 1 ? ctas / 4 : 1)) size /= 2;
+  return size;
+}
+
+// Column chunks of a dispatch row: a task of fewer tokens than kDispatchTokensMin has fewer rows than
+// warps, so each row is cut into pieces of kDispatchChunk columns, one warp each (a multiple of the
+// quantiser's batch, fp8_quantize.cuh warp_quantize_row: 8 steps of 256 columns, and of its 128-column
+// scale groups); a bulk task keeps one warp per row.
+inline constexpr int kDispatchChunk = 2048;
+EPFUSE_HD int dispatch_row_chunks(int task_tokens, int hidden) {
+  return task_tokens < kDispatchTokensMin ? ceil_div(hidden, kDispatchChunk) : 1;
 }
 
 struct TaskSpace {
@@ -250,8 +264,11 @@ EPFUSE_HD void linear1_first_segments(const ExpertPlan& p, int local_experts, in
 // is placed, so every Linear2 segment follows it whatever the lag: the kLinear1First order, built one
 // expert per lane instead of the serial pass (docs/performance.md#the-plan-at-world-4-2026-11-28).
 inline constexpr int kLinear1First = 0x7fffffff;
-EPFUSE_HD int schedule_lag(int world, int ctas, int linear1_tasks) {
-  return world == 1 || linear1_tasks <= ctas ? kLinear1First : ctas;
+// Also where the m-blocks are at most one per local expert (a decode step's shapes): there the combine
+// stores the lag spreads are a few rows, and the lagged pass on one lane took ~7 us of the collect task
+// at qwen3-30b T = 8 and 32, world 4 (docs/performance.md#decode-start-up-by-more-ctas-2026-11-28).
+EPFUSE_HD int schedule_lag(int world, int ctas, int mblocks, int nblocks1, int local_experts) {
+  return world == 1 || mblocks * nblocks1 <= ctas || mblocks <= local_experts ? kLinear1First : ctas;
 }
 
 // Order of the GEMM tasks (built after build_expert_plan by the collect task):

@@ -179,32 +179,73 @@ TEST(FusedTaskMap, DecodeCoversEveryTaskOnce) {
   }
 }
 
-// Tokens of a dispatch task (dispatch_tokens): 8, 16 or 32; the largest that leaves at least 7/8 of the
-// CTAs a task, so never fewer tasks than that unless 8-token tasks are already fewer; never smaller
-// for more tokens. The figures: the per-GPU shapes on 132 CTAs (decode at 8, T = 4096 and 16384 at 32).
+// Tokens of a dispatch task (dispatch_tokens): 8, 16 or 32, the largest that leaves at least 7/8 of the
+// CTAs a task; below 8-token tasks on 7/8 of the CTAs, the smallest power of two down to 1 whose tasks
+// stay within a quarter of the CTAs; never smaller for more tokens. The figures: the per-GPU shapes on
+// 132 CTAs (decode: one token a task up to T = 33, T = 128 at 4, T = 4096 and 16384 at 32).
 TEST(FusedTaskMap, DispatchTokensKeepTheCtasBusy) {
-  EXPECT_EQ(dispatch_tokens(128, 132), 8);
+  EXPECT_EQ(dispatch_tokens(1, 132), 1);
+  EXPECT_EQ(dispatch_tokens(8, 132), 1);
+  EXPECT_EQ(dispatch_tokens(32, 132), 1);
+  EXPECT_EQ(dispatch_tokens(128, 132), 4);
   EXPECT_EQ(dispatch_tokens(1024, 132), 8);
   EXPECT_EQ(dispatch_tokens(2048, 132), 16);
   EXPECT_EQ(dispatch_tokens(4096, 132), 32);
   EXPECT_EQ(dispatch_tokens(16384, 132), 32);
   for (int ctas : {1, 2, 33, 66, 132})
-    for (int tokens = 0, last = kDispatchTokensMin; tokens <= 8192; tokens += 1 + tokens / 16) {
+    for (int tokens = 0, last = 1; tokens <= 8192; tokens += 1 + tokens / 16) {
       SCOPED_TRACE("tokens " + std::to_string(tokens) + " ctas " + std::to_string(ctas));
       const int size = dispatch_tokens(tokens, ctas);
-      EXPECT_TRUE(size == 8 || size == 16 || size == 32);
+      EXPECT_TRUE(size == 1 || size == 2 || size == 4 || size == 8 || size == 16 || size == 32);
       EXPECT_GE(size, last);
       last = size;
       const int tasks = ceil_div(tokens, size);
       if (size > kDispatchTokensMin) {
         EXPECT_GE(tasks, ctas - ctas / 8);
       }
-      if (size < kDispatchTokensMax) {
+      if (size < kDispatchTokensMax && size >= kDispatchTokensMin) {
         EXPECT_LT(ceil_div(tokens, 2 * size), ctas - ctas / 8);
+      }
+      if (size < kDispatchTokensMin) {  // within a quarter of the CTAs, and the next size up was not
+        EXPECT_LE(tasks, std::max(ctas / 4, 1));
+        EXPECT_LE(ceil_div(tokens, 2 * size), std::max(ctas / 4, 1));
+      }
+      if (size == kDispatchTokensMin && tokens > 0) {
+        EXPECT_GT(ceil_div(tokens, size / 2), std::max(ctas / 4, 1));
+      }
+      if (size > 1 && size < kDispatchTokensMin) {
+        EXPECT_GT(ceil_div(tokens, size / 2), std::max(ctas / 4, 1));
       }
       const TaskSpace s = make_task_space(tokens, ctas);
       EXPECT_EQ(s.dispatch_tokens, size);
       EXPECT_EQ(s.dispatch, tasks);
+    }
+}
+
+// A dispatch row's column chunks (dispatch_row_chunks, kDispatchChunk): one per row in a task of 8 or more
+// tokens; in a smaller task the chunks cover the row's columns once, each starting on a quantiser batch
+// (8 steps of 256 columns) and so on a 128-column scale group, the last holding the row's tail.
+TEST(FusedDispatch, RowChunksCoverTheColumnsOnceOnScaleGroups) {
+  EXPECT_EQ(dispatch_row_chunks(kDispatchTokensMin, 7168), 1);
+  EXPECT_EQ(dispatch_row_chunks(kDispatchTokensMax, 7168), 1);
+  EXPECT_EQ(dispatch_row_chunks(1, 7168), 4);
+  EXPECT_EQ(dispatch_row_chunks(1, 2048), 1);
+  EXPECT_EQ(kDispatchChunk % (8 * 256), 0);
+  for (int tokens : {1, 2, 4})
+    for (int hidden : {64, 128, 192, 2048, 2112, 4096, 7168, 8192}) {
+      const int chunks = dispatch_row_chunks(tokens, hidden);
+      int covered = 0;
+      for (int c = 0; c < chunks; ++c) {
+        const int c0 = c * kDispatchChunk, n = chunks == 1 ? hidden : std::min(kDispatchChunk, hidden - c0);
+        EXPECT_EQ(c0, covered) << hidden;
+        EXPECT_GT(n, 0) << hidden;
+        EXPECT_EQ(c0 % 128, 0);
+        if (c + 1 < chunks) {
+          EXPECT_EQ(n, kDispatchChunk);
+        }
+        covered += n;
+      }
+      EXPECT_EQ(covered, hidden);
     }
 }
 
@@ -237,9 +278,9 @@ TEST(FusedDispatch, ItemsCoverEveryPairOnceAndSpreadRowsOverWarps) {
 }
 
 // The world-1 schedule (schedule_lag: kLinear1First, linear1_first_segments) is the serial pass's with a
-// lag past every task, task for task, on plans with experts without rows; and the one-wave lag of
-// worlds > 1 does put Linear2 tiles ahead of Linear1 ones at qwen3-30b's per-GPU decode shape (32 experts
-// of one m-block, 6 and 8 n-blocks, 132 CTAs), which world 1 no longer does.
+// lag past every task, task for task, on plans with experts without rows; worlds > 1 ask for it at a
+// decode step's shapes too, and the one-wave lag they ask for otherwise does put Linear2 tiles ahead of
+// Linear1 ones.
 TEST(FusedSchedule, Linear1FirstIsTheSerialScheduleWithoutLag) {
   std::mt19937 rng(7);
   for (int L : {1, 2, 3, 8, 64}) {
@@ -251,14 +292,14 @@ TEST(FusedSchedule, Linear1FirstIsTheSerialScheduleWithoutLag) {
       MblockPlan serial(mblocks), first(mblocks);
       std::vector<int> l1_end(L);
       const int total = build_gemm_schedule(serial.plan, L, nb1, nb2, 1 << 20, l1_end.data());
-      ASSERT_EQ(build_gemm_schedule(first.plan, L, nb1, nb2, schedule_lag(1, 132, total), l1_end.data()), total);
+      ASSERT_EQ(build_gemm_schedule(first.plan, L, nb1, nb2, schedule_lag(1, 132, total, 1, 1), l1_end.data()), total);
       ASSERT_EQ(first.plan.seg_start[*first.plan.segments], total);
       // At world 4 a phase of at most one wave of Linear1 tasks asks for the same order, and the lagged
       // pass with the smallest such lag (the Linear1 task count) builds it too.
       const int linear1_tasks = serial.plan.mb_start[L] * nb1;
       if (total > 0) {
-        ASSERT_EQ(schedule_lag(4, linear1_tasks, linear1_tasks), kLinear1First);
-        ASSERT_EQ(schedule_lag(4, linear1_tasks - 1, linear1_tasks), linear1_tasks - 1);
+        ASSERT_EQ(schedule_lag(4, linear1_tasks, linear1_tasks, 1, 0), kLinear1First);
+        ASSERT_EQ(schedule_lag(4, linear1_tasks - 1, linear1_tasks, 1, 0), linear1_tasks - 1);
         MblockPlan one_wave(mblocks);
         ASSERT_EQ(build_gemm_schedule(one_wave.plan, L, nb1, nb2, linear1_tasks, l1_end.data()), total);
         for (int i = 0; i < total; ++i) {
@@ -281,14 +322,19 @@ TEST(FusedSchedule, Linear1FirstIsTheSerialScheduleWithoutLag) {
       }
     }
   }
-  MblockPlan decode(std::vector<int>(32, 1));
+  // qwen3-30b's per-GPU decode shape at world 4 (32 experts of one m-block, 6 and 8 n-blocks, 132 CTAs:
+  // 192 Linear1 tasks, more than a wave) asks for the Linear1-first order too; three m-blocks an expert
+  // ask for the one-wave lag, which puts Linear2 tiles ahead of Linear1 ones.
+  EXPECT_EQ(schedule_lag(4, 132, 32, 6, 32), kLinear1First);
+  EXPECT_EQ(schedule_lag(4, 132, 31, 6, 32), kLinear1First);
+  ASSERT_EQ(schedule_lag(4, 132, 96, 6, 32), 132);
+  MblockPlan prefill(std::vector<int>(32, 3));
   std::vector<int> l1_end(32);
-  ASSERT_EQ(schedule_lag(4, 132, 32 * 6), 132);
-  const int total = build_gemm_schedule(decode.plan, 32, 6, 8, schedule_lag(4, 132, 32 * 6), l1_end.data());
+  const int total = build_gemm_schedule(prefill.plan, 32, 6, 8, schedule_lag(4, 132, 96, 6, 32), l1_end.data());
   int last_l1 = -1, first_l2 = total;
   for (int i = 0; i < total; ++i) {
     int kind = -1;
-    gemm_tile(decode.plan, i, &kind);
+    gemm_tile(prefill.plan, i, &kind);
     if (kind == kSegLinear1) last_l1 = i;
     if (kind == kSegLinear2) first_l2 = std::min(first_l2, i);
   }
@@ -472,7 +518,7 @@ TEST(FusedPlan, WarpConstructionIsTheOneThreadPlan) {
         std::vector<uint32_t> bases0(L);
         for (uint32_t& b : bases0) b = static_cast<uint32_t>(rng());
         const int nb1 = 1 + static_cast<int>(rng() % 8), nb2 = 1 + static_cast<int>(rng() % 8);
-        const int lag = world == 1 ? schedule_lag(1, 132, 0) : 1 + static_cast<int>(rng() % 200);
+        const int lag = world == 1 ? schedule_lag(1, 132, 0, 1, 1) : 1 + static_cast<int>(rng() % 200);
 
         // One thread, expert order (the collect task before the warp).
         PlanStore one(d);
