@@ -39,6 +39,11 @@ function(epfuse_add_run_matrix impl)
         --model ${model} --ranks ${world} --tokens 128 --verify-rows 8)
     endforeach()
   endforeach()
+  # Rows of several dispatch chunks (task_map.h dispatch_row_chunks: tasks of fewer than 8 tokens cut
+  # each row into 2048-column pieces), the last one 64 columns: H = 4160, zero-padded to the tiles.
+  set(wide --hidden 4160 --intermediate 256 --experts 16 --topk 4)
+  epfuse_add_run_test(${impl} w1_wide_t7 120 ${wide} --ranks 1 --tokens 7)
+  epfuse_add_run_test(${impl} w2_wide_uneven 120 ${wide} --ranks 2 --tokens 7,1)
   # Many consecutive calls with fresh routing and token counts each call: no reset between calls.
   foreach(world 1 2 4)
     epfuse_add_run_test(${impl} w${world}_vary200 300
@@ -130,6 +135,13 @@ function(epfuse_add_fp8_run_matrix impl)
       ENVIRONMENT "EPFUSE_SKIP_IF_FEWER_GPUS=1;NCCL_NVLS_ENABLE=0")
   endif()
   epfuse_add_run_test(${impl} fp8_w1_clamp 120 ${small} --clamp 0.25 --ranks 1 --tokens 64)
+  # Rows of several dispatch chunks, the last one 64 columns (as in the bf16 matrix), quantised by the
+  # layer and, in the fused layer, by the caller.
+  set(wide --hidden 4160 --intermediate 384 --experts 16 --topk 4 --dtype fp8)
+  epfuse_add_run_test(${impl} fp8_w1_wide_t7 120 ${wide} --ranks 1 --tokens 7)
+  if(impl STREQUAL "fused")
+    epfuse_add_run_test(${impl} fp8_w1_xfp8_wide_t7 120 ${wide} --x-fp8 --ranks 1 --tokens 7)
+  endif()
   if(2 IN_LIST ARG_WORLDS)
     epfuse_add_run_test(${impl} fp8_w2_uneven 120 ${small} --ranks 2 --tokens 128,0)
   endif()
@@ -161,7 +173,10 @@ function(epfuse_add_fp8_run_matrix impl)
     if(impl STREQUAL "fused")  # x quantised by the caller, sent to the peers as it is
       epfuse_add_run_test(${impl} ${case}_xfp8 120 --one-gpu ${small} --x-fp8 --ranks ${world} --routing one-rank
         --tokens ${uneven_${world}})
+      epfuse_add_run_test(${impl} ${case}_xfp8_wide 120 --one-gpu ${wide} --x-fp8 --ranks ${world}
+        --tokens ${uneven_${world}})
     endif()
+    epfuse_add_run_test(${impl} ${case}_wide 120 --one-gpu ${wide} --ranks ${world} --tokens ${uneven_${world}})
   endforeach()
 endfunction()
 
