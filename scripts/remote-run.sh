@@ -6,7 +6,7 @@
 # sanitize (compute-sanitizer memcheck, racecheck and synccheck on a small world-4 one-GPU run), smoke,
 # vary1000, soak (10,000 calls at world 1 and at world 4 one-GPU, $OUT/soak-w*.json), faults (the
 # fault-injection tests on one GPU: test_gpu_faults one-GPU and the CLI's run_fused_fault_onegpu_*),
-# ctest (the entries matching $EPFUSE_CTEST_REGEX),
+# ctest (the entries matching $EPFUSE_CTEST_REGEX), spread (the one-GPU entries over every GPU of the host),
 # bench-<impls> (impls joined by '_', e.g. bench-unfused_fused), bench-w1 (the fused layer on the
 # per-GPU shapes at world 1; with EPFUSE_BASE_BIN set, that binary's rows too, interleaved, for an A/B),
 # sass (the fused kernels GEMM loops against EPFUSE_BASE_BIN), fp8 (the unfused FP8 chain's GPU tests
@@ -123,6 +123,15 @@ for step in "$@"; do
       ctest -R '^(test_gpu_faults_w1|test_gpu_faults_onegpu_|run_fused_fault_onegpu_)' --timeout 180 --output-on-failure 2>&1 | tee "$OUT/faults.log" | grep -E "Test +#|tests passed|tests failed|FAILED|Failed|Timeout" | tail -40 ;;
     ctest)  # the ctest entries matching $EPFUSE_CTEST_REGEX (e.g. a few regression checks)
       ctest -R "${EPFUSE_CTEST_REGEX:?set EPFUSE_CTEST_REGEX}" --timeout 300 --output-on-failure 2>&1 | tee "$OUT/ctest.log" | grep -E "Test +#|tests passed|tests failed|FAILED|Failed|Timeout" | tail -40 ;;
+    spread)  # the entries that need one GPU (default: the one-GPU worlds, world 1 and their GPU tests; or
+      # $EPFUSE_CTEST_REGEX) spread over the host's GPUs, one ctest per GPU on every n-th entry: 232 entries
+      # took ~260 s on 4 GPUs (2026-11-28) where one GPU needs ~4x that
+      ng=$(nvidia-smi -L | wc -l)
+      re=${EPFUSE_CTEST_REGEX:-'^(run_(fused|unfused)_(fp8_|padded_[a-z0-9]+_)?(onegpu|w1)_.*|test_gpu_[a-z0-9_]+_(w1|onegpu_w[0-9]+))$'}
+      for i in $(seq 0 $((ng - 1))); do
+        CUDA_VISIBLE_DEVICES=$i ctest -R "$re" -I $((i + 1)),,$ng --timeout 300 --output-on-failure > "$OUT/spread-$i.log" 2>&1 &
+      done; wait
+      cat "$OUT"/spread-*.log | grep -E "tests passed|tests failed|\*\*\*|Failed|Timeout" | tail -40 ;;
     vary1000)  # 1,000 consecutive calls, fresh routing and token counts each, checked every 100th
       for impl in fused unfused; do for w in 1 2 4; do
         timeout 300 tools/epfuse run --impl $impl --ranks $w --hidden 512 --intermediate 256 --experts 32 --topk 8 \
