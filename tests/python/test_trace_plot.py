@@ -46,3 +46,25 @@ def test_a_rank_without_events_is_an_error(tmp_path):
     pytest.importorskip("matplotlib")
     with pytest.raises(SystemExit, match="no events of rank 3"):
         load_script().plot(str(timeline(tmp_path)), str(tmp_path / "x.png"), rank=3)
+
+
+def test_bars_are_rectangles_tasks_under_their_steps(tmp_path):
+    mod = load_script()
+    _, bars = mod.load(str(timeline(tmp_path)), 0)
+    verts, faces, seen = mod.rectangles(bars, {-1: 0, 0: 1, 5: 2})
+    # Longest first (equal lengths in trace order), so a task's steps are drawn over it.
+    assert [(v[0][0], v[2][0]) for v in verts] == [(0.0, 20.0), (0.0, 20.0), (8.0, 18.0), (1.0, 7.0), (9.0, 15.0),
+                                                  (1.0, 4.0)]
+    assert faces == ["#f0f0f0", "#f0f0f0", mod.COLOURS["linear1"], mod.COLOURS["dispatch"], mod.COLOURS["k-loop"],
+                     mod.WAIT]
+    # Tasks 0.85 of a row high, their steps and the kernel and launch windows 0.45, centred on their row.
+    assert [y for v in verts for y in (v[0][1], v[1][1])] == pytest.approx(
+        [0.775, 1.225, -0.225, 0.225, 1.575, 2.425, 0.575, 1.425, 1.775, 2.225, 0.775, 1.225])
+    assert list(seen) == ["linear1", "dispatch", "k-loop", "wait"]  # the legend: no kernel or launch windows
+
+
+def test_only_bars_on_a_row_are_rectangles(tmp_path):
+    mod = load_script()
+    _, bars = mod.load(str(timeline(tmp_path)), 0)
+    verts, _, _ = mod.rectangles(bars, {0: 0})  # CTA 0 only: its kernel window, dispatch and wait
+    assert [(v[0][0], v[2][0]) for v in verts] == [(0.0, 20.0), (1.0, 7.0), (1.0, 4.0)]
