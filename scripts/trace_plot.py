@@ -99,9 +99,12 @@ def plot(path, out, rank=0, title=None, max_ctas=None, launch=None):
     ax.invert_yaxis()
     ax.set_xlabel("us from the first stamp" if launch is None else f"us from launch {launch}'s first CTA")
     ax.set_title(title or f"rank {rank}: the fused kernel's tasks per CTA")
-    ax.legend(handles=[Patch(color=c, label=n) for n, c in seen.items()], fontsize=7, ncol=8, loc="upper center",
-              bbox_to_anchor=(0.5, -0.06), frameon=False)
-    fig.tight_layout()
+    # The legend in a strip of fixed height at the figure's foot: placed in axes units it fell off the page of
+    # a whole trace's figure (tens of inches tall).
+    foot = 0.45 / fig.get_size_inches()[1]
+    fig.legend(handles=[Patch(color=c, label=n) for n, c in seen.items()], fontsize=7, ncol=8, loc="lower center",
+               bbox_to_anchor=(0.5, 0.0), frameon=False)
+    fig.tight_layout(rect=(0, foot, 1, 1))
     fig.savefig(out, dpi=130)
     return len(bars)
 
