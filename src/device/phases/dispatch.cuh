@@ -49,7 +49,8 @@ __device__ void dispatch_task(const FusedContext<Transport>& c, int block, const
   for (int q = warp; q < pairs * chunks; q += warps) {
     const DispatchItem item = dispatch_item(q / chunks, tokens);
     const int t = t0 + item.token, j = item.slot;
-    const int c0 = (q % chunks) * kDispatchChunk, n = chunks == 1 ? H : min(kDispatchChunk, H - c0);
+    const ColumnRange cols = dispatch_chunk(q % chunks, chunks, H);
+    const int c0 = cols.first, n = cols.count;
     const int32_t* idx = prm.topk_idx + static_cast<int64_t>(t) * k;
     if (first_slot_for_rank(idx, j, E, L) != j) continue;
     const int dst = expert_rank(idx[j], L);

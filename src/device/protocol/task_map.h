@@ -66,6 +66,14 @@ inline constexpr int kDispatchChunk = 2048;
 EPFUSE_HD int dispatch_row_chunks(int task_tokens, int hidden) {
   return task_tokens < kDispatchTokensMin ? ceil_div(hidden, kDispatchChunk) : 1;
 }
+// Columns [first, first + count) of chunk `chunk` of a row cut into `chunks` (dispatch_row_chunks).
+struct ColumnRange {
+  int first, count;
+};
+EPFUSE_HD ColumnRange dispatch_chunk(int chunk, int chunks, int hidden) {
+  const int first = chunk * kDispatchChunk;
+  return {first, chunks == 1 ? hidden : (hidden - first < kDispatchChunk ? hidden - first : kDispatchChunk)};
+}
 
 struct TaskSpace {
   int layout = 0, dispatch = 0, combine = 0;  // from the token count

@@ -236,7 +236,8 @@ TEST(FusedDispatch, RowChunksCoverTheColumnsOnceOnScaleGroups) {
       const int chunks = dispatch_row_chunks(tokens, hidden);
       int covered = 0;
       for (int c = 0; c < chunks; ++c) {
-        const int c0 = c * kDispatchChunk, n = chunks == 1 ? hidden : std::min(kDispatchChunk, hidden - c0);
+        const ColumnRange cols = dispatch_chunk(c, chunks, hidden);
+        const int c0 = cols.first, n = cols.count;
         EXPECT_EQ(c0, covered) << hidden;
         EXPECT_GT(n, 0) << hidden;
         EXPECT_EQ(c0 % 128, 0);

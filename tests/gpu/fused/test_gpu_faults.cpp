@@ -80,14 +80,14 @@ Outcome faulty_call(testing::LayerRank& r, const HostTokens& in) {
   return o;
 }
 
-// One rank's run of a fault test: a checked call 0, the faulty call 1, the checks, a re-created layer.
+// One rank's run of a fault test: a checked first forward, the faulty second one (EPFUSE_FAULT call=1), the checks, a re-created layer.
 void run_fault(const std::string& kind, Expect expect) {
   const LayerConfig cfg = testing::small_layer_config(256, 0.0f);
   testing::LayerRank r(Impl::kFused, cfg);
   const int faulty = r.world() - 1;
   const bool me_faulty = r.rank() == faulty;
   const std::string me = "rank " + std::to_string(r.rank()) + ": ";
-  r.expect_matches_reference(r.tokens(40, Routing::kUniform, 1400), "call 0, before the fault");
+  r.expect_matches_reference(r.tokens(40, Routing::kUniform, 1400), "the first forward, before the fault");
 
   const HostTokens in = r.tokens(40, Routing::kUniform, 1401);
   const Outcome o = faulty_call(r, in);

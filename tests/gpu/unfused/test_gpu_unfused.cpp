@@ -204,7 +204,7 @@ TEST(UnfusedFaults, BadIdsFailEveryRankAndPoisonY) {
   ScopedEnv fault("EPFUSE_FAULT", fault_text("bad_ids", ",call=1"));
   Rank r(cfg);
   const int faulty = r.world() - 1;
-  r.expect_matches_reference(r.tokens(40, Routing::kUniform, 60), "call 0, before the fault");
+  r.expect_matches_reference(r.tokens(40, Routing::kUniform, 60), "the first forward, before the fault");
   const HostTokens in = r.tokens(40, Routing::kUniform, 61);
   r.upload(in);
   r.fill_y_finite();
@@ -271,7 +271,7 @@ void peer_fault_test(const std::string& kind) {
   r.poison_y();
   const std::optional<Error> ok = call(first, Clock::now(), seconds);
   EXPECT_FALSE(ok.has_value()) << me << "call 0: " << (ok ? ok->what() : "");
-  if (!ok) r.expect_close_to_reference(first, r.output(first.num_tokens), me + "call 0, before the fault");
+  if (!ok) r.expect_close_to_reference(first, r.output(first.num_tokens), me + "the first forward, before the fault");
 
   const HostTokens in = r.tokens(40, Routing::kUniform, 71);
   r.upload(in);
