@@ -146,7 +146,7 @@ __device__ void math_role(const device::FusedContext<Transport>& c, TaskSchedule
       case Phase::kLinear2: Tiles::linear2(c, posted, sh, s, ring, smem, g); break;
       default:
         sh.queue.release(s, g);
-        if (task.phase == Phase::kCombine) device::combine_task(c, task.index, g);
+        if (task.phase == Phase::kCombine) device::combine_task(c, task.index, scheduler.space(), g);
         break;
     }
     profiler.after_task(static_cast<int>(task.phase), g);
@@ -238,7 +238,7 @@ __global__ void __launch_bounds__(Gemm::kThreads, 1) fused_moe_kernel(const __gr
       case Phase::kLinear2:
         if constexpr (!kRoles) Tiles::linear2(c, task.tile, smem);
         break;
-      case Phase::kCombine: device::combine_task(c, task.index); break;
+      case Phase::kCombine: device::combine_task(c, task.index, scheduler.space()); break;
       case Phase::kDone: break;
     }
     profiler.after_task(static_cast<int>(task.phase));

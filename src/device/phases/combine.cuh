@@ -106,16 +106,17 @@ __device__ __forceinline__ void reduce_token_columns(const FusedContext<Transpor
   }
 }
 
-// Task: tokens [b * kCombineTokens, ...), one warp of g per token. A task of fewer tokens than half of
+// Task: tokens [b * space.combine_tokens, ...), one warp of g per token. A task of fewer tokens than half of
 // g's warps (decode: T = 1 has one) shares each token's columns out to several warps, after one warp per
 // token has waited for its tiles: a warp alone is bound by the latency of its loads (one token's 8 slots
 // of 2048 columns took ~6 us after the last Linear2 tile; docs/performance.md#decode-fixed-cost).
 template <class Transport>
-__device__ void combine_task(const FusedContext<Transport>& c, int block, const ThreadGroup& g = ThreadGroup::cta()) {
+__device__ void combine_task(const FusedContext<Transport>& c, int block, const TaskSpace& space,
+                             const ThreadGroup& g = ThreadGroup::cta()) {
   const FusedParams& prm = *c.prm;
   const int H = prm.dims.hidden;
   const int warp = g.warp(), lane = g.rank() % 32;
-  const int first = block * kCombineTokens, tokens = min(prm.num_tokens, first + kCombineTokens) - first;
+  const int first = block * space.combine_tokens, tokens = min(prm.num_tokens, first + space.combine_tokens) - first;
   const int parts = tokens > 0 ? g.warps() / tokens : 1;  // warps per token
   if (parts < 2) {
     for (int t = first + warp; t < first + tokens; t += g.warps())

@@ -9,7 +9,7 @@
 //   gemm      [the GEMM schedule]               Linear1 and Linear2 tiles, interleaved by expert:
 //     linear1 (m-block, n-block of 2I)            wait arrivals of the expert, Linear1+SwiGLU -> h
 //     linear2 (m-block, n-block of H)             wait the m-block's Linear1 tiles, Linear2 -> home
-//   combine   [token blocks of kCombineTokens]  wait the token's tiles, reduce its k slots -> y
+//   combine   [token blocks of combine_tokens]  wait the token's tiles, reduce its k slots -> y
 // The first four phases are sized by this rank's token count; the GEMM phase by the schedule the
 // collect task builds (known only once every sender's counts are in). The collect task comes before the
 // dispatch tasks (it waits only for the publish tasks) so that it builds the plan while they run; after
@@ -25,7 +25,7 @@ namespace epfuse::device {
 inline constexpr int kLayoutTokens = 64;
 inline constexpr int kDispatchTokensMin = 8;   // tokens of a dispatch task: dispatch_tokens
 inline constexpr int kDispatchTokensMax = 32;
-inline constexpr int kCombineTokens = 8;  // one warp per token
+inline constexpr int kCombineTokens = 8;  // tokens of a combine task, at most (combine_tokens)
 
 // The dispatch task's row items: item q (< tokens x k) of a task of `tokens` tokens is slot q / tokens
 // of its token q % tokens. Slot-major, so that consecutive items (one per warp) belong to different
@@ -50,13 +50,26 @@ EPFUSE_HD int ceil_div(int a, int b) { return (a + b - 1) / b; }
 // size halves (down to 1) while the tasks stay within a quarter of the CTAs: one 8-token task at T = 8
 // quantised and sent its rows in 13 us at qwen3-30b and 37 us at dsv3 (world 4), on the way to the
 // receivers' first tiles (docs/performance.md#decode-start-up-by-more-ctas-2026-11-28).
+EPFUSE_HD int small_task_tokens(int size, int num_tokens, int ctas);
 EPFUSE_HD int dispatch_tokens(int num_tokens, int ctas) {
   for (int size = kDispatchTokensMax; size > kDispatchTokensMin; size /= 2)
     if (ceil_div(num_tokens, size) >= ctas - ctas / 8) return size;
-  int size = kDispatchTokensMin;
-  while (size > 1 && ceil_div(num_tokens, size / 2) <= (ctas / 4 > 1 ? ctas / 4 : 1)) size /= 2;
+  return small_task_tokens(kDispatchTokensMin, num_tokens, ctas);
+}
+
+// A per-token phase's task size at small T: `size` (a power of two) halved, down to one token, while the
+// tasks stay within a quarter of the CTAs, so that a decode step's few tokens go to more CTAs and warps.
+EPFUSE_HD int small_task_tokens(int size, int num_tokens, int ctas) {
+  const int quarter = ctas / 4 > 1 ? ctas / 4 : 1;
+  while (size > 1 && ceil_div(num_tokens, size / 2) <= quarter) size /= 2;
   return size;
 }
+
+// Tokens of a combine task: kCombineTokens, or fewer at small T (small_task_tokens). A task of fewer
+// tokens than half its warps shares each token's columns out to several warps (combine.cuh): one
+// 8-token task took 6 us after the last Linear2 tile at qwen3-30b T = 8, world 4, one warp a token
+// (docs/performance.md#combine-tasks-of-fewer-tokens-2026-11-28-built-not-yet-run-on-a-gpu).
+EPFUSE_HD int combine_tokens(int num_tokens, int ctas) { return small_task_tokens(kCombineTokens, num_tokens, ctas); }
 
 // Column chunks of a dispatch row: a task of fewer tokens than kDispatchTokensMin has fewer rows than
 // warps, so each row is cut into pieces of kDispatchChunk columns, one warp each (a multiple of the
@@ -79,6 +92,7 @@ struct TaskSpace {
   int layout = 0, dispatch = 0, combine = 0;  // from the token count
   int gemm = 0;                               // from the GEMM schedule (0 until the plan exists)
   int dispatch_tokens = kDispatchTokensMin;   // tokens of a dispatch task
+  int combine_tokens = kCombineTokens;        // tokens of a combine task
 
   EPFUSE_HD int static_tasks() const { return layout + 1 + dispatch + 1; }
   EPFUSE_HD int total() const { return static_tasks() + gemm + combine; }
@@ -90,7 +104,8 @@ EPFUSE_HD TaskSpace make_task_space(int num_tokens, int ctas) {
   s.layout = ceil_div(num_tokens, kLayoutTokens);
   s.dispatch_tokens = dispatch_tokens(num_tokens, ctas);
   s.dispatch = ceil_div(num_tokens, s.dispatch_tokens);
-  s.combine = ceil_div(num_tokens, kCombineTokens);
+  s.combine_tokens = combine_tokens(num_tokens, ctas);
+  s.combine = ceil_div(num_tokens, s.combine_tokens);
   return s;
 }
 EPFUSE_HD TaskSpace with_gemm_tasks(TaskSpace s, int gemm_tasks) {

@@ -174,7 +174,7 @@ TEST(FusedTaskMap, DecodeCoversEveryTaskOnce) {
       expect_range(Phase::kPublish, 1);
       expect_range(Phase::kDispatch, (tokens + s.dispatch_tokens - 1) / s.dispatch_tokens);
       expect_range(Phase::kCollect, 1);
-      expect_range(Phase::kCombine, (tokens + kCombineTokens - 1) / kCombineTokens);
+      expect_range(Phase::kCombine, (tokens + s.combine_tokens - 1) / s.combine_tokens);
     }
   }
 }
@@ -219,6 +219,33 @@ TEST(FusedTaskMap, DispatchTokensKeepTheCtasBusy) {
       const TaskSpace s = make_task_space(tokens, ctas);
       EXPECT_EQ(s.dispatch_tokens, size);
       EXPECT_EQ(s.dispatch, tasks);
+    }
+}
+
+// Tokens of a combine task (combine_tokens): kCombineTokens, halved at small T down to one while the tasks
+// stay within a quarter of the CTAs (the rule of dispatch_tokens below 8); never smaller for more tokens.
+TEST(FusedTaskMap, CombineTokensGoToMoreCtasAtSmallT) {
+  EXPECT_EQ(combine_tokens(1, 132), 1);
+  EXPECT_EQ(combine_tokens(8, 132), 1);
+  EXPECT_EQ(combine_tokens(32, 132), 1);
+  EXPECT_EQ(combine_tokens(128, 132), 4);
+  EXPECT_EQ(combine_tokens(4096, 132), kCombineTokens);
+  for (int ctas : {1, 2, 33, 66, 132})
+    for (int tokens = 0, last = 1; tokens <= 8192; tokens += 1 + tokens / 16) {
+      SCOPED_TRACE("tokens " + std::to_string(tokens) + " ctas " + std::to_string(ctas));
+      const int size = combine_tokens(tokens, ctas), quarter = std::max(ctas / 4, 1);
+      EXPECT_TRUE(size == 1 || size == 2 || size == 4 || size == 8);
+      EXPECT_GE(size, last);
+      last = size;
+      if (size < kCombineTokens) {
+        EXPECT_LE(ceil_div(tokens, size), quarter);
+      }
+      if (size > 1 && tokens > 0) {
+        EXPECT_GT(ceil_div(tokens, size / 2), quarter);
+      }
+      const TaskSpace s = make_task_space(tokens, ctas);
+      EXPECT_EQ(s.combine_tokens, size);
+      EXPECT_EQ(s.combine, ceil_div(tokens, size));
     }
 }
 
