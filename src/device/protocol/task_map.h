@@ -68,7 +68,7 @@ EPFUSE_HD int small_task_tokens(int size, int num_tokens, int ctas) {
 // Tokens of a combine task: kCombineTokens, or fewer at small T (small_task_tokens). A task of fewer
 // tokens than half its warps shares each token's columns out to several warps (combine.cuh): one
 // 8-token task took 6 us after the last Linear2 tile at qwen3-30b T = 8, world 4, one warp a token
-// (docs/performance.md#combine-tasks-of-fewer-tokens-2026-11-28-built-not-yet-run-on-a-gpu).
+// (docs/performance.md#combine-tasks-of-fewer-tokens-2026-11-28).
 EPFUSE_HD int combine_tokens(int num_tokens, int ctas) { return small_task_tokens(kCombineTokens, num_tokens, ctas); }
 
 // Column chunks of a dispatch row: a task of fewer tokens than kDispatchTokensMin has fewer rows than
