@@ -41,6 +41,14 @@ enum class Phase : int { kLayout, kPublish, kDispatch, kCollect, kLinear1, kLine
 
 EPFUSE_HD int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
+// A per-token phase's task size at small T: `size` (a power of two) halved, down to one token, while the
+// tasks stay within a quarter of the CTAs, so that a decode step's few tokens go to more CTAs and warps.
+EPFUSE_HD int small_task_tokens(int size, int num_tokens, int ctas) {
+  const int quarter = ctas / 4 > 1 ? ctas / 4 : 1;
+  while (size > 1 && ceil_div(num_tokens, size / 2) <= quarter) size /= 2;
+  return size;
+}
+
 // Tokens of a dispatch task for num_tokens tokens on a grid of `ctas` CTAs: the largest of 32, 16 and 8
 // that still gives at least 7/8 of the CTAs a task. A task pays a fixed chain once (its claim, the
 // layout wait, the ticket prefix, the entries' dependent loads, the release add), so many tokens want
@@ -50,19 +58,10 @@ EPFUSE_HD int ceil_div(int a, int b) { return (a + b - 1) / b; }
 // size halves (down to 1) while the tasks stay within a quarter of the CTAs: one 8-token task at T = 8
 // quantised and sent its rows in 13 us at qwen3-30b and 37 us at dsv3 (world 4), on the way to the
 // receivers' first tiles (docs/performance.md#decode-start-up-by-more-ctas-2026-11-28).
-EPFUSE_HD int small_task_tokens(int size, int num_tokens, int ctas);
 EPFUSE_HD int dispatch_tokens(int num_tokens, int ctas) {
   for (int size = kDispatchTokensMax; size > kDispatchTokensMin; size /= 2)
     if (ceil_div(num_tokens, size) >= ctas - ctas / 8) return size;
   return small_task_tokens(kDispatchTokensMin, num_tokens, ctas);
-}
-
-// A per-token phase's task size at small T: `size` (a power of two) halved, down to one token, while the
-// tasks stay within a quarter of the CTAs, so that a decode step's few tokens go to more CTAs and warps.
-EPFUSE_HD int small_task_tokens(int size, int num_tokens, int ctas) {
-  const int quarter = ctas / 4 > 1 ? ctas / 4 : 1;
-  while (size > 1 && ceil_div(num_tokens, size / 2) <= quarter) size /= 2;
-  return size;
 }
 
 // Tokens of a combine task: kCombineTokens, or fewer at small T (small_task_tokens). A task of fewer

@@ -80,7 +80,8 @@ Outcome faulty_call(testing::LayerRank& r, const HostTokens& in) {
   return o;
 }
 
-// One rank's run of a fault test: a checked first forward, the faulty second one (EPFUSE_FAULT call=1), the checks, a re-created layer.
+// One rank's run of a fault test: a checked first forward, the faulty second one (EPFUSE_FAULT
+// call=1), the checks, a re-created layer.
 void run_fault(const std::string& kind, Expect expect) {
   const LayerConfig cfg = testing::small_layer_config(256, 0.0f);
   testing::LayerRank r(Impl::kFused, cfg);
