@@ -8,7 +8,9 @@
 // padding NaN so a wrong scale index shows); weights [E * 2I, K] e4m3 by TMA (weight_tensor_map_fp8)
 // with 128x128 block scales, tile columns [0, 128) from gate rows and [128, 256) from up rows of the
 // same expert (two row ranges I apart, two block scales per K block); K in {256, 2048, 2880 (a partial
-// last block of 64: A rows are followed by NaN codes, so a chunk read past K shows), 7168}.
+// last block of 64: A rows are followed by NaN codes, so a chunk read past K shows), 7168}; at K = 2048
+// and 2880 also with the scales at their extremes (extreme_factor: UE8M0's 2^20 and 2^-20, fp32's
+// smallest normal and subnormal neighbours).
 // The math warps write their accumulators (visit_cols) into an fp32 output poisoned with NaN first;
 // compared per tile, per half (gate / up columns) and per row with a float64 sum over the decoded
 // codes times the same scales: 3e-4 relative overall and 5e-4 per row (test_fp8_tile's bounds: the
@@ -181,6 +183,14 @@ float random_scale(uint64_t seed, Stream stream, uint64_t i) {
   const double u = uniform_pm1(hash_at(seed, stream, i));
   return static_cast<float>(std::exp2(-1.0 + 2.0 * u) * (1.0 + 0.3 * u * u));
 }
+// Scales at their extremes: K block b's row scales times extreme_factor(b) and its weight block scales
+// divided by it, so that each product stays near 1 while the scales themselves reach UE8M0's 2^20 and
+// 2^-20, the smallest normal fp32 (2^-126 times a random scale of 2^-3 .. 2^1: down to subnormal row
+// scales) and 2^125 (its weight scales down to subnormal 2^-128).
+double extreme_factor(int b) {
+  constexpr int kExp[4] = {20, -20, -126, 125};
+  return std::ldexp(1.0, kExp[b % 4]);
+}
 
 struct TileDesc {
   int expert, mblock, nblock, rows;
@@ -192,7 +202,7 @@ struct TileDesc {
 // epilogue (the tile bench's fp32 output and h stores bound it: 41% tensor busy on an H100, docs/performance.md#expert-gemms-fp8
 // 2026-11-27), outputs not written and not checked.
 bool run_case(int K, uint64_t seed, int ctas, const std::vector<int>& expert_rows, int inter, bool bench = false,
-              bool kloop_only = false) {
+              bool kloop_only = false, bool extreme_scales = false) {
   using DeviceBuffer = epfuse::detail::CudaBuffer<epfuse::detail::MemoryKind::kDevice>;
   if (!Tile::supports_k(K)) {
     std::printf("FAIL K=%d: the tile refuses it (supports_k)\n", K);
@@ -209,12 +219,16 @@ bool run_case(int K, uint64_t seed, int ctas, const std::vector<int>& expert_row
   std::vector<float> xs(static_cast<size_t>(kTokens) * S, std::nanf(""));
   for (int r = 0; r < kTokens; ++r) {
     for (int k = 0; k < K; ++k) x[r * ldx + k] = random_code(seed, Stream::kX, static_cast<uint64_t>(r) * K + k, 12.0f);
-    for (int b = 0; b < kblocks; ++b) xs[r * S + b] = random_scale(seed, Stream::kTopkWeight, r * kblocks + b);
+    for (int b = 0; b < kblocks; ++b)
+      xs[r * S + b] = static_cast<float>(random_scale(seed, Stream::kTopkWeight, r * kblocks + b) *
+                                         (extreme_scales ? extreme_factor(b) : 1.0));
   }
   std::vector<uint8_t> w(static_cast<size_t>(wrows) * K);
   for (size_t i = 0; i < w.size(); ++i) w[i] = random_code(seed, Stream::kW13, i, 3.0f);
   std::vector<float> ws(static_cast<size_t>(wrows / 128) * kblocks);
-  for (size_t i = 0; i < ws.size(); ++i) ws[i] = random_scale(seed, Stream::kW2, i);
+  for (size_t i = 0; i < ws.size(); ++i)
+    ws[i] = static_cast<float>(random_scale(seed, Stream::kW2, i) /
+                               (extreme_scales ? extreme_factor(static_cast<int>(i % kblocks)) : 1.0));
 
   // Tiles: expert-major, n-block major within an expert (as the fused schedule), rows gathered at random.
   std::vector<TileDesc> tiles;
@@ -259,8 +273,8 @@ bool run_case(int K, uint64_t seed, int ctas, const std::vector<int>& expert_row
   p.abort = d_ctl.as<uint32_t>(), p.error = d_ctl.as<uint32_t>() + 1, p.timeout_ns = 2'000'000'000ull;
   p.kloop_only = kloop_only;
   EPFUSE_CUDA_CHECK(cudaFuncSetAttribute(fp8_tma_tile_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes));
-  std::printf("K=%d: %d tiles on %d CTAs, %d k-blocks per tile (ring of %d stages)\n", K, ntiles, ctas, kblocks,
-              Tile::kStages);
+  std::printf("K=%d: %d tiles on %d CTAs, %d k-blocks per tile (ring of %d stages)%s\n", K, ntiles, ctas, kblocks,
+              Tile::kStages, extreme_scales ? ", scales at their extremes" : "");
   std::fflush(stdout);  // a crash in the kernel leaves this line as the last
   fp8_tma_tile_kernel<<<ctas, Tile::kThreads, Tile::kSmemBytes>>>(wmap, p);
   EPFUSE_CUDA_CHECK_LAUNCH();
@@ -433,6 +447,9 @@ int main(int argc, char** argv) {
     // one k-block; 384: three; 2880: 23, the last a partial block of 64.
     for (int K : {128, 256, 384, 2048, 2880, 7168})
       ok = run_case(K, seed + K, 2, {200, 37, 64, 65, 1, 16, 17, 32, 33}, 256) && ok;
+    // The same experts with scales at their extremes (extreme_factor), K = 2048 and 2880 (a partial
+    // last block): a scale product formed in another order, or flushed to zero, shows in the sums.
+    for (int K : {2048, 2880}) ok = run_case(K, seed + K + 1, 2, {200, 37, 64, 65, 1, 16, 17, 32, 33}, 256, false, false, true) && ok;
     int sms = 0;
     EPFUSE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
     // dsv3-like Linear1 (H = 7168) on every SM: SMs / 4 experts of 1024 rows and 512 gate/up columns,
