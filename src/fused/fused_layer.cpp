@@ -88,6 +88,7 @@ class FusedWorkspace final : public Workspace {
       }
       timeout_ns_ = env::fused_timeout_ms(comm.rank()) * 1000000ull;
       programmatic_ = env::programmatic_launch();
+      schedule_lag_quarters_ = env::schedule_lag_quarters();
       if (std::optional<Fault> f = fault_from_env(); f && f->kind == FaultKind::kFailCreate && f->rank == comm.rank())
         throw Error(ErrorCode::kCuda, who + "EPFUSE_FAULT: fail_create: the workspace's allocation failed (injected)");
     });
@@ -188,6 +189,7 @@ class FusedWorkspace final : public Workspace {
     prm.sym = plan_.sym;
     prm.priv = plan_.priv;
     prm.timeout_ns = timeout_ns_;
+    prm.schedule_lag_quarters = schedule_lag_quarters_;
     prm.window = window_.window();
     prm.loopback.slices = static_cast<char*>(window_.slices_base());
     prm.loopback.stride = window_.stride();
@@ -242,6 +244,7 @@ class FusedWorkspace final : public Workspace {
   FusedPlan plan_;
   uint64_t timeout_ns_ = 0;
   bool programmatic_ = true;
+  int schedule_lag_quarters_ = -1;  // EPFUSE_SCHEDULE_LAG, read at creation
   SymmetricBuffer window_;
   detail::DeviceBuffer private_;
   detail::PinnedBuffer host_failed_;  // FusedParams::host_failed, as the host reads it

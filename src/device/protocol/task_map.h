@@ -293,6 +293,14 @@ EPFUSE_HD int schedule_lag(int world, int ctas, int mblocks, int nblocks1, int l
   return world == 1 || mblocks * nblocks1 <= ctas || mblocks <= local_experts ? kLinear1First : ctas;
 }
 
+// The lag EPFUSE_SCHEDULE_LAG asks for (FusedParams::schedule_lag_quarters >= 0), in place of
+// schedule_lag's: 0 Linear1 first, n > 0 n quarter waves of `ctas` tasks (at least one task).
+EPFUSE_HD int forced_lag(int quarters, int ctas) {
+  if (quarters == 0) return kLinear1First;
+  const int lag = quarters * ctas / 4;
+  return lag > 1 ? lag : 1;
+}
+
 // Order of the GEMM tasks (built after build_expert_plan by the collect task):
 //  - within an expert, n-block major: consecutive tasks share one weight n-block and walk the expert's
 //    m-blocks, so the CTAs in flight read a few weight tiles at a time and L2 keeps them (m-block major

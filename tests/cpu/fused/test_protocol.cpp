@@ -368,6 +368,12 @@ TEST(FusedSchedule, Linear1FirstIsTheSerialScheduleWithoutLag) {
   }
   EXPECT_GE(first_l2, 132);
   EXPECT_LT(first_l2, last_l1);
+  // EPFUSE_SCHEDULE_LAG's lags: Linear1 first, quarter waves, never below one task.
+  EXPECT_EQ(forced_lag(0, 132), kLinear1First);
+  EXPECT_EQ(forced_lag(4, 132), 132);
+  EXPECT_EQ(forced_lag(2, 132), 66);
+  EXPECT_EQ(forced_lag(64, 132), 16 * 132);
+  EXPECT_EQ(forced_lag(1, 2), 1);
 }
 
 // The schedule's promises (task_map.h): a bijection onto the tiles, n-block major within a segment,
