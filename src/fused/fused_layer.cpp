@@ -29,6 +29,7 @@
 #include "device/gemm/gemm_maps_wgmma.h"
 #include "device/kernel/kernel_params.h"
 #include "device/protocol/epoch.h"
+#include "device/protocol/task_map.h"
 #include "epfuse/error.h"
 #include "fused/describe_error.h"
 #include "fused/fused_kernel.h"
@@ -431,6 +432,7 @@ class FusedLayer final : public MoeLayer {
     const int64_t rows = static_cast<int64_t>(prm.num_tokens) * cfg_.topk * comm.world_size() / cfg_.num_experts;
     const GemmTileShape tile = choose_fused_tile(cfg_, static_cast<int>(std::min<int64_t>(rows, 1 << 30)));
     prm.swiglu_clamp = cfg_.swiglu_clamp;
+    prm.combine_lag = device::combine_wants_lag(cfg_.intermediate, fp8_);
     prm.x = in.x;
     prm.topk_idx = in.topk_idx;
     prm.topk_weights = in.topk_weights;

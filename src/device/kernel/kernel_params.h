@@ -94,6 +94,8 @@ struct FusedParams {
   // EPFUSE_SCHEDULE_LAG (common/env.h): -1 the plan's own order (task_map.h schedule_lag); 0 Linear1
   // first; n > 0 a lag of n quarter waves of CTAs (forced_lag).
   int schedule_lag_quarters = -1;
+  // task_map.h combine_wants_lag for this layer's intermediate size and format (schedule_lag's last argument).
+  bool combine_lag = true;
 };
 
 }  // namespace epfuse::device
