@@ -14,7 +14,9 @@
 # fused FP8 kernel and the FP8 tile alone), pytest (tests/python on the GPU), fp8-bench (bf16 and FP8 rows on the per-GPU shapes; EPFUSE_PEERS=DIR adds --peers),
 # ab (a focused A/B of the fused layer, this build's or EPFUSE_NEW_BIN, against EPFUSE_BASE_BIN; EPFUSE_AB_SHAPES, EPFUSE_AB_ROUNDS, EPFUSE_AB_ARGS
 # e.g. --dtype fp8), decode (dsv3 and qwen3-30b at T = 1, 8, 32 with the 58-layer graph step; EPFUSE_PEERS adds MegaMoE),
-# decode-trace (timelines of qwen3-30b T=8, 32 and dsv3 T=8 from a trace build, EPFUSE_TRACE_BIN).
+# decode-trace (timelines of qwen3-30b T=8, 32 and dsv3 T=8 from a trace build, EPFUSE_TRACE_BIN),
+# lag-sweep (the fused FP8 layer over EPFUSE_RANKS GPUs, default 4, at each EPFUSE_SCHEDULE_LAG of
+# EPFUSE_LAGS, default "auto first 0.5 2", on dsv3 T = 512, 1024, 4096 and qwen3-30b T = 4096, 16384).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -142,6 +144,15 @@ for step in "$@"; do
       timeout 560 tools/epfuse bench --model dsv3,qwen3-30b --tokens 1,8,32 --impl fused --ranks "${EPFUSE_RANKS:-4}" \
         --dtype fp8,bf16 --torch off --layers 58 --graph --check-layers 3 ${EPFUSE_PEERS:+--peers "$EPFUSE_PEERS" --peer-steps megamoe} \
         --json "$OUT/decode.json" 2>&1 | tee "$OUT/decode.log" | grep -E "^(dsv3|qwen3)|58 layers|rror" | tail -40 ;;
+    lag-sweep)  # the GEMM order at prefill sizes (docs/performance.md#the-gemm-order-at-world-4-a-lag-sweep-2026-11-28-built-not-yet-run)
+      for lag in ${EPFUSE_LAGS:-auto first 0.5 2}; do
+        EPFUSE_SCHEDULE_LAG=$lag timeout 150 tools/epfuse bench --impl fused --torch off --dtype fp8 --ranks "${EPFUSE_RANKS:-4}" \
+          --model dsv3 --tokens 512,1024,4096 --ceilings gemm=805,hbm=4230,nvlink=351,fp8=1447 --verify-rows 4 \
+          --json "$OUT/lag-$lag-dsv3.json" 2>&1 | grep -E "^dsv3|rror|timed" | sed "s/^/lag $lag: /"
+        EPFUSE_SCHEDULE_LAG=$lag timeout 90 tools/epfuse bench --impl fused --torch off --dtype fp8 --ranks "${EPFUSE_RANKS:-4}" \
+          --model qwen3-30b --tokens 4096,16384 --ceilings gemm=805,hbm=4230,nvlink=351,fp8=1447 --verify-rows 4 \
+          --json "$OUT/lag-$lag-qwen3.json" 2>&1 | grep -E "^qwen3|rror|timed" | sed "s/^/lag $lag: /"
+      done 2>&1 | tee "$OUT/lag-sweep.log" ;;
     decode-trace)  # timelines of the decode rows whose fixed cost is not yet placed (qwen3-30b T=8, 32, dsv3
       # T=8, FP8, over EPFUSE_RANKS GPUs, default 4): EPFUSE_TRACE_BIN, the epfuse of a -DEPFUSE_TRACE=ON
       # build; each trace and rank 0's figure of its last launch (scripts/trace_plot.py) go to $OUT

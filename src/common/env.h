@@ -45,6 +45,10 @@ inline constexpr Variable kEnvironment[] = {
      "0: the fused kernel (and the decode step's norm) start only after the previous kernel on the stream has "
      "ended; 1: programmatic dependent launch, their set-up overlaps its tail",
      "1"},
+    {"EPFUSE_SCHEDULE_LAG",
+     "diagnostics: the fused kernel's GEMM order: auto, first (every Linear1 tile before any Linear2 tile) or the "
+     "lag of each expert's Linear2 tiles behind its Linear1 tiles in waves of CTAs, a multiple of 0.25 in [0.25, 16]",
+     "auto (schedule_lag in src/device/protocol/task_map.h)"},
     {"EPFUSE_PROFILE", "1: rank 0 prints the fused kernel's per-phase profile when timing stops", "off"},
     {"EPFUSE_UNFUSED_GEMM", "the unfused chain's expert GEMMs: grouped, loop or auto", "auto"},
     {"EPFUSE_FAULT", "fault injection for tests: rank=R,kind=K[,call=N][,ms=M][,at=P] (src/common/fault.h)", "off"},
@@ -77,6 +81,9 @@ long long collective_timeout_ms(long long fallback);
 uint64_t fused_timeout_ms(int rank);
 // EPFUSE_PDL: "1", empty or unset true, "0" false; anything else Error(kInvalidArgument) naming it.
 bool programmatic_launch();
+// EPFUSE_SCHEDULE_LAG: -1 for auto (unset, empty or "auto"), 0 for "first", else the lag in quarter
+// waves (1..64 for 0.25..16); anything else Error(kInvalidArgument) naming it.
+int schedule_lag_quarters();
 // EPFUSE_PROFILE == "1".
 bool profile_print();
 // CUDA_DEVICE_MAX_CONNECTIONS: a positive integer, capped at LoopbackWorld::kMaxConnections; CUDA's

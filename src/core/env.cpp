@@ -103,6 +103,20 @@ bool programmatic_launch() {
   throw Error(ErrorCode::kInvalidArgument, "EPFUSE_PDL = '" + *t + "' is neither 0 nor 1");
 }
 
+int schedule_lag_quarters() {
+  const std::optional<std::string> t = text("EPFUSE_SCHEDULE_LAG");
+  if (!t || t->empty() || *t == "auto") return -1;
+  if (*t == "first") return 0;
+  double waves = 0.0;
+  const char* end = t->c_str() + t->size();
+  const auto [ptr, ec] = std::from_chars(t->c_str(), end, waves);
+  const double quarters = waves * 4.0;
+  if (ec != std::errc() || ptr != end || !(quarters >= 1.0 && quarters <= 64.0) || quarters != static_cast<int>(quarters))
+    throw Error(ErrorCode::kInvalidArgument, "EPFUSE_SCHEDULE_LAG = '" + *t +
+                                                 "' is neither auto, first nor a multiple of 0.25 waves in [0.25, 16]");
+  return static_cast<int>(quarters);
+}
+
 bool profile_print() { return text("EPFUSE_PROFILE") == std::optional<std::string>("1"); }
 
 int device_max_connections() {

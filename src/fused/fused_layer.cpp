@@ -29,6 +29,7 @@
 #include "device/gemm/gemm_maps_wgmma.h"
 #include "device/kernel/kernel_params.h"
 #include "device/protocol/epoch.h"
+#include "device/protocol/task_map.h"
 #include "epfuse/error.h"
 #include "fused/describe_error.h"
 #include "fused/fused_kernel.h"
@@ -88,6 +89,7 @@ class FusedWorkspace final : public Workspace {
       }
       timeout_ns_ = env::fused_timeout_ms(comm.rank()) * 1000000ull;
       programmatic_ = env::programmatic_launch();
+      schedule_lag_quarters_ = env::schedule_lag_quarters();
       if (std::optional<Fault> f = fault_from_env(); f && f->kind == FaultKind::kFailCreate && f->rank == comm.rank())
         throw Error(ErrorCode::kCuda, who + "EPFUSE_FAULT: fail_create: the workspace's allocation failed (injected)");
     });
@@ -188,6 +190,7 @@ class FusedWorkspace final : public Workspace {
     prm.sym = plan_.sym;
     prm.priv = plan_.priv;
     prm.timeout_ns = timeout_ns_;
+    prm.schedule_lag_quarters = schedule_lag_quarters_;
     prm.window = window_.window();
     prm.loopback.slices = static_cast<char*>(window_.slices_base());
     prm.loopback.stride = window_.stride();
@@ -242,6 +245,7 @@ class FusedWorkspace final : public Workspace {
   FusedPlan plan_;
   uint64_t timeout_ns_ = 0;
   bool programmatic_ = true;
+  int schedule_lag_quarters_ = -1;  // EPFUSE_SCHEDULE_LAG, read at creation
   SymmetricBuffer window_;
   detail::DeviceBuffer private_;
   detail::PinnedBuffer host_failed_;  // FusedParams::host_failed, as the host reads it
@@ -428,6 +432,7 @@ class FusedLayer final : public MoeLayer {
     const int64_t rows = static_cast<int64_t>(prm.num_tokens) * cfg_.topk * comm.world_size() / cfg_.num_experts;
     const GemmTileShape tile = choose_fused_tile(cfg_, static_cast<int>(std::min<int64_t>(rows, 1 << 30)));
     prm.swiglu_clamp = cfg_.swiglu_clamp;
+    prm.combine_lag = device::combine_wants_lag(cfg_.intermediate, fp8_);
     prm.x = in.x;
     prm.topk_idx = in.topk_idx;
     prm.topk_weights = in.topk_weights;

@@ -91,6 +91,11 @@ struct FusedParams {
   // EPFUSE_FAULT kind=hang (common/fault.h), set only in the call it fires in: where this rank's kernel
   // stops (wait.cuh hang_here: one compare per task at each point, none in a k-loop). kNone: never.
   HangPoint fault_hang = HangPoint::kNone;
+  // EPFUSE_SCHEDULE_LAG (common/env.h): -1 the plan's own order (task_map.h schedule_lag); 0 Linear1
+  // first; n > 0 a lag of n quarter waves of CTAs (forced_lag).
+  int schedule_lag_quarters = -1;
+  // task_map.h combine_wants_lag for this layer's intermediate size and format (schedule_lag's last argument).
+  bool combine_lag = true;
 };
 
 }  // namespace epfuse::device

@@ -213,10 +213,11 @@ __device__ void collect_task(const FusedContext<Transport>& c, int block_m, int 
   if (threadIdx.x < 32) {
     // Warp 0: the prefixes as scans, then the schedule and the targets expert by expert (lane by lane);
     // the lagged schedule of worlds > 1 (more than one wave of Linear1 tiles, more m-blocks than
-    // experts) is one pass (task_map.h build_gemm_schedule), on lane 0.
+    // experts, a combine the GEMMs do not cover) is one pass (task_map.h build_gemm_schedule), on lane 0.
     const int mblocks = plan_prefixes(counts, count_stride, W, L, p, WarpScan{lane});
     __syncwarp();
-    const int lag = schedule_lag(W, static_cast<int>(gridDim.x), mblocks, nblocks1, L);
+    const int lag = prm.schedule_lag_quarters >= 0 ? forced_lag(prm.schedule_lag_quarters, static_cast<int>(gridDim.x))
+                                                   : schedule_lag(W, static_cast<int>(gridDim.x), mblocks, nblocks1, L, prm.combine_lag);
     if (lag == kLinear1First) {
       for (int e = lane; e < L; e += 32) linear1_first_segments(p, L, nblocks1, nblocks2, e);
     } else if (lane == 0) {

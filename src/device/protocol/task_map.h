@@ -289,8 +289,25 @@ inline constexpr int kLinear1First = 0x7fffffff;
 // Also where the m-blocks are at most one per local expert (a decode step's shapes): there the combine
 // stores the lag spreads are a few rows, and the lagged pass on one lane took ~7 us of the collect task
 // at qwen3-30b T = 8 and 32, world 4 (docs/performance.md#decode-start-up-by-more-ctas-2026-11-28).
-EPFUSE_HD int schedule_lag(int world, int ctas, int mblocks, int nblocks1, int local_experts) {
-  return world == 1 || mblocks * nblocks1 <= ctas || mblocks <= local_experts ? kLinear1First : ctas;
+// And where the GEMMs hide the combine without it (combine_wants_lag false): there the lag only holds Linear2
+// tiles behind Linear1 tiles of their expert still running (docs/performance.md#the-gemm-order-at-world-4-a-lag-sweep-2026-11-28).
+EPFUSE_HD int schedule_lag(int world, int ctas, int mblocks, int nblocks1, int local_experts, bool combine_lag) {
+  return world == 1 || !combine_lag || mblocks * nblocks1 <= ctas || mblocks <= local_experts ? kLinear1First : ctas;
+}
+
+// Whether the combine's stores to other ranks need the lag to spread them. A routed row costs 6 H I FLOPs
+// of expert GEMMs and sends 2 H bytes back: 3 I FLOPs a byte. An H200 does about 4,100 FP8 FLOPs (1,447
+// TFLOP/s) or 2,300 bf16 ones (805) in the time its NVLink (351 GB/s) moves a byte. Below that the combine
+// outlasts the GEMMs beside it: qwen3-30b (I = 768), FP8. Above it the GEMMs cover the combine wherever it
+// falls: dsv3 (I = 2048), mixtral (14336).
+EPFUSE_HD bool combine_wants_lag(int intermediate, bool fp8) { return 3 * intermediate < (fp8 ? 4096 : 2304); }
+
+// The lag EPFUSE_SCHEDULE_LAG asks for (FusedParams::schedule_lag_quarters >= 0), in place of
+// schedule_lag's: 0 Linear1 first, n > 0 n quarter waves of `ctas` tasks (at least one task).
+EPFUSE_HD int forced_lag(int quarters, int ctas) {
+  if (quarters == 0) return kLinear1First;
+  const int lag = quarters * ctas / 4;
+  return lag > 1 ? lag : 1;
 }
 
 // Order of the GEMM tasks (built after build_expert_plan by the collect task):

@@ -120,6 +120,28 @@ TEST(Env, Parsers) {
   }
   ::unsetenv("EPFUSE_PDL");
 
+  ::unsetenv("EPFUSE_SCHEDULE_LAG");
+  EXPECT_EQ(env::schedule_lag_quarters(), -1);
+  ::setenv("EPFUSE_SCHEDULE_LAG", "auto", 1);
+  EXPECT_EQ(env::schedule_lag_quarters(), -1);
+  ::setenv("EPFUSE_SCHEDULE_LAG", "first", 1);
+  EXPECT_EQ(env::schedule_lag_quarters(), 0);
+  ::setenv("EPFUSE_SCHEDULE_LAG", "0.5", 1);
+  EXPECT_EQ(env::schedule_lag_quarters(), 2);
+  ::setenv("EPFUSE_SCHEDULE_LAG", "16", 1);
+  EXPECT_EQ(env::schedule_lag_quarters(), 64);
+  for (const char* bad : {"0", "0.3", "17", "-1", "1x", "nan", "inf"}) {
+    ::setenv("EPFUSE_SCHEDULE_LAG", bad, 1);
+    try {
+      env::schedule_lag_quarters();
+      ADD_FAILURE() << "EPFUSE_SCHEDULE_LAG=" << bad << " accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find(std::string("EPFUSE_SCHEDULE_LAG = '") + bad + "'"), std::string::npos) << e.what();
+    }
+  }
+  ::unsetenv("EPFUSE_SCHEDULE_LAG");
+
   ::setenv("EPFUSE_JOB_ID", "a", 1);
   ::setenv("TORCHELASTIC_RUN_ID", "b", 1);
   EXPECT_EQ(env::job_id(), std::optional<std::string>("a"));

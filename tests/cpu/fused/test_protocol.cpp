@@ -320,14 +320,14 @@ TEST(FusedSchedule, Linear1FirstIsTheSerialScheduleWithoutLag) {
       MblockPlan serial(mblocks), first(mblocks);
       std::vector<int> l1_end(L);
       const int total = build_gemm_schedule(serial.plan, L, nb1, nb2, 1 << 20, l1_end.data());
-      ASSERT_EQ(build_gemm_schedule(first.plan, L, nb1, nb2, schedule_lag(1, 132, total, 1, 1), l1_end.data()), total);
+      ASSERT_EQ(build_gemm_schedule(first.plan, L, nb1, nb2, schedule_lag(1, 132, total, 1, 1, true), l1_end.data()), total);
       ASSERT_EQ(first.plan.seg_start[*first.plan.segments], total);
       // At world 4 a phase of at most one wave of Linear1 tasks asks for the same order, and the lagged
       // pass with the smallest such lag (the Linear1 task count) builds it too.
       const int linear1_tasks = serial.plan.mb_start[L] * nb1;
       if (total > 0) {
-        ASSERT_EQ(schedule_lag(4, linear1_tasks, linear1_tasks, 1, 0), kLinear1First);
-        ASSERT_EQ(schedule_lag(4, linear1_tasks - 1, linear1_tasks, 1, 0), linear1_tasks - 1);
+        ASSERT_EQ(schedule_lag(4, linear1_tasks, linear1_tasks, 1, 0, true), kLinear1First);
+        ASSERT_EQ(schedule_lag(4, linear1_tasks - 1, linear1_tasks, 1, 0, true), linear1_tasks - 1);
         MblockPlan one_wave(mblocks);
         ASSERT_EQ(build_gemm_schedule(one_wave.plan, L, nb1, nb2, linear1_tasks, l1_end.data()), total);
         for (int i = 0; i < total; ++i) {
@@ -353,12 +353,12 @@ TEST(FusedSchedule, Linear1FirstIsTheSerialScheduleWithoutLag) {
   // qwen3-30b's per-GPU decode shape at world 4 (32 experts of one m-block, 6 and 8 n-blocks, 132 CTAs:
   // 192 Linear1 tasks, more than a wave) asks for the Linear1-first order too; three m-blocks an expert
   // ask for the one-wave lag, which puts Linear2 tiles ahead of Linear1 ones.
-  EXPECT_EQ(schedule_lag(4, 132, 32, 6, 32), kLinear1First);
-  EXPECT_EQ(schedule_lag(4, 132, 31, 6, 32), kLinear1First);
-  ASSERT_EQ(schedule_lag(4, 132, 96, 6, 32), 132);
+  EXPECT_EQ(schedule_lag(4, 132, 32, 6, 32, true), kLinear1First);
+  EXPECT_EQ(schedule_lag(4, 132, 31, 6, 32, true), kLinear1First);
+  ASSERT_EQ(schedule_lag(4, 132, 96, 6, 32, true), 132);
   MblockPlan prefill(std::vector<int>(32, 3));
   std::vector<int> l1_end(32);
-  const int total = build_gemm_schedule(prefill.plan, 32, 6, 8, schedule_lag(4, 132, 96, 6, 32), l1_end.data());
+  const int total = build_gemm_schedule(prefill.plan, 32, 6, 8, schedule_lag(4, 132, 96, 6, 32, true), l1_end.data());
   int last_l1 = -1, first_l2 = total;
   for (int i = 0; i < total; ++i) {
     int kind = -1;
@@ -368,6 +368,20 @@ TEST(FusedSchedule, Linear1FirstIsTheSerialScheduleWithoutLag) {
   }
   EXPECT_GE(first_l2, 132);
   EXPECT_LT(first_l2, last_l1);
+  // The same m-blocks where the GEMMs cover the combine: Linear1 first. Which layers those are: the lag
+  // stays for qwen3-30b FP8 (I = 768), not for dsv3 (2048) nor mixtral (14336), nor a bf16 qwen3-30b.
+  EXPECT_EQ(schedule_lag(4, 132, 96, 6, 32, false), kLinear1First);
+  EXPECT_TRUE(combine_wants_lag(768, true));
+  EXPECT_FALSE(combine_wants_lag(2048, true));
+  EXPECT_FALSE(combine_wants_lag(14336, true));
+  EXPECT_FALSE(combine_wants_lag(768, false));
+  EXPECT_TRUE(combine_wants_lag(512, false));
+  // EPFUSE_SCHEDULE_LAG's lags: Linear1 first, quarter waves, never below one task.
+  EXPECT_EQ(forced_lag(0, 132), kLinear1First);
+  EXPECT_EQ(forced_lag(4, 132), 132);
+  EXPECT_EQ(forced_lag(2, 132), 66);
+  EXPECT_EQ(forced_lag(64, 132), 16 * 132);
+  EXPECT_EQ(forced_lag(1, 2), 1);
 }
 
 // The schedule's promises (task_map.h): a bijection onto the tiles, n-block major within a segment,
@@ -546,7 +560,7 @@ TEST(FusedPlan, WarpConstructionIsTheOneThreadPlan) {
         std::vector<uint32_t> bases0(L);
         for (uint32_t& b : bases0) b = static_cast<uint32_t>(rng());
         const int nb1 = 1 + static_cast<int>(rng() % 8), nb2 = 1 + static_cast<int>(rng() % 8);
-        const int lag = world == 1 ? schedule_lag(1, 132, 0, 1, 1) : 1 + static_cast<int>(rng() % 200);
+        const int lag = world == 1 ? schedule_lag(1, 132, 0, 1, 1, true) : 1 + static_cast<int>(rng() % 200);
 
         // One thread, expert order (the collect task before the warp).
         PlanStore one(d);

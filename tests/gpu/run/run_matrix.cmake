@@ -90,6 +90,10 @@ function(epfuse_add_one_gpu_run_matrix impl)
   endforeach()
   epfuse_add_run_test(${impl} onegpu_w16_vary200 300 --one-gpu
     --hidden 256 --intermediate 256 --experts 64 --topk 8 --ranks 16 --tokens 64 --iters 200 --vary --verify-every 10)
+  if(impl STREQUAL "fused")  # two m-blocks an expert where the GEMMs cover the combine: Linear1 first at world 4
+    epfuse_add_run_test(${impl} onegpu_w4_linear1_first 120 --one-gpu  # (task_map.h combine_wants_lag)
+      --hidden 256 --intermediate 768 --experts 16 --topk 4 --ranks 4 --tokens 512,300,0,97)
+  endif()
 endfunction()
 
 # epfuse_add_fp8_run_matrix(<impl> [WORLDS <n>...] [ONE_GPU_WORLDS <n>...]): `epfuse run --dtype fp8`
@@ -178,6 +182,10 @@ function(epfuse_add_fp8_run_matrix impl)
     endif()
     epfuse_add_run_test(${impl} ${case}_wide 120 --one-gpu ${wide} --ranks ${world} --tokens ${uneven_${world}})
   endforeach()
+  if(impl STREQUAL "fused" AND 4 IN_LIST ARG_ONE_GPU_WORLDS)  # as the bf16 matrix's linear1_first, FP8's line
+    epfuse_add_run_test(${impl} fp8_onegpu_w4_linear1_first 120 --one-gpu
+      --hidden 256 --intermediate 1536 --experts 16 --topk 4 --dtype fp8 --ranks 4 --tokens 512,300,0,97)
+  endif()
 endfunction()
 
 # epfuse_add_padded_run_matrix(<impl> [ONE_GPU]): layers whose H and I are multiples of 64 but not of
