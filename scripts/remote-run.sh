@@ -144,7 +144,7 @@ for step in "$@"; do
       timeout 560 tools/epfuse bench --model dsv3,qwen3-30b --tokens 1,8,32 --impl fused --ranks "${EPFUSE_RANKS:-4}" \
         --dtype fp8,bf16 --torch off --layers 58 --graph --check-layers 3 ${EPFUSE_PEERS:+--peers "$EPFUSE_PEERS" --peer-steps megamoe} \
         --json "$OUT/decode.json" 2>&1 | tee "$OUT/decode.log" | grep -E "^(dsv3|qwen3)|58 layers|rror" | tail -40 ;;
-    lag-sweep)  # the GEMM order at prefill sizes (docs/performance.md#the-gemm-order-at-world-4-a-lag-sweep-2026-11-28-built-not-yet-run)
+    lag-sweep)  # the GEMM order at prefill sizes (docs/performance.md#the-gemm-order-at-world-4-a-lag-sweep-2026-11-28)
       for lag in ${EPFUSE_LAGS:-auto first 0.5 2}; do
         EPFUSE_SCHEDULE_LAG=$lag timeout 150 tools/epfuse bench --impl fused --torch off --dtype fp8 --ranks "${EPFUSE_RANKS:-4}" \
           --model dsv3 --tokens 512,1024,4096 --ceilings gemm=805,hbm=4230,nvlink=351,fp8=1447 --verify-rows 4 \

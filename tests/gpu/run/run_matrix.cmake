@@ -182,7 +182,7 @@ function(epfuse_add_fp8_run_matrix impl)
     endif()
     epfuse_add_run_test(${impl} ${case}_wide 120 --one-gpu ${wide} --ranks ${world} --tokens ${uneven_${world}})
   endforeach()
-  if(impl STREQUAL "fused" AND 4 IN_LIST ARG_ONE_GPU_WORLDS)  # as the bf16 matrix's linear1_first, FP8's line
+  if(impl STREQUAL "fused" AND 4 IN_LIST ARG_ONE_GPU_WORLDS)  # the same for FP8, whose line is I = 1366
     epfuse_add_run_test(${impl} fp8_onegpu_w4_linear1_first 120 --one-gpu
       --hidden 256 --intermediate 1536 --experts 16 --topk 4 --dtype fp8 --ranks 4 --tokens 512,300,0,97)
   endif()
