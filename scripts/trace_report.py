@@ -79,6 +79,63 @@ def handover(per_cta):
             for p, d in sorted(steps.items())}
 
 
+# K elements a ring stage holds: the FP8 tile's k-block is one 128-K scale block, the bf16 TMA tile's 64.
+BLOCK_K = {2: 64, 3: 128}
+
+
+def budget(rows, H, I, mma):
+    """Where the GEMM phases' time goes, per SM: the sums over a launch's CTAs of each GEMM tile's k-loop
+    (first stage full -> last k-block done), epilogue (-> end), wait for its first stage (math start ->
+    first full) and the math warps' gaps between consecutive GEMM tiles, each divided by the number of
+    CTAs, in us; the k-loop's pace (us a k-block, medians) for tiles of full m-blocks and for each
+    expert's last m-block (its padding rows: at most 64 real rows leave one math warpgroup idle); and
+    the share of tiles that are an expert's last m-block. Returns the dict it prints
+    (docs/performance.md#where-a-prefill-call-goes-at-world-1-2026-11-28-the-trace)."""
+    gemm = [r for r in rows if r["phase"] in (4, 5) and min(r["math_start"], r["first_full"], r["loop_end"], r["end"]) >= 0]
+    ctas = {r["cta"] for r in rows}
+    if not gemm or not ctas:
+        return {}
+    last = {}
+    for r in gemm:
+        last[(r["phase"], r["expert"])] = max(last.get((r["phase"], r["expert"]), -1), r["mblock"])
+    n = len(ctas)
+    out = {"ctas": n}
+    for p, name, K in ((4, "linear1", H), (5, "linear2", I)):
+        ph = [r for r in gemm if r["phase"] == p]
+        if not ph:
+            continue
+        kb = max(1, -(-K // BLOCK_K.get(mma, 64)))
+        tail = [r for r in ph if r["mblock"] == last[(p, r["expert"])]]
+        full = [r for r in ph if r["mblock"] != last[(p, r["expert"])]]
+        pace = lambda rs: statistics.median(us(r["loop_end"] - r["first_full"]) / kb for r in rs) if rs else float("nan")
+        out[name] = {
+            "tiles": len(ph), "last_mblock_tiles": len(tail), "k_blocks": kb,
+            "kloop": sum(us(r["loop_end"] - r["first_full"]) for r in ph) / n,
+            "epilogue": sum(us(r["end"] - r["loop_end"]) for r in ph) / n,
+            "first_stage": sum(us(r["first_full"] - r["math_start"]) for r in ph) / n,
+            "us_per_kblock_full": pace(full), "us_per_kblock_last": pace(tail)}
+    per_cta = collections.defaultdict(list)
+    for r in gemm:
+        per_cta[r["cta"]].append(r)
+    gaps = 0.0
+    for rs in per_cta.values():
+        rs.sort(key=lambda r: r["math_start"])
+        gaps += sum(max(0.0, us(b["math_start"] - a["end"])) for a, b in zip(rs, rs[1:]))
+    out["gaps"] = gaps / n
+    out["first_start"] = us(min(r["math_start"] for r in gemm))
+    out["last_end"] = us(max(r["end"] for r in gemm))
+    print(f"per-SM budget of the GEMM phases over {n} CTAs, us: GEMM tiles from {out['first_start']:.1f} to "
+          f"{out['last_end']:.1f}; gaps between a CTA's tiles {out['gaps']:.1f}")
+    for name in ("linear1", "linear2"):
+        if name in out:
+            b = out[name]
+            print(f"  {name}: {b['tiles']} tiles ({b['last_mblock_tiles']} of an expert's last m-block), "
+                  f"k-loop {b['kloop']:.1f}, epilogue {b['epilogue']:.1f}, first stage {b['first_stage']:.1f}; "
+                  f"{b['k_blocks']} k-blocks at {b['us_per_kblock_full']:.3f} us each (full m-blocks), "
+                  f"{b['us_per_kblock_last']:.3f} (last m-blocks)")
+    return out
+
+
 def report(key, rows, tiles, sm):
     rank, H, I, E, T, mma, launch = key
     end = max(r[s] for r in rows for s in STAMPS if r[s] >= 0)
@@ -135,6 +192,7 @@ def report(key, rows, tiles, sm):
     if idle:
         print(f"math gaps between consecutive tasks of a CTA, us: median {statistics.median(idle):.2f}, "
               f"sum over CTAs {sum(idle):.1f}, max {max(idle):.2f}")
+    budget(rows, H, I, mma)
     chain = handover(per_cta)
     if chain:
         print("hand-over between consecutive tiles of one phase in a CTA, us from tile a's k-loop end (medians):")

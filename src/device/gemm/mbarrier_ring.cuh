@@ -75,12 +75,13 @@ struct MbarRing {
   }
 
   // Math warp that reads none of the next num_kb k-blocks (its rows of the tile are all padding): waits
-  // for each and releases it at once (lane 0: the warp's one arrival), so that its position and its
+  // for each and releases it at once (`arrives`: the thread is one of the stage's empty arrivals: a
+  // warp's lane 0 where a warp arrives once, every thread where each does), so that its position and its
   // share of every release stay in step with the warps that do read them. False when a wait ran out.
-  __device__ static bool pass(uint32_t smem, RingPos& pos, int num_kb, bool lane0, const WaitLimit& limit) {
+  __device__ static bool pass(uint32_t smem, RingPos& pos, int num_kb, bool arrives, const WaitLimit& limit) {
     for (int kb = 0; kb < num_kb; ++kb, ++pos.kb) {
       if (!wait_full(smem, pos, limit)) return false;
-      if (lane0) ptx::mbar_arrive(empty_bar(smem, stage(pos)));
+      if (arrives) ptx::mbar_arrive(empty_bar(smem, stage(pos)));
     }
     return true;
   }
