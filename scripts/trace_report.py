@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Summarises the fused kernel's task timeline (a build with -DEPFUSE_TRACE=ON, run with
 EPFUSE_TRACE_FILE=F; src/device/diagnostics/trace.cuh): per problem, when each phase ran, and where a GEMM tile's
-time goes (waiting for its inputs, for its first stage, the k-loop, the epilogue).
+time goes (waiting for its inputs, for its first stage, the k-loop, the epilogue), and the per-SM budget of
+the GEMM phases (budget: the k-loop, epilogues, first-stage waits and gaps summed over the CTAs, and the
+k-loop's pace for full and last m-blocks).
 
 usage: trace_report.py TRACE.csv [--tiles] [--sm N]
 (`epfuse bench --trace FILE` keeps the CSV beside FILE, as FILE.csv.)

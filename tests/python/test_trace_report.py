@@ -1,0 +1,61 @@
+"""scripts/trace_report.py's per-SM budget of the GEMM phases (docs/performance.md, "Where a prefill call goes
+at world 1"), on task records written as src/device/diagnostics/trace.cuh stamps them."""
+import importlib.util
+import pathlib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("trace_report", ROOT / "scripts" / "trace_report.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def tile(m, cta, phase, expert, mblock, start_us, first_full_us, loop_end_us, end_us):
+    """One GEMM task record; stamps in ns as the kernel writes them, the rest not stamped (-1)."""
+    r = {s: -1 for s in m.STAMPS}
+    r.update(cta=cta, phase=phase, expert=expert, mblock=mblock, nblock=0, rec=0)
+    r.update(math_start=int(start_us * 1000), first_full=int(first_full_us * 1000),
+             loop_end=int(loop_end_us * 1000), end=int(end_us * 1000))
+    return r
+
+
+def test_budget_sums_per_sm_and_paces_by_m_block(capsys):
+    m = load_script()
+    # FP8 (mma 3): Linear1 K = H = 512 -> 4 k-blocks, Linear2 K = I = 256 -> 2. Expert 0 has m-blocks 0
+    # and 1 (its last), expert 1 only m-block 2 (its last). Two CTAs.
+    rows = [
+        tile(m, 0, 4, 0, 0, 0.0, 1.0, 5.0, 6.0),     # full m-block: k-loop 4 us, 1 us a k-block
+        tile(m, 0, 4, 0, 1, 7.0, 7.5, 10.5, 11.0),   # last m-block: k-loop 3 us, 0.75 a k-block
+        tile(m, 1, 4, 1, 2, 0.0, 2.0, 4.0, 5.0),     # last m-block: k-loop 2 us, 0.5 a k-block
+        tile(m, 1, 5, 1, 2, 6.0, 6.5, 8.5, 10.0),    # Linear2, last m-block: 2 us, 1.0 a k-block
+    ]
+    b = m.budget(rows, H=512, I=256, mma=3)
+    assert b["ctas"] == 2
+    assert b["linear1"]["tiles"] == 3 and b["linear1"]["last_mblock_tiles"] == 2
+    assert b["linear1"]["k_blocks"] == 4 and b["linear2"]["k_blocks"] == 2
+    assert b["linear1"]["kloop"] == pytest.approx((4.0 + 3.0 + 2.0) / 2)
+    assert b["linear1"]["epilogue"] == pytest.approx((1.0 + 0.5 + 1.0) / 2)
+    assert b["linear1"]["first_stage"] == pytest.approx((1.0 + 0.5 + 2.0) / 2)
+    assert b["linear1"]["us_per_kblock_full"] == pytest.approx(1.0)
+    assert b["linear1"]["us_per_kblock_last"] == pytest.approx((0.75 + 0.5) / 2)
+    assert b["linear2"]["us_per_kblock_last"] == pytest.approx(1.0)
+    # Gaps between a CTA's consecutive tiles: CTA 0 6 -> 7, CTA 1 5 -> 6.
+    assert b["gaps"] == pytest.approx((1.0 + 1.0) / 2)
+    assert b["first_start"] == pytest.approx(0.0) and b["last_end"] == pytest.approx(11.0)
+    assert "per-SM budget of the GEMM phases over 2 CTAs" in capsys.readouterr().out
+
+
+def test_bf16_k_blocks_are_64_wide():
+    m = load_script()
+    b = m.budget([tile(m, 0, 4, 0, 0, 0.0, 1.0, 9.0, 10.0)], H=512, I=256, mma=2)
+    assert b["linear1"]["k_blocks"] == 8 and b["linear1"]["us_per_kblock_last"] == pytest.approx(1.0)
+
+
+def test_no_gemm_tiles_no_budget():
+    m = load_script()
+    assert m.budget([], H=512, I=256, mma=3) == {}
