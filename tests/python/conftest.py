@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime
 import importlib
+import importlib.util
 import json
 import os
 import shlex
@@ -157,3 +158,16 @@ def _library_path_or_none() -> str | None:
         return epfuse.library_path()
     except Exception:  # noqa: BLE001
         return None
+
+
+@pytest.fixture
+def repo_script():
+    """Loads a script of scripts/ by name (e.g. "trace_plot") as a module."""
+
+    def load(name: str):
+        spec = importlib.util.spec_from_file_location(name, REPO_ROOT / "scripts" / f"{name}.py")
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        return mod
+
+    return load

@@ -1,18 +1,7 @@
 """scripts/trace_plot.py draws a Chrome trace-event timeline (`epfuse bench --trace`) as a PNG."""
-import importlib.util
 import json
-import pathlib
 
 import pytest
-
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("trace_plot", ROOT / "scripts" / "trace_plot.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def timeline(tmp_path):
@@ -34,22 +23,22 @@ def timeline(tmp_path):
     return path
 
 
-def test_draws_one_ranks_bars(tmp_path):
+def test_draws_one_ranks_bars(tmp_path, repo_script):
     pytest.importorskip("matplotlib")
     out = tmp_path / "trace.png"
-    n = load_script().plot(str(timeline(tmp_path)), str(out), rank=0)
+    n = repo_script("trace_plot").plot(str(timeline(tmp_path)), str(out), rank=0)
     assert n == 6  # rank 0's complete events; rank 1's is not drawn
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_a_rank_without_events_is_an_error(tmp_path):
+def test_a_rank_without_events_is_an_error(tmp_path, repo_script):
     pytest.importorskip("matplotlib")
     with pytest.raises(SystemExit, match="no events of rank 3"):
-        load_script().plot(str(timeline(tmp_path)), str(tmp_path / "x.png"), rank=3)
+        repo_script("trace_plot").plot(str(timeline(tmp_path)), str(tmp_path / "x.png"), rank=3)
 
 
-def test_bars_are_rectangles_tasks_under_their_steps(tmp_path):
-    mod = load_script()
+def test_bars_are_rectangles_tasks_under_their_steps(tmp_path, repo_script):
+    mod = repo_script("trace_plot")
     _, bars = mod.load(str(timeline(tmp_path)), 0)
     verts, faces, seen = mod.rectangles(bars, {-1: 0, 0: 1, 5: 2})
     # Longest first (equal lengths in trace order), so a task's steps are drawn over it.
@@ -63,8 +52,8 @@ def test_bars_are_rectangles_tasks_under_their_steps(tmp_path):
     assert list(seen) == ["linear1", "dispatch", "k-loop", "wait"]  # the legend: no kernel or launch windows
 
 
-def test_only_bars_on_a_row_are_rectangles(tmp_path):
-    mod = load_script()
+def test_only_bars_on_a_row_are_rectangles(tmp_path, repo_script):
+    mod = repo_script("trace_plot")
     _, bars = mod.load(str(timeline(tmp_path)), 0)
     verts, _, _ = mod.rectangles(bars, {0: 0})  # CTA 0 only: its kernel window, dispatch and wait
     assert [(v[0][0], v[2][0]) for v in verts] == [(0.0, 20.0), (1.0, 7.0), (1.0, 4.0)]

@@ -1,18 +1,7 @@
 """scripts/trace_report.py's per-SM budget of the GEMM phases (docs/performance.md, "Where a prefill call goes
 at world 1"), on task records written as src/device/diagnostics/trace.cuh stamps them."""
-import importlib.util
-import pathlib
 
 import pytest
-
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("trace_report", ROOT / "scripts" / "trace_report.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def tile(m, cta, phase, expert, mblock, start_us, first_full_us, loop_end_us, end_us):
@@ -24,8 +13,8 @@ def tile(m, cta, phase, expert, mblock, start_us, first_full_us, loop_end_us, en
     return r
 
 
-def test_budget_sums_per_sm_and_paces_by_m_block(capsys):
-    m = load_script()
+def test_budget_sums_per_sm_and_paces_by_m_block(capsys, repo_script):
+    m = repo_script("trace_report")
     # FP8 (mma 3): Linear1 K = H = 512 -> 4 k-blocks, Linear2 K = I = 256 -> 2. Expert 0 has m-blocks 0
     # and 1 (its last), expert 1 only m-block 2 (its last). Two CTAs.
     rows = [
@@ -50,12 +39,12 @@ def test_budget_sums_per_sm_and_paces_by_m_block(capsys):
     assert "per-SM budget of the GEMM phases over 2 CTAs" in capsys.readouterr().out
 
 
-def test_bf16_k_blocks_are_64_wide():
-    m = load_script()
+def test_bf16_k_blocks_are_64_wide(repo_script):
+    m = repo_script("trace_report")
     b = m.budget([tile(m, 0, 4, 0, 0, 0.0, 1.0, 9.0, 10.0)], H=512, I=256, mma=2)
     assert b["linear1"]["k_blocks"] == 8 and b["linear1"]["us_per_kblock_last"] == pytest.approx(1.0)
 
 
-def test_no_gemm_tiles_no_budget():
-    m = load_script()
+def test_no_gemm_tiles_no_budget(repo_script):
+    m = repo_script("trace_report")
     assert m.budget([], H=512, I=256, mma=3) == {}
