@@ -2,12 +2,15 @@
 routed batch gives, beside the same GEMMs on perfectly even counts, on the per-GPU shapes of the world-1
 table (docs/performance.md#where-a-prefill-call-goes-at-world-1-2026-11-28-the-trace).
 
-Each token takes k distinct experts of E uniformly at random, as `epfuse bench --routing uniform` draws them
-(src/ref/inputs.cpp; the same distribution, not the same draw), so an expert gets T*k/E rows on average and
-its last 128-row block is partly padding; DeepGEMM's contiguous layout pads each expert to
+Each of the world's T*world tokens takes k distinct experts of E uniformly at random, as `epfuse bench
+--routing uniform` draws them (src/ref/inputs.cpp; the same distribution, not the same draw), and one
+rank's E/world experts get theirs: T*k/(E/world)/world rows each on average, an expert's last 128-row
+block partly padding. DeepGEMM's contiguous layout pads each expert to
 get_mk_alignment_for_contiguous_layout() rows as the fused layer pads to its m-blocks. The even case is
 what ../shared/peers/deepgemm_gemm_alone.py measures. Linear1 (N = 2I, K = H) + Linear2 (N = H, K = I),
-median of --reps launches each timed by CUDA events after a warm-up; TFLOP/s count real rows only.
+median of --reps launches each timed by CUDA events after a warm-up; TFLOP/s count real rows only. One
+line per shape, "deepgemm-routed NAME H= I= E= k= T= world=: even X ms ... | routed Y ms ...", which
+`epfuse bench --peers DIR --peer-steps ...,routed` reads (tools/bench/peers.h).
 
 Run with PYTHONPATH=<deepgemm tree>, e.g.
   python3 bench/peers/deepgemm_routed.py --shapes "dsv3,7168,2048,64,8,4096"
@@ -26,7 +29,8 @@ from generators import cast_fp8_fp4_with_major, grouped_cast_fp8_fp4_with_major,
 SHAPES = "dsv3,7168,2048,64,8,1024;dsv3,7168,2048,64,8,4096;qwen3,2048,768,32,8,4096;qwen3,2048,768,32,8,16384;" \
          "mixtral,4096,14336,2,2,4096"
 p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-p.add_argument("--shapes", default=SHAPES, help="name,H,I,E,k,T;... (per-GPU shapes at world 1)")
+p.add_argument("--shapes", default=SHAPES, help="name,H,I,E,k,T;... (E the world's experts, T tokens a rank)")
+p.add_argument("--world", type=int, default=1, help="ranks: one rank's E/world experts are measured")
 p.add_argument("--reps", type=int, default=21)
 p.add_argument("--seed", type=int, default=1)
 a = p.parse_args()
@@ -89,12 +93,15 @@ def run(counts, H, I, E):
 for item in a.shapes.split(";"):
     name, *v = item.split(",")
     H, I, E, k, T = map(int, v)
+    if E % a.world != 0:
+        raise SystemExit(f"deepgemm-routed: {E} experts do not split over {a.world} ranks")
+    local = E // a.world
     gen = torch.Generator(device=dev).manual_seed(a.seed)
-    picks = torch.rand(T, E, device=dev, generator=gen).topk(k, dim=1).indices.flatten()
-    routed = torch.bincount(picks, minlength=E).tolist()
-    even = [T * k // E] * E
-    t_even, fl_even, b_even = run(even, H, I, E)
-    t_routed, fl_routed, b_routed = run(routed, H, I, E)
-    print(f"deepgemm-routed {name} H={H} I={I} E={E} k={k} T={T}: even {t_even:.3f} ms ({fl_even / t_even / 1e9:.0f} TF/s, "
+    picks = torch.rand(T * a.world, E, device=dev, generator=gen).topk(k, dim=1).indices.flatten()
+    routed = torch.bincount(picks, minlength=E)[:local].tolist()
+    even = [T * a.world * k // E] * local
+    t_even, fl_even, b_even = run(even, H, I, local)
+    t_routed, fl_routed, b_routed = run(routed, H, I, local)
+    print(f"deepgemm-routed {name} H={H} I={I} E={E} k={k} T={T} world={a.world}: even {t_even:.3f} ms ({fl_even / t_even / 1e9:.0f} TF/s, "
           f"{b_even} blocks of 128) | routed {t_routed:.3f} ms ({fl_routed / t_routed / 1e9:.0f} TF/s, {b_routed} blocks; "
           f"rows per expert {min(routed)}-{max(routed)}) | routed / even {t_routed / t_even:.3f}", flush=True)

@@ -48,14 +48,14 @@ std::string shell_quote(const std::string& s) {
   return out + "'";
 }
 
-// The peer script: from the source tree this binary was built from, else the tree around the
-// executable (build/tools/epfuse -> ./bench/peers), else the working directory.
-std::string find_peer_script() {
+// A peer script (path relative to the source tree): from the source tree this binary was built from,
+// else the tree around the executable (build/tools/epfuse -> ./bench/peers), else the working directory.
+std::string find_peer_script(const char* relative = kPeerScript) {
   namespace fs = std::filesystem;
   const fs::path exe = fs::path(self_executable()).parent_path();
   for (const fs::path& root : {fs::path(EPFUSE_SOURCE_DIR), exe.parent_path().parent_path(), exe.parent_path(),
                                fs::current_path()})
-    if (fs::exists(root / kPeerScript)) return (root / kPeerScript).string();
+    if (fs::exists(root / relative)) return (root / relative).string();
   return "";
 }
 
@@ -208,15 +208,56 @@ struct DeepGemmPeers {
   PeerOutput out;
 };
 
-// `--peers DIR`: DIR/scripts/run_deepgemm_peers.sh DIR <--peer-steps> (bench/peers.h), output parsed.
-DeepGemmPeers run_deepgemm_peers(const BenchOptions& o, int world) {
-  DeepGemmPeers p;
-  p.ran = true;
+// Runs a peer command, echoing its lines as they come (a run cut off by a time limit still shows the
+// peers' rows so far); its exit status (-1: not started) and output.
+std::pair<int, std::string> run_echoed(const std::string& cmd) {
+  fmt::print("epfuse bench: the DeepGEMM/MegaMoE peers: {} (their builds take minutes)\n", cmd);
+  std::fflush(stdout);
+  FILE* pipe = ::popen(cmd.c_str(), "r");
+  if (!pipe) return {-1, ""};
+  std::string text;
+  char buf[4096];
+  while (std::fgets(buf, sizeof buf, pipe)) {
+    fmt::print("  peers| {}", buf);
+    std::fflush(stdout);
+    text += buf;
+  }
+  const int status = ::pclose(pipe);
+  return {status != -1 && WIFEXITED(status) ? WEXITSTATUS(status) : (status == -1 ? -1 : 128), text};
+}
+
+// `--peer-steps ... routed`: bench/peers/deepgemm_routed.py on the FP8 cases, DIR/deepgemm on PYTHONPATH.
+void run_routed_peer(const BenchOptions& o, int world, DeepGemmPeers& p) {
+  const std::string shapes = routed_shapes(o.cases);
+  if (shapes.empty()) return;  // no FP8 case
+  const std::string script = find_peer_script(kRoutedScript);
+  if (script.empty()) {
+    p.ok = false;
+    p.why += std::string("cannot find ") + kRoutedScript + "\n";
+    return;
+  }
+  const auto [status, text] = run_echoed("PYTHONPATH=" + shell_quote(o.peers_dir + "/deepgemm") + " python3 " +
+                                         shell_quote(script) + " --shapes " + shell_quote(shapes) + " --world " +
+                                         std::to_string(world) + " 2>&1");
+  PeerOutput routed = parse_routed_output(text);
+  const bool ok = status == 0 && !routed.rows.empty();
+  for (BenchRow& r : routed.rows) p.out.rows.push_back(std::move(r));
+  for (std::string& e : routed.errors) p.out.errors.push_back(std::move(e));
+  if (!ok) {
+    p.ok = false;
+    p.why += std::string(kRoutedScript) + " exited with status " + std::to_string(status) + " and " +
+             std::to_string(routed.rows.size()) + " rows (its output is above, '  peers| ')\n";
+  }
+}
+
+// run_deepgemm_peers.sh's steps (gemm, megamoe), its rows into p.
+void run_script_peers(const BenchOptions& o, int world, const std::vector<std::string>& steps, DeepGemmPeers& p) {
   const std::string script = o.peers_dir + "/" + kPeersScript;
   if (!std::filesystem::exists(script)) {
-    p.why = script + " not found (prepare DIR and copy ../shared/peers/*.sh *.py into DIR/scripts: "
-                     "../shared/peers/README.md)";
-    return p;
+    p.ok = false;
+    p.why += script + " not found (prepare DIR and copy ../shared/peers/*.sh *.py into DIR/scripts: "
+                      "../shared/peers/README.md)\n";
+    return;
   }
   std::string env = "EXTRA=" + shell_quote(gemm_alone_extra_shapes(o.cases, world)) + " ";
   if (world > 1) env += "MEGAMOE_RANKS=" + std::to_string(world) + " ";
@@ -224,31 +265,27 @@ DeepGemmPeers run_deepgemm_peers(const BenchOptions& o, int world) {
   for (const auto& [var, tokens] : megamoe_batches(o.cases))
     if (std::getenv(var.c_str()) == nullptr) env += var + "=" + shell_quote(tokens) + " ";
   std::string cmd = env + "bash " + shell_quote(script) + " " + shell_quote(o.peers_dir);
-  for (const std::string& step : o.peer_steps) cmd += " " + step;
-  cmd += " 2>&1";
-  fmt::print("epfuse bench: the DeepGEMM/MegaMoE peers: {} (their builds take minutes)\n", cmd);
-  std::fflush(stdout);
-  FILE* pipe = ::popen(cmd.c_str(), "r");
-  if (!pipe) {
-    p.why = "cannot start bash";
-    return p;
-  }
-  std::string text;
-  char buf[4096];
-  while (std::fgets(buf, sizeof buf, pipe)) {
-    // echoed as they come, so a run cut off by a time limit still shows the peers' rows so far
-    fmt::print("  peers| {}", buf);
-    std::fflush(stdout);
-    text += buf;
-  }
-  const int status = ::pclose(pipe);
+  for (const std::string& step : steps) cmd += " " + step;
+  const auto [status, text] = run_echoed(cmd + " 2>&1");
   p.out = parse_peer_output(text, world);
-  p.ok = status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0 && !p.out.rows.empty();
-  if (!p.ok) {
-    p.why = "run_deepgemm_peers.sh exited with status " +
-            std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : status) + " and " +
-            std::to_string(p.out.rows.size()) + " rows (its output is above, '  peers| ')\n";
+  if (status != 0 || p.out.rows.empty()) {
+    p.ok = false;
+    p.why += "run_deepgemm_peers.sh exited with status " + std::to_string(status) + " and " +
+             std::to_string(p.out.rows.size()) + " rows (its output is above, '  peers| ')\n";
   }
+}
+
+// `--peers DIR`: DIR/scripts/run_deepgemm_peers.sh DIR <--peer-steps but routed> (bench/peers.h), output
+// parsed; then the routed step when asked for.
+DeepGemmPeers run_deepgemm_peers(const BenchOptions& o, int world) {
+  DeepGemmPeers p;
+  p.ran = true;
+  p.ok = true;
+  std::vector<std::string> steps;
+  for (const std::string& step : o.peer_steps)
+    if (step != "routed") steps.push_back(step);
+  if (!steps.empty()) run_script_peers(o, world, steps, p);
+  if (std::find(o.peer_steps.begin(), o.peer_steps.end(), "routed") != o.peer_steps.end()) run_routed_peer(o, world, p);
   return p;
 }
 

@@ -95,7 +95,7 @@ BenchOptions parse_bench_options(const std::vector<std::string>& args) {
       .add("--peers", o.peers_dir,
            "DeepGEMM/MegaMoE peers' folder (../shared/peers/README.md: prepared by\nprepare_deepgemm.sh, scripts "
            "in DIR/scripts): runs its GEMM-alone and\nMegaMoE steps after the layers, their rows in the same table")
-      .add("--peer-steps", o.peer_steps, "which of the peers' steps --peers runs: gemm, megamoe")
+      .add("--peer-steps", o.peer_steps, "which of the peers' steps --peers runs: gemm, megamoe, routed (DeepGEMM's\nFP8 GEMMs on routed expert counts, after gemm has built DeepGEMM)")
       .add("--ranks", o.ranks, "GPUs, one process each (0: all)")
       .add("--routing", routing, "uniform, skewed, one-expert, dropped or one-rank (torch runs uniform only)")
       .add("--warmup", o.warmup, "untimed forwards before timing")
@@ -168,8 +168,8 @@ BenchOptions parse_bench_options(const std::vector<std::string>& args) {
   if (o.step_layers > 0 && std::find(o.impls.begin(), o.impls.end(), "fused") == o.impls.end())
     throw UsageError("--layers: the decode step runs the fused layer; add fused to --impl");
   for (const std::string& step : o.peer_steps)
-    if (step != "gemm" && step != "megamoe")
-      throw UsageError("--peer-steps: unknown step '" + step + "' (gemm, megamoe)");
+    if (step != "gemm" && step != "megamoe" && step != "routed")
+      throw UsageError("--peer-steps: unknown step '" + step + "' (gemm, megamoe, routed)");
   if (o.peer_steps.empty()) throw UsageError("--peer-steps: no step given");
   for (int t : tokens)
     if (t < 1) throw UsageError("--tokens: item " + std::to_string(t) + " must be >= 1");

@@ -28,7 +28,7 @@ struct BenchOptions {
   std::vector<BenchCase> cases;
   std::vector<std::string> impls;  // as given ("unfused", "fused"); unknown names rejected
   std::string peers_dir;           // --peers: the DeepGEMM / MegaMoE peers' folder (bench/peers.h)
-  std::vector<std::string> peer_steps{"gemm", "megamoe"};  // --peer-steps: run_deepgemm_peers.sh's steps
+  std::vector<std::string> peer_steps{"gemm", "megamoe"};  // --peer-steps: run_deepgemm_peers.sh's steps, and routed
   int ranks = 0;                   // 0: every GPU
   Routing routing = Routing::kUniform;
   int warmup = 5;

@@ -94,6 +94,41 @@ PeerOutput parse_peer_output(std::string_view text, int world) {
   return out;
 }
 
+PeerOutput parse_routed_output(std::string_view text) {
+  static const std::regex line_re(
+      R"(^deepgemm-routed (\S+) H=(\d+) I=(\d+) E=(\d+) k=(\d+) T=(\d+)(?: world=(\d+))?: even (\S+) ms.*\| routed (\S+) ms \(\S+ TF/s, (\d+) blocks)");
+  PeerOutput out;
+  std::istringstream in{std::string(text)};
+  for (std::string line; std::getline(in, line);) {
+    std::smatch m;
+    if (std::regex_search(line, m, line_re)) {
+      const int world = m[7].matched ? std::stoi(m[7]) : 1;
+      out.rows.push_back(peer_row(m[1], std::stoi(m[2]), std::stoi(m[3]), std::stoi(m[4]), std::stoi(m[5]),
+                                  std::stoi(m[6]), world, "deepgemm-fp8-gemm-routed", "fp8", number(m[9]),
+                                  "DeepGEMM FP8 grouped GEMMs alone on a routed batch's expert counts (" +
+                                      std::string(m[10]) + " blocks of 128 rows; even counts " + std::string(m[8]) +
+                                      " ms)"));
+    } else if (line.find("rror") != std::string::npos) {
+      out.errors.push_back(line);
+    }
+  }
+  return out;
+}
+
+std::string routed_shapes(const std::vector<BenchCase>& cases) {
+  std::set<std::tuple<int, int, int, int, int>> seen;
+  std::string shapes;
+  for (const BenchCase& c : cases) {
+    const LayerConfig& l = c.layer;
+    if (l.weight_format != WeightFormat::kFp8Block128) continue;
+    if (!seen.insert({l.hidden, l.intermediate, l.num_experts, l.topk, c.tokens_per_rank}).second) continue;
+    if (!shapes.empty()) shapes += ';';
+    shapes += c.config + "," + std::to_string(l.hidden) + "," + std::to_string(l.intermediate) + "," +
+              std::to_string(l.num_experts) + "," + std::to_string(l.topk) + "," + std::to_string(c.tokens_per_rank);
+  }
+  return shapes;
+}
+
 std::string gemm_alone_extra_shapes(const std::vector<BenchCase>& cases, int world) {
   std::set<std::tuple<int, int, int, int, int>> seen = builtin_gemm_shapes();
   std::string extra;

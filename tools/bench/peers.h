@@ -8,6 +8,10 @@
 //       per-GPU work: experts = E * world / 4, ranks = world (at world 1: E / 4 experts).
 //   megamoe-sm90-fp8  DeepGEMM PR 323's SM90 FP8 MegaMoE kernel alone (its input copies and x's FP8 cast
 //       outside), from its fused-only sweep (header: ranks, hidden, ih, experts, topk; a line per T).
+//   deepgemm-fp8-gemm-routed  with --peer-steps routed: DeepGEMM's FP8 GEMMs alone on the expert counts a
+//       routed batch gives one rank (bench/peers/deepgemm_routed.py, run from this source tree with
+//       DIR/deepgemm on PYTHONPATH, after the script's steps have built it), each expert padded to 128
+//       rows as the fused layer pads its m-blocks; the case's own shape, experts and world.
 // Parsing is pure host code, unit-tested on the CPU.
 #pragma once
 #include <string>
@@ -21,6 +25,7 @@
 namespace epfuse::bench {
 
 inline constexpr const char* kPeersScript = "scripts/run_deepgemm_peers.sh";
+inline constexpr const char* kRoutedScript = "bench/peers/deepgemm_routed.py";  // relative to the source tree
 
 struct PeerOutput {
   std::vector<BenchRow> rows;
@@ -30,6 +35,14 @@ struct PeerOutput {
 // The rows in the output of run_deepgemm_peers.sh (any mix of its gemm and megamoe steps; other lines
 // are ignored, lines with "error"/"Error" collected). `world` as above.
 PeerOutput parse_peer_output(std::string_view text, int world);
+
+// The rows in the output of deepgemm_routed.py (its "deepgemm-routed" lines; "world=" absent is 1; other
+// lines ignored, lines with "error"/"Error" collected).
+PeerOutput parse_routed_output(std::string_view text);
+
+// --shapes for deepgemm_routed.py: each FP8 case's "name,H,I,E,k,T" once (E the world's experts, T a
+// rank's tokens), ';'-separated; empty when no case is FP8.
+std::string routed_shapes(const std::vector<BenchCase>& cases);
 
 // EXTRA="name,H,I,E,k,T;..." for deepgemm_gemm_alone.py: the cases that its built-in FACTS list lacks,
 // as the world-4 shapes it expects (E * 4 / world global experts); cases it cannot express are left out.

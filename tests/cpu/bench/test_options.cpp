@@ -39,6 +39,8 @@ TEST(Options, DtypesMultiplyTheCases) {
   EXPECT_EQ(o.peers_dir, "/tmp/p");
   EXPECT_EQ(o.peer_steps, (std::vector<std::string>{"gemm", "megamoe"}));
   EXPECT_EQ(parse_bench_options({"--peer-steps", "megamoe"}).peer_steps, std::vector<std::string>{"megamoe"});
+  EXPECT_EQ(parse_bench_options({"--peer-steps", "gemm,routed"}).peer_steps,
+            (std::vector<std::string>{"gemm", "routed"}));
   EXPECT_THROW(parse_bench_options({"--peer-steps", "gemm,torch"}), UsageError);
   EXPECT_EQ(parse_bench_options({}).cases[0].layer.weight_format, WeightFormat::kBf16);  // default bf16
   EXPECT_THROW(parse_bench_options({"--dtype", "fp16"}), UsageError);

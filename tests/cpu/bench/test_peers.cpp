@@ -99,5 +99,58 @@ TEST(Peers, MegaMoeBatchesAreTheCasesTokens) {
   EXPECT_TRUE(megamoe_batches(only_mixtral).empty());
 }
 
+// deepgemm_routed.py's lines (bench/peers/deepgemm_routed.py): the routed time as the row, at the line's
+// world (1 when the line has none), the even time and block count in its remark; nan is a row that did
+// not run; other lines ignored, error lines collected.
+TEST(Peers, ParsesRoutedRows) {
+  const char* text =
+      "deepgemm-routed dsv3 H=7168 I=2048 E=64 k=8 T=1024: even 0.992 ms (727 TF/s, 64 blocks of 128) | routed "
+      "1.274 ms (566 TF/s, 100 blocks; rows per expert 101-149) | routed / even 1.284\n"
+      "some warning line\n"
+      "deepgemm-routed dsv3 H=7168 I=2048 E=256 k=8 T=4096 world=4: even 2.384 ms (1211 TF/s, 256 blocks of 128) | "
+      "routed nan ms (nan TF/s, 286 blocks; rows per expert 453-548) | routed / even nan\n"
+      "RuntimeError: out of memory\n";
+  const PeerOutput out = parse_routed_output(text);
+  ASSERT_EQ(out.rows.size(), 2u);
+  const BenchRow& a = out.rows[0];
+  EXPECT_EQ(a.impl, "deepgemm-fp8-gemm-routed");
+  EXPECT_EQ(a.dtype, "fp8");
+  EXPECT_EQ(a.config, "dsv3");
+  EXPECT_EQ(a.hidden, 7168);
+  EXPECT_EQ(a.intermediate, 2048);
+  EXPECT_EQ(a.experts, 64);
+  EXPECT_EQ(a.topk, 8);
+  EXPECT_EQ(a.tokens_per_rank, 1024);
+  EXPECT_EQ(a.ranks, 1);
+  EXPECT_DOUBLE_EQ(a.median_ms, 1.274);
+  EXPECT_TRUE(a.ran());
+  EXPECT_NE(a.remark.find("100 blocks"), std::string::npos);
+  EXPECT_NE(a.remark.find("0.992 ms"), std::string::npos);
+  const BenchRow& b = out.rows[1];
+  EXPECT_EQ(b.experts, 256);
+  EXPECT_EQ(b.ranks, 4);
+  EXPECT_EQ(b.tokens_per_rank, 4096);
+  EXPECT_FALSE(b.ran());
+  ASSERT_EQ(out.errors.size(), 1u);
+  EXPECT_EQ(out.errors[0], "RuntimeError: out of memory");
+}
+
+// The routed step's shapes: the FP8 cases, each (H, I, E, k, T) once, in order; none without an FP8 case.
+TEST(Peers, RoutedShapesAreTheFp8Cases) {
+  LayerConfig fp8;
+  fp8.hidden = 7168;
+  fp8.intermediate = 2048;
+  fp8.num_experts = 64;
+  fp8.topk = 8;
+  fp8.weight_format = WeightFormat::kFp8Block128;
+  LayerConfig bf16 = fp8;
+  bf16.weight_format = WeightFormat::kBf16;
+  const std::vector<BenchCase> cases = {{"custom", bf16, 128}, {"custom", fp8, 128}, {"custom", fp8, 4096},
+                                        {"custom", fp8, 128}};
+  EXPECT_EQ(routed_shapes(cases), "custom,7168,2048,64,8,128;custom,7168,2048,64,8,4096");
+  const std::vector<BenchCase> only_bf16 = {{"custom", bf16, 128}};
+  EXPECT_EQ(routed_shapes(only_bf16), "");
+}
+
 }  // namespace
 }  // namespace epfuse::bench
