@@ -16,7 +16,8 @@
 # e.g. --dtype fp8), decode (dsv3 and qwen3-30b at T = 1, 8, 32 with the 58-layer graph step; EPFUSE_PEERS adds MegaMoE),
 # decode-trace (timelines of qwen3-30b T=8, 32 and dsv3 T=8 from a trace build, EPFUSE_TRACE_BIN),
 # lag-sweep (the fused FP8 layer over EPFUSE_RANKS GPUs, default 4, at each EPFUSE_SCHEDULE_LAG of
-# EPFUSE_LAGS, default "auto first 0.5 2", on dsv3 T = 512, 1024, 4096 and qwen3-30b T = 4096, 16384).
+# EPFUSE_LAGS, default "auto first 0.5 2", on dsv3 T = 512, 1024, 4096 and qwen3-30b T = 4096, 16384),
+# prefill-trace (the world-1 prefill rows traced, with their per-SM budgets, from EPFUSE_TRACE_BIN).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -161,6 +162,16 @@ for step in "$@"; do
           --ranks "${EPFUSE_RANKS:-4}" --model $1 --tokens $2 --trace "$OUT/trace-$1-t$2.json" 2>&1 | grep -E "^$1|rror"
         python3 "$repo/scripts/trace_plot.py" "$OUT/trace-$1-t$2.json" "$OUT/trace-$1-t$2.png" --title "$1 T=$2 FP8" 2>&1 | tail -2
       done 2>&1 | tee "$OUT/decode-trace.log" ;;
+    prefill-trace)  # where a prefill call goes at world 1 (docs/performance.md#where-a-prefill-call-goes-at-world-1-2026-11-28-the-trace):
+      # the per-GPU shapes' FP8 rows (and dsv3 T=4096 bf16) traced by EPFUSE_TRACE_BIN, the epfuse of a
+      # -DEPFUSE_TRACE=ON build; each trace's report with its per-SM budget to $OUT (the CSVs stay in /tmp)
+      for row in "dsv3 7168 2048 64 8 4096 fp8" "dsv3 7168 2048 64 8 1024 fp8" "qwen3 2048 768 32 8 16384 fp8" \
+                 "mixtral 4096 14336 2 2 4096 fp8" "dsv3 7168 2048 64 8 4096 bf16"; do set -- $row
+        timeout 90 "${EPFUSE_TRACE_BIN:?set EPFUSE_TRACE_BIN}" bench --impl fused --torch off --dtype $7 --ranks 1 \
+          --hidden $2 --intermediate $3 --experts $4 --topk $5 --tokens $6 --trace "/tmp/trace-$1-t$6-$7.json" 2>&1 | grep -E "^custom|rror"
+        python3 "$repo/scripts/trace_report.py" "/tmp/trace-$1-t$6-$7.json.csv" > "$OUT/trace-$1-t$6-$7.txt" 2>&1
+        grep -A2 "per-SM budget" "$OUT/trace-$1-t$6-$7.txt" | head -3
+      done 2>&1 | tee "$OUT/prefill-trace.log" ;;
     bench-*) impls=${step#bench-}  # e.g. bench-unfused_fused (no "+": $OUT names allow only [A-Za-z0-9._-])
       # the FACTS configurations over EPFUSE_RANKS GPUs (default 4); EPFUSE_BENCH_ARGS adds flags (e.g.
       # "--dtype bf16,fp8"); EPFUSE_PEERS=DIR adds DeepGEMM and MegaMoE on as many GPUs (--peers)
