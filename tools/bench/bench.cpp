@@ -158,9 +158,7 @@ PeerResult run_peer(const BenchOptions& o, const std::vector<BenchCase>& cases, 
   }
   std::string shapes;
   for (const BenchCase& c : cases)
-    shapes += (shapes.empty() ? "" : ";") + c.config + "," + std::to_string(c.layer.hidden) + "," +
-              std::to_string(c.layer.intermediate) + "," + std::to_string(c.layer.num_experts) + "," +
-              std::to_string(c.layer.topk) + "," + std::to_string(c.tokens_per_rank);
+    shapes += (shapes.empty() ? "" : ";") + shape_item(c, c.layer.num_experts);
   // NVLink multicast stays off (FACTS.md); --standalone picks a free rendezvous port.
   const std::string cmd = "NCCL_NVLS_ENABLE=0 python3 -m torch.distributed.run --standalone --nproc_per_node=" +
                           std::to_string(world) + " " + shell_quote(script) + " --shapes " + shell_quote(shapes) +

@@ -94,6 +94,12 @@ PeerOutput parse_peer_output(std::string_view text, int world) {
   return out;
 }
 
+std::string shape_item(const BenchCase& c, int experts) {
+  const LayerConfig& l = c.layer;
+  return c.config + "," + std::to_string(l.hidden) + "," + std::to_string(l.intermediate) + "," +
+         std::to_string(experts) + "," + std::to_string(l.topk) + "," + std::to_string(c.tokens_per_rank);
+}
+
 PeerOutput parse_routed_output(std::string_view text) {
   static const std::regex line_re(
       R"(^deepgemm-routed (\S+) H=(\d+) I=(\d+) E=(\d+) k=(\d+) T=(\d+)(?: world=(\d+))?: even (\S+) ms.*\| routed (\S+) ms \(\S+ TF/s, (\d+) blocks)");
@@ -123,8 +129,7 @@ std::string routed_shapes(const std::vector<BenchCase>& cases) {
     if (l.weight_format != WeightFormat::kFp8Block128) continue;
     if (!seen.insert({l.hidden, l.intermediate, l.num_experts, l.topk, c.tokens_per_rank}).second) continue;
     if (!shapes.empty()) shapes += ';';
-    shapes += c.config + "," + std::to_string(l.hidden) + "," + std::to_string(l.intermediate) + "," +
-              std::to_string(l.num_experts) + "," + std::to_string(l.topk) + "," + std::to_string(c.tokens_per_rank);
+    shapes += shape_item(c, l.num_experts);
   }
   return shapes;
 }
@@ -138,8 +143,7 @@ std::string gemm_alone_extra_shapes(const std::vector<BenchCase>& cases, int wor
     const auto key = std::make_tuple(l.hidden, l.intermediate, l.num_experts * 4 / world, l.topk, c.tokens_per_rank);
     if (!seen.insert(key).second) continue;
     if (!extra.empty()) extra += ';';
-    extra += c.config + "," + std::to_string(l.hidden) + "," + std::to_string(l.intermediate) + "," +
-             std::to_string(std::get<2>(key)) + "," + std::to_string(l.topk) + "," + std::to_string(c.tokens_per_rank);
+    extra += shape_item(c, std::get<2>(key));
   }
   return extra;
 }

@@ -36,6 +36,10 @@ struct PeerOutput {
 // are ignored, lines with "error"/"Error" collected). `world` as above.
 PeerOutput parse_peer_output(std::string_view text, int world);
 
+// A peer script's shape item, "name,H,I,E,k,T" (torch_ep.py, deepgemm_gemm_alone.py's EXTRA,
+// deepgemm_routed.py): case c's, with `experts` in place of its own.
+std::string shape_item(const BenchCase& c, int experts);
+
 // The rows in the output of deepgemm_routed.py (its "deepgemm-routed" lines; "world=" absent is 1; other
 // lines ignored, lines with "error"/"Error" collected).
 PeerOutput parse_routed_output(std::string_view text);

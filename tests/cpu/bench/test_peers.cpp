@@ -69,12 +69,18 @@ TEST(Peers, WorldFourKeepsTheGlobalShape) {
   EXPECT_EQ(out.rows[0].ranks, 4);
 }
 
+// One GPU's share of dsv3 at world 4 (E = 64 of 256).
+LayerConfig dsv3_per_gpu() {
+  LayerConfig l;
+  l.hidden = 7168;
+  l.intermediate = 2048;
+  l.num_experts = 64;
+  l.topk = 8;
+  return l;
+}
+
 TEST(Peers, ExtraShapesAreTheCasesTheScriptLacks) {
-  LayerConfig dsv3_gpu;  // one GPU's dsv3: the built-in shape at world 4
-  dsv3_gpu.hidden = 7168;
-  dsv3_gpu.intermediate = 2048;
-  dsv3_gpu.num_experts = 64;
-  dsv3_gpu.topk = 8;
+  const LayerConfig dsv3_gpu = dsv3_per_gpu();  // the built-in shape at world 4
   LayerConfig small = dsv3_gpu;
   small.hidden = 1024;
   small.num_experts = 16;
@@ -137,11 +143,7 @@ TEST(Peers, ParsesRoutedRows) {
 
 // The routed step's shapes: the FP8 cases, each (H, I, E, k, T) once, in order; none without an FP8 case.
 TEST(Peers, RoutedShapesAreTheFp8Cases) {
-  LayerConfig fp8;
-  fp8.hidden = 7168;
-  fp8.intermediate = 2048;
-  fp8.num_experts = 64;
-  fp8.topk = 8;
+  LayerConfig fp8 = dsv3_per_gpu();
   fp8.weight_format = WeightFormat::kFp8Block128;
   LayerConfig bf16 = fp8;
   bf16.weight_format = WeightFormat::kBf16;
