@@ -5,8 +5,14 @@
 //   rows:    the weights as the layer holds them, [N][K] e4m3 K-major; a box is 128 rows of 128 bytes
 //            K bytes apart (weight_tensor_map_fp8)
 //   blocked: the same codes as [N / 128][K / 128][128][128], so that a box is 16 KiB contiguous
-// Prints GB/s for each layout, grid and ring depth (median of 11 launches, events around each).
-// docs/performance.md#the-k-split-of-small-tiles-2026-11-28-not-kept says what it is for.
+// Prints GB/s for each layout, grid and ring depth (median of 11 launches, events around each), and a CTA's
+// own rate (bytes over its first issue to its last landing, globaltimer; median over the CTAs of the
+// median launch). A second table streams each CTA's tile `repeat` times from L2 (K = 768: 26 MB for 132
+// tiles, read once before the timed launches): whether a CTA's rate is set by HBM or by the SM.
+// docs/performance.md#the-k-split-of-small-tiles-2026-11-28-not-kept says what it is for;
+// A third table times the other direction: 256 threads a CTA storing a 64 KiB output tile (a Linear2
+// tile's bf16 rows) 16 times with 16-byte stores, as the epilogue does from its registers.
+// docs/performance.md#stores-from-held-ring-stages-2026-11-28-not-kept says what the last two are for.
 // Usage: bench_weight_stream
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -34,10 +40,12 @@ constexpr int kMaxStages = 6;
 
 struct Params {
   int k_blocks;   // K / 128
+  int repeat;     // passes over the tile's K (k-block kb % k_blocks)
   int stages;     // ring depth (<= kMaxStages)
   bool blocked;   // the blocked layout's map (rows = N * K / 128, 128 bytes each)
   uint32_t* abort;
   uint32_t* error;
+  uint64_t* span_ns;  // [CTAs]: first issue to last landing
 };
 
 // Box b (0: rows [256 t, +128), 1: [256 t + 128, +128)) of k-block kb of tile t: its map coordinates.
@@ -56,7 +64,9 @@ __global__ void __launch_bounds__(32, 1) stream_kernel(const __grid_constant__ C
   dev::ptx::fence_mbar_init();
   const dev::WaitLimit limit{dev::globaltimer_ns() + 2'000'000'000ull, p.abort};
   const int t = static_cast<int>(blockIdx.x);
-  for (int kb = 0; kb < p.k_blocks + p.stages; ++kb) {
+  const int total = p.k_blocks * p.repeat;
+  const uint64_t start = dev::globaltimer_ns();
+  for (int kb = 0; kb < total + p.stages; ++kb) {
     const int s = kb % p.stages;
     const uint32_t bar = dev::ptx::smem_u32(&full[s]);
     // The stage's previous round has landed before it is reused (and, past the last k-block, drained).
@@ -64,41 +74,86 @@ __global__ void __launch_bounds__(32, 1) stream_kernel(const __grid_constant__ C
       atomicExch(p.error, 1u);
       return;
     }
-    if (kb >= p.k_blocks) continue;
+    if (kb >= total) continue;
     dev::ptx::mbar_arrive_expect_tx(bar, 2 * kBox);
     for (int b = 0; b < 2; ++b) {
       int c0, c1;
-      box_coord(p, t, b, kb, c0, c1);
+      box_coord(p, t, b, kb % p.k_blocks, c0, c1);
       dev::ptx::tma_load_2d(base + static_cast<uint32_t>((s * 2 + b) * kBox), &map, bar, c0, c1);
     }
   }
+  p.span_ns[t] = dev::globaltimer_ns() - start;
 }
 
-double run(const uint8_t* w, int K, int ctas, int stages, bool blocked, uint32_t* ctl) {
+// Each CTA stores its own 64 KiB tile `repeat` times, 16 bytes a thread a step (256 threads).
+__global__ void __launch_bounds__(256, 1) store_kernel(int4* out, int repeat, uint64_t* span_ns) {
+  constexpr int kVecs = (64 << 10) / 16;
+  int4* tile = out + static_cast<int64_t>(blockIdx.x) * kVecs;
+  __syncthreads();
+  const uint64_t start = dev::globaltimer_ns();
+  for (int r = 0; r < repeat; ++r)
+    for (int v = static_cast<int>(threadIdx.x); v < kVecs; v += 256) tile[v] = make_int4(r, v, r ^ v, 7);
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) span_ns[blockIdx.x] = dev::globaltimer_ns() - start;
+}
+
+struct Rate {
+  double all;      // GB/s over the launch
+  double per_cta;  // GB/s of the median CTA over its own span
+};
+
+// from_l2: no other weights between launches (the tiles stay in L2 from the warm-up launches).
+Rate run(const uint8_t* w, int K, int ctas, int stages, bool blocked, int repeat, bool from_l2, uint32_t* ctl) {
   const int64_t n = static_cast<int64_t>(ctas) * 256;
   const CUtensorMap map = blocked ? epfuse::fused::weight_tensor_map_fp8(w, n * K / 128, 128, 128)
                                   : epfuse::fused::weight_tensor_map_fp8(w, n, K, 128);
-  const Params p{K / 128, stages, blocked, ctl, ctl + 1};
+  DeviceBuffer span(static_cast<size_t>(ctas) * sizeof(uint64_t));
+  const Params p{K / 128, repeat, stages, blocked, ctl, ctl + 1, span.as<uint64_t>()};
   const int smem = stages * 2 * kBox;
   EPFUSE_CUDA_CHECK(cudaFuncSetAttribute(stream_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   cudaEvent_t a, b;
   EPFUSE_CUDA_CHECK(cudaEventCreate(&a));
   EPFUSE_CUDA_CHECK(cudaEventCreate(&b));
-  std::vector<float> ms(11);
+  std::vector<std::pair<float, std::vector<uint64_t>>> runs(11);
   for (int i = -2; i < 11; ++i) {
     // Other weights in between, so that this tile's bytes come from HBM, not L2 (60 MB > L2).
-    EPFUSE_CUDA_CHECK(cudaMemsetAsync(const_cast<uint8_t*>(w) + n * K, i & 0x7f, 64ll << 20));
+    if (!from_l2) EPFUSE_CUDA_CHECK(cudaMemsetAsync(const_cast<uint8_t*>(w) + n * K, i & 0x7f, 64ll << 20));
     EPFUSE_CUDA_CHECK(cudaEventRecord(a));
     stream_kernel<<<ctas, 32, smem>>>(map, p);
     EPFUSE_CUDA_CHECK_LAUNCH();
     EPFUSE_CUDA_CHECK(cudaEventRecord(b));
     EPFUSE_CUDA_CHECK(cudaEventSynchronize(b));
-    if (i >= 0) EPFUSE_CUDA_CHECK(cudaEventElapsedTime(&ms[i], a, b));
+    if (i < 0) continue;
+    EPFUSE_CUDA_CHECK(cudaEventElapsedTime(&runs[i].first, a, b));
+    runs[i].second.resize(ctas);
+    EPFUSE_CUDA_CHECK(cudaMemcpy(runs[i].second.data(), span.as(), ctas * sizeof(uint64_t), cudaMemcpyDeviceToHost));
   }
   EPFUSE_CUDA_CHECK(cudaEventDestroy(a));
   EPFUSE_CUDA_CHECK(cudaEventDestroy(b));
-  std::sort(ms.begin(), ms.end());
-  return static_cast<double>(n) * K / (ms[5] * 1e-3) / 1e9;
+  std::sort(runs.begin(), runs.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+  std::vector<uint64_t>& spans = runs[5].second;
+  std::sort(spans.begin(), spans.end());
+  const double bytes = static_cast<double>(n) * K * repeat;
+  return {bytes / (runs[5].first * 1e-3) / 1e9, bytes / ctas / static_cast<double>(spans[ctas / 2])};
+}
+
+// The store table's row: GB/s of the median CTA over its own span (median launch of 11).
+double run_stores(int ctas, int repeat) {
+  DeviceBuffer out(static_cast<size_t>(ctas) << 16), span(static_cast<size_t>(ctas) * sizeof(uint64_t));
+  std::vector<std::pair<uint64_t, uint64_t>> med(11);  // (launch's slowest CTA, median CTA)
+  for (int i = -2; i < 11; ++i) {
+    store_kernel<<<ctas, 256>>>(out.as<int4>(), repeat, span.as<uint64_t>());
+    EPFUSE_CUDA_CHECK_LAUNCH();
+    EPFUSE_CUDA_CHECK(cudaDeviceSynchronize());
+    if (i < 0) continue;
+    std::vector<uint64_t> spans(ctas);
+    EPFUSE_CUDA_CHECK(cudaMemcpy(spans.data(), span.as(), ctas * sizeof(uint64_t), cudaMemcpyDeviceToHost));
+    std::sort(spans.begin(), spans.end());
+    med[i] = {spans.back(), spans[ctas / 2]};
+  }
+  std::sort(med.begin(), med.end());
+  return static_cast<double>(repeat) * (64 << 10) / static_cast<double>(med[5].second);
 }
 
 }  // namespace
@@ -111,15 +166,27 @@ int main() {
   DeviceBuffer w(static_cast<size_t>(bytes)), ctl(8);
   EPFUSE_CUDA_CHECK(cudaMemset(w.as(), 0x3c, static_cast<size_t>(bytes)));
   EPFUSE_CUDA_CHECK(cudaMemset(ctl.as(), 0, 8));
-  std::printf("weight stream of one 256-row tile per CTA, TMA boxes of 128 x 128 bytes, nothing consuming (GB/s, median of 11)\n");
-  std::printf("%6s %5s %7s %10s %10s\n", "K", "CTAs", "stages", "rows", "blocked");
+  std::printf("weight stream of one 256-row tile per CTA, TMA boxes of 128 x 128 bytes, nothing consuming\n");
+  std::printf("from HBM: GB/s over the launch (a CTA's own rate), median of 11\n");
+  std::printf("%6s %5s %7s %18s %18s\n", "K", "CTAs", "stages", "rows", "blocked");
   for (int K : {768, 2048, 7168})
     for (int ctas : {48, sms})
       for (int stages : {4, 6}) {
-        const double rows = run(w.as<uint8_t>(), K, ctas, stages, false, ctl.as<uint32_t>());
-        const double blocked = run(w.as<uint8_t>(), K, ctas, stages, true, ctl.as<uint32_t>());
-        std::printf("%6d %5d %7d %10.0f %10.0f\n", K, ctas, stages, rows, blocked);
+        const Rate rows = run(w.as<uint8_t>(), K, ctas, stages, false, 1, false, ctl.as<uint32_t>());
+        const Rate blocked = run(w.as<uint8_t>(), K, ctas, stages, true, 1, false, ctl.as<uint32_t>());
+        std::printf("%6d %5d %7d %10.0f (%5.1f) %10.0f (%5.1f)\n", K, ctas, stages, rows.all, rows.per_cta, blocked.all,
+                    blocked.per_cta);
       }
+  std::printf("from L2 (K = 768, each tile 16 times): GB/s over the launch (a CTA's own rate), median of 11\n");
+  std::printf("%5s %7s %18s\n", "CTAs", "stages", "rows");
+  for (int ctas : {1, 8, 48, sms})
+    for (int stages : {4, 6}) {
+      const Rate r = run(w.as<uint8_t>(), 768, ctas, stages, false, 16, true, ctl.as<uint32_t>());
+      std::printf("%5d %7d %10.0f (%5.1f)\n", ctas, stages, r.all, r.per_cta);
+    }
+  std::printf("stores of a 64 KiB tile by 256 threads, 16 times: a CTA's own GB/s, median of 11\n");
+  std::printf("%5s %10s\n", "CTAs", "GB/s");
+  for (int ctas : {1, 48, sms}) std::printf("%5d %10.1f\n", ctas, run_stores(ctas, 16));
   uint32_t err[2];
   EPFUSE_CUDA_CHECK(cudaMemcpy(err, ctl.as(), sizeof(err), cudaMemcpyDeviceToHost));
   std::printf("%s\n", err[1] == 0 ? "no wait ran out" : "FAIL: a wait ran out");
