@@ -37,6 +37,18 @@ cd "$bin"
 # executables so ctest reads them instead of re-running discovery with this machine's CMake modules.
 find . -name '*_tests.cmake' -exec touch {} +
 nvidia-smi --query-gpu=index,name,clocks.sm,memory.used --format=csv,noheader
+# One compute-sanitizer run of `epfuse run` (every wait bounded generously: the tools slow the kernels by
+# orders of magnitude): sanitize_layer "TOOL [LABEL]" TAIL [SANITIZER FLAGS --] RUN ARGS; the run's last
+# TAIL lines and its exit status.
+sanitize_layer() {
+  local label=$1 tail_lines=$2 tool=${1%% *}; shift 2
+  local flags=()
+  if [[ " $* " == *" -- "* ]]; then while [ "$1" != "--" ]; do flags+=("$1"); shift; done; shift; fi
+  echo "--- $label"
+  EPFUSE_TIMEOUT_MS=600000 timeout ${EPFUSE_SANITIZER_LIMIT_S:-150} compute-sanitizer --tool "$tool" "${flags[@]}" \
+    --error-exitcode 9 tools/epfuse run "$@" 2>&1 | tail -"$tail_lines"
+  echo "exit ${PIPESTATUS[0]}"
+}
 for step in "$@"; do
   echo "=== $step $(date -u +%H:%M:%S)"
   case $step in
@@ -46,22 +58,17 @@ for step in "$@"; do
     onegpu-unit) ctest -L onegpu --timeout 600 --output-on-failure 2>&1 | tee "$OUT/onegpu-unit.log" | grep -E "Test +#|tests passed|tests failed|FAILED|Error|error" | tail -40 ;;
     run-onegpu)
       ctest -L run -R '^run_fused_onegpu_' --timeout 600 --output-on-failure 2>&1 | tee "$OUT/run-onegpu.log" | grep -E "tests passed|tests failed|\*\*\*|Failed|Timeout" | tail -40 ;;
-    sanitize)  # every wait bounded generously: the tools slow the kernels by orders of magnitude
+    sanitize)  # the one-GPU world 4
       for tool in ${EPFUSE_SANITIZERS:-memcheck racecheck synccheck}; do
-        echo "--- $tool"
-        EPFUSE_TIMEOUT_MS=600000 timeout ${EPFUSE_SANITIZER_LIMIT_S:-150} compute-sanitizer --tool $tool --error-exitcode 9 tools/epfuse run --one-gpu \
-          --impl fused --ranks 4 --hidden 256 --intermediate 256 --experts 16 --topk 4 --tokens 24,0,7,1 --routing one-rank 2>&1 | tail -25
-        echo "exit ${PIPESTATUS[0]}"
+        sanitize_layer "$tool" 25 --one-gpu --impl fused --ranks 4 --hidden 256 --intermediate 256 --experts 16 \
+          --topk 4 --tokens 24,0,7,1 --routing one-rank
       done 2>&1 | tee "$OUT/sanitize.log" ;;
     sanitize-w1)  # world 1 through NCCL: its communicator set-up probes kernels and allocations that this GPU
       # refuses and NCCL handles (memcheck reported 9 such API errors, none from the layer: 2026-11-29), so API
       # errors are not reported here; the layer checks every CUDA return code itself
       for dt in fp8 bf16; do for tool in ${EPFUSE_SANITIZERS:-memcheck racecheck synccheck}; do
-        echo "--- $tool $dt"
-        EPFUSE_TIMEOUT_MS=600000 timeout ${EPFUSE_SANITIZER_LIMIT_S:-150} compute-sanitizer --tool $tool --report-api-errors no \
-          --error-exitcode 9 tools/epfuse run --impl fused --dtype $dt --ranks 1 --hidden 256 --intermediate 768 --experts 16 \
-          --topk 4 --tokens 300 2>&1 | tail -6
-        echo "exit ${PIPESTATUS[0]}"
+        sanitize_layer "$tool $dt" 6 --report-api-errors no -- --impl fused --dtype $dt --ranks 1 --hidden 256 \
+          --intermediate 768 --experts 16 --topk 4 --tokens 300
       done; done 2>&1 | tee "$OUT/sanitize-w1.log" ;;
     bench-w1)  # the FACTS one-GPU table's shapes: one GPU's share of each world-4 config, at world 1
       bins=("tools/epfuse"); [ -n "${EPFUSE_BASE_BIN:-}" ] && bins+=("$EPFUSE_BASE_BIN")

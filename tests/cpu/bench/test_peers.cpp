@@ -71,11 +71,8 @@ TEST(Peers, WorldFourKeepsTheGlobalShape) {
 
 // One GPU's share of dsv3 at world 4 (E = 64 of 256).
 LayerConfig dsv3_per_gpu() {
-  LayerConfig l;
-  l.hidden = 7168;
-  l.intermediate = 2048;
-  l.num_experts = 64;
-  l.topk = 8;
+  LayerConfig l = make_config(*find_model("dsv3"), 4096);
+  l.num_experts /= 4;
   return l;
 }
 

@@ -8,11 +8,11 @@
 // Prints GB/s for each layout, grid and ring depth (median of 11 launches, events around each), and a CTA's
 // own rate (bytes over its first issue to its last landing, globaltimer; median over the CTAs of the
 // median launch). A second table streams each CTA's tile `repeat` times from L2 (K = 768: 26 MB for 132
-// tiles, read once before the timed launches): whether a CTA's rate is set by HBM or by the SM.
-// docs/performance.md#the-k-split-of-small-tiles-2026-11-28-not-kept says what it is for;
-// A third table times the other direction: 256 threads a CTA storing a 64 KiB output tile (a Linear2
-// tile's bf16 rows) 16 times with 16-byte stores, as the epilogue does from its registers.
-// docs/performance.md#stores-from-held-ring-stages-2026-11-28-not-kept says what the last two are for.
+// tiles, read once before the timed launches): whether a CTA's rate is set by HBM or by the SM. A third
+// table times the other direction: 256 threads a CTA storing a 64 KiB output tile (a Linear2 tile's bf16
+// rows) 16 times with 16-byte stores, as the epilogue does from its registers.
+// docs/performance.md#the-k-split-of-small-tiles-2026-11-28-not-kept says what the first table is for,
+// docs/performance.md#stores-from-held-ring-stages-2026-11-28-not-kept what the other two are for.
 // Usage: bench_weight_stream
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -98,6 +98,12 @@ __global__ void __launch_bounds__(256, 1) store_kernel(int4* out, int repeat, ui
   if (threadIdx.x == 0) span_ns[blockIdx.x] = dev::globaltimer_ns() - start;
 }
 
+// The median CTA's span of a launch (globaltimer ns; the spans are sorted in place).
+uint64_t median_span(std::vector<uint64_t>& spans) {
+  std::sort(spans.begin(), spans.end());
+  return spans[spans.size() / 2];
+}
+
 struct Rate {
   double all;      // GB/s over the launch
   double per_cta;  // GB/s of the median CTA over its own span
@@ -132,28 +138,27 @@ Rate run(const uint8_t* w, int K, int ctas, int stages, bool blocked, int repeat
   EPFUSE_CUDA_CHECK(cudaEventDestroy(a));
   EPFUSE_CUDA_CHECK(cudaEventDestroy(b));
   std::sort(runs.begin(), runs.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
-  std::vector<uint64_t>& spans = runs[5].second;
-  std::sort(spans.begin(), spans.end());
   const double bytes = static_cast<double>(n) * K * repeat;
-  return {bytes / (runs[5].first * 1e-3) / 1e9, bytes / ctas / static_cast<double>(spans[ctas / 2])};
+  return {bytes / (runs[5].first * 1e-3) / 1e9, bytes / ctas / static_cast<double>(median_span(runs[5].second))};
 }
 
-// The store table's row: GB/s of the median CTA over its own span (median launch of 11).
+// The store table's row: GB/s of the median CTA over its own span, in the median launch of 11 (by its
+// slowest CTA).
 double run_stores(int ctas, int repeat) {
   DeviceBuffer out(static_cast<size_t>(ctas) << 16), span(static_cast<size_t>(ctas) * sizeof(uint64_t));
-  std::vector<std::pair<uint64_t, uint64_t>> med(11);  // (launch's slowest CTA, median CTA)
+  std::vector<std::pair<uint64_t, uint64_t>> launches(11);  // (slowest CTA, median CTA)
+  std::vector<uint64_t> spans(ctas);
   for (int i = -2; i < 11; ++i) {
     store_kernel<<<ctas, 256>>>(out.as<int4>(), repeat, span.as<uint64_t>());
     EPFUSE_CUDA_CHECK_LAUNCH();
     EPFUSE_CUDA_CHECK(cudaDeviceSynchronize());
     if (i < 0) continue;
-    std::vector<uint64_t> spans(ctas);
     EPFUSE_CUDA_CHECK(cudaMemcpy(spans.data(), span.as(), ctas * sizeof(uint64_t), cudaMemcpyDeviceToHost));
-    std::sort(spans.begin(), spans.end());
-    med[i] = {spans.back(), spans[ctas / 2]};
+    const uint64_t median = median_span(spans);
+    launches[i] = {spans.back(), median};
   }
-  std::sort(med.begin(), med.end());
-  return static_cast<double>(repeat) * (64 << 10) / static_cast<double>(med[5].second);
+  std::sort(launches.begin(), launches.end());
+  return static_cast<double>(repeat) * (64 << 10) / static_cast<double>(launches[5].second);
 }
 
 }  // namespace
