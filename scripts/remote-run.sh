@@ -18,7 +18,8 @@
 # decode-trace (timelines of qwen3-30b T=8, 32 and dsv3 T=8 from a trace build, EPFUSE_TRACE_BIN),
 # lag-sweep (the fused FP8 layer over EPFUSE_RANKS GPUs, default 4, at each EPFUSE_SCHEDULE_LAG of
 # EPFUSE_LAGS, default "auto first 0.5 2", on dsv3 T = 512, 1024, 4096 and qwen3-30b T = 4096, 16384),
-# prefill-trace (the world-1 prefill rows traced, with their per-SM budgets, from EPFUSE_TRACE_BIN).
+# prefill-trace (the world-1 prefill rows traced, with their per-SM budgets, from EPFUSE_TRACE_BIN),
+# source-view (ncu's per-line warp-state samples of one fused FP8 launch, EPFUSE_SV_SHAPES).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -106,6 +107,24 @@ for step in "$@"; do
         --dtype fp8 --model dsv3 --ranks 1 --tokens 4096 --iters 5 --verify-rows 2 > "$OUT/ncu-fused-fp8.txt" 2>&1; echo "exit $?"
       timeout 120 "$ncu" $sections -k regex:fp8_tma_tile_kernel --launch-skip 6 --launch-count 1 tests/gpu/gemm/test_fp8_tma_tile > "$OUT/ncu-fp8-tile.txt" 2>&1; echo "exit $?"
       grep -E "Tensor|Stall|Issue Slot|Shared|Throughput|Duration|Registers" "$OUT"/ncu-*.txt | head -60 ;;
+    source-view)  # ncu's per-source-line view (warp-state samples, instructions executed) of one fused FP8
+      # launch at world 1 for each EPFUSE_SV_SHAPES entry ("name H I E k T;..."; default qwen3-30b's per-GPU
+      # shape at T=16384), exported as CSV by CUDA line and by SASS instruction ($OUT/sv-NAME-*.csv.gz)
+      ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu); [ -x "$ncu" ] || { echo "no ncu on this machine"; continue; }
+      "$ncu" --version | tail -1; "$ncu" --help | grep -A4 -e "--print-source" | head -12
+      IFS=';' read -ra list <<<"${EPFUSE_SV_SHAPES:-qwen3 2048 768 32 8 16384}"
+      for shape in "${list[@]}"; do
+        read -r name h i e k t <<<"$shape"
+        EPFUSE_TIMEOUT_MS=600000 timeout 300 "$ncu" --clock-control none --section SourceCounters --section WarpStateStats \
+          --import-source yes -k regex:fused_moe_kernel --launch-skip 3 --launch-count 1 -f -o "$OUT/sv-$name" \
+          tools/epfuse run --impl fused --dtype fp8 --ranks 1 --hidden $h --intermediate $i --experts $e --topk $k \
+          --tokens $t --iters 5 --verify-rows 2 2>&1 | tail -4
+        for view in cuda sass; do
+          "$ncu" -i "$OUT/sv-$name.ncu-rep" --page source --csv --print-source $view 2>&1 | gzip > "$OUT/sv-$name-$view.csv.gz"
+          echo "$view: $(zcat "$OUT/sv-$name-$view.csv.gz" | wc -l) lines"
+        done
+        "$ncu" -i "$OUT/sv-$name.ncu-rep" --page details 2>&1 | grep -E "Duration|Stall|Warp Cycles|Issued" | head -20
+      done ;;
     pytest)  # the Python package's tests on this GPU (EPFUSE_PYTEST_ARGS, e.g. "-k fp8"), the carried libepfuse_c.so
       (cd "$repo" && EPFUSE_LIB="$repo/.carry/build/src/capi/libepfuse_c.so" PYTHONPATH=python EPFUSE_TORCH_RESULTS="$OUT/torch.json" \
         timeout 400 python3 -m pytest tests/python -q -rs -p no:logging -p no:cacheprovider ${EPFUSE_PYTEST_ARGS:-}) 2>&1 | tee "$OUT/pytest.log" | tail -25 ;;
