@@ -109,7 +109,8 @@ for step in "$@"; do
       grep -E "Tensor|Stall|Issue Slot|Shared|Throughput|Duration|Registers" "$OUT"/ncu-*.txt | head -60 ;;
     source-view)  # ncu's per-source-line view (warp-state samples, instructions executed) of one fused FP8
       # launch at world 1 for each EPFUSE_SV_SHAPES entry ("name H I E k T;..."; default qwen3-30b's per-GPU
-      # shape at T=16384), exported as CSV by CUDA line and by SASS instruction ($OUT/sv-NAME-*.csv.gz)
+      # shape at T=16384), exported as CSV by CUDA line and by SASS instruction ($OUT/sv-NAME-*.csv.gz; the
+      # SASS one by role and phase: scripts/source_view.py --csv ... --binary tools/epfuse)
       ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu); [ -x "$ncu" ] || { echo "no ncu on this machine"; continue; }
       "$ncu" --version | tail -1; "$ncu" --help | grep -A4 -e "--print-source" | head -12
       IFS=';' read -ra list <<<"${EPFUSE_SV_SHAPES:-qwen3 2048 768 32 8 16384}"
