@@ -184,6 +184,20 @@ template <class Gemm>
 using RoleTilesOf = std::conditional_t<device::WarpSpecialisedFp8Tile<Gemm>, device::WarpSpecialisedFp8Tiles<Gemm>,
                                        device::WarpSpecialisedTiles<Gemm>>;
 
+// Dynamic shared memory the tiles of a tile GEMM use; the CTA's copy of the expert plan follows it
+// (FusedContext::plan), when it fits beside them.
+template <class Gemm>
+constexpr int tile_smem_bytes() {
+  if constexpr (device::WarpSpecialisedTile<Gemm> || device::WarpSpecialisedFp8Tile<Gemm>)
+    return (RoleTilesOf<Gemm>::kSmemBytes + 15) / 16 * 16;
+  else return (device::ExpertTiles<Gemm>::kSmemBytes + 15) / 16 * 16;
+}
+// The plan's copy fits when the block stays within 227 KiB less the kernel's static shared variables
+// (2 KiB, as the tiles' own static_asserts allow for them).
+constexpr bool plan_fits_smem(int tile_bytes, size_t plan_bytes) {
+  return static_cast<size_t>(tile_bytes) + plan_bytes + 2048 <= 227u * 1024u;
+}
+
 // ---- the CTA program ----
 template <class Gemm, class Transport>
 __global__ void __launch_bounds__(Gemm::kThreads, 1) fused_moe_kernel(const __grid_constant__ device::FusedParams prm) {
@@ -210,7 +224,9 @@ __global__ void __launch_bounds__(Gemm::kThreads, 1) fused_moe_kernel(const __gr
     static_assert(device::RoleTiles<RoleTiles, Transport>, "the roles' interface (expert_ffn.cuh RoleTiles)");
     RoleTiles::init(smem);
   }
-  const auto c = device::FusedContext<Transport>::make(prm);
+  constexpr int kPlanOffset = tile_smem_bytes<Gemm>();
+  const bool plan_copy = plan_fits_smem(kPlanOffset, device::plan_ints(prm.dims) * sizeof(int));
+  const auto c = device::FusedContext<Transport>::make(prm, plan_copy ? reinterpret_cast<int*>(smem + kPlanOffset) : nullptr);
   device::trace::begin_launch(c.epoch);
   const int nblocks1 = 2 * prm.dims.intermediate / Gemm::kBlockN;
   const int nblocks2 = prm.dims.hidden / Gemm::kBlockN;
@@ -303,12 +319,11 @@ KernelShape fused_kernel_shape(const GemmTileShape& tile, const device::FusedDim
   with_shape(tile, [&](auto gemm) {
     using Gemm = decltype(gemm);
     ks.threads = Gemm::kThreads;
-    constexpr int kTileSmem = [] {
-      if constexpr (device::WarpSpecialisedTile<Gemm> || device::WarpSpecialisedFp8Tile<Gemm>)
-        return RoleTilesOf<Gemm>::kSmemBytes;
-      else return device::ExpertTiles<Gemm>::kSmemBytes;
-    }();
-    ks.smem_bytes = std::max(static_cast<size_t>(kTileSmem), scratch_bytes(dims));
+    constexpr int kTileSmem = tile_smem_bytes<Gemm>();
+    const size_t plan_bytes = device::plan_ints(dims) * sizeof(int);
+    // fused_moe_kernel decides the same way whether the CTA's plan copy is there.
+    ks.smem_bytes = std::max(static_cast<size_t>(kTileSmem) + (plan_fits_smem(kTileSmem, plan_bytes) ? plan_bytes : 0),
+                             scratch_bytes(dims));
   });
   return ks;
 }

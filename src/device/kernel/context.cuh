@@ -27,12 +27,14 @@ struct FusedContext {
   int32_t* pair_index;
   uint32_t* row_tickets;
   uint32_t* pair_tickets;
+  // The expert plan the tasks read: this CTA's copy in shared memory (plan_copy of make; TaskScheduler
+  // fills it once the plan is out), or the published one in the workspace, which the collect task writes.
   ExpertPlan plan;
   uint32_t* arrival_base;  // this parity's [L]
   uint32_t* token_base;    // this parity's [T_max]
   uint32_t* l1_done;
 
-  __device__ static FusedContext make(const FusedParams& prm) {
+  __device__ static FusedContext make(const FusedParams& prm, int* plan_copy = nullptr) {
     FusedContext c;
     char* ws = prm.workspace;
     const PrivRegions& pl = prm.priv;
@@ -48,7 +50,7 @@ struct FusedContext {
     c.pair_index = reinterpret_cast<int32_t*>(ws + pl.pair_index);
     c.row_tickets = reinterpret_cast<uint32_t*>(ws + pl.row_tickets);
     c.pair_tickets = reinterpret_cast<uint32_t*>(ws + pl.pair_tickets);
-    c.plan = plan_view(reinterpret_cast<int*>(ws + pl.plan), prm.dims.world, c.local_experts);
+    c.plan = plan_copy != nullptr ? plan_view(plan_copy, prm.dims.world, c.local_experts) : c.published_plan();
     // Strides of the workspace's capacity, as the counters they mirror (regions.h).
     c.arrival_base = reinterpret_cast<uint32_t*>(ws + pl.arrival_base) + c.parity * prm.capacity.local_experts();
     c.token_base = reinterpret_cast<uint32_t*>(ws + pl.token_base) + c.parity * prm.capacity.max_tokens;
@@ -56,6 +58,10 @@ struct FusedContext {
     return c;
   }
 
+  // The plan as the collect task publishes it in the workspace (regions.h).
+  __device__ ExpertPlan published_plan() const {
+    return plan_view(reinterpret_cast<int*>(prm->workspace + prm->priv.plan), prm->dims.world, local_experts);
+  }
   __device__ WaitSite site(Phase phase, WaitKind what, int a = 0, int b = 0) const { return {phase, what, a, b}; }
   // A wait's limit: timeout_ns from now, or this call's abort.
   __device__ WaitLimit limit(uint64_t timeout_ns) const { return {globaltimer_ns() + timeout_ns, &ctl->abort}; }

@@ -46,7 +46,17 @@ class TaskScheduler {
       if (!group_wait(g, *c_.prm, c_.ctl, c_.site(Phase::kLinear1, WaitKind::kPlan), epoch,
                     [&] { return ld_acquire_gpu(plan_epoch); }, [&](uint32_t v) { return flag_is_current(v, epoch); }))
         return {Phase::kDone, 0};
-      // The acquire above ordered the collect task's plan and schedule before these reads.
+      // The acquire above ordered the collect task's plan and schedule before these reads. A CTA with a
+      // copy of its own (FusedContext::plan) fills it here, once: the plan reads of every task's decoding
+      // (a binary search over the segments) and row table (each row's source and entry) are then
+      // shared-memory loads, not dependent global loads behind the SM's own TMA copies
+      // (docs/performance.md#the-plan-in-shared-memory-2026-11-29).
+      const ExpertPlan published = c_.published_plan();
+      if (c_.plan.rows != published.rows) {
+        for (int i = g.rank(); i < static_cast<int>(plan_ints(c_.prm->dims)); i += g.count)
+          c_.plan.rows[i] = __ldcg(published.rows + i);
+        g.sync();
+      }
       space_ = with_gemm_tasks(space_, c_.plan.seg_start[*c_.plan.segments]);
       have_plan_ = true;
     }

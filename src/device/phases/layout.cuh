@@ -203,7 +203,8 @@ __device__ void collect_task(const FusedContext<Transport>& c, int block_m, int 
   }
   __syncthreads();
   if (peer_bad) return;
-  const ExpertPlan p = in_smem ? plan_view(plan_smem, W, L) : c.plan;
+  const ExpertPlan published = c.published_plan();
+  const ExpertPlan p = in_smem ? plan_view(plan_smem, W, L) : published;
   const uint32_t* counts = in_smem ? counts_smem : msgs;
   const int count_stride = in_smem ? L : prm.capacity.local_experts();
   uint32_t* bases = in_smem ? bases_smem : c.arrival_base;
@@ -230,8 +231,8 @@ __device__ void collect_task(const FusedContext<Transport>& c, int block_m, int 
   }
   if (in_smem) {
     __syncthreads();
-    // plan_view: c.plan.rows is the base of the plan's plan_ints(d) ints, laid out as in shared memory.
-    for (int i = threadIdx.x; i < static_cast<int>(plan_ints(d)); i += blockDim.x) c.plan.rows[i] = plan_smem[i];
+    // plan_view: published.rows is the base of the plan's plan_ints(d) ints, laid out as in shared memory.
+    for (int i = threadIdx.x; i < static_cast<int>(plan_ints(d)); i += blockDim.x) published.rows[i] = plan_smem[i];
     for (int e = threadIdx.x; e < L; e += blockDim.x) c.arrival_base[e] = bases_smem[e];
   }
   __syncthreads();  // every store of the plan is issued before thread 0's release
