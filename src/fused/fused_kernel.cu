@@ -192,10 +192,13 @@ constexpr int tile_smem_bytes() {
     return (RoleTilesOf<Gemm>::kSmemBytes + 15) / 16 * 16;
   else return (device::ExpertTiles<Gemm>::kSmemBytes + 15) / 16 * 16;
 }
-// The plan's copy fits when the block stays within 227 KiB less the kernel's static shared variables
-// (2 KiB, as the tiles' own static_asserts allow for them).
-constexpr bool plan_fits_smem(int tile_bytes, size_t plan_bytes) {
-  return static_cast<size_t>(tile_bytes) + plan_bytes + 2048 <= 227u * 1024u;
+// Bytes of the CTA's plan copy after tile_smem_bytes: the plan's, when the block then stays within 227 KiB
+// less the kernel's static shared variables (2 KiB, as the tiles' own static_asserts allow for them);
+// 0 when it does not fit and the tasks read the published plan. The kernel and its launch shape ask here.
+template <class Gemm>
+__host__ __device__ size_t plan_copy_bytes(const device::FusedDims& dims) {
+  const size_t plan_bytes = device::plan_ints(dims) * sizeof(int);
+  return static_cast<size_t>(tile_smem_bytes<Gemm>()) + plan_bytes + 2048 <= 227u * 1024u ? plan_bytes : 0;
 }
 
 // ---- the CTA program ----
@@ -224,9 +227,9 @@ __global__ void __launch_bounds__(Gemm::kThreads, 1) fused_moe_kernel(const __gr
     static_assert(device::RoleTiles<RoleTiles, Transport>, "the roles' interface (expert_ffn.cuh RoleTiles)");
     RoleTiles::init(smem);
   }
-  constexpr int kPlanOffset = tile_smem_bytes<Gemm>();
-  const bool plan_copy = plan_fits_smem(kPlanOffset, device::plan_ints(prm.dims) * sizeof(int));
-  const auto c = device::FusedContext<Transport>::make(prm, plan_copy ? reinterpret_cast<int*>(smem + kPlanOffset) : nullptr);
+  const bool plan_copy = plan_copy_bytes<Gemm>(prm.dims) != 0;
+  const auto c =
+      device::FusedContext<Transport>::make(prm, plan_copy ? reinterpret_cast<int*>(smem + tile_smem_bytes<Gemm>()) : nullptr);
   device::trace::begin_launch(c.epoch);
   const int nblocks1 = 2 * prm.dims.intermediate / Gemm::kBlockN;
   const int nblocks2 = prm.dims.hidden / Gemm::kBlockN;
@@ -319,11 +322,7 @@ KernelShape fused_kernel_shape(const GemmTileShape& tile, const device::FusedDim
   with_shape(tile, [&](auto gemm) {
     using Gemm = decltype(gemm);
     ks.threads = Gemm::kThreads;
-    constexpr int kTileSmem = tile_smem_bytes<Gemm>();
-    const size_t plan_bytes = device::plan_ints(dims) * sizeof(int);
-    // fused_moe_kernel decides the same way whether the CTA's plan copy is there.
-    ks.smem_bytes = std::max(static_cast<size_t>(kTileSmem) + (plan_fits_smem(kTileSmem, plan_bytes) ? plan_bytes : 0),
-                             scratch_bytes(dims));
+    ks.smem_bytes = std::max(static_cast<size_t>(tile_smem_bytes<Gemm>()) + plan_copy_bytes<Gemm>(dims), scratch_bytes(dims));
   });
   return ks;
 }
