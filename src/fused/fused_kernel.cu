@@ -192,13 +192,16 @@ constexpr int tile_smem_bytes() {
     return (RoleTilesOf<Gemm>::kSmemBytes + 15) / 16 * 16;
   else return (device::ExpertTiles<Gemm>::kSmemBytes + 15) / 16 * 16;
 }
-// Bytes of the CTA's plan copy after tile_smem_bytes: the plan's, when the block then stays within 227 KiB
-// less the kernel's static shared variables (2 KiB, as the tiles' own static_asserts allow for them);
-// 0 when it does not fit and the tasks read the published plan. The kernel and its launch shape ask here.
+// Bytes of the CTA's plan copy after tile_smem_bytes: the plan's, when the block then stays within its
+// dynamic shared memory budget (expert_ffn.cuh kBlockSmemBytes less kStaticSmemBytes, as the tiles' own
+// static_asserts); 0 when it does not fit and the tasks read the published plan. The kernel and its launch
+// shape ask here.
 template <class Gemm>
 __host__ __device__ size_t plan_copy_bytes(const device::FusedDims& dims) {
   const size_t plan_bytes = device::plan_ints(dims) * sizeof(int);
-  return static_cast<size_t>(tile_smem_bytes<Gemm>()) + plan_bytes + 2048 <= 227u * 1024u ? plan_bytes : 0;
+  return static_cast<size_t>(tile_smem_bytes<Gemm>()) + plan_bytes + device::kStaticSmemBytes <=
+                 static_cast<size_t>(device::kBlockSmemBytes)
+             ? plan_bytes : 0;
 }
 
 // ---- the CTA program ----

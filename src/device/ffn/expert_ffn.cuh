@@ -202,6 +202,11 @@ struct ExpertTiles {
 // k-loop and Linear2); WarpSpecialisedTiles (bf16, below) and WarpSpecialisedFp8Tiles (expert_ffn_fp8.cuh)
 // add their operands (prepare, b_operand, load) and their Linear1 epilogue. The kernel runs either through
 // the RoleTiles concept (end of this file).
+// A block's shared memory on sm_90 (227 KiB), and the part of it the kernel's static shared variables
+// (profile, scheduler, combine) may take: the dynamic shared memory's budget is the difference.
+inline constexpr int kBlockSmemBytes = 227 * 1024;
+inline constexpr int kStaticSmemBytes = 2048;
+
 template <class Gemm_>
 struct WarpSpecialisedTileRoles {
   using Gemm = Gemm_;
@@ -226,8 +231,7 @@ struct WarpSpecialisedTileRoles {
   };
   static constexpr int kSharedOffset = (Gemm::kSmemBytes + 15) / 16 * 16;
   static constexpr int kSmemBytes = kSharedOffset + static_cast<int>(sizeof(Shared));
-  // 227 KiB per block, less a little for the kernel's static shared variables (profile, scheduler).
-  static_assert(kSmemBytes + 1024 <= 227 * 1024, "ring + staging + row tables fit one SM");
+  static_assert(kSmemBytes + kStaticSmemBytes <= kBlockSmemBytes, "ring + staging + row tables fit one SM");
 
   __device__ static Shared& shared(void* smem) { return *reinterpret_cast<Shared*>(static_cast<char*>(smem) + kSharedOffset); }
   __device__ static ThreadGroup producers() { return {0, Gemm::kProducerThreads, 1}; }

@@ -35,8 +35,7 @@ struct WarpSpecialisedFp8Tiles : WarpSpecialisedTileRoles<Gemm_> {
   static constexpr int kBlockN = Gemm::kBlockN;
   static constexpr int kOutCols = kBlockN / 2;  // h columns of a Linear1 tile: one 1x128 group per row
   static_assert(kOutCols == fp8::kBlock, "a Linear1 tile's h row is one 1x128 group");
-  // 232,448 bytes per block less the kernel's static shared variables (2 KiB: profile, scheduler).
-  static_assert(Base::kSmemBytes + 2048 <= 227 * 1024, "ring + row tables fit one SM");
+  static_assert(Base::kSmemBytes + kStaticSmemBytes <= kBlockSmemBytes, "ring + row tables fit one SM");
 
   // A producer thread's A operands: its rows' codes and the scales of its scale row.
   struct ARows {
