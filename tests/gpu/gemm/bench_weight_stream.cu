@@ -10,9 +10,13 @@
 // median launch). A second table streams each CTA's tile `repeat` times from L2 (K = 768: 26 MB for 132
 // tiles, read once before the timed launches): whether a CTA's rate is set by HBM or by the SM. A third
 // table times the other direction: 256 threads a CTA storing a 64 KiB output tile (a Linear2 tile's bf16
-// rows) 16 times with 16-byte stores, as the epilogue does from its registers.
+// rows) 16 times with 16-byte stores, as the epilogue does from its registers; a fourth the same tile
+// stored from shared memory by TMA tensor stores (four 128 x 64 boxes of the 128-byte swizzle, one
+// thread issuing), as a Linear2 epilogue through held ring stages would: pipelined, and with each tile's
+// stores waited for before the next (a tile's row signals need its writes done).
 // docs/performance.md#the-k-split-of-small-tiles-2026-11-28-not-kept says what the first table is for,
-// docs/performance.md#stores-from-held-ring-stages-2026-11-28-not-kept what the other two are for.
+// docs/performance.md#stores-from-held-ring-stages-2026-11-28-not-kept what the second and third are for,
+// its open questions ("the Linear2 tile's stores under the next tile's MMAs, by TMA") the fourth.
 // Usage: bench_weight_stream
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -28,6 +32,7 @@
 #include "device/ptx/ptx.cuh"
 #include "device/ptx/signals.cuh"
 #include "device/ptx/spin_wait.cuh"
+#include "device/ptx/wgmma.cuh"
 #include "fused/tensor_map.h"
 #include "standalone.h"
 
@@ -98,6 +103,35 @@ __global__ void __launch_bounds__(256, 1) store_kernel(int4* out, int repeat, ui
   if (threadIdx.x == 0) span_ns[blockIdx.x] = dev::globaltimer_ns() - start;
 }
 
+// Each CTA stores its own 128 x 256 bf16 tile (rows [128 t, +128) of `map`, a [CTAs * 128][256] view:
+// weight_tensor_map's boxes of 128 rows x 64 columns) `repeat` times from shared memory by TMA tensor
+// stores, thread 0 issuing; wait_each: every tile's stores complete (their writes, not only their reads of
+// shared memory) before the next tile's are issued.
+__global__ void __launch_bounds__(128, 1) tma_store_kernel(const __grid_constant__ CUtensorMap map, int repeat,
+                                                           bool wait_each, uint64_t* span_ns) {
+  extern __shared__ __align__(1024) char smem[];
+  constexpr int kTileBytes = 64 << 10, kBoxBytes = 128 * 128;
+  int4* tile = reinterpret_cast<int4*>(smem);
+  for (int v = static_cast<int>(threadIdx.x); v < kTileBytes / 16; v += blockDim.x)
+    tile[v] = make_int4(v, static_cast<int>(blockIdx.x), 3, 7);
+  dev::ptx::fence_proxy_async_shared();  // the generic writes, before the async proxy reads them
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  const uint32_t base = dev::ptx::smem_u32(smem);
+  const int row0 = static_cast<int>(blockIdx.x) * 128;
+  const uint64_t start = dev::globaltimer_ns();
+  for (int r = 0; r < repeat; ++r) {
+    for (int b = 0; b < 4; ++b)
+      asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n" ::"l"(&map),
+                   "r"(base + static_cast<uint32_t>(b * kBoxBytes)), "r"(b * 64), "r"(row0)
+                   : "memory");
+    asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+    if (wait_each) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+  }
+  asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+  span_ns[blockIdx.x] = dev::globaltimer_ns() - start;
+}
+
 // The median CTA's span of a launch (globaltimer ns; the spans are sorted in place).
 uint64_t median_span(std::vector<uint64_t>& spans) {
   std::sort(spans.begin(), spans.end());
@@ -161,6 +195,31 @@ double run_stores(int ctas, int repeat) {
   return static_cast<double>(repeat) * (64 << 10) / static_cast<double>(launches[5].second);
 }
 
+// The TMA store table's row: as run_stores, by tma_store_kernel.
+double run_tma_stores(int ctas, int repeat, bool wait_each) {
+  DeviceBuffer out(static_cast<size_t>(ctas) << 16), span(static_cast<size_t>(ctas) * sizeof(uint64_t));
+  const CUtensorMap map = epfuse::fused::weight_tensor_map(out.as<__nv_bfloat16>(), static_cast<int64_t>(ctas) * 128, 256, 128);
+  EPFUSE_CUDA_CHECK(cudaFuncSetAttribute(tma_store_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 64 << 10));
+  std::vector<std::pair<uint64_t, uint64_t>> launches(11);  // (slowest CTA, median CTA)
+  std::vector<uint64_t> spans(ctas);
+  for (int i = -2; i < 11; ++i) {
+    tma_store_kernel<<<ctas, 128, 64 << 10>>>(map, repeat, wait_each, span.as<uint64_t>());
+    EPFUSE_CUDA_CHECK_LAUNCH();
+    EPFUSE_CUDA_CHECK(cudaDeviceSynchronize());
+    if (i < 0) continue;
+    EPFUSE_CUDA_CHECK(cudaMemcpy(spans.data(), span.as(), ctas * sizeof(uint64_t), cudaMemcpyDeviceToHost));
+    const uint64_t median = median_span(spans);
+    launches[i] = {spans.back(), median};
+  }
+  std::sort(launches.begin(), launches.end());
+  // What the boxes wrote: CTA t's rows hold its tile (the last repeat's; every repeat writes the same).
+  std::vector<int4> host(static_cast<size_t>(ctas) << 12);
+  EPFUSE_CUDA_CHECK(cudaMemcpy(host.data(), out.as(), host.size() * sizeof(int4), cudaMemcpyDeviceToHost));
+  for (int t = 0; t < ctas; ++t)
+    if (host[(static_cast<size_t>(t) << 12) + 1].y != t) return -1.0;  // row 128 t, first box's second chunk
+  return static_cast<double>(repeat) * (64 << 10) / static_cast<double>(launches[5].second);
+}
+
 }  // namespace
 
 int main() {
@@ -192,6 +251,10 @@ int main() {
   std::printf("stores of a 64 KiB tile by 256 threads, 16 times: a CTA's own GB/s, median of 11\n");
   std::printf("%5s %10s\n", "CTAs", "GB/s");
   for (int ctas : {1, 48, sms}) std::printf("%5d %10.1f\n", ctas, run_stores(ctas, 16));
+  std::printf("TMA tensor stores of the same tile from shared memory, 16 times: a CTA's own GB/s, median of 11\n");
+  std::printf("%5s %10s %10s\n", "CTAs", "pipelined", "each waited");
+  for (int ctas : {1, 48, sms})
+    std::printf("%5d %10.1f %10.1f\n", ctas, run_tma_stores(ctas, 16, false), run_tma_stores(ctas, 16, true));
   uint32_t err[2];
   EPFUSE_CUDA_CHECK(cudaMemcpy(err, ctl.as(), sizeof(err), cudaMemcpyDeviceToHost));
   std::printf("%s\n", err[1] == 0 ? "no wait ran out" : "FAIL: a wait ran out");
