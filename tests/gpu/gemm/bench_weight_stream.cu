@@ -176,14 +176,15 @@ Rate run(const uint8_t* w, int K, int ctas, int stages, bool blocked, int repeat
   return {bytes / (runs[5].first * 1e-3) / 1e9, bytes / ctas / static_cast<double>(median_span(runs[5].second))};
 }
 
-// The store table's row: GB/s of the median CTA over its own span, in the median launch of 11 (by its
+// A store table's row: launch() 13 times (2 warm-up), each CTA writing its 64 KiB tile `repeat` times
+// and its span to span_ns; GB/s of the median CTA over its own span, in the median launch of 11 (by its
 // slowest CTA).
-double run_stores(int ctas, int repeat) {
-  DeviceBuffer out(static_cast<size_t>(ctas) << 16), span(static_cast<size_t>(ctas) * sizeof(uint64_t));
+template <class Launch>
+double median_cta_store_rate(int ctas, int repeat, const DeviceBuffer& span, Launch launch) {
   std::vector<std::pair<uint64_t, uint64_t>> launches(11);  // (slowest CTA, median CTA)
   std::vector<uint64_t> spans(ctas);
   for (int i = -2; i < 11; ++i) {
-    store_kernel<<<ctas, 256>>>(out.as<int4>(), repeat, span.as<uint64_t>());
+    launch();
     EPFUSE_CUDA_CHECK_LAUNCH();
     EPFUSE_CUDA_CHECK(cudaDeviceSynchronize());
     if (i < 0) continue;
@@ -195,29 +196,27 @@ double run_stores(int ctas, int repeat) {
   return static_cast<double>(repeat) * (64 << 10) / static_cast<double>(launches[5].second);
 }
 
-// The TMA store table's row: as run_stores, by tma_store_kernel.
+// The store table's row, by store_kernel.
+double run_stores(int ctas, int repeat) {
+  DeviceBuffer out(static_cast<size_t>(ctas) << 16), span(static_cast<size_t>(ctas) * sizeof(uint64_t));
+  return median_cta_store_rate(ctas, repeat, span,
+                               [&] { store_kernel<<<ctas, 256>>>(out.as<int4>(), repeat, span.as<uint64_t>()); });
+}
+
+// The TMA store table's row, by tma_store_kernel; -1 when a CTA's rows do not hold its tile.
 double run_tma_stores(int ctas, int repeat, bool wait_each) {
   DeviceBuffer out(static_cast<size_t>(ctas) << 16), span(static_cast<size_t>(ctas) * sizeof(uint64_t));
   const CUtensorMap map = epfuse::fused::weight_tensor_map(out.as<__nv_bfloat16>(), static_cast<int64_t>(ctas) * 128, 256, 128);
   EPFUSE_CUDA_CHECK(cudaFuncSetAttribute(tma_store_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 64 << 10));
-  std::vector<std::pair<uint64_t, uint64_t>> launches(11);  // (slowest CTA, median CTA)
-  std::vector<uint64_t> spans(ctas);
-  for (int i = -2; i < 11; ++i) {
+  const double rate = median_cta_store_rate(ctas, repeat, span, [&] {
     tma_store_kernel<<<ctas, 128, 64 << 10>>>(map, repeat, wait_each, span.as<uint64_t>());
-    EPFUSE_CUDA_CHECK_LAUNCH();
-    EPFUSE_CUDA_CHECK(cudaDeviceSynchronize());
-    if (i < 0) continue;
-    EPFUSE_CUDA_CHECK(cudaMemcpy(spans.data(), span.as(), ctas * sizeof(uint64_t), cudaMemcpyDeviceToHost));
-    const uint64_t median = median_span(spans);
-    launches[i] = {spans.back(), median};
-  }
-  std::sort(launches.begin(), launches.end());
+  });
   // What the boxes wrote: CTA t's rows hold its tile (the last repeat's; every repeat writes the same).
   std::vector<int4> host(static_cast<size_t>(ctas) << 12);
   EPFUSE_CUDA_CHECK(cudaMemcpy(host.data(), out.as(), host.size() * sizeof(int4), cudaMemcpyDeviceToHost));
   for (int t = 0; t < ctas; ++t)
     if (host[(static_cast<size_t>(t) << 12) + 1].y != t) return -1.0;  // row 128 t, first box's second chunk
-  return static_cast<double>(repeat) * (64 << 10) / static_cast<double>(launches[5].second);
+  return rate;
 }
 
 }  // namespace
