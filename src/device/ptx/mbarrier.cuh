@@ -59,6 +59,16 @@ __device__ __forceinline__ void tma_load_2d_evict_first(uint32_t dst, const void
       "l"(map), "r"(bar), "r"(c0), "r"(c1)
       : "memory");
 }
+// TMA, the other direction: shared memory at `src` into the box at (c0 = inner, c1 = outer) of `map`,
+// tracked in this thread's bulk groups (bulk_commit, bulk_wait_all).
+__device__ __forceinline__ void tma_store_2d(const void* map, uint32_t src, int c0, int c1) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n" ::"l"(map), "r"(src), "r"(c0),
+               "r"(c1)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// Until every bulk group this thread committed is complete (its writes done).
+__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
 __device__ __forceinline__ void prefetch_tensor_map(const void* map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(map) : "memory");
 }

@@ -28,6 +28,7 @@
 
 #include "common/check.h"
 #include "common/device_buffer.h"
+#include "device/gemm/gemm_maps_wgmma.h"
 #include "device/ptx/mbarrier.cuh"
 #include "device/ptx/ptx.cuh"
 #include "device/ptx/signals.cuh"
@@ -110,7 +111,8 @@ __global__ void __launch_bounds__(256, 1) store_kernel(int4* out, int repeat, ui
 __global__ void __launch_bounds__(128, 1) tma_store_kernel(const __grid_constant__ CUtensorMap map, int repeat,
                                                            bool wait_each, uint64_t* span_ns) {
   extern __shared__ __align__(1024) char smem[];
-  constexpr int kTileBytes = 64 << 10, kBoxBytes = 128 * 128;
+  constexpr int kTileBytes = 64 << 10, kBoxRows = 128, kBoxCols = dev::kSw128RowBytes / 2;
+  constexpr int kBoxBytes = kBoxRows * dev::kSw128RowBytes;
   int4* tile = reinterpret_cast<int4*>(smem);
   for (int v = static_cast<int>(threadIdx.x); v < kTileBytes / 16; v += blockDim.x)
     tile[v] = make_int4(v, static_cast<int>(blockIdx.x), 3, 7);
@@ -118,17 +120,15 @@ __global__ void __launch_bounds__(128, 1) tma_store_kernel(const __grid_constant
   __syncthreads();
   if (threadIdx.x != 0) return;
   const uint32_t base = dev::ptx::smem_u32(smem);
-  const int row0 = static_cast<int>(blockIdx.x) * 128;
+  const int row0 = static_cast<int>(blockIdx.x) * kBoxRows;
   const uint64_t start = dev::globaltimer_ns();
   for (int r = 0; r < repeat; ++r) {
-    for (int b = 0; b < 4; ++b)
-      asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n" ::"l"(&map),
-                   "r"(base + static_cast<uint32_t>(b * kBoxBytes)), "r"(b * 64), "r"(row0)
-                   : "memory");
-    asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
-    if (wait_each) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+    for (int b = 0; b < kTileBytes / kBoxBytes; ++b)
+      dev::ptx::tma_store_2d(&map, base + static_cast<uint32_t>(b * kBoxBytes), b * kBoxCols, row0);
+    dev::ptx::bulk_commit();
+    if (wait_each) dev::ptx::bulk_wait_all();
   }
-  asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+  dev::ptx::bulk_wait_all();
   span_ns[blockIdx.x] = dev::globaltimer_ns() - start;
 }
 
