@@ -17,7 +17,7 @@ import statistics
 
 PHASES = ["layout", "publish", "dispatch", "collect", "linear1", "linear2", "combine", "done"]
 STAMPS = ["taken", "weights", "inputs", "posted", "loaded", "math_start", "first_full", "loop_end", "end", "epi_math",
-          "epi_stored", "loop_synced", "epi_swiglu"]
+          "epi_stored", "loop_synced", "epi_swiglu", "plan_seen", "roles_split"]
 FIELDS = ["rank", "H", "I", "E", "T", "mma", "launch", "cta", "smid", "rec", "phase", "index", "expert", "mblock",
           "nblock"] + STAMPS
 
@@ -58,6 +58,21 @@ def fmt(values):
     if not values:
         return "-"
     return f"{statistics.median(values):7.2f} {min(values):7.2f} {max(values):7.2f}"
+
+
+def plan_to_roles(rows):
+    """Each CTA's way from the plan to its first tile (its first role record, which carries plan_seen and
+    roles_split), in us per CTA: from the collect task's end to the CTA seeing the plan, to its split into
+    roles (the plan copied, the task decoded), to its producer's first record, to that tile's first full
+    stage. {} when the trace has no such records."""
+    first = [r for r in rows if r["roles_split"] >= 0 and r["plan_seen"] >= 0]
+    collect_end = max((r["end"] for r in rows if r["phase"] == 3 and r["end"] >= 0), default=-1)
+    if not first or collect_end < 0:
+        return {}
+    return {"plan out->seen": [us(r["plan_seen"] - collect_end) for r in first],
+            "seen->roles split": span(first, "plan_seen", "roles_split"),
+            "split->producer": span(first, "roles_split", "taken"),
+            "producer->1st stage": span(first, "taken", "first_full")}
 
 
 def handover(per_cta):
@@ -160,6 +175,11 @@ def report(key, rows, tiles, sm):
             cols = [span(ph, "math_start", "inputs"), span(ph, "inputs", "epi_stored"), span(ph, "epi_stored", "end"),
                     span(ph, "math_start", "end")]
             print(f"{PHASES[p]:8s} " + " ".join(f"{fmt(c):>23s}" for c in cols))
+    steps = plan_to_roles(rows)
+    if steps:
+        print("from the plan to each CTA's first tile, us (median min max over CTAs):")
+        print(f"{'':8s} " + " ".join(f"{name:>23s}" for name in steps))
+        print(f"{'':8s} " + " ".join(f"{fmt(v):>23s}" for v in steps.values()))
     print("GEMM tiles, us (median min max):")
     print(f"{'phase':8s} {'weights->inputs':>23s} {'inputs->posted':>23s} {'posted->math':>23s} "
           f"{'math->1st stage':>23s} {'k-loop':>23s} {'epilogue':>23s} {'whole (math)':>23s} {'epi: values':>23s} "

@@ -48,3 +48,18 @@ def test_bf16_k_blocks_are_64_wide(repo_script):
 def test_no_gemm_tiles_no_budget(repo_script):
     m = repo_script("trace_report")
     assert m.budget([], H=512, I=256, mma=3) == {}
+
+
+def test_plan_to_roles_per_cta(repo_script):
+    m = repo_script("trace_report")
+    collect = {s: -1 for s in m.STAMPS}
+    collect.update(cta=0, phase=3, expert=0, mblock=0, nblock=0, rec=2, math_start=0, end=9000)
+    first = tile(m, 1, 4, 0, 0, 12.0, 15.0, 20.0, 21.0)
+    first.update(rec=8, plan_seen=9500, roles_split=11000, taken=11300)
+    later = tile(m, 1, 4, 0, 1, 22.0, 23.0, 30.0, 31.0)  # no plan stamps: not a first role record
+    steps = m.plan_to_roles([collect, first, later])
+    assert steps["plan out->seen"] == pytest.approx([0.5])
+    assert steps["seen->roles split"] == pytest.approx([1.5])
+    assert steps["split->producer"] == pytest.approx([0.3])
+    assert steps["producer->1st stage"] == pytest.approx([3.7])
+    assert m.plan_to_roles([first]) == {}  # no collect task recorded

@@ -17,7 +17,7 @@ constexpr const char* kPhases[] = {"layout", "publish", "dispatch", "collect", "
 // Stamp indices (src/device/diagnostics/trace.cuh Stamp).
 enum : int {
   kTaken = 0, kWeights, kInputs, kPosted, kLoaded, kMathStart, kFirstFull, kLoopEnd, kEnd, kEpiMath, kEpiStored,
-  kLoopSynced, kEpiSwiglu
+  kLoopSynced, kEpiSwiglu, kPlanSeen, kRolesSplit
 };
 constexpr int kPreRecords = 8;  // trace.cuh: records of the tasks a CTA runs before it splits into roles
 constexpr int kFields = 15;
@@ -91,6 +91,10 @@ std::string chrome_trace_json(const std::vector<TraceRow>& rows) {
       add(r.phase == 3 ? "wait: every rank's counts" : "wait: layout done", r, base, r.t[kMathStart], r.t[kInputs], {});
       add("rows written", r, base, r.t[kInputs], r.t[kEpiStored], {});
       continue;
+    }
+    if (r.t[kRolesSplit] >= 0) {  // a CTA's first role task: from the plan to its roles, on the CTA's thread
+      threads[r.rank][base] = "CTA " + std::to_string(r.cta);
+      add("plan: copy, decode, split", r, base, r.t[kPlanSeen] >= 0 ? r.t[kPlanSeen] : r.t[kRolesSplit], r.t[kRolesSplit], {});
     }
     if (r.t[kTaken] >= 0) {  // the producer warpgroup's part
       threads[r.rank][base + 1] = "CTA " + std::to_string(r.cta) + " producer";

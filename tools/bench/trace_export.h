@@ -15,7 +15,7 @@
 namespace epfuse::bench {
 
 // The stamps of a record, in the CSV's order (src/device/diagnostics/trace.cuh Stamp).
-inline constexpr int kTraceStamps = 13;
+inline constexpr int kTraceStamps = 15;
 
 struct TraceRow {
   int rank = 0, hidden = 0, intermediate = 0, experts = 0, tokens = 0, mma = 0, launch = 0;

@@ -31,6 +31,8 @@ enum Stamp : int {
                 //   every row and entry of the task is written (before the arrival adds)
   kLoopSynced,  // math: both math warpgroups are past the k-loop (the group barrier after it)
   kEpiSwiglu,   // math: Linear1's SwiGLU values are in registers (FP8: before their quantisation)
+  kPlanSeen,    // a CTA's first role task: its scheduler saw this call's plan published (the flag)
+  kRolesSplit,  // a CTA's first role task: the plan copied and the task decoded, the CTA splitting into roles
   kStamps
 };
 
@@ -74,10 +76,12 @@ __device__ __forceinline__ uint32_t smid() {
   return v;
 }
 
-__device__ __forceinline__ void stamp(int record, Stamp s) {
-  if (blockIdx.x < kMaxCtas && record >= 0 && record < kMaxRecords)
-    g_records[current_slot()][blockIdx.x][record].t[s] = globaltimer_ns();
+// Step s of a record at time t (a time taken earlier: now()).
+__device__ __forceinline__ void stamp_at(int record, Stamp s, uint64_t t) {
+  if (blockIdx.x < kMaxCtas && record >= 0 && record < kMaxRecords) g_records[current_slot()][blockIdx.x][record].t[s] = t;
 }
+__device__ __forceinline__ void stamp(int record, Stamp s) { stamp_at(record, s, globaltimer_ns()); }
+__device__ __forceinline__ uint64_t now() { return globaltimer_ns(); }
 
 // The whole CTA, at its start: this launch's slot (from the call's epoch) and the span's start.
 __device__ __forceinline__ void begin_launch(uint32_t epoch) {
@@ -131,6 +135,8 @@ inline constexpr bool kOn = false;
 __device__ __forceinline__ void begin_launch(uint32_t) {}
 __device__ __forceinline__ void end_launch() {}
 __device__ __forceinline__ void stamp(int, Stamp) {}
+__device__ __forceinline__ void stamp_at(int, Stamp, uint64_t) {}
+__device__ __forceinline__ uint64_t now() { return 0; }
 template <class Task>
 __device__ __forceinline__ void open_task(bool, int, const Task&) {}
 __device__ __forceinline__ void stamp_current(bool, Stamp) {}

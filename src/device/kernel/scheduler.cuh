@@ -7,6 +7,7 @@
 #pragma once
 #include <cstdint>
 
+#include "device/diagnostics/trace.cuh"
 #include "device/kernel/context.cuh"
 #include "device/kernel/errors.cuh"
 #include "device/kernel/wait.cuh"
@@ -46,6 +47,7 @@ class TaskScheduler {
       if (!group_wait(g, *c_.prm, c_.ctl, c_.site(Phase::kLinear1, WaitKind::kPlan), epoch,
                     [&] { return ld_acquire_gpu(plan_epoch); }, [&](uint32_t v) { return flag_is_current(v, epoch); }))
         return {Phase::kDone, 0};
+      if constexpr (trace::kOn) plan_seen_ = trace::now();
       // The acquire above ordered the collect task's plan and schedule before these reads. A CTA with a
       // copy of its own (FusedContext::plan) fills it here, once: the plan reads of every task's decoding
       // (a binary search over the segments) and row table (each row's source and entry) are then
@@ -64,6 +66,8 @@ class TaskScheduler {
   }
 
   __device__ const TaskSpace& space() const { return space_; }
+  // When this CTA saw the plan published (a trace build's kPlanSeen; 0 otherwise or before).
+  __device__ uint64_t plan_seen() const { return plan_seen_; }
 
   // Every CTA calls this once, after its last task (g: the threads that ran it). The last one zeroes
   // what the tasks counted this call and stores the call state (the next launch is ordered after this
@@ -108,6 +112,7 @@ class TaskScheduler {
   const FusedContext<Transport>& c_;
   TaskSpace space_;
   bool have_plan_ = false;
+  uint64_t plan_seen_ = 0;
 };
 
 // The task hand-over between the roles of a warp-specialised CTA, in its shared memory: the producer

@@ -10,24 +10,25 @@
 namespace epfuse::bench {
 namespace {
 
-// rank,H,I,E,T,mma,launch,cta,smid,rec,phase,index,expert,mblock,nblock, then 13 stamps (-1 = none).
+// rank,H,I,E,T,mma,launch,cta,smid,rec,phase,index,expert,mblock,nblock, then 15 stamps (-1 = none).
 std::string row(int rank, int launch, int cta, int rec, int phase, const std::string& stamps) {
   return std::to_string(rank) + ",2048,768,32,1,3," + std::to_string(launch) + "," + std::to_string(cta) + ",7," +
          std::to_string(rec) + "," + std::to_string(phase) + ",0,5,0,1," + stamps + "\n";
 }
 
-const char* kNone = "-1,-1,-1,-1,-1,-1,-1,-1,-1,-1,-1,-1,-1";
+const char* kNone = "-1,-1,-1,-1,-1,-1,-1,-1,-1,-1,-1,-1,-1,-1,-1";
 
 std::string two_launches() {
   std::string csv;
   // launch 0: CTA 0 runs 1000..21000 ns: a dispatch task (waits for the layout 2000..5000), then a
-  // Linear1 tile on its roles; launch 1 starts 30000 ns after launch 0 ended.
-  csv += row(0, 0, 0, -1, -1, "1000,-1,-1,-1,-1,-1,-1,-1,21000,-1,-1,-1,-1");
-  csv += row(0, 0, 0, 0, 2, "-1,-1,5000,-1,-1,2000,-1,-1,8000,-1,7000,-1,-1");
-  csv += row(0, 0, 0, 8, 4, "9000,9500,10000,10200,11000,10300,12000,18000,20000,-1,-1,-1,-1");
-  csv += row(0, 0, 0, 9, 7, "-1,-1,-1,-1,-1,20500,-1,-1,-1,-1,-1,-1,-1");  // kDone: no end stamp
-  csv += row(0, 1, 0, -1, -1, "51000,-1,-1,-1,-1,-1,-1,-1,61000,-1,-1,-1,-1");
-  csv += row(0, 1, 1, -1, -1, "52000,-1,-1,-1,-1,-1,-1,-1,62000,-1,-1,-1,-1");
+  // Linear1 tile on its roles (the plan seen at 8200, the roles split at 8800); launch 1 starts 30000 ns
+  // after launch 0 ended.
+  csv += row(0, 0, 0, -1, -1, "1000,-1,-1,-1,-1,-1,-1,-1,21000,-1,-1,-1,-1,-1,-1");
+  csv += row(0, 0, 0, 0, 2, "-1,-1,5000,-1,-1,2000,-1,-1,8000,-1,7000,-1,-1,-1,-1");
+  csv += row(0, 0, 0, 8, 4, "9000,9500,10000,10200,11000,10300,12000,18000,20000,-1,-1,-1,-1,8200,8800");
+  csv += row(0, 0, 0, 9, 7, "-1,-1,-1,-1,-1,20500,-1,-1,-1,-1,-1,-1,-1,-1,-1");  // kDone: no end stamp
+  csv += row(0, 1, 0, -1, -1, "51000,-1,-1,-1,-1,-1,-1,-1,61000,-1,-1,-1,-1,-1,-1");
+  csv += row(0, 1, 1, -1, -1, "52000,-1,-1,-1,-1,-1,-1,-1,62000,-1,-1,-1,-1,-1,-1");
   return csv;
 }
 
@@ -60,6 +61,11 @@ TEST(TraceExport, ChromeJsonHasTasksStepsAndLaunchGaps) {
   ASSERT_NE(wait, nullptr);
   EXPECT_DOUBLE_EQ((*wait)["ts"].get<double>(), 1.0);
   EXPECT_DOUBLE_EQ((*wait)["dur"].get<double>(), 3.0);
+  // The CTA's way from the plan to its roles, on its own thread (tid 0).
+  const nlohmann::json* plan = find(ev, "plan: copy, decode, split", 0);
+  ASSERT_NE(plan, nullptr);
+  EXPECT_DOUBLE_EQ((*plan)["ts"].get<double>(), 7.2);
+  EXPECT_DOUBLE_EQ((*plan)["dur"].get<double>(), 0.6);
   // The Linear1 tile: producer steps on tid 1, math steps on tid 2.
   ASSERT_NE(find(ev, "wait: inputs", 1), nullptr);
   const nlohmann::json* kloop = find(ev, "k-loop", 2);
