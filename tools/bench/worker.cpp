@@ -265,6 +265,16 @@ void run_worker(const BenchOptions& o) {
       row.gemm_alone_loop_ms = gemm_alone_loop_ms;
       row.gemm_path = gemm_path;
       row.verified = verdict.passed && after.passed ? "yes" : "no";
+      // A failed check says which one and what y looked like (an output norm near 0: y written as zeros;
+      // docs/performance.md#faults-seen-while-timing).
+      if (!(verdict.passed && after.passed) && rank == 0)
+        for (const auto& [when, v] : {std::pair{"before the timed calls", &verdict}, std::pair{"after them", &after}})
+          std::fprintf(stderr,
+                       "bench: %s %s, the check %s: %s, rel err %.3e, worst row %d of rank %d at %.3e, "
+                       "%lld unwritten, output norm %.4e (rank 0's checked rows)\n",
+                       case_label(bc).c_str(), impl_name.c_str(), when, v->passed ? "passed" : "failed", v->max_rel_err,
+                       v->worst_row.row, v->worst_row.rank, v->worst_row.err, static_cast<long long>(v->total_unwritten),
+                       v->output_norm);
       row.rel_err = std::max(verdict.max_rel_err, after.max_rel_err);
       row.unwritten = verdict.total_unwritten + after.total_unwritten;
       row.flops_per_gpu = load.flops_per_gpu;
