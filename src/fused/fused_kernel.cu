@@ -245,10 +245,12 @@ __global__ void __launch_bounds__(Gemm::kThreads, 1) fused_moe_kernel(const __gr
     device::trace::open_task(threadIdx.x == 0 && !(kRoles && task.phase >= Phase::kLinear1), rec, task);
     if constexpr (kRoles) {
       if (task.phase >= Phase::kLinear1) {
-        // The plan's way to the roles (the producer stamps kTaken in the same record once it runs).
-        if (threadIdx.x == 0 && scheduler.plan_seen() != 0)
+        // The plan's way to the roles (the producer stamps kTaken in the same record once it runs; a
+        // plan_seen of 0 is written as not stamped).
+        if (threadIdx.x == 0) {
           device::trace::stamp_at(device::trace::kPreRecords, device::trace::kPlanSeen, scheduler.plan_seen());
-        if (threadIdx.x == 0) device::trace::stamp(device::trace::kPreRecords, device::trace::kRolesSplit);
+          device::trace::stamp(device::trace::kPreRecords, device::trace::kRolesSplit);
+        }
         return warp_specialised_roles<RoleTiles>(c, scheduler, profiler, task, smem);
       }
     }
