@@ -37,6 +37,12 @@ void fail_allocation(int n);
 // Counts one allocation of the calling thread: true when it is the one to fail (fail_allocation).
 bool injected_allocation_failure();
 
+// Host bytes into device memory, there when this returns (and every earlier call on the default
+// stream done): cudaMemcpy from pageable memory may return before its DMA has written them (CUDA's "API
+// synchronization behavior"), and a kernel on a non-blocking stream is not ordered after the default
+// stream. The layers' block scales go this way: their first forward may start right after creation.
+void copy_to_device_now(void* device, const void* host, size_t bytes);
+
 // Zero bytes allocate nothing: as() is then null.
 template <MemoryKind kKind>
 class CudaBuffer {

@@ -1,4 +1,4 @@
-// The out-of-memory injection of common/device_buffer.h.
+// The out-of-memory injection and the landed host copy of common/device_buffer.h.
 #include "common/device_buffer.h"
 
 namespace epfuse::detail {
@@ -13,6 +13,12 @@ void fail_allocation(int n) { t_fail_in = n > 0 ? n : 0; }
 bool injected_allocation_failure() {
   if (t_fail_in == 0) return false;
   return --t_fail_in == 0;
+}
+
+void copy_to_device_now(void* device, const void* host, size_t bytes) {
+  if (bytes == 0) return;
+  EPFUSE_CUDA_CHECK(cudaMemcpy(device, host, bytes, cudaMemcpyHostToDevice));
+  EPFUSE_CUDA_CHECK(cudaStreamSynchronize(nullptr));
 }
 
 }  // namespace epfuse::detail

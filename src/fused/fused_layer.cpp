@@ -37,6 +37,7 @@
 #include "fused/plan.h"
 #include "fused/profile.h"
 #include "fused/tensor_map.h"
+#include "fused/window_view.h"
 #include "fused/workspace_turn.h"
 #include "weights/block_scales.h"
 #include "weights/fp8_weights.h"
@@ -105,6 +106,12 @@ class FusedWorkspace final : public Workspace {
     window_ = comm.alloc_symmetric(plan_.symmetric_bytes());  // collective, agreed inside
     detail::agree_on_step(comm, "Workspace::create (buffers)", [&] {
       EPFUSE_CUDA_CHECK(cudaMemset(window_.local(), 0, plan_.symmetric_bytes()));
+      // The kernel reaches the window through NCCL's view of it, the zeroing above through the
+      // allocation: both must be the same memory (window_view.h).
+      if (const WindowViewMismatch m = first_window_view_mismatch(window_.window(), window_.local(),
+                                                                  plan_.symmetric_bytes(), nullptr);
+          m.offset >= 0)
+        throw Error(ErrorCode::kNccl, who + describe(m, plan_.symmetric_bytes()));
       private_ = detail::DeviceBuffer(plan_.private_bytes());
       EPFUSE_CUDA_CHECK(cudaMemset(private_.as(), 0, plan_.private_bytes()));
       host_failed_ = detail::PinnedBuffer(sizeof(uint32_t));
@@ -528,7 +535,7 @@ class FusedLayer final : public MoeLayer {
                                                                     name, who + "MoeLayer::create: ")
                                              .blocked;
       detail::DeviceArray<float> out(blocked.size());
-      EPFUSE_CUDA_CHECK(cudaMemcpy(out.get(), blocked.data(), blocked.size() * sizeof(float), cudaMemcpyHostToDevice));
+      detail::copy_to_device_now(out.get(), blocked.data(), blocked.size() * sizeof(float));
       return out;
     };
     w13_scales_ = convert(weights.w13_scales, weights.w13_scales_count, fp8::w13_scale_rows(I), H, "w13_scales");

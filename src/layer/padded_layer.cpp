@@ -86,7 +86,7 @@ class PaddedWeights {
     const std::vector<uint8_t> padded =
         padding::pad_block_scales(caller.raw.data(), cfg.scale_format, b.matrices, b.rows, b.cols, rows_pad, cols_pad);
     detail::DeviceBuffer out(padded.size());
-    EPFUSE_CUDA_CHECK(cudaMemcpy(out.as(), padded.data(), padded.size(), cudaMemcpyHostToDevice));
+    detail::copy_to_device_now(out.as(), padded.data(), padded.size());
     return out;
   }
 

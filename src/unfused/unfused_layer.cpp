@@ -207,7 +207,7 @@ void UnfusedLayer::init_fp8(const ExpertWeights& weights) {
     const std::vector<float> blocked =
         weights::read_block_scales(device, count, cfg_.scale_format, matrices, rows, k, name, who).blocked;
     detail::DeviceBuffer out(blocked.size() * sizeof(float));
-    EPFUSE_CUDA_CHECK(cudaMemcpy(out.as(), blocked.data(), out.bytes(), cudaMemcpyHostToDevice));
+    detail::copy_to_device_now(out.as(), blocked.data(), out.bytes());
     return out;
   };
   // w13: per expert 2 * ceil(I/128) block rows, the gate's then the up's (named so in messages).

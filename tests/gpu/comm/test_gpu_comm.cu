@@ -1,5 +1,6 @@
 // The communicator on GPUs: symmetric windows reached through LSA pointers with 16-byte device
-// stores and loads, ordered by LSA barriers; host collectives; borrow(); argument and device errors.
+// stores and loads, ordered by LSA barriers; host collectives; borrow(); argument and device errors;
+// a window's device view against its allocation, and the host copy the layers' block scales take.
 // Every window is poisoned before a kernel runs and checked word for word afterwards.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -20,6 +21,7 @@
 #include "common/hash.h"
 #include "epfuse/communicator.h"
 #include "epfuse/error.h"
+#include "fused/window_view.h"
 #include "multiprocess.h"
 
 namespace {
@@ -269,6 +271,66 @@ TEST(GpuComm, BuffersMoveAndResetOnce) {
   EXPECT_EQ(y.lsa_barrier_count(), 2);
   y.reset();
   EXPECT_FALSE(static_cast<bool>(y));
+  c.barrier();
+}
+
+// The fused workspace zeroes its window through the allocation and its kernel reaches it through
+// ncclGetLocalPointer: the two must be one memory, also for windows made where freed ones were.
+TEST(GpuComm, WindowDeviceViewIsTheAllocation) {
+  Communicator& c = comm();
+  for (size_t bytes : {size_t{4096}, size_t{1} << 20, (size_t{64} << 20) + 4096}) {
+    for (int again = 0; again < 2; ++again) {  // the second window takes the first one's place
+      SymmetricBuffer window = c.alloc_symmetric(bytes);
+      const epfuse::fused::WindowViewMismatch m =
+          epfuse::fused::first_window_view_mismatch(window.window(), window.local(), bytes, nullptr);
+      EXPECT_EQ(m.offset, -1) << "rank " << c.rank() << ": " << epfuse::fused::describe(m, bytes);
+    }
+  }
+  c.barrier();
+}
+
+// Word w of copy `seed`: every word differs from its neighbours and from the other copies' word w.
+__host__ __device__ uint4 copy_word(uint32_t seed, size_t w) {
+  const uint64_t h = mix64((static_cast<uint64_t>(seed) << 40) ^ w);
+  return make_uint4(static_cast<uint32_t>(h), static_cast<uint32_t>(h >> 32), seed, static_cast<uint32_t>(w));
+}
+
+// Counts the words of `data` that are not copy `seed`'s, last word first: the end of a copy is what its
+// DMA writes last.
+__global__ void count_unlike(const uint4* data, size_t words, uint32_t seed, unsigned long long* wrong) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < words;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const size_t w = words - 1 - i;
+    const uint4 v = data[w], want = copy_word(seed, w);
+    if (v.x != want.x || v.y != want.y || v.z != want.z || v.w != want.w) atomicAdd(wrong, 1ull);
+  }
+}
+
+// copy_to_device_now (the layers' block scales): the bytes are in device memory when it returns, as a
+// kernel on a non-blocking stream, which nothing orders after the copy, reads them.
+TEST(DeviceCopy, HostBytesHaveLandedWhenItReturns) {
+  Communicator& c = comm();
+  constexpr size_t kWords = size_t{4} << 20;  // 64 MiB of pageable host memory
+  std::vector<uint4> host(kWords);
+  epfuse::detail::DeviceArray<uint4> device(kWords);
+  epfuse::detail::DeviceArray<unsigned long long> wrong(1);
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  for (uint32_t seed = 1; seed <= 8; ++seed) {
+    for (size_t w = 0; w < kWords; ++w) host[w] = copy_word(seed, w);
+    EPFUSE_CUDA_CHECK(cudaMemset(device.get(), 0xA5, kWords * sizeof(uint4)));
+    EPFUSE_CUDA_CHECK(cudaMemset(wrong.get(), 0, sizeof(unsigned long long)));
+    EPFUSE_CUDA_CHECK(cudaDeviceSynchronize());
+    epfuse::detail::copy_to_device_now(device.get(), host.data(), kWords * sizeof(uint4));
+    count_unlike<<<264, 256, 0, stream>>>(device.get(), kWords, seed, wrong.get());
+    EPFUSE_CUDA_CHECK(cudaGetLastError());
+    unsigned long long n = 0;
+    EPFUSE_CUDA_CHECK(cudaMemcpyAsync(&n, wrong.get(), sizeof(n), cudaMemcpyDeviceToHost, stream));
+    EPFUSE_CUDA_CHECK(cudaStreamSynchronize(stream));
+    EXPECT_EQ(n, 0u) << "rank " << c.rank() << ", copy " << seed << ": " << n << " of " << kWords
+                     << " words not yet written when the kernel read them";
+  }
+  EXPECT_EQ(cudaStreamDestroy(stream), cudaSuccess);
   c.barrier();
 }
 
