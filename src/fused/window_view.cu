@@ -18,7 +18,7 @@ struct Probe {
   uint32_t agree;
 };
 
-// Word offset of probe i of n over `bytes`: 4-byte aligned, the first at 0 and the last at the end.
+// Byte offset of probe i of n over `bytes`: a 4-byte word's, the first at 0 and the last at the window's end.
 __host__ __device__ inline size_t probe_offset(int i, int n, size_t bytes) {
   const size_t words = bytes / 4;
   return words <= 1 ? 0 : (static_cast<size_t>(i) * (words - 1) / static_cast<size_t>(n - 1)) * 4;
