@@ -126,6 +126,7 @@ std::vector<double> LayerRank::forward(const HostTokens& in) {
   poison_y();
   // One-GPU mode: launch only once every rank is past its device-synchronising calls (LoopbackWorld).
   if (comm_.transport() == Transport::kLoopback) comm_.barrier();
+  if (before_forward_) before_forward_(stream_);
   layer_->forward(batch(in.num_tokens), y(), stream_);
   layer_->check_errors(stream_);
   return output(in.num_tokens);

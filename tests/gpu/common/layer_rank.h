@@ -3,6 +3,7 @@
 // the float64 reference. Collective where the layer is (creation, forward).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -94,6 +95,9 @@ class LayerRank {
 
   // Poisons y (bf16 NaN), runs one forward and check_errors, returns the rows as double.
   std::vector<double> forward(const HostTokens& in);
+  // What forward enqueues on the stream right before the layer's forward (after the poison), e.g. a
+  // kernel that leaves something behind for it; none by default.
+  void set_before_forward(std::function<void(cudaStream_t)> before) { before_forward_ = std::move(before); }
   // y's first num_tokens rows as double, after this rank's stream (for forwards run another way,
   // e.g. a replayed CUDA graph); poison_y() fills y with bf16 NaN on the stream.
   std::vector<double> output(int num_tokens);
@@ -124,6 +128,7 @@ class LayerRank {
   GuardedBuffer x_, idx_, weights_, y_;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<MoeLayer> layer_;
+  std::function<void(cudaStream_t)> before_forward_;
 };
 
 }  // namespace epfuse::testing

@@ -5,7 +5,8 @@
 // Bad input on one rank (expert id, token count) makes EVERY rank's call fail with kInvalidArgument,
 // fast (no timeout); a layer with a device error refuses further calls and a re-created one works.
 // Plus a reference check over many consecutive calls (epochs of both parities, wraps of nothing
-// reset by the host), changing token counts (0 and 1 included), all routings and the clamp.
+// reset by the host), changing token counts (0 and 1 included), all routings and the clamp; and every
+// tile shape after a kernel that left a byte pattern in every SM's shared memory.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -28,6 +29,7 @@
 #include "late_write.h"
 #include "layer_rank.h"
 #include "multiprocess.h"
+#include "stale_shared.h"
 
 namespace epfuse {
 namespace {
@@ -105,6 +107,31 @@ EPFUSE_RANK_TEST(FusedLayer, EveryTileShapeMatchesReference) {
     }
   }
   EXPECT_EQ(seen.size(), std::size(fused::kFusedTileShapes)) << "a fused tile shape went untested; launched:" << launched;
+}
+
+// Every tile shape's forwards after a kernel that left a byte pattern in every SM's shared memory
+// (stale_shared.h: 0xFF, NaN as any float; 0x00): a forward that read shared memory it had not written in
+// its own launch would compute with it. A fresh layer per pattern (its first forward on a zeroed
+// workspace among the checked); the token counts of EveryTileShapeMatchesReference.
+EPFUSE_RANK_TEST(FusedLayer, StaleSharedMemoryChangesNothing) {
+  testing::prepare_shared_memory_fill();
+  LayerConfig cfg = test_config();
+  cfg.num_experts = std::max(4, testing::world());
+  cfg.topk = 2;
+  cfg.max_tokens_per_rank = 256;
+  uint64_t seed = 900;
+  for (const uint8_t byte : {uint8_t{0xFF}, uint8_t{0x00}}) {
+    Rank r(cfg);
+    r.set_before_forward([byte](cudaStream_t stream) { testing::fill_shared_memory(byte, stream); });
+    std::vector<fused::GemmTileShape> seen;
+    for (int count : {1, 256, 100, 16, 40}) {
+      r.expect_matches_reference(r.tokens(count, Routing::kUniform, seed++),
+                                 "shared memory of " + std::to_string(byte) + ", T=" + std::to_string(count));
+      const std::optional<fused::GemmTileShape> tile = fused::last_launched_tile(r.layer());
+      if (tile && std::find(seen.begin(), seen.end(), *tile) == seen.end()) seen.push_back(*tile);
+    }
+    EXPECT_EQ(seen.size(), std::size(fused::kFusedTileShapes)) << "a fused tile shape went untested";
+  }
 }
 
 // Phase timing (the in-kernel profile): off by default, per-phase ms per SM when on, results unchanged.

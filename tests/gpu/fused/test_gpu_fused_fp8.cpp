@@ -2,9 +2,10 @@
 // dispatch (x quantised 1x128 on the way), TileGemmTmaFp8 Linear1 with the h quantisation in its
 // epilogue, TileGemmTmaFp8 Linear2 and the bf16 combine, against the FP8 float64 reference
 // (reference.h: the same weight blocks and the same x and h quantisation), on every routing and T in
-// {0, 1, 7, 128} (and uneven T), both scale formats, the clamp, a wider layer; the creation's checks of
-// the FP8 weights; an FP8 layer on a workspace made for bf16 is refused; an FP8 and a bf16 layer share
-// a workspace made for an FP8 capacity.
+// {0, 1, 7, 128} (and uneven T), both scale formats, the clamp, a wider layer; forwards after a kernel
+// that left a byte pattern in every SM's shared memory, and new layers' first forwards at DeepSeek-V3's
+// decode shape; the creation's checks of the FP8 weights; an FP8 layer on a workspace made for bf16 is
+// refused; an FP8 and a bf16 layer share a workspace made for an FP8 capacity.
 // Self-diagnosing: every check prints its error against the FP8 reference (overall and worst row) and
 // against the bf16 reference; a failing check prints the worst rows with their token, routed experts
 // (local expert, rank) and the got / want ratio over the row (a clean factor means a scale mix-up: x
@@ -25,6 +26,7 @@
 #include "fp8_layer_rank.h"
 #include "layer_rank.h"
 #include "multiprocess.h"
+#include "stale_shared.h"
 
 namespace epfuse {
 namespace {
@@ -96,6 +98,85 @@ EPFUSE_RANK_TEST(FusedFp8, MatchesReferenceForEveryRoutingAndTokenCount) {
 EPFUSE_RANK_TEST(FusedFp8, ClampMatchesReference) { testing::check_clamp<Rank>(); }
 
 EPFUSE_RANK_TEST(FusedFp8, WiderLayer) { testing::check_wider_layer<Rank>(); }
+
+// Shared memory is not cleared between kernels. Before each checked forward every SM's shared memory
+// holds a byte pattern (stale_shared.h: 0xFF, NaN as any float; 0x00; 0x7F, a large float): a forward
+// that read shared memory it had not written in its own launch computes with it. A fresh layer and
+// workspace per pattern, so that its first forward (zeroed workspace, epoch 1) is among the checked.
+EPFUSE_RANK_TEST(FusedFp8, StaleSharedMemoryChangesNothing) {
+  testing::prepare_shared_memory_fill();
+  // The fill is worth something only if the next kernel finds the pattern (one rank asks: in the one-GPU
+  // mode the others' kernels share the SMs).
+  if (testing::comm().rank() == 0) {
+    cudaStream_t stream = nullptr;
+    EPFUSE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    testing::fill_shared_memory(0xA5, stream);
+    const testing::SharedWords w = testing::shared_words_not(0xA5, stream);
+    EPFUSE_CUDA_CHECK(cudaStreamDestroy(stream));
+    std::printf("[stale shared memory] %lld of %lld words read by the next kernel are not the pattern\n", w.differing,
+                w.read);
+    EXPECT_LT(w.differing, w.read / 100) << "the next kernel does not find the pattern: the fill tests nothing";
+  }
+  testing::comm().barrier();
+  uint64_t seed = 900;
+  for (const uint8_t byte : {uint8_t{0xFF}, uint8_t{0x00}, uint8_t{0x7F}}) {
+    Rank r(fp8_layer_config());
+    r.set_before_forward([byte](cudaStream_t stream) { testing::fill_shared_memory(byte, stream); });
+    for (const auto& [count, routing] : {std::pair{7, Routing::kUniform}, std::pair{1, Routing::kUniform},
+                                         std::pair{128, Routing::kSkewed}, std::pair{7, Routing::kDropped}}) {
+      const HostTokens in = r.tokens(count, routing, seed++);
+      char what[96];
+      std::snprintf(what, sizeof what, "shared memory of 0x%02X, %s T=%d", byte, std::string(to_string(routing)).c_str(),
+                    count);
+      r.check(in, what);
+    }
+  }
+}
+
+// DeepSeek-V3's decode shape (H 7168, I 2048, top-8, 8 tokens a rank; 64 experts over the ranks), where
+// a layer's first verified forward once came out wrong (docs/performance.md#faults-seen-while-timing):
+// each new layer's first two forwards (fresh inputs each) checked on every row against the float64
+// reference, in a process's first layer, after a bf16 layer of the same shape ran and went, and with
+// every SM's shared memory holding 0xFF bytes. A wrong forward prints its error, worst row and output norm (0: every
+// checked row zero).
+EPFUSE_RANK_TEST(FusedFp8, DecodeShapeFirstForwards) {
+  testing::prepare_shared_memory_fill();
+  // 64 experts: one GPU's share of dsv3's 256 at world 4, the shape that failed at world 1.
+  LayerConfig cfg = make_config(*find_model("dsv3"), 8);
+  cfg.num_experts /= 4;
+  cfg.weight_format = WeightFormat::kFp8Block128;
+  LayerConfig bf16 = cfg;
+  bf16.weight_format = WeightFormat::kBf16;
+  const std::vector<int> rows = tools::sample_rows(cfg.max_tokens_per_rank, 0);
+  constexpr double kTolerance = 2e-2;  // epfuse run's default
+  uint64_t seed = 950;
+  const auto first_forwards = [&](const std::string& before, bool fill) {
+    tools::RankJob job(testing::comm(), cfg, Impl::kFused, testing::kWeightSeed);
+    for (int call = 0; call < 2; ++call) {
+      const tools::InputSet in = job.make_inputs(cfg.max_tokens_per_rank, Routing::kUniform, seed++);
+      const tools::Verdict v = job.verified_launch(in, rows, kTolerance, 0, [&] {
+        if (fill) testing::fill_shared_memory(0xFF, job.stream());
+        job.forward(in);
+      });
+      const std::string what = before + ", forward " + std::to_string(call + 1);
+      std::printf("[fp8 decode shape] rank %d %s: rel err %.3e, worst row %d of rank %d at %.3e, %lld unwritten, "
+                  "output norm %.4e\n",
+                  job.comm().rank(), what.c_str(), v.max_rel_err, v.worst_row.row, v.worst_row.rank, v.worst_row.err,
+                  static_cast<long long>(v.total_unwritten), v.output_norm);
+      EXPECT_TRUE(v.passed) << what << ": rel err " << v.max_rel_err << ", worst row " << v.worst_row.row << " at "
+                            << v.worst_row.err << ", output norm " << v.output_norm;
+    }
+  };
+  first_forwards("the process's first layer", false);
+  {
+    tools::RankJob other(testing::comm(), bf16, Impl::kFused, testing::kWeightSeed);
+    const tools::InputSet in = other.make_inputs(1, Routing::kUniform, seed++);
+    for (int i = 0; i < 20; ++i) other.forward(in);
+    EPFUSE_CUDA_CHECK(cudaStreamSynchronize(other.stream()));
+  }
+  first_forwards("after a bf16 layer", false);
+  first_forwards("shared memory of 0xFF bytes", true);
+}
 
 // Creation with bad FP8 weights: every rank makes the same mistake, so every rank throws its own error.
 void expect_create_fails(const LayerConfig& cfg, const ExpertWeights& weights, ErrorCode code, const std::string& message) {
