@@ -309,7 +309,7 @@ int run_floors_only(const BenchOptions& o, const std::string& command) {
              world, o.ceilings ? "from --ceilings" : "of FACTS.md", c.gemm_tflops, c.hbm_gbps, c.nvlink_gbps);
   std::fputs(render_floor_table(o.cases, world, c).c_str(), stdout);
   if (o.json_path.empty()) return 0;
-  RunInfo info{"none", utc_timestamp(), git_commit(), command, 0, c, o.ceilings ? "flags" : "FACTS.md"};
+  RunInfo info{"none", utc_timestamp(), git_commit(), command, 0, c, o.ceilings ? "flags" : "FACTS.md", "none"};
   std::vector<BenchRow> rows;
   for (const BenchCase& bc : o.cases) {
     if (!check_config(bc.layer, world).empty()) continue;
@@ -390,6 +390,7 @@ int bench_command(int argc, char** argv) {
 
   RunInfo info;
   info.device = device_name();
+  info.device_uuid = device_uuid();
   info.gpus = world;
   info.date = utc_timestamp();
   info.commit = git_commit();
@@ -426,8 +427,9 @@ int bench_command(int argc, char** argv) {
     for (BenchRow& r : rows) derive_row(r);
     fill_speedups(rows);
 
-    fmt::print("\nepfuse bench: {} x {}, {} warm-up + {} timed forwards over {} input sets per row, routing {}\n",
-               info.device, world, o.warmup, o.iters, o.sets, to_string(o.routing));
+    fmt::print("\nepfuse bench: {} x {} (GPU 0: {}), {} warm-up + {} timed forwards over {} input sets per row, "
+               "routing {}\n",
+               info.device, world, info.device_uuid, o.warmup, o.iters, o.sets, to_string(o.routing));
     fmt::print("ceilings ({}): GEMM {:.0f} TFLOP/s, HBM {:.0f} GB/s, NVLink {:.0f} GB/s\n", info.ceilings_source,
                info.ceilings.gemm_tflops, info.ceilings.hbm_gbps, info.ceilings.nvlink_gbps);
     if (!torch_note.empty()) fmt::print("torch: skipped: {}\n", torch_note);

@@ -370,6 +370,7 @@ tools::Json report_json(const RunInfo& info, const std::vector<BenchRow>& rows) 
   tools::Json all = tools::Json::array();
   for (const BenchRow& r : rows) all.push_back(row_json(r));
   return {{"device", info.device},
+          {"device_uuid", info.device_uuid},
           {"gpus", info.gpus},
           {"date", info.date},
           {"commit", info.commit},

@@ -108,6 +108,7 @@ struct RunInfo {
   int gpus = 0;
   Ceilings ceilings;
   std::string ceilings_source;  // "measured" or "flags"
+  std::string device_uuid;      // GPU 0's (rank 0's), as nvidia-smi -L writes it
 };
 // How a row's times are taken (bench/README.md "What it measures"), in the JSON as "timing".
 inline constexpr const char* kTimingMethod =

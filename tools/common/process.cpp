@@ -28,6 +28,25 @@ std::string device_name() {
   return cudaGetDeviceProperties(&prop, 0) == cudaSuccess ? prop.name : "unknown";
 }
 
+std::string format_gpu_uuid(const unsigned char (&bytes)[16]) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out = "GPU-";
+  for (int i = 0; i < 16; ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) out += '-';
+    out += kHex[bytes[i] >> 4];
+    out += kHex[bytes[i] & 15];
+  }
+  return out;
+}
+
+std::string device_uuid() {
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) return "unknown";
+  unsigned char bytes[16];
+  for (int i = 0; i < 16; ++i) bytes[i] = static_cast<unsigned char>(prop.uuid.bytes[i]);
+  return format_gpu_uuid(bytes);
+}
+
 std::string self_executable() {
   char buf[4096];
   const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);

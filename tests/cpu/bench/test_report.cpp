@@ -168,7 +168,8 @@ TEST(Report, TableAndJsonCarryEveryRow) {
   for (const char* text : {"median ms", "x vs torch", "floor/median", "1.50x", "skipped: fused not built", "yes"})
     EXPECT_NE(table.find(text), std::string::npos) << text << "\n" << table;
 
-  RunInfo info{"NVIDIA H200", "2026-11-21T10:00:00Z", "abc1234", "epfuse bench", 4, kFacts, "flags"};
+  RunInfo info{"NVIDIA H200", "2026-11-21T10:00:00Z", "abc1234", "epfuse bench", 4, kFacts, "flags",
+               "GPU-209d824b-d3cb-2590-bd57-8e49e31f4abf"};
   const std::string json = tools::dump_json(report_json(info, rows));
   for (const char* key : {"\"device\"", "\"gpus\"", "\"date\"", "\"commit\"", "\"command\"", "\"timing\"", "\"ceilings\"",
                           "\"rows\"", "\"config\"", "\"hidden\"", "\"intermediate\"", "\"experts\"", "\"topk\"",
@@ -179,6 +180,7 @@ TEST(Report, TableAndJsonCarryEveryRow) {
     EXPECT_NE(json.find(key), std::string::npos) << key;
   EXPECT_NE(json.find("\"verified\": true"), std::string::npos) << json;
   EXPECT_NE(json.find("\"nvlink_gbps\": 350"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"device_uuid\": \"GPU-209d824b-d3cb-2590-bd57-8e49e31f4abf\""), std::string::npos) << json;
   EXPECT_EQ(table.find("sustained"), std::string::npos) << "no --sustained run, no column";
 
   rows[0].sustained_calls = 500;

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "common/job.h"
+#include "common/process.h"
 #include "epfuse/error.h"
 #include "epfuse/reference.h"
 
@@ -212,6 +213,15 @@ TEST(CallTimes, FirstAndLastWindowsShowDrift) {
   EXPECT_EQ(s.window, 5u);
   EXPECT_EQ(s.last_median, 1.0);
   EXPECT_EQ(s.max, 100.0);
+}
+
+// The UUID as nvidia-smi -L writes it: "GPU-", then 8-4-4-4-12 lower-case hex digits.
+TEST(DeviceUuid, SpelledAsNvidiaSmiDoes) {
+  const unsigned char bytes[16] = {0x20, 0x9d, 0x82, 0x4b, 0xd3, 0xcb, 0x25, 0x90,
+                                   0xbd, 0x57, 0x8e, 0x49, 0xe3, 0x1f, 0x4a, 0xbf};
+  EXPECT_EQ(format_gpu_uuid(bytes), "GPU-209d824b-d3cb-2590-bd57-8e49e31f4abf");
+  const unsigned char zeros[16] = {};
+  EXPECT_EQ(format_gpu_uuid(zeros), "GPU-00000000-0000-0000-0000-000000000000");
 }
 
 }  // namespace
