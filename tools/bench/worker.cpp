@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <thread>
@@ -164,6 +165,66 @@ void time_phases(RankJob& job, const std::vector<InputSet>& sets, BenchRow& row)
   row.combine_ms = slowest_rank(job.comm(), phases[2]).median;
 }
 
+
+// A failed check before the timed calls (collective: every rank's verdict is the same): what each rank's
+// y looked like against three more forwards of the same input set, whether those agree with each other,
+// and whether the inputs on the device are still the host's (docs/performance.md#faults-seen-while-timing:
+// a first forward that came out wrong while the later ones were right). On stderr, per rank.
+void diagnose_failed_check(RankJob& job, const InputSet& in, const std::string& label) {
+  const int T = in.num_tokens(), k = job.config().topk;
+  const size_t H = static_cast<size_t>(job.config().hidden);
+  cudaStream_t stream = job.stream();
+  const auto output = [&] {
+    std::vector<bf16> y(static_cast<size_t>(T) * H);
+    if (!y.empty())
+      EPFUSE_CUDA_CHECK(cudaMemcpyAsync(y.data(), job.output(), y.size() * sizeof(bf16), cudaMemcpyDeviceToHost, stream));
+    EPFUSE_CUDA_CHECK(cudaStreamSynchronize(stream));
+    std::vector<double> out(y.size());
+    for (size_t i = 0; i < y.size(); ++i) out[i] = __bfloat162float(y[i]);
+    return out;
+  };
+  const std::vector<double> failed = output();
+  const TokenBatch b = in.batch();
+  const HostTokens& host = in.host();
+  const auto same = [&](const void* device, const void* expected, size_t bytes) {
+    std::vector<unsigned char> got(bytes);
+    if (bytes > 0) EPFUSE_CUDA_CHECK(cudaMemcpyAsync(got.data(), device, bytes, cudaMemcpyDeviceToHost, stream));
+    EPFUSE_CUDA_CHECK(cudaStreamSynchronize(stream));
+    return std::memcmp(got.data(), expected, bytes) == 0 ? "yes" : "NO";
+  };
+  const char* x_same = b.x != nullptr ? same(b.x, host.x.data(), host.x.size() * sizeof(bf16)) : "(x_fp8)";
+  const char* idx_same = same(b.topk_idx, host.topk_idx.data(), host.topk_idx.size() * sizeof(int32_t));
+  const char* w_same = same(b.topk_weights, host.topk_weights.data(), host.topk_weights.size() * sizeof(float));
+  std::vector<std::vector<double>> later;
+  for (int i = 0; i < 3; ++i) {
+    job.forward(in);
+    job.layer().check_errors(stream);
+    later.push_back(output());
+  }
+  const int rank = job.comm().rank();
+  std::fprintf(stderr,
+               "bench: %s, rank %d, diagnosis of the failed check: the device inputs are the host's (x %s, topk_idx "
+               "%s, topk_weights %s); three more forwards: the 2nd and 3rd equal to the 1st bitwise: %s, %s\n",
+               label.c_str(), rank, x_same, idx_same, w_same, later[1] == later[0] ? "yes" : "NO",
+               later[2] == later[0] ? "yes" : "NO");
+  // Per token, one character per 256 columns: the failed y against the first later forward.
+  const std::vector<std::string> map = tools::block_error_map(later[0], failed, H, 256);
+  constexpr int kTokensShown = 16;
+  for (int t = 0; t < std::min(T, kTokensShown); ++t) {
+    std::string experts;
+    for (int j = 0; j < k; ++j)
+      experts.append(" ").append(std::to_string(host.topk_idx[static_cast<size_t>(t) * k + j]));
+    std::fprintf(stderr, "bench: rank %d token %d %s (experts%s)\n", rank, t, map[static_cast<size_t>(t)].c_str(),
+                 experts.c_str());
+  }
+  const auto wrong = std::count_if(map.begin(), map.end(), [](const std::string& m) {
+    return m.find_first_not_of('.') != std::string::npos;
+  });
+  std::fprintf(stderr, "bench: rank %d: %lld of %d tokens differ from the later forward (per 256 columns: '.' same, "
+               "'z' zero, '0'-'3' error >= 1, 0.1, 0.01, below)\n",
+               rank, static_cast<long long>(wrong), T);
+}
+
 }  // namespace
 
 void run_worker(const BenchOptions& o) {
@@ -242,6 +303,7 @@ void run_worker(const BenchOptions& o) {
       }
       const std::vector<int> rows = tools::sample_rows(bc.tokens_per_rank, o.verify_rows);
       const tools::Verdict verdict = job->verified_forward(sets[0], rows, o.tolerance, reference_threads());
+      if (!verdict.passed) diagnose_failed_check(*job, sets[0], case_label(bc) + " " + impl_name);
 
       for (int i = 0; i < o.warmup; ++i) job->forward(sets[i % sets.size()]);
       const std::vector<double> ms = tools::time_iterations(

@@ -72,6 +72,27 @@ std::vector<double> row_errors(std::span<const double> ref, std::span<const doub
   return errs;
 }
 
+std::vector<std::string> block_error_map(std::span<const double> ref, std::span<const double> out, size_t H,
+                                         size_t block) {
+  EPFUSE_REQUIRE(H > 0 && block > 0 && ref.size() == out.size() && ref.size() % H == 0, ErrorCode::kInvalidArgument,
+                 "block_error_map: ref has " + std::to_string(ref.size()) + " values, out " +
+                     std::to_string(out.size()) + ", rows of " + std::to_string(H) + ", blocks of " +
+                     std::to_string(block));
+  std::vector<std::string> map(ref.size() / H);
+  for (size_t r = 0; r < map.size(); ++r)
+    for (size_t c0 = 0; c0 < H; c0 += block) {
+      double diff = 0.0, norm = 0.0, got = 0.0;
+      for (size_t h = r * H + c0; h < r * H + std::min(H, c0 + block); ++h) {
+        diff += (out[h] - ref[h]) * (out[h] - ref[h]);
+        norm += ref[h] * ref[h];
+        got += out[h] * out[h];
+      }
+      const double err = std::sqrt(diff) / std::max(std::sqrt(norm), kRowNormFloor);
+      map[r] += diff == 0.0 ? '.' : got == 0.0 ? 'z' : err >= 1.0 ? '0' : err >= 0.1 ? '1' : err >= 0.01 ? '2' : '3';
+    }
+  return map;
+}
+
 WorstRow worst_row(std::span<const double> errs, std::span<const int> rows, int rank) {
   EPFUSE_REQUIRE(errs.size() == rows.size(), ErrorCode::kInvalidArgument,
                  "worst_row: " + std::to_string(errs.size()) + " errors for " + std::to_string(rows.size()) + " rows");

@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 #include <span>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -57,6 +58,11 @@ int64_t count_unwritten(std::span<const bf16> y);
 // when the sizes differ or are not a multiple of H.
 inline constexpr double kRowNormFloor = 1e-30;
 std::vector<double> row_errors(std::span<const double> ref, std::span<const double> out, size_t H);
+// Where two outputs of the same inputs differ (a failed forward against the next one): per row of H, one
+// character per block of `block` columns (the last may be shorter): '.' identical, 'z' all zero where
+// `ref` is not, else the block's relative error, '0' >= 1, '1' >= 0.1, '2' >= 0.01, '3' below.
+std::vector<std::string> block_error_map(std::span<const double> ref, std::span<const double> out, size_t H,
+                                         size_t block);
 
 // The per-row bound that goes with an overall tolerance (relative Frobenius error over all checked
 // rows), so that a few bad rows cannot hide among many good ones. Rounding the layer's bf16 stages

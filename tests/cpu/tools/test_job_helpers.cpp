@@ -215,6 +215,22 @@ TEST(CallTimes, FirstAndLastWindowsShowDrift) {
   EXPECT_EQ(s.max, 100.0);
 }
 
+// Two rows of 10 columns in blocks of 4 (the last of 2): identical, zero, and errors of each size.
+TEST(BlockErrorMap, OneCharacterPerBlockOfEachRow) {
+  std::vector<double> ref(20, 1.0), out(20, 1.0);
+  for (int h = 4; h < 8; ++h) out[h] = 0.0;   // row 0, block 1: all zero
+  out[8] = 1.5;                               // row 0, block 2 (2 columns): err 0.5 / sqrt(2)
+  out[10] = 1.0 + 1e-3;                       // row 1, block 0: below 1e-2
+  out[14] = 1.1;                              // row 1, block 1: 0.1 / 2 = 0.05
+  out[18] = -5.0;                             // row 1, block 2: 6 / sqrt(2), >= 1
+  const std::vector<std::string> map = block_error_map(ref, out, 10, 4);
+  ASSERT_EQ(map.size(), 2u);
+  EXPECT_EQ(map[0], ".z1");
+  EXPECT_EQ(map[1], "320");
+  EXPECT_THROW(block_error_map(ref, out, 7, 4), Error);  // not rows of 7
+  EXPECT_THROW(block_error_map(ref, out, 10, 0), Error);
+}
+
 // The UUID as nvidia-smi -L writes it: "GPU-", then 8-4-4-4-12 lower-case hex digits.
 TEST(DeviceUuid, SpelledAsNvidiaSmiDoes) {
   const unsigned char bytes[16] = {0x20, 0x9d, 0x82, 0x4b, 0xd3, 0xcb, 0x25, 0x90,
