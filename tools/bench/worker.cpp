@@ -165,7 +165,6 @@ void time_phases(RankJob& job, const std::vector<InputSet>& sets, BenchRow& row)
   row.combine_ms = slowest_rank(job.comm(), phases[2]).median;
 }
 
-
 // A failed check before the timed calls (collective: every rank's verdict is the same): what each rank's
 // y looked like against three more forwards of the same input set, whether those agree with each other,
 // and whether the inputs on the device are still the host's (docs/performance.md#faults-seen-while-timing:
@@ -174,16 +173,25 @@ void diagnose_failed_check(RankJob& job, const InputSet& in, const std::string& 
   const int T = in.num_tokens(), k = job.config().topk;
   const size_t H = static_cast<size_t>(job.config().hidden);
   cudaStream_t stream = job.stream();
+  // y's bits (compared bitwise: NaN included) and its values.
   const auto output = [&] {
-    std::vector<bf16> y(static_cast<size_t>(T) * H);
+    std::vector<uint16_t> y(static_cast<size_t>(T) * H);
     if (!y.empty())
       EPFUSE_CUDA_CHECK(cudaMemcpyAsync(y.data(), job.output(), y.size() * sizeof(bf16), cudaMemcpyDeviceToHost, stream));
     EPFUSE_CUDA_CHECK(cudaStreamSynchronize(stream));
-    std::vector<double> out(y.size());
-    for (size_t i = 0; i < y.size(); ++i) out[i] = __bfloat162float(y[i]);
+    return y;
+  };
+  const auto values = [](const std::vector<uint16_t>& bits) {
+    std::vector<double> out(bits.size());
+    for (size_t i = 0; i < bits.size(); ++i) {
+      uint32_t word = static_cast<uint32_t>(bits[i]) << 16;  // bf16 is the top half of a float
+      float f;
+      std::memcpy(&f, &word, sizeof f);
+      out[i] = f;
+    }
     return out;
   };
-  const std::vector<double> failed = output();
+  const std::vector<uint16_t> failed = output();
   const TokenBatch b = in.batch();
   const HostTokens& host = in.host();
   const auto same = [&](const void* device, const void* expected, size_t bytes) {
@@ -195,7 +203,7 @@ void diagnose_failed_check(RankJob& job, const InputSet& in, const std::string& 
   const char* x_same = b.x != nullptr ? same(b.x, host.x.data(), host.x.size() * sizeof(bf16)) : "(x_fp8)";
   const char* idx_same = same(b.topk_idx, host.topk_idx.data(), host.topk_idx.size() * sizeof(int32_t));
   const char* w_same = same(b.topk_weights, host.topk_weights.data(), host.topk_weights.size() * sizeof(float));
-  std::vector<std::vector<double>> later;
+  std::vector<std::vector<uint16_t>> later;
   for (int i = 0; i < 3; ++i) {
     job.forward(in);
     job.layer().check_errors(stream);
@@ -208,7 +216,7 @@ void diagnose_failed_check(RankJob& job, const InputSet& in, const std::string& 
                label.c_str(), rank, x_same, idx_same, w_same, later[1] == later[0] ? "yes" : "NO",
                later[2] == later[0] ? "yes" : "NO");
   // Per token, one character per 256 columns: the failed y against the first later forward.
-  const std::vector<std::string> map = tools::block_error_map(later[0], failed, H, 256);
+  const std::vector<std::string> map = tools::block_error_map(values(later[0]), values(failed), H, 256);
   constexpr int kTokensShown = 16;
   for (int t = 0; t < std::min(T, kTokensShown); ++t) {
     std::string experts;
@@ -221,7 +229,7 @@ void diagnose_failed_check(RankJob& job, const InputSet& in, const std::string& 
     return m.find_first_not_of('.') != std::string::npos;
   });
   std::fprintf(stderr, "bench: rank %d: %lld of %d tokens differ from the later forward (per 256 columns: '.' same, "
-               "'z' zero, '0'-'3' error >= 1, 0.1, 0.01, below)\n",
+               "'n' NaN, 'z' zero, '0'-'3' error >= 1, 0.1, 0.01, below)\n",
                rank, static_cast<long long>(wrong), T);
 }
 

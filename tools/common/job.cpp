@@ -88,7 +88,13 @@ std::vector<std::string> block_error_map(std::span<const double> ref, std::span<
         got += out[h] * out[h];
       }
       const double err = std::sqrt(diff) / std::max(std::sqrt(norm), kRowNormFloor);
-      map[r] += diff == 0.0 ? '.' : got == 0.0 ? 'z' : err >= 1.0 ? '0' : err >= 0.1 ? '1' : err >= 0.01 ? '2' : '3';
+      map[r] += diff == 0.0          ? '.'
+                : std::isnan(diff) ? 'n'
+                : got == 0.0       ? 'z'
+                : err >= 1.0       ? '0'
+                : err >= 0.1       ? '1'
+                : err >= 0.01      ? '2'
+                                   : '3';
     }
   return map;
 }

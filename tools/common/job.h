@@ -59,8 +59,9 @@ int64_t count_unwritten(std::span<const bf16> y);
 inline constexpr double kRowNormFloor = 1e-30;
 std::vector<double> row_errors(std::span<const double> ref, std::span<const double> out, size_t H);
 // Where two outputs of the same inputs differ (a failed forward against the next one): per row of H, one
-// character per block of `block` columns (the last may be shorter): '.' identical, 'z' all zero where
-// `ref` is not, else the block's relative error, '0' >= 1, '1' >= 0.1, '2' >= 0.01, '3' below.
+// character per block of `block` columns (the last may be shorter): '.' identical, 'n' a NaN in either,
+// 'z' all zero where `ref` is not, else the block's relative error, '0' >= 1, '1' >= 0.1, '2' >= 0.01,
+// '3' below.
 std::vector<std::string> block_error_map(std::span<const double> ref, std::span<const double> out, size_t H,
                                          size_t block);
 

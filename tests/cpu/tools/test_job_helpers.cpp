@@ -227,6 +227,8 @@ TEST(BlockErrorMap, OneCharacterPerBlockOfEachRow) {
   ASSERT_EQ(map.size(), 2u);
   EXPECT_EQ(map[0], ".z1");
   EXPECT_EQ(map[1], "320");
+  out[2] = std::numeric_limits<double>::quiet_NaN();  // row 0, block 0: NaN
+  EXPECT_EQ(block_error_map(ref, out, 10, 4)[0], "nz1");
   EXPECT_THROW(block_error_map(ref, out, 7, 4), Error);  // not rows of 7
   EXPECT_THROW(block_error_map(ref, out, 10, 0), Error);
 }
