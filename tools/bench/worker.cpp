@@ -173,25 +173,23 @@ void diagnose_failed_check(RankJob& job, const InputSet& in, const std::string& 
   const int T = in.num_tokens(), k = job.config().topk;
   const size_t H = static_cast<size_t>(job.config().hidden);
   cudaStream_t stream = job.stream();
-  // y's bits (compared bitwise: NaN included) and its values.
   const auto output = [&] {
-    std::vector<uint16_t> y(static_cast<size_t>(T) * H);
+    std::vector<bf16> y(static_cast<size_t>(T) * H);
     if (!y.empty())
       EPFUSE_CUDA_CHECK(cudaMemcpyAsync(y.data(), job.output(), y.size() * sizeof(bf16), cudaMemcpyDeviceToHost, stream));
     EPFUSE_CUDA_CHECK(cudaStreamSynchronize(stream));
     return y;
   };
-  const auto values = [](const std::vector<uint16_t>& bits) {
-    std::vector<double> out(bits.size());
-    for (size_t i = 0; i < bits.size(); ++i) {
-      uint32_t word = static_cast<uint32_t>(bits[i]) << 16;  // bf16 is the top half of a float
-      float f;
-      std::memcpy(&f, &word, sizeof f);
-      out[i] = f;
-    }
+  // Compared bitwise (NaN included), mapped by value.
+  const auto bitwise_equal = [](const std::vector<bf16>& a, const std::vector<bf16>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(bf16)) == 0;
+  };
+  const auto values = [](const std::vector<bf16>& y) {
+    std::vector<double> out(y.size());
+    for (size_t i = 0; i < y.size(); ++i) out[i] = __bfloat162float(y[i]);
     return out;
   };
-  const std::vector<uint16_t> failed = output();
+  const std::vector<bf16> failed = output();
   const TokenBatch b = in.batch();
   const HostTokens& host = in.host();
   const auto same = [&](const void* device, const void* expected, size_t bytes) {
@@ -203,7 +201,7 @@ void diagnose_failed_check(RankJob& job, const InputSet& in, const std::string& 
   const char* x_same = b.x != nullptr ? same(b.x, host.x.data(), host.x.size() * sizeof(bf16)) : "(x_fp8)";
   const char* idx_same = same(b.topk_idx, host.topk_idx.data(), host.topk_idx.size() * sizeof(int32_t));
   const char* w_same = same(b.topk_weights, host.topk_weights.data(), host.topk_weights.size() * sizeof(float));
-  std::vector<std::vector<uint16_t>> later;
+  std::vector<std::vector<bf16>> later;
   for (int i = 0; i < 3; ++i) {
     job.forward(in);
     job.layer().check_errors(stream);
@@ -213,8 +211,8 @@ void diagnose_failed_check(RankJob& job, const InputSet& in, const std::string& 
   std::fprintf(stderr,
                "bench: %s, rank %d, diagnosis of the failed check: the device inputs are the host's (x %s, topk_idx "
                "%s, topk_weights %s); three more forwards: the 2nd and 3rd equal to the 1st bitwise: %s, %s\n",
-               label.c_str(), rank, x_same, idx_same, w_same, later[1] == later[0] ? "yes" : "NO",
-               later[2] == later[0] ? "yes" : "NO");
+               label.c_str(), rank, x_same, idx_same, w_same, bitwise_equal(later[1], later[0]) ? "yes" : "NO",
+               bitwise_equal(later[2], later[0]) ? "yes" : "NO");
   // Per token, one character per 256 columns: the failed y against the first later forward.
   const std::vector<std::string> map = tools::block_error_map(values(later[0]), values(failed), H, 256);
   constexpr int kTokensShown = 16;

@@ -19,18 +19,23 @@ __global__ void count_shared_words_kernel(uint32_t word, int bytes, unsigned lon
   atomicAdd(differing, mine);
 }
 
-int block_bytes(int device) {
-  int bytes = 0;
-  EPFUSE_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  return bytes;
+// The fill's launch on the current device: one block per SM, each with the SM's whole shared memory.
+struct WholeSms {
+  int sms = 0, bytes = 0;
+};
+WholeSms whole_sms() {
+  int device = 0;
+  WholeSms w;
+  EPFUSE_CUDA_CHECK(cudaGetDevice(&device));
+  EPFUSE_CUDA_CHECK(cudaDeviceGetAttribute(&w.sms, cudaDevAttrMultiProcessorCount, device));
+  EPFUSE_CUDA_CHECK(cudaDeviceGetAttribute(&w.bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  return w;
 }
 
 }  // namespace
 
 void prepare_shared_memory_fill() {
-  int device = 0;
-  EPFUSE_CUDA_CHECK(cudaGetDevice(&device));
-  const int bytes = block_bytes(device);
+  const int bytes = whole_sms().bytes;
   for (const void* kernel : {reinterpret_cast<const void*>(fill_shared_memory_kernel),
                              reinterpret_cast<const void*>(count_shared_words_kernel)}) {
     EPFUSE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
@@ -39,19 +44,13 @@ void prepare_shared_memory_fill() {
 }
 
 void fill_shared_memory(uint8_t byte, cudaStream_t stream) {
-  int device = 0, sms = 0;
-  EPFUSE_CUDA_CHECK(cudaGetDevice(&device));
-  EPFUSE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  const int bytes = block_bytes(device);
+  const auto [sms, bytes] = whole_sms();
   fill_shared_memory_kernel<<<sms, 1024, static_cast<size_t>(bytes), stream>>>(0x01010101u * byte, bytes);
   EPFUSE_CUDA_CHECK_LAUNCH();
 }
 
 SharedWords shared_words_not(uint8_t byte, cudaStream_t stream) {
-  int device = 0, sms = 0;
-  EPFUSE_CUDA_CHECK(cudaGetDevice(&device));
-  EPFUSE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  const int bytes = block_bytes(device);
+  const auto [sms, bytes] = whole_sms();
   unsigned long long* differing = nullptr;
   EPFUSE_CUDA_CHECK(cudaMallocAsync(&differing, sizeof(*differing), stream));
   EPFUSE_CUDA_CHECK(cudaMemsetAsync(differing, 0, sizeof(*differing), stream));

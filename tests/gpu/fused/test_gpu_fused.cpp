@@ -86,12 +86,16 @@ EPFUSE_RANK_TEST(FusedLayer, MatchesReferenceOverManyCalls) {
 // 32x128) against the reference: few experts and up to 256 tokens, so the per-call row estimate
 // (tokens x k x world / E) crosses each shape's range. The shapes counted are the ones the layer
 // launched (fused::last_launched_tile), not a prediction.
-EPFUSE_RANK_TEST(FusedLayer, EveryTileShapeMatchesReference) {
+LayerConfig every_tile_shape_config() {
   LayerConfig cfg = test_config();
   cfg.num_experts = std::max(4, testing::world());  // at least one expert per rank
   cfg.topk = 2;
   cfg.max_tokens_per_rank = 256;
-  Rank r(cfg);
+  return cfg;
+}
+
+EPFUSE_RANK_TEST(FusedLayer, EveryTileShapeMatchesReference) {
+  Rank r(every_tile_shape_config());
   std::vector<fused::GemmTileShape> seen;
   std::string launched;
   uint64_t seed = 300;
@@ -115,13 +119,9 @@ EPFUSE_RANK_TEST(FusedLayer, EveryTileShapeMatchesReference) {
 // workspace among the checked); the token counts of EveryTileShapeMatchesReference.
 EPFUSE_RANK_TEST(FusedLayer, StaleSharedMemoryChangesNothing) {
   testing::prepare_shared_memory_fill();
-  LayerConfig cfg = test_config();
-  cfg.num_experts = std::max(4, testing::world());
-  cfg.topk = 2;
-  cfg.max_tokens_per_rank = 256;
   uint64_t seed = 900;
   for (const uint8_t byte : {uint8_t{0xFF}, uint8_t{0x00}}) {
-    Rank r(cfg);
+    Rank r(every_tile_shape_config());
     r.set_before_forward([byte](cudaStream_t stream) { testing::fill_shared_memory(byte, stream); });
     std::vector<fused::GemmTileShape> seen;
     for (int count : {1, 256, 100, 16, 40}) {
