@@ -1,5 +1,6 @@
 """DeepGEMM's FP8 m-grouped GEMM (contiguous layout, 1x128 / 128x128 scales) on the shape of the FP8 tile's
-own benchmark (tests/gpu/gemm/test_fp8_tma_tile.cu, its "bench" lines): SMs / 4 experts of --rows rows,
+own benchmarks (tests/gpu/gemm/test_fp8_tma_tile.cu, its "bench" lines: SMs / 4 experts; and
+tests/gpu/gemm/bench_fp8_tile_shapes.cu, the layer's GEMM shapes: --experts E): E experts of --rows rows,
 N = --n, K = --k, so that the tile alone and DeepGEMM's GEMM alone are measured on one GPU in one job.
 Median of --reps launches timed one by one with CUDA events after a warm-up; prints ms and TFLOP/s.
 Our tile gathers its A rows from a pool of 300 tokens (L2-resident); DeepGEMM reads contiguous rows.
