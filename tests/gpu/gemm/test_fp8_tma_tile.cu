@@ -42,6 +42,7 @@
 #include "device/ptx/signals.cuh"
 #include "fused/tensor_map.h"
 #include "standalone.h"
+#include "tile_roles.cuh"
 
 namespace {
 
@@ -77,11 +78,7 @@ struct Params {
 };
 
 __device__ void record_failure(const Params& p, int side, int tile) {
-  if (atomicCAS(p.error, 0u, 1u + side) == 0) {
-    p.error[1] = tile;
-    p.error[2] = blockIdx.x;
-  }
-  atomicExch(p.abort, 1u);  // the other role's waits end too
+  epfuse::testing::record_ring_failure(p.error, p.abort, side, tile);
 }
 
 __global__ void __launch_bounds__(Tile::kThreads, 1) fp8_tma_tile_kernel(const __grid_constant__ CUtensorMap wmap,
@@ -137,11 +134,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1) fp8_tma_tile_kernel(const _
         break;
       }
       if (p.kloop_only) {
-        // The accumulators stay live (ptxas would drop MMAs whose results nothing reads); never stored.
-        float sum = 0.0f;
-#pragma unroll
-        for (int i = 0; i < kN / 2; ++i) sum += acc.v[i];
-        if (sum == -1.2345e-38f) p.out[0] = sum;
+        epfuse::testing::keep_live(acc.v, p.out);
         continue;
       }
       float* o = p.out + static_cast<int64_t>(t) * kM * kN;
