@@ -38,6 +38,7 @@
 #include "device/gemm/fragment_store.cuh"
 #include "device/gemm/gemm_mainloop_tma_fp8.cuh"
 #include "device/protocol/regions.h"
+#include "device/protocol/task_map.h"
 #include "device/ptx/ptx.cuh"
 #include "device/ptx/signals.cuh"
 #include "fused/tensor_map.h"
@@ -66,14 +67,15 @@ struct Problem {
 };
 
 struct TileAt {
-  int expert, mblock, nblock;
+  int expert, nblock;
+  int row0, rows;  // the tile's m-block: its first row of A and C, and its real rows
 };
-__device__ int mblocks_of(const Problem& p) { return (p.rows + Tile::kBlockM - 1) / Tile::kBlockM; }
-__device__ int num_tiles(const Problem& p) { return p.experts * mblocks_of(p) * (p.N / Tile::kBlockN); }
+__device__ int num_tiles(const Problem& p) { return p.experts * dev::mblocks_of(p.rows, Tile::kBlockM) * (p.N / Tile::kBlockN); }
 // Tile t: expert-major, n-block major within the expert (consecutive tiles share a weight n-block).
 __device__ TileAt tile_at(const Problem& p, int t) {
-  const int per_expert = mblocks_of(p) * (p.N / Tile::kBlockN), j = t % per_expert;
-  return {t / per_expert, j % mblocks_of(p), j / mblocks_of(p)};
+  const int mblocks = dev::mblocks_of(p.rows, Tile::kBlockM), per_expert = mblocks * (p.N / Tile::kBlockN);
+  const int e = t / per_expert, j = t % per_expert, mb = j % mblocks;
+  return {e, j / mblocks, e * p.rows + mb * Tile::kBlockM, min(Tile::kBlockM, p.rows - mb * Tile::kBlockM)};
 }
 
 __device__ void record_failure(const Problem& p, int side, int tile) {
@@ -91,7 +93,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1) tile_kernel(const __grid_co
     Tile::RingPos pos;
     for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
       const TileAt at = tile_at(p, t);
-      const int row0 = at.expert * p.rows + at.mblock * Tile::kBlockM, rows = min(Tile::kBlockM, p.rows - at.mblock * Tile::kBlockM);
+      const int row0 = at.row0, rows = at.rows;
       const uint8_t* a_rows[Tile::kProducerRows];
 #pragma unroll
       for (int i = 0; i < Tile::kProducerRows; ++i) {
@@ -115,7 +117,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1) tile_kernel(const __grid_co
     Tile::RingPos pos;
     for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
       const TileAt at = tile_at(p, t);
-      const int row0 = at.expert * p.rows + at.mblock * Tile::kBlockM, rows = min(Tile::kBlockM, p.rows - at.mblock * Tile::kBlockM);
+      const int row0 = at.row0, rows = at.rows;
       Tile::Accum acc;
       if (!Tile::mainloop(pos, p.K, rows, smem, acc, limit)) {
         record_failure(p, 1, t);
