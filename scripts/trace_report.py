@@ -175,6 +175,19 @@ def report(key, rows, tiles, sm):
             cols = [span(ph, "math_start", "inputs"), span(ph, "inputs", "epi_stored"), span(ph, "epi_stored", "end"),
                     span(ph, "math_start", "end")]
             print(f"{PHASES[p]:8s} " + " ".join(f"{fmt(c):>23s}" for c in cols))
+    # The start-up chain's own steps (trace.cuh's stamps of the layout, publish and collect tasks).
+    chain = [(0, "layout", [("math_start", "posted", "slots"), ("posted", "loaded", "tickets"), ("loaded", "loop_end", "bases"),
+                            ("loop_end", "end", "rows, done")]),
+             (1, "publish", [("math_start", "inputs", "layout done"), ("inputs", "epi_stored", "counts stored"),
+                             ("epi_stored", "end", "flags")]),
+             (3, "collect", [("math_start", "inputs", "counts in"), ("inputs", "posted", "status, counts read"),
+                             ("posted", "loaded", "m-blocks"), ("loaded", "loop_end", "scans, schedule"),
+                             ("loop_end", "epi_stored", "plan out"), ("epi_stored", "end", "release")])]
+    for p, name, parts in chain:
+        ph = [r for r in rows if r["phase"] == p]
+        cols = [(label, span(ph, a, b)) for a, b, label in parts]
+        if ph and all(c for _, c in cols):
+            print(f"{name} steps, us (median min max): " + ", ".join(f"{label} {fmt(c).split()[0]}" for label, c in cols))
     steps = plan_to_roles(rows)
     if steps:
         print("from the plan to each CTA's first tile, us (median min max over CTAs):")

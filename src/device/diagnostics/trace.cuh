@@ -19,16 +19,20 @@ enum Stamp : int {
   kTaken = 0,   // the CTA (producer) has the task id
   kWeights,     // producer: the queue slot is free and the tile's first weights are issued
   kInputs,      // producer: the tile's inputs are there (dispatch rows / the expert's Linear1 tiles);
-                //   dispatch: the layout is done; collect: every rank's counts are in
-  kPosted,      // producer: posted to the math warps (pre-role tasks: unused)
-  kLoaded,      // producer: every operand load of the tile issued
+                //   dispatch, publish: the layout is done; collect: every rank's counts are in
+  kPosted,      // producer: posted to the math warps; layout: the slots drawn in shared memory; collect:
+                //   the senders' status checked and the counts in shared memory
+  kLoaded,      // producer: every operand load of the tile issued; layout: the ticket bases drawn;
+                //   collect: the experts' m-blocks planned
   kMathStart,   // math: took the posted task (pre-role tasks: start)
   kFirstFull,   // math: the first stage of the k-loop is there
-  kLoopEnd,     // math: the k-loop is done
+  kLoopEnd,     // math: the k-loop is done; layout: the bases added to the slots; collect: the prefixes,
+                //   the schedule and the targets built
   kEnd,         // the task is done (epilogue, signals)
   kEpiMath,     // math: Linear1's h values (and FP8 codes) are in registers
   kEpiStored,   // math: the epilogue's stores are issued (before the release / signals); dispatch:
-                //   every row and entry of the task is written (before the arrival adds)
+                //   every row and entry of the task is written (before the arrival adds); publish: the
+                //   counts, status and layer stored (before the flags); collect: the plan copied out
   kLoopSynced,  // math: both math warpgroups are past the k-loop (the group barrier after it)
   kEpiSwiglu,   // math: Linear1's SwiGLU values are in registers (FP8: before their quantisation)
   kPlanSeen,    // a CTA's first role task: its scheduler saw this call's plan published (the flag)

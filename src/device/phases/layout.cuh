@@ -44,6 +44,7 @@ __device__ void layout_task(const FusedContext<Transport>& c, int block, void* s
     c.pair_index[static_cast<int64_t>(t) * k + j] = index;
   }
   __syncthreads();
+  trace::stamp_current(threadIdx.x == 0, trace::kPosted);
   // Ticket dispenser: one atomic per receiver / expert this block uses turns counts into bases.
   for (int i = threadIdx.x; i < d.world + E; i += blockDim.x) {
     const uint32_t n = cnt_rows[i];
@@ -52,6 +53,7 @@ __device__ void layout_task(const FusedContext<Transport>& c, int block, void* s
     cnt_rows[i] = atomicAdd(ticket, n);
   }
   __syncthreads();
+  trace::stamp_current(threadIdx.x == 0, trace::kLoaded);
   for (int q = threadIdx.x; q < pairs; q += blockDim.x) {
     const int t = t0 + q / k, j = q % k;
     const int32_t e = prm.topk_idx[static_cast<int64_t>(t) * k + j];
@@ -61,6 +63,7 @@ __device__ void layout_task(const FusedContext<Transport>& c, int block, void* s
     if (c.pair_row[at] >= 0) c.pair_row[at] += static_cast<int32_t>(cnt_rows[expert_rank(e, L)]);
   }
   __syncthreads();  // the owning slots' rows are final; copy them to the token's other slots there
+  trace::stamp_current(threadIdx.x == 0, trace::kLoopEnd);
   for (int q = threadIdx.x; q < pairs; q += blockDim.x) {
     const int t = t0 + q / k, j = q % k;
     const int32_t* idx = prm.topk_idx + static_cast<int64_t>(t) * k;
@@ -91,6 +94,7 @@ __device__ void publish_task(const FusedContext<Transport>& c, int layout_tasks)
   // EPFUSE_FAULT at=publish: this rank's count messages never go out; every rank's collect waits for them.
   if (hang_here(prm, c.ctl, ThreadGroup::cta(), HangPoint::kPublish)) return;
   if (!wait_layout_done(c, Phase::kPublish, layout_tasks, /*abortable=*/false)) return;
+  trace::stamp_current(threadIdx.x == 0, trace::kInputs);
   const uint32_t found = *reinterpret_cast<volatile uint32_t*>(&c.ctl->input_status);
   const uint32_t status = found != 0 ? found : prm.host_status;
   for (int i = threadIdx.x; i < d.world * L; i += blockDim.x) {
@@ -102,6 +106,7 @@ __device__ void publish_task(const FusedContext<Transport>& c, int layout_tasks)
     *peer_ptr<uint32_t>(c, dst, count_layer_offset(prm.sym, prm.capacity, c.parity, prm.rank)) = prm.layer_id;
   }
   __syncthreads();
+  trace::stamp_current(threadIdx.x == 0, trace::kEpiStored);
   for (int dst = threadIdx.x; dst < d.world; dst += blockDim.x)
     peer_release_store(c, peer_ptr<uint32_t>(c, dst, count_flag_offset(prm.sym, prm.capacity, c.parity, prm.rank)), c.epoch);
   if (threadIdx.x == 0 && status != 0) raise_abort(c.ctl);
@@ -158,7 +163,10 @@ __device__ void collect_task(const FusedContext<Transport>& c, int block_m, int 
   }
   trace::stamp_current(threadIdx.x == 0, trace::kInputs);
   __shared__ int peer_bad;
-  if (threadIdx.x == 0) {
+  // The CTA's last thread, whose warp has the fewest counts to copy below: the status loads then wait
+  // beside the copies' instead of after them (thread 0 took the two round trips one after the other,
+  // docs/performance.md#the-start-up-chain-at-world-2-2026-11-29).
+  if (threadIdx.x == blockDim.x - 1) {
     peer_bad = 0;
     // Every sender's status and layer id, kSendersAtOnce senders' loads issued before the first is
     // tested: one load after the other (a test and a possible record_error between) cost a round trip
@@ -202,6 +210,7 @@ __device__ void collect_task(const FusedContext<Transport>& c, int block_m, int 
     for (int e = threadIdx.x; e < L; e += blockDim.x) bases_smem[e] = c.arrival_base[e];
   }
   __syncthreads();
+  trace::stamp_current(threadIdx.x == 0, trace::kPosted);
   if (peer_bad) return;
   const ExpertPlan published = c.published_plan();
   const ExpertPlan p = in_smem ? plan_view(plan_smem, W, L) : published;
@@ -210,6 +219,7 @@ __device__ void collect_task(const FusedContext<Transport>& c, int block_m, int 
   uint32_t* bases = in_smem ? bases_smem : c.arrival_base;
   for (int e = threadIdx.x; e < L; e += blockDim.x) plan_expert(counts, count_stride, W, e, block_m, p);
   __syncthreads();
+  trace::stamp_current(threadIdx.x == 0, trace::kLoaded);
   const int lane = static_cast<int>(threadIdx.x) % 32;
   if (threadIdx.x < 32) {
     // Warp 0: the prefixes as scans, then the schedule and the targets expert by expert (lane by lane);
@@ -229,6 +239,7 @@ __device__ void collect_task(const FusedContext<Transport>& c, int block_m, int 
     for (int e = lane; e < L; e += 32) plan_target(p, bases, e);
     if (lane == 0) c.ctl->mblocks = static_cast<uint32_t>(mblocks);
   }
+  trace::stamp_current(threadIdx.x == 0, trace::kLoopEnd);
   if (in_smem) {
     __syncthreads();
     // plan_view: published.rows is the base of the plan's plan_ints(d) ints, laid out as in shared memory.
@@ -236,6 +247,7 @@ __device__ void collect_task(const FusedContext<Transport>& c, int block_m, int 
     for (int e = threadIdx.x; e < L; e += blockDim.x) c.arrival_base[e] = bases_smem[e];
   }
   __syncthreads();  // every store of the plan is issued before thread 0's release
+  trace::stamp_current(threadIdx.x == 0, trace::kEpiStored);
   if (threadIdx.x == 0) st_release_gpu(&c.ctl->plan_epoch, c.epoch);
 }
 
