@@ -181,7 +181,8 @@ def report(key, rows, tiles, sm):
              (1, "publish", [("math_start", "inputs", "layout done"), ("inputs", "epi_stored", "counts stored"),
                              ("epi_stored", "end", "flags")]),
              (3, "collect", [("math_start", "inputs", "counts in"), ("inputs", "posted", "status, counts read"),
-                             ("posted", "loaded", "m-blocks"), ("loaded", "loop_end", "scans, schedule"),
+                             ("posted", "loaded", "m-blocks"), ("loaded", "epi_math", "scans"),
+                             ("epi_math", "epi_swiglu", "schedule"), ("epi_swiglu", "loop_end", "targets"),
                              ("loop_end", "epi_stored", "plan out"), ("epi_stored", "end", "release")])]
     for p, name, parts in chain:
         ph = [r for r in rows if r["phase"] == p]

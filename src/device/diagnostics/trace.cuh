@@ -29,12 +29,13 @@ enum Stamp : int {
   kLoopEnd,     // math: the k-loop is done; layout: the bases added to the slots; collect: the prefixes,
                 //   the schedule and the targets built
   kEnd,         // the task is done (epilogue, signals)
-  kEpiMath,     // math: Linear1's h values (and FP8 codes) are in registers
+  kEpiMath,     // math: Linear1's h values (and FP8 codes) are in registers; collect: the prefixes scanned
   kEpiStored,   // math: the epilogue's stores are issued (before the release / signals); dispatch:
                 //   every row and entry of the task is written (before the arrival adds); publish: the
                 //   counts, status and layer stored (before the flags); collect: the plan copied out
   kLoopSynced,  // math: both math warpgroups are past the k-loop (the group barrier after it)
-  kEpiSwiglu,   // math: Linear1's SwiGLU values are in registers (FP8: before their quantisation)
+  kEpiSwiglu,   // math: Linear1's SwiGLU values are in registers (FP8: before their quantisation);
+                //   collect: the GEMM schedule built
   kPlanSeen,    // a CTA's first role task: its scheduler saw this call's plan published (the flag)
   kRolesSplit,  // a CTA's first role task: the plan copied and the task decoded, the CTA splitting into roles
   kStamps

@@ -227,6 +227,7 @@ __device__ void collect_task(const FusedContext<Transport>& c, int block_m, int 
     // experts, a combine the GEMMs do not cover) is one pass (task_map.h build_gemm_schedule), on lane 0.
     const int mblocks = plan_prefixes(counts, count_stride, W, L, p, WarpScan{lane});
     __syncwarp();
+    trace::stamp_current(threadIdx.x == 0, trace::kEpiMath);
     const int lag = prm.schedule_lag_quarters >= 0 ? forced_lag(prm.schedule_lag_quarters, static_cast<int>(gridDim.x))
                                                    : schedule_lag(W, static_cast<int>(gridDim.x), mblocks, nblocks1, L, prm.combine_lag);
     if (lag == kLinear1First) {
@@ -236,6 +237,7 @@ __device__ void collect_task(const FusedContext<Transport>& c, int block_m, int 
       build_gemm_schedule(p, L, nblocks1, nblocks2, lag, reinterpret_cast<int*>(p.target));
     }
     __syncwarp();
+    trace::stamp_current(threadIdx.x == 0, trace::kEpiSwiglu);
     for (int e = lane; e < L; e += 32) plan_target(p, bases, e);
     if (lane == 0) c.ctl->mblocks = static_cast<uint32_t>(mblocks);
   }
