@@ -60,6 +60,32 @@ def fmt(values):
     return f"{statistics.median(values):7.2f} {min(values):7.2f} {max(values):7.2f}"
 
 
+# The start-up chain's own steps: trace.cuh's stamps inside the layout (phase 0), publish (1) and collect
+# (3) tasks, as (from, to, label).
+CHAIN = {
+    "layout": (0, [("math_start", "posted", "slots"), ("posted", "loaded", "tickets"), ("loaded", "loop_end", "bases"),
+                   ("loop_end", "end", "rows, done")]),
+    "publish": (1, [("math_start", "inputs", "layout done"), ("inputs", "epi_stored", "counts stored"),
+                    ("epi_stored", "end", "flags")]),
+    "collect": (3, [("math_start", "inputs", "counts in"), ("inputs", "posted", "status, counts read"),
+                    ("posted", "loaded", "m-blocks"), ("loaded", "epi_math", "scans"), ("epi_math", "epi_swiglu", "schedule"),
+                    ("epi_swiglu", "loop_end", "targets"), ("loop_end", "epi_stored", "plan out"),
+                    ("epi_stored", "end", "release")]),
+}
+
+
+def chain_steps(rows):
+    """Per task of the start-up chain, its steps as (label, durations in us); a task whose records lack
+    any of its stamps (a trace of an older build) is left out."""
+    out = {}
+    for name, (phase, parts) in CHAIN.items():
+        ph = [r for r in rows if r["phase"] == phase]
+        cols = [(label, span(ph, a, b)) for a, b, label in parts]
+        if ph and all(v for _, v in cols):
+            out[name] = cols
+    return out
+
+
 def plan_to_roles(rows):
     """Each CTA's way from the plan to its first tile (its first role record, which carries plan_seen and
     roles_split), in us per CTA: from the collect task's end to the CTA seeing the plan, to its split into
@@ -175,20 +201,9 @@ def report(key, rows, tiles, sm):
             cols = [span(ph, "math_start", "inputs"), span(ph, "inputs", "epi_stored"), span(ph, "epi_stored", "end"),
                     span(ph, "math_start", "end")]
             print(f"{PHASES[p]:8s} " + " ".join(f"{fmt(c):>23s}" for c in cols))
-    # The start-up chain's own steps (trace.cuh's stamps of the layout, publish and collect tasks).
-    chain = [(0, "layout", [("math_start", "posted", "slots"), ("posted", "loaded", "tickets"), ("loaded", "loop_end", "bases"),
-                            ("loop_end", "end", "rows, done")]),
-             (1, "publish", [("math_start", "inputs", "layout done"), ("inputs", "epi_stored", "counts stored"),
-                             ("epi_stored", "end", "flags")]),
-             (3, "collect", [("math_start", "inputs", "counts in"), ("inputs", "posted", "status, counts read"),
-                             ("posted", "loaded", "m-blocks"), ("loaded", "epi_math", "scans"),
-                             ("epi_math", "epi_swiglu", "schedule"), ("epi_swiglu", "loop_end", "targets"),
-                             ("loop_end", "epi_stored", "plan out"), ("epi_stored", "end", "release")])]
-    for p, name, parts in chain:
-        ph = [r for r in rows if r["phase"] == p]
-        cols = [(label, span(ph, a, b)) for a, b, label in parts]
-        if ph and all(c for _, c in cols):
-            print(f"{name} steps, us (median min max): " + ", ".join(f"{label} {fmt(c).split()[0]}" for label, c in cols))
+    for name, parts in chain_steps(rows).items():
+        print(f"{name} steps, us (median over its tasks): " +
+              ", ".join(f"{label} {statistics.median(v):.2f}" for label, v in parts))
     steps = plan_to_roles(rows)
     if steps:
         print("from the plan to each CTA's first tile, us (median min max over CTAs):")

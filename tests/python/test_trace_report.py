@@ -63,3 +63,27 @@ def test_plan_to_roles_per_cta(repo_script):
     assert steps["split->producer"] == pytest.approx([0.3])
     assert steps["producer->1st stage"] == pytest.approx([3.7])
     assert m.plan_to_roles([first]) == {}  # no collect task recorded
+
+
+def test_chain_steps_of_the_start_up_tasks(repo_script):
+    m = repo_script("trace_report")
+
+    def task(phase, **stamps_us):
+        r = {s: -1 for s in m.STAMPS}
+        r.update(cta=0, phase=phase, expert=0, mblock=0, nblock=0, rec=0)
+        r.update({k: int(v * 1000) for k, v in stamps_us.items()})
+        return r
+
+    layout = task(0, math_start=0.0, posted=0.9, loaded=1.4, loop_end=1.8, end=2.8)
+    publish = task(1, math_start=0.0, inputs=3.0, epi_stored=3.7, end=4.2)
+    collect = task(3, math_start=0.0, inputs=4.6, posted=5.8, loaded=6.2, epi_math=7.3, epi_swiglu=8.1,
+                   loop_end=8.3, epi_stored=8.7, end=9.1)
+    steps = m.chain_steps([layout, publish, collect])
+    assert [label for label, _ in steps["layout"]] == ["slots", "tickets", "bases", "rows, done"]
+    assert [v for _, (v,) in steps["layout"]] == pytest.approx([0.9, 0.5, 0.4, 1.0])
+    assert [v for _, (v,) in steps["publish"]] == pytest.approx([3.0, 0.7, 0.5])
+    assert [v for _, (v,) in steps["collect"]] == pytest.approx([4.6, 1.2, 0.4, 1.1, 0.8, 0.2, 0.4, 0.4])
+    # A collect record of a build without the schedule's stamps is left out, the others stay.
+    old = task(3, math_start=0.0, inputs=4.6, posted=5.8, loaded=6.2, loop_end=8.3, epi_stored=8.7, end=9.1)
+    steps = m.chain_steps([layout, old])
+    assert "collect" not in steps and "layout" in steps and "publish" not in steps
