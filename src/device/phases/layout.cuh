@@ -155,91 +155,102 @@ __device__ void collect_task(const FusedContext<Transport>& c, int block_m, int 
   const int L = c.local_experts, W = d.world;
   // EPFUSE_FAULT at=collect: this rank's plan never comes; its GEMM and combine tasks wait for it.
   if (hang_here(prm, c.ctl, ThreadGroup::cta(), HangPoint::kCollect)) return;
-  for (int src = 0; src < W; ++src) {
-    const uint32_t* flag = local_ptr<uint32_t>(c, count_flag_offset(prm.sym, prm.capacity, c.parity, src));
-    if (!cta_wait(prm, c.ctl, c.site(Phase::kCollect, WaitKind::kCounts, src), c.epoch,
-                  [&] { return peer_acquire(c, flag); }, [&](uint32_t v) { return flag_is_current(v, c.epoch); }))
-      return;
-  }
-  trace::stamp_current(threadIdx.x == 0, trace::kInputs);
-  __shared__ int peer_bad;
-  // The CTA's last thread, whose warp has the fewest counts to copy below: the status loads then wait
-  // beside the copies' instead of after them (thread 0 took the two round trips one after the other,
-  // docs/performance.md#the-start-up-chain-at-world-2-2026-11-29).
-  if (threadIdx.x == blockDim.x - 1) {
-    peer_bad = 0;
-    // Every sender's status and layer id, kSendersAtOnce senders' loads issued before the first is
-    // tested: one load after the other (a test and a possible record_error between) cost a round trip
-    // each, ~10 us from counts in to the plan at world 4 (docs/performance.md#the-plan-at-world-4-2026-11-28).
-    constexpr int kSendersAtOnce = 8;
-    for (int src0 = 0; src0 < W; src0 += kSendersAtOnce) {
-      uint32_t status[kSendersAtOnce], layer[kSendersAtOnce];
-#pragma unroll
-      for (int i = 0; i < kSendersAtOnce; ++i) {
-        const int src = src0 + i < W ? src0 + i : src0;
-        status[i] = __ldcg(local_ptr<uint32_t>(c, count_status_offset(prm.sym, prm.capacity, c.parity, src)));
-        layer[i] = __ldcg(local_ptr<uint32_t>(c, count_layer_offset(prm.sym, prm.capacity, c.parity, src)));
-      }
-#pragma unroll
-      for (int i = 0; i < kSendersAtOnce; ++i) {
-        const int src = src0 + i;
-        if (src >= W) break;
-        if (status[i] != 0) {
-          record_error(c.ctl, ErrorRecord{static_cast<int32_t>(ErrorKind::kPeerBadInput), prm.rank,
-                                          static_cast<int32_t>(Phase::kCollect), 0, src, 0, 0, status[i]});
-          peer_bad = 1;
-        }
-        if (layer[i] != prm.layer_id) {
-          record_error(c.ctl, ErrorRecord{static_cast<int32_t>(ErrorKind::kPeerOtherLayer), prm.rank,
-                                          static_cast<int32_t>(Phase::kCollect), 0, src, 0, prm.layer_id, layer[i]});
-          peer_bad = 1;
-        }
-      }
-    }
-    if (peer_bad) raise_abort(c.ctl);
-  }
-  // This parity's messages, [world][capacity L]; the acquires above ordered them.
+  // This parity's messages, [world][capacity L]; the acquires below order them.
   const uint32_t* msgs = local_ptr<uint32_t>(c, count_msg_offset(prm.sym, prm.capacity, c.parity, 0, 0));
   const bool in_smem = collect_scratch_ints(d) * sizeof(int) <= static_cast<size_t>(scratch_bytes);
   int* plan_smem = static_cast<int*>(smem);
   uint32_t* counts_smem = reinterpret_cast<uint32_t*>(plan_smem + plan_ints(d));  // [world][L]
   uint32_t* bases_smem = counts_smem + W * L;                                    // [L]
-  if (in_smem) {
-    const int stride = prm.capacity.local_experts();
-    for (int i = threadIdx.x; i < W * L; i += blockDim.x) counts_smem[i] = __ldcg(msgs + (i / L) * stride + i % L);
-    for (int e = threadIdx.x; e < L; e += blockDim.x) bases_smem[e] = c.arrival_base[e];
-  }
-  __syncthreads();
-  trace::stamp_current(threadIdx.x == 0, trace::kPosted);
-  if (peer_bad) return;
   const ExpertPlan published = c.published_plan();
-  const ExpertPlan p = in_smem ? plan_view(plan_smem, W, L) : published;
-  const uint32_t* counts = in_smem ? counts_smem : msgs;
-  const int count_stride = in_smem ? L : prm.capacity.local_experts();
-  uint32_t* bases = in_smem ? bases_smem : c.arrival_base;
-  for (int e = threadIdx.x; e < L; e += blockDim.x) plan_expert(counts, count_stride, W, e, block_m, p);
-  __syncthreads();
-  trace::stamp_current(threadIdx.x == 0, trace::kLoaded);
-  const int lane = static_cast<int>(threadIdx.x) % 32;
-  if (threadIdx.x < 32) {
-    // Warp 0: the prefixes as scans, then the schedule and the targets expert by expert (lane by lane);
-    // the lagged schedule of worlds > 1 (more than one wave of Linear1 tiles, more m-blocks than
-    // experts, a combine the GEMMs do not cover) is one pass (task_map.h build_gemm_schedule), on lane 0.
-    const int mblocks = plan_prefixes(counts, count_stride, W, L, p, WarpScan{lane});
-    __syncwarp();
-    trace::stamp_current(threadIdx.x == 0, trace::kEpiMath);
-    const int lag = prm.schedule_lag_quarters >= 0 ? forced_lag(prm.schedule_lag_quarters, static_cast<int>(gridDim.x))
-                                                   : schedule_lag(W, static_cast<int>(gridDim.x), mblocks, nblocks1, L, prm.combine_lag);
-    if (lag == kLinear1First) {
-      for (int e = lane; e < L; e += 32) linear1_first_segments(p, L, nblocks1, nblocks2, e);
-    } else if (lane == 0) {
-      // target is filled below: until then it is the schedule's scratch.
-      build_gemm_schedule(p, L, nblocks1, nblocks2, lag, reinterpret_cast<int*>(p.target));
+  __shared__ int peer_bad;
+  // Pass 0 (plan in shared memory only): the plan's code run once on zero counts into the scratch, while
+  // the counts are not in yet, so that pass 1 finds its instructions on the SM: cold, warp 0's ~50
+  // instructions of scans, schedule and targets took ~2 us at T = 1
+  // (docs/performance.md#the-start-up-chain-at-world-2-2026-11-29). One loop, not two copies of the code.
+#pragma unroll 1
+  for (int pass = in_smem ? 0 : 1; pass < 2; ++pass) {
+    const bool real = pass == 1;
+    if (real) {
+      for (int src = 0; src < W; ++src) {
+        const uint32_t* flag = local_ptr<uint32_t>(c, count_flag_offset(prm.sym, prm.capacity, c.parity, src));
+        if (!cta_wait(prm, c.ctl, c.site(Phase::kCollect, WaitKind::kCounts, src), c.epoch,
+                      [&] { return peer_acquire(c, flag); }, [&](uint32_t v) { return flag_is_current(v, c.epoch); }))
+          return;
+      }
+      trace::stamp_current(threadIdx.x == 0, trace::kInputs);
+      // The CTA's last thread, whose warp has the fewest counts to copy below: the status loads then wait
+      // beside the copies' instead of after them (thread 0 took the two round trips one after the other,
+      // docs/performance.md#the-start-up-chain-at-world-2-2026-11-29).
+      if (threadIdx.x == blockDim.x - 1) {
+        peer_bad = 0;
+        // Every sender's status and layer id, kSendersAtOnce senders' loads issued before the first is
+        // tested: one load after the other (a test and a possible record_error between) cost a round trip
+        // each, ~10 us from counts in to the plan at world 4 (docs/performance.md#the-plan-at-world-4-2026-11-28).
+        constexpr int kSendersAtOnce = 8;
+        for (int src0 = 0; src0 < W; src0 += kSendersAtOnce) {
+          uint32_t status[kSendersAtOnce], layer[kSendersAtOnce];
+#pragma unroll
+          for (int i = 0; i < kSendersAtOnce; ++i) {
+            const int src = src0 + i < W ? src0 + i : src0;
+            status[i] = __ldcg(local_ptr<uint32_t>(c, count_status_offset(prm.sym, prm.capacity, c.parity, src)));
+            layer[i] = __ldcg(local_ptr<uint32_t>(c, count_layer_offset(prm.sym, prm.capacity, c.parity, src)));
+          }
+#pragma unroll
+          for (int i = 0; i < kSendersAtOnce; ++i) {
+            const int src = src0 + i;
+            if (src >= W) break;
+            if (status[i] != 0) {
+              record_error(c.ctl, ErrorRecord{static_cast<int32_t>(ErrorKind::kPeerBadInput), prm.rank,
+                                              static_cast<int32_t>(Phase::kCollect), 0, src, 0, 0, status[i]});
+              peer_bad = 1;
+            }
+            if (layer[i] != prm.layer_id) {
+              record_error(c.ctl, ErrorRecord{static_cast<int32_t>(ErrorKind::kPeerOtherLayer), prm.rank,
+                                              static_cast<int32_t>(Phase::kCollect), 0, src, 0, prm.layer_id, layer[i]});
+              peer_bad = 1;
+            }
+          }
+        }
+        if (peer_bad) raise_abort(c.ctl);
+      }
     }
-    __syncwarp();
-    trace::stamp_current(threadIdx.x == 0, trace::kEpiSwiglu);
-    for (int e = lane; e < L; e += 32) plan_target(p, bases, e);
-    if (lane == 0) c.ctl->mblocks = static_cast<uint32_t>(mblocks);
+    if (in_smem) {
+      const int stride = prm.capacity.local_experts();
+      for (int i = threadIdx.x; i < W * L; i += blockDim.x) counts_smem[i] = real ? __ldcg(msgs + (i / L) * stride + i % L) : 0u;
+      for (int e = threadIdx.x; e < L; e += blockDim.x) bases_smem[e] = real ? c.arrival_base[e] : 0u;
+    }
+    __syncthreads();
+    trace::stamp_current(threadIdx.x == 0 && real, trace::kPosted);
+    if (real && peer_bad) return;
+    const ExpertPlan p = in_smem ? plan_view(plan_smem, W, L) : published;
+    const uint32_t* counts = in_smem ? counts_smem : msgs;
+    const int count_stride = in_smem ? L : prm.capacity.local_experts();
+    uint32_t* bases = in_smem ? bases_smem : c.arrival_base;
+    for (int e = threadIdx.x; e < L; e += blockDim.x) plan_expert(counts, count_stride, W, e, block_m, p);
+    __syncthreads();
+    trace::stamp_current(threadIdx.x == 0 && real, trace::kLoaded);
+    const int lane = static_cast<int>(threadIdx.x) % 32;
+    if (threadIdx.x < 32) {
+      // Warp 0: the prefixes as scans, then the schedule and the targets expert by expert (lane by lane);
+      // the lagged schedule of worlds > 1 (more than one wave of Linear1 tiles, more m-blocks than
+      // experts, a combine the GEMMs do not cover) is one pass (task_map.h build_gemm_schedule), on lane 0.
+      const int mblocks = plan_prefixes(counts, count_stride, W, L, p, WarpScan{lane});
+      __syncwarp();
+      trace::stamp_current(threadIdx.x == 0 && real, trace::kEpiMath);
+      const int lag = prm.schedule_lag_quarters >= 0 ? forced_lag(prm.schedule_lag_quarters, static_cast<int>(gridDim.x))
+                                                     : schedule_lag(W, static_cast<int>(gridDim.x), mblocks, nblocks1, L, prm.combine_lag);
+      if (lag == kLinear1First) {
+        for (int e = lane; e < L; e += 32) linear1_first_segments(p, L, nblocks1, nblocks2, e);
+      } else if (lane == 0) {
+        // target is filled below: until then it is the schedule's scratch.
+        build_gemm_schedule(p, L, nblocks1, nblocks2, lag, reinterpret_cast<int*>(p.target));
+      }
+      __syncwarp();
+      trace::stamp_current(threadIdx.x == 0 && real, trace::kEpiSwiglu);
+      for (int e = lane; e < L; e += 32) plan_target(p, bases, e);
+      if (lane == 0 && real) c.ctl->mblocks = static_cast<uint32_t>(mblocks);
+    }
+    __syncthreads();  // pass 0's plan is overwritten by pass 1
   }
   trace::stamp_current(threadIdx.x == 0, trace::kLoopEnd);
   if (in_smem) {
