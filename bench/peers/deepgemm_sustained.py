@@ -17,7 +17,6 @@ Run with PYTHONPATH=<deepgemm tree> (../shared/peers/prepare_deepgemm.sh), e.g.
 The first call of a shape compiles DeepGEMM's kernels (JIT): run once with --sustain-ms 50 first.
 """
 import argparse
-import ctypes
 import os
 import sys
 
@@ -26,6 +25,7 @@ import deep_gemm
 
 sys.path.insert(0, os.path.join(os.path.dirname(deep_gemm.__file__), "..", "tests"))
 from generators import cast_fp8_fp4_with_major, grouped_cast_fp8_fp4_with_major, MajorTypeAB  # noqa: E402
+from nvml_energy import Energy  # noqa: E402
 
 
 def parse():
@@ -51,38 +51,6 @@ def draw(shape, data, gen):
         j = torch.randint(0, 3, (shape[0], shape[1] // 128, shape[2] // 128), device="cuda", generator=gen)
         mag = torch.exp2(-j.float()).repeat_interleave(128, dim=1).repeat_interleave(128, dim=2)
     return (u * mag).bfloat16()
-
-
-class Energy:
-    """NVML's total energy counter of the first visible GPU (mJ since the driver loaded); NaN without one."""
-
-    def __init__(self):
-        self.lib = None
-        try:
-            lib = ctypes.CDLL("libnvidia-ml.so.1")
-            if lib.nvmlInit_v2() != 0:
-                raise RuntimeError("nvmlInit_v2 failed")
-            # The CUDA device's PCI address (NVML's indices ignore CUDA_VISIBLE_DEVICES); index 0 without one.
-            props = torch.cuda.get_device_properties(0)
-            self.dev = ctypes.c_void_p()
-            if all(hasattr(props, k) for k in ("pci_domain_id", "pci_bus_id", "pci_device_id")):
-                bus = f"{props.pci_domain_id:08x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0"
-                rc = lib.nvmlDeviceGetHandleByPciBusId_v2(bus.encode(), ctypes.byref(self.dev))
-            else:
-                rc = lib.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(self.dev))
-            if rc != 0:
-                raise RuntimeError(f"no NVML handle (rc {rc})")
-            self.lib = lib
-        except Exception as e:  # noqa: BLE001 - the times are still worth printing
-            print(f"no energy counter: {e}", flush=True)
-
-    def joules(self):
-        if self.lib is None:
-            return float("nan")
-        mj = ctypes.c_ulonglong()
-        if self.lib.nvmlDeviceGetTotalEnergyConsumption(self.dev, ctypes.byref(mj)) != 0:
-            return float("nan")
-        return mj.value * 1e-3
 
 
 def main():

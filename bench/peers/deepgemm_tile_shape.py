@@ -3,6 +3,9 @@ own benchmarks (tests/gpu/gemm/test_fp8_tma_tile.cu, its "bench" lines: SMs / 4 
 tests/gpu/gemm/bench_fp8_tile_shapes.cu, the layer's GEMM shapes: --experts E): E experts of --rows rows,
 N = --n, K = --k, so that the tile alone and DeepGEMM's GEMM alone are measured on one GPU in one job.
 Median of --reps launches timed one by one with CUDA events after a warm-up; prints ms and TFLOP/s.
+--sustain-ms MS: then launches back to back for about MS with the GPU's energy counter read before and
+after (nvml_energy.py): ms and joules a launch and the mean power, as bench_fp8_tile_shapes --sustain
+prints them for our tile (at the 700 W cap a launch's joules, not its burst time, compare the two).
 Our tile gathers its A rows from a pool of 300 tokens (L2-resident); DeepGEMM reads contiguous rows.
 
 Run with PYTHONPATH=<deepgemm tree> (../shared/peers/prepare_deepgemm.sh), e.g.
@@ -18,6 +21,7 @@ import deep_gemm
 
 sys.path.insert(0, os.path.join(os.path.dirname(deep_gemm.__file__), "..", "tests"))
 from generators import cast_fp8_fp4_with_major, grouped_cast_fp8_fp4_with_major, MajorTypeAB  # noqa: E402
+from nvml_energy import Energy  # noqa: E402
 
 p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
 p.add_argument("--experts", type=int, default=0, help="0: SMs / 4, as the tile's benchmark")
@@ -25,6 +29,7 @@ p.add_argument("--rows", type=int, default=1024)
 p.add_argument("--n", type=int, default=1024)
 p.add_argument("--k", type=int, default=7168)
 p.add_argument("--reps", type=int, default=21)
+p.add_argument("--sustain-ms", type=float, default=0, help="> 0: also launches back to back for this long, with joules a launch")
 a = p.parse_args()
 experts = a.experts or torch.cuda.get_device_properties(0).multi_processor_count // 4
 m = experts * a.rows
@@ -48,3 +53,18 @@ ms = statistics.median(times)
 flops = 2.0 * m * a.n * a.k
 print(f"deepgemm-fp8 tile shape: {experts} experts x {a.rows} rows, N={a.n} K={a.k}: {ms:.3f} ms (median of {a.reps}), "
       f"{flops / ms / 1e9:.0f} TFLOP/s, rel err {err:.1e}", flush=True)
+if a.sustain_ms > 0:
+    n = max(10, int(a.sustain_ms / ms))
+    meter = Energy()
+    torch.cuda.synchronize()
+    s, e = torch.cuda.Event(True), torch.cuda.Event(True)
+    j0 = meter.joules()
+    s.record()
+    for _ in range(n):
+        run()
+    e.record()
+    torch.cuda.synchronize()
+    j1 = meter.joules()
+    total = s.elapsed_time(e)
+    print(f"deepgemm-fp8 tile shape sustained: {n} launches back to back, {total / n:.4f} ms a launch, "
+          f"{flops / (total / n) / 1e9:.0f} TFLOP/s, {(j1 - j0) / n:.4f} J a launch, {(j1 - j0) / (total * 1e-3):.0f} W", flush=True)

@@ -16,8 +16,11 @@
 // Usage: bench_fp8_tile_shapes [seed]                    checks, then bursts (median of 21 launches, each
 //                                                        timed alone after 3)
 //        bench_fp8_tile_shapes SEED --sustain SHAPE MS   shape SHAPE (0-5) with its stores, launches back to
-//                                                        back for MS ms: the rate at the power cap; sample
-//                                                        the clock and power beside it (scripts/clock_summary.py)
+//                                                        back for MS ms: the rate at the power cap and the
+//                                                        joules a launch (the GPU's energy counter, where
+//                                                        NVML has one; deepgemm_tile_shape.py --sustain-ms
+//                                                        prints DeepGEMM's); sample the clock beside it
+//                                                        (scripts/clock_summary.py)
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
@@ -29,9 +32,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "bench/energy.h"
 #include "common/check.h"
 #include "common/device_buffer.h"
 #include "common/fp8.h"
@@ -269,14 +274,24 @@ bool run(const Shape& sh, uint64_t seed, bool check, int ctas, double sustain_ms
       EPFUSE_CUDA_CHECK(cudaEventSynchronize(stop));
       EPFUSE_CUDA_CHECK(cudaEventElapsedTime(&one, start, stop));
       const int n = std::max(1, static_cast<int>(sustain_ms / one));
+      std::string why;
+      const auto meter = epfuse::bench::EnergyCounter::open(0, &why);
+      const double j0 = meter ? meter->joules().value_or(NAN) : NAN;
       EPFUSE_CUDA_CHECK(cudaEventRecord(start));
       for (int i = 0; i < n; ++i) launch();
       EPFUSE_CUDA_CHECK(cudaEventRecord(stop));
       EPFUSE_CUDA_CHECK(cudaEventSynchronize(stop));
+      const double j1 = meter ? meter->joules().value_or(NAN) : NAN;
       EPFUSE_CUDA_CHECK(cudaEventElapsedTime(&total, start, stop));
       ok = !failed(" sustained");
-      std::printf("%s sustained %s: %d launches back to back, %.4f ms a launch, %.0f TFLOP/s\n", ok ? "ok  " : "FAIL",
-                  sh.name, n, total / n, flops / (total / n * 1e-3) / 1e12);
+      std::string energy = ", no energy counter (" + (why.empty() ? std::string("a read failed") : why) + ")";
+      if (std::isfinite(j0) && std::isfinite(j1)) {
+        char buf[96];
+        std::snprintf(buf, sizeof(buf), ", %.4f J a launch, %.0f W", (j1 - j0) / n, (j1 - j0) / (total * 1e-3));
+        energy = buf;
+      }
+      std::printf("%s sustained %s: %d launches back to back, %.4f ms a launch, %.0f TFLOP/s%s\n", ok ? "ok  " : "FAIL",
+                  sh.name, n, total / n, flops / (total / n * 1e-3) / 1e12, energy.c_str());
     } else {
       constexpr int kWarmup = 3, kReps = 21;
       std::vector<float> times(kReps);
