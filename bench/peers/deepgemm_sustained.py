@@ -25,7 +25,7 @@ import deep_gemm
 
 sys.path.insert(0, os.path.join(os.path.dirname(deep_gemm.__file__), "..", "tests"))
 from generators import cast_fp8_fp4_with_major, grouped_cast_fp8_fp4_with_major, MajorTypeAB  # noqa: E402
-from nvml_energy import Energy  # noqa: E402
+from nvml_energy import back_to_back  # noqa: E402
 
 
 def parse():
@@ -88,17 +88,8 @@ def main():
     e.record()
     torch.cuda.synchronize()
     iters = max(10, int(a.sustain_ms / (s.elapsed_time(e) / 5)))
-    meter = Energy()
-    j0 = meter.joules()
-    s.record()
-    for _ in range(iters):
-        step()
-    e.record()
-    torch.cuda.synchronize()
-    j1 = meter.joules()
-    ms = s.elapsed_time(e) / iters
+    ms, joules = back_to_back(step, iters)
     flops = 2 * EL * ROWS * (2 * I * H + H * I)
-    joules = (j1 - j0) / iters
     print(f"deepgemm fp8 H={H} I={I} experts={EL} rows={ROWS} data={a.data} block_n_multiple={a.block_n_multiple or '-'}: "
           f"{ms:.3f} ms per iteration over {iters} back to back ({flops / ms / 1e9:.0f} TFLOP/s), "
           f"{joules:.3f} J per iteration, {joules / ms * 1e3:.0f} W", flush=True)

@@ -21,7 +21,7 @@ import deep_gemm
 
 sys.path.insert(0, os.path.join(os.path.dirname(deep_gemm.__file__), "..", "tests"))
 from generators import cast_fp8_fp4_with_major, grouped_cast_fp8_fp4_with_major, MajorTypeAB  # noqa: E402
-from nvml_energy import Energy  # noqa: E402
+from nvml_energy import back_to_back  # noqa: E402
 
 p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
 p.add_argument("--experts", type=int, default=0, help="0: SMs / 4, as the tile's benchmark")
@@ -55,16 +55,6 @@ print(f"deepgemm-fp8 tile shape: {experts} experts x {a.rows} rows, N={a.n} K={a
       f"{flops / ms / 1e9:.0f} TFLOP/s, rel err {err:.1e}", flush=True)
 if a.sustain_ms > 0:
     n = max(10, int(a.sustain_ms / ms))
-    meter = Energy()
-    torch.cuda.synchronize()
-    s, e = torch.cuda.Event(True), torch.cuda.Event(True)
-    j0 = meter.joules()
-    s.record()
-    for _ in range(n):
-        run()
-    e.record()
-    torch.cuda.synchronize()
-    j1 = meter.joules()
-    total = s.elapsed_time(e)
-    print(f"deepgemm-fp8 tile shape sustained: {n} launches back to back, {total / n:.4f} ms a launch, "
-          f"{flops / (total / n) / 1e9:.0f} TFLOP/s, {(j1 - j0) / n:.4f} J a launch, {(j1 - j0) / (total * 1e-3):.0f} W", flush=True)
+    ms_each, joules = back_to_back(run, n)
+    print(f"deepgemm-fp8 tile shape sustained: {n} launches back to back, {ms_each:.4f} ms a launch, "
+          f"{flops / ms_each / 1e9:.0f} TFLOP/s, {joules:.4f} J a launch, {joules / ms_each * 1e3:.0f} W", flush=True)

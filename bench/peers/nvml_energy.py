@@ -1,7 +1,7 @@
 """NVML's total energy counter of the GPU that PyTorch's device 0 is, read through ctypes (libnvidia-ml.so.1
 comes with the driver): joules per launch of a kernel run back to back at the board's power limit, the
 measure that counts where the clocks follow the power (docs/performance.md#power-cap-and-energy). Shared by
-deepgemm_sustained.py and deepgemm_tile_shape.py; tools/bench/energy.cpp is the C++ side of the same counter."""
+deepgemm_sustained.py and deepgemm_tile_shape.py (back_to_back); tools/bench/energy.cpp is the C++ side of the same counter."""
 import ctypes
 
 import torch
@@ -37,3 +37,19 @@ class Energy:
         if self.lib.nvmlDeviceGetTotalEnergyConsumption(self.dev, ctypes.byref(mj)) != 0:
             return float("nan")
         return mj.value * 1e-3
+
+
+def back_to_back(fn, iters):
+    """fn() launched iters times with no sync between, timed by CUDA events with the energy counter read
+    before and after: (ms a launch, joules a launch; NaN without a counter)."""
+    meter = Energy()
+    torch.cuda.synchronize()
+    s, e = torch.cuda.Event(True), torch.cuda.Event(True)
+    j0 = meter.joules()
+    s.record()
+    for _ in range(iters):
+        fn()
+    e.record()
+    torch.cuda.synchronize()
+    j1 = meter.joules()
+    return s.elapsed_time(e) / iters, (j1 - j0) / iters
