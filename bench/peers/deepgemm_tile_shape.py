@@ -6,6 +6,9 @@ Median of --reps launches timed one by one with CUDA events after a warm-up; pri
 --sustain-ms MS: then launches back to back for about MS with the GPU's energy counter read before and
 after (nvml_energy.py): ms and joules a launch and the mean power, as bench_fp8_tile_shapes --sustain
 prints them for our tile (at the 700 W cap a launch's joules, not its burst time, compare the two).
+--data normal (the default, DeepGEMM's own tests: torch.randn) or uniform (values uniform in [-1, 1), as the
+layer's x and weights): DeepGEMM's casts scale each 1x128 group and 128x128 block to an amax of 448 either
+way (bench_fp8_tile_shapes --sustain SHAPE MS uniform|normal makes the same codes for our tile).
 Our tile gathers its A rows from a pool of 300 tokens (L2-resident); DeepGEMM reads contiguous rows.
 
 Run with PYTHONPATH=<deepgemm tree> (../shared/peers/prepare_deepgemm.sh), e.g.
@@ -29,12 +32,17 @@ p.add_argument("--rows", type=int, default=1024)
 p.add_argument("--n", type=int, default=1024)
 p.add_argument("--k", type=int, default=7168)
 p.add_argument("--reps", type=int, default=21)
+p.add_argument("--data", choices=("normal", "uniform"), default="normal", help="the values before the FP8 casts")
 p.add_argument("--sustain-ms", type=float, default=0, help="> 0: also launches back to back for this long, with joules a launch")
 a = p.parse_args()
 experts = a.experts or torch.cuda.get_device_properties(0).multi_processor_count // 4
 m = experts * a.rows
-x = torch.randn(m, a.k, device="cuda", dtype=torch.bfloat16)
-w = torch.randn(experts, a.n, a.k, device="cuda", dtype=torch.bfloat16)
+if a.data == "normal":
+    x = torch.randn(m, a.k, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(experts, a.n, a.k, device="cuda", dtype=torch.bfloat16)
+else:
+    x = (torch.rand(m, a.k, device="cuda") * 2 - 1).to(torch.bfloat16)
+    w = (torch.rand(experts, a.n, a.k, device="cuda") * 2 - 1).to(torch.bfloat16)
 x8 = cast_fp8_fp4_with_major(x, MajorTypeAB.KMajor, 128, False, False)
 w8 = grouped_cast_fp8_fp4_with_major(w, MajorTypeAB.KMajor, 128, False, False, use_block_cast_for_fp8=True)
 idx = torch.arange(experts, device="cuda", dtype=torch.int32).repeat_interleave(a.rows)
@@ -56,5 +64,5 @@ print(f"deepgemm-fp8 tile shape: {experts} experts x {a.rows} rows, N={a.n} K={a
 if a.sustain_ms > 0:
     n = max(10, int(a.sustain_ms / ms))
     ms_each, joules = back_to_back(run, n)
-    print(f"deepgemm-fp8 tile shape sustained: {n} launches back to back, {ms_each:.4f} ms a launch, "
+    print(f"deepgemm-fp8 tile shape sustained ({a.data} data): {n} launches back to back, {ms_each:.4f} ms a launch, "
           f"{flops / ms_each / 1e9:.0f} TFLOP/s, {joules:.4f} J a launch, {joules / ms_each * 1e3:.0f} W", flush=True)

@@ -21,6 +21,15 @@
 //                                                        NVML has one; deepgemm_tile_shape.py --sustain-ms
 //                                                        prints DeepGEMM's); sample the clock beside it
 //                                                        (scripts/clock_summary.py)
+//        bench_fp8_tile_shapes SEED --sustain SHAPE MS DATA   the same on DATA: codes (the default: e4m3
+//                                                        codes of uniform values in +-12 for A and +-3 for B,
+//                                                        scales 2^-3..2^1), uniform (values uniform in [-1, 1),
+//                                                        each 1x128 group of A and 128x128 block of B scaled so
+//                                                        that its amax is 448, as the layer's x and weights are
+//                                                        quantised) or normal (the same from Gaussian values:
+//                                                        deepgemm_tile_shape.py's torch.randn). At the power cap
+//                                                        the joules a launch depend on the codes
+//                                                        (docs/performance.md#joules-a-launch-and-the-data-2026-11-29).
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
@@ -169,6 +178,43 @@ __global__ void fill_scales(float* dst, size_t n, uint64_t seed) {  // 2^-3 .. 2
   }
 }
 
+// Values for the quantised modes: uniform in [-1, 1), or standard normal (Box-Muller over two hashes).
+__device__ float value(uint64_t seed, uint64_t i, bool normal) {
+  if (!normal) return unit(seed, i);
+  const float u1 = (static_cast<float>(mix(seed * 0x9e3779b97f4a7c15ull + 2 * i) >> 40) + 0.5f) * (1.0f / 16777216.0f);
+  return sqrtf(-2.0f * logf(u1)) * cospif(unit(seed, 2 * i + 1));
+}
+// A: row r's K block kb (one thread each) quantised with its amax at 448, its fp32 scale amax / 448.
+__global__ void fill_quantised_rows(uint8_t* codes, float* scales, int rows, int K, int S, uint64_t seed, bool normal) {
+  const int kblocks = K / 128;
+  for (int64_t g = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; g < static_cast<int64_t>(rows) * kblocks;
+       g += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = g / kblocks, kb = g % kblocks, first = r * K + kb * 128;
+    float amax = 0;
+    for (int k = 0; k < 128; ++k) amax = fmaxf(amax, fabsf(value(seed, first + k, normal)));
+    const float scale = amax > 0 ? amax / fp8::kE4m3Max : 1.0f;
+    for (int k = 0; k < 128; ++k) codes[first + k] = fp8::float_to_e4m3(value(seed, first + k, normal) / scale);
+    scales[r * S + kb] = scale;
+  }
+}
+// B: one CTA of 128 threads a 128 x 128 block (thread: a row), quantised with the block's amax at 448.
+__global__ void fill_quantised_blocks(uint8_t* codes, float* scales, int K, uint64_t seed, bool normal) {
+  __shared__ unsigned amax_bits;
+  const int kblocks = K / 128, rb = blockIdx.x / kblocks, kb = blockIdx.x % kblocks;
+  const int64_t first = (static_cast<int64_t>(rb) * 128 + threadIdx.x) * K + kb * 128;
+  if (threadIdx.x == 0) amax_bits = 0;
+  __syncthreads();
+  float amax = 0;
+  for (int k = 0; k < 128; ++k) amax = fmaxf(amax, fabsf(value(seed, first + k, normal)));
+  atomicMax(&amax_bits, __float_as_uint(amax));  // non-negative floats order as their bits
+  __syncthreads();
+  const float block_amax = __uint_as_float(amax_bits), scale = block_amax > 0 ? block_amax / fp8::kE4m3Max : 1.0f;
+  for (int k = 0; k < 128; ++k) codes[first + k] = fp8::float_to_e4m3(value(seed, first + k, normal) / scale);
+  if (threadIdx.x == 0) scales[static_cast<int64_t>(rb) * kblocks + kb] = scale;
+}
+
+enum class Data { kCodes, kUniform, kNormal };
+
 struct Shape {
   const char* name;
   int experts, rows, N, K;
@@ -221,15 +267,22 @@ bool check_values(const Shape& sh, const DeviceBuffer& a, const DeviceBuffer& as
 
 // check: on `ctas` CTAs, values against the reference. Otherwise on every SM: bursts with and without
 // the stores, or (sustain_ms > 0) the stores' variant back to back for sustain_ms.
-bool run(const Shape& sh, uint64_t seed, bool check, int ctas, double sustain_ms = 0) {
+bool run(const Shape& sh, uint64_t seed, bool check, int ctas, double sustain_ms = 0, Data data = Data::kCodes) {
   const int M = sh.experts * sh.rows, kblocks = sh.K / 128, S = dev::fp8_scale_stride(sh.K);
   DeviceBuffer a(static_cast<size_t>(M) * sh.K), as(static_cast<size_t>(M) * S * 4),
       b(static_cast<size_t>(sh.experts) * sh.N * sh.K), bs(static_cast<size_t>(sh.experts) * sh.N / 128 * kblocks * 4),
       c(static_cast<size_t>(M) * sh.N * 2), ctl(16);
-  fill_codes<<<1024, 256>>>(a.as<uint8_t>(), a.bytes(), seed, 12.0f);
-  fill_codes<<<1024, 256>>>(b.as<uint8_t>(), b.bytes(), seed + 1, 3.0f);
-  fill_scales<<<256, 256>>>(as.as<float>(), as.bytes() / 4, seed + 2);
-  fill_scales<<<256, 256>>>(bs.as<float>(), bs.bytes() / 4, seed + 3);
+  if (data == Data::kCodes) {
+    fill_codes<<<1024, 256>>>(a.as<uint8_t>(), a.bytes(), seed, 12.0f);
+    fill_codes<<<1024, 256>>>(b.as<uint8_t>(), b.bytes(), seed + 1, 3.0f);
+    fill_scales<<<256, 256>>>(as.as<float>(), as.bytes() / 4, seed + 2);
+    fill_scales<<<256, 256>>>(bs.as<float>(), bs.bytes() / 4, seed + 3);
+  } else {
+    EPFUSE_CUDA_CHECK(cudaMemset(as.as(), 0, as.bytes()));  // the stride's padding scales
+    fill_quantised_rows<<<1024, 256>>>(a.as<uint8_t>(), as.as<float>(), M, sh.K, S, seed, data == Data::kNormal);
+    fill_quantised_blocks<<<sh.experts * sh.N / 128 * kblocks, 128>>>(b.as<uint8_t>(), bs.as<float>(), sh.K, seed + 1,
+                                                                       data == Data::kNormal);
+  }
   EPFUSE_CUDA_CHECK_LAUNCH();
   EPFUSE_CUDA_CHECK(cudaMemset(ctl.as(), 0, ctl.bytes()));
   const CUtensorMap bmap = epfuse::fused::weight_tensor_map_fp8(b.as<uint8_t>(), static_cast<int64_t>(sh.experts) * sh.N, sh.K,
@@ -290,8 +343,9 @@ bool run(const Shape& sh, uint64_t seed, bool check, int ctas, double sustain_ms
         std::snprintf(buf, sizeof(buf), ", %.4f J a launch, %.0f W", (j1 - j0) / n, (j1 - j0) / (total * 1e-3));
         energy = buf;
       }
-      std::printf("%s sustained %s: %d launches back to back, %.4f ms a launch, %.0f TFLOP/s%s\n", ok ? "ok  " : "FAIL",
-                  sh.name, n, total / n, flops / (total / n * 1e-3) / 1e12, energy.c_str());
+      const char* data_name = data == Data::kCodes ? "codes" : data == Data::kUniform ? "uniform" : "normal";
+      std::printf("%s sustained %s (%s data): %d launches back to back, %.4f ms a launch, %.0f TFLOP/s%s\n",
+                  ok ? "ok  " : "FAIL", sh.name, data_name, n, total / n, flops / (total / n * 1e-3) / 1e12, energy.c_str());
     } else {
       constexpr int kWarmup = 3, kReps = 21;
       std::vector<float> times(kReps);
@@ -334,12 +388,19 @@ int main(int argc, char** argv) {
         std::printf("FAIL: shape %d: 0 to %zu\n", i, sizeof(shapes) / sizeof(shapes[0]) - 1);
         return 1;
       }
-      return run(shapes[i], seed, false, sms, std::atof(argv[4])) ? 0 : 1;
+      const std::string data = argc >= 6 ? argv[5] : "codes";
+      if (data != "codes" && data != "uniform" && data != "normal") {
+        std::printf("FAIL: data %s: codes, uniform or normal\n", data.c_str());
+        return 1;
+      }
+      return run(shapes[i], seed, false, sms, std::atof(argv[4]),
+                 data == "codes" ? Data::kCodes : data == "uniform" ? Data::kUniform : Data::kNormal) ? 0 : 1;
     }
     // Values first, on 3 CTAs (several tiles each, the ring wrapping across tiles): experts of 200 rows
     // (a partial m-block of 72) and of 65 rows (the second math warpgroup with one real row).
     ok = run({"check-a", 3, 200, 768, 768}, seed, true, 3) && ok;
     ok = run({"check-b", 2, 65, 512, 1024}, seed + 7, true, 3) && ok;
+    ok = run({"check-normal", 2, 130, 256, 512}, seed + 9, true, 3, 0, Data::kNormal) && ok;
     if (!ok) {
       std::printf("FAILED\n");
       return 1;
