@@ -14,6 +14,10 @@
 // stored from shared memory by TMA tensor stores (four 128 x 64 boxes of the 128-byte swizzle, one
 // thread issuing), as a Linear2 epilogue through held ring stages would: pipelined, and with each tile's
 // stores waited for before the next (a tile's row signals need its writes done).
+// A fifth table feeds each tile's ring from two SMs: a cluster of two CTAs, the first (the tile's owner)
+// loading box 0 of every stage, the second box 1 into the owner's stage by TMA multicast to the owner alone;
+// the owner tells the second CTA when a stage's round has landed (a remote mbarrier arrival), as a decode
+// step's idle CTAs would feed the few tiles' rings (docs/performance.md#two-sms-on-one-tiles-weight-stream-2026-11-29).
 // docs/performance.md#the-k-split-of-small-tiles-2026-11-28-not-kept says what the first table is for,
 // docs/performance.md#stores-from-held-ring-stages-2026-11-28-not-kept what the second and third are for,
 // its open questions ("the Linear2 tile's stores under the next tile's MMAs, by TMA") the fourth.
@@ -91,6 +95,83 @@ __global__ void __launch_bounds__(32, 1) stream_kernel(const __grid_constant__ C
   p.span_ns[t] = dev::globaltimer_ns() - start;
 }
 
+__device__ __forceinline__ uint32_t cluster_rank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+// A box into the shared memory of the cluster's CTAs in `mask`, at dst's offset there, completing on the
+// barrier at bar's offset there; the issuing CTA need not be in the mask.
+__device__ __forceinline__ void tma_load_2d_multicast(uint32_t dst, const void* map, uint32_t bar, int c0, int c1, uint16_t mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%3, %4}], [%2], %5;\n" ::"r"(dst),
+      "l"(map), "r"(bar), "r"(c0), "r"(c1), "h"(mask)
+      : "memory");
+}
+__device__ __forceinline__ void mbar_arrive_remote(uint32_t bar, uint32_t rank) {
+  asm volatile("{\n .reg .b32 ra;\n mapa.shared::cluster.u32 ra, %0, %1;\n mbarrier.arrive.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar),
+               "r"(rank)
+               : "memory");
+}
+
+// stream_kernel's tile t = cluster index, its ring in the owner's (rank 0) shared memory, fed by both CTAs:
+// the owner issues box 0 of each k-block, rank 1 box 1 (multicast to the owner only). full[s] (owner): its
+// own expect_tx arrival and both boxes' bytes. next[s] (rank 1): the owner saw stage s's round land, so
+// rank 1 may issue the next round's box into it.
+__global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(32, 1) fed_stream_kernel(const __grid_constant__ CUtensorMap map,
+                                                                                    const Params p) {
+  extern __shared__ __align__(1024) char smem[];
+  __shared__ __align__(8) uint64_t full[kMaxStages];
+  __shared__ __align__(8) uint64_t next[kMaxStages];
+  const uint32_t base = dev::ptx::smem_u32(smem), rank = cluster_rank();
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < p.stages; ++s) {
+      dev::ptx::mbar_init(dev::ptx::smem_u32(&full[s]), 1);
+      dev::ptx::mbar_init(dev::ptx::smem_u32(&next[s]), 1);
+    }
+    dev::ptx::fence_mbar_init();
+  }
+  __syncwarp();
+  cluster_sync();  // both CTAs' barriers initialised before any multicast or remote arrival
+  const dev::WaitLimit limit{dev::globaltimer_ns() + 2'000'000'000ull, p.abort};
+  const int t = static_cast<int>(blockIdx.x / 2), total = p.k_blocks * p.repeat;
+  if (threadIdx.x == 0 && rank == 0) {
+    const uint64_t start = dev::globaltimer_ns();
+    for (int kb = 0; kb < total + p.stages; ++kb) {
+      const int s = kb % p.stages;
+      const uint32_t bar = dev::ptx::smem_u32(&full[s]);
+      if (kb >= p.stages && !dev::mbar_wait(bar, static_cast<uint32_t>((kb / p.stages - 1) & 1), limit)) {
+        atomicExch(p.error, 1u);
+        break;
+      }
+      if (kb >= total) continue;
+      if (kb >= p.stages) mbar_arrive_remote(dev::ptx::smem_u32(&next[s]), 1);
+      dev::ptx::mbar_arrive_expect_tx(bar, 2 * kBox);
+      int c0, c1;
+      box_coord(p, t, 0, kb % p.k_blocks, c0, c1);
+      dev::ptx::tma_load_2d(base + static_cast<uint32_t>(s * 2 * kBox), &map, bar, c0, c1);
+    }
+    p.span_ns[t] = dev::globaltimer_ns() - start;
+  } else if (threadIdx.x == 0) {
+    for (int kb = 0; kb < total; ++kb) {
+      const int s = kb % p.stages;
+      if (kb >= p.stages &&
+          !dev::mbar_wait(dev::ptx::smem_u32(&next[s]), static_cast<uint32_t>((kb / p.stages - 1) & 1), limit)) {
+        atomicExch(p.error, 1u);
+        break;
+      }
+      int c0, c1;
+      box_coord(p, t, 1, kb % p.k_blocks, c0, c1);
+      tma_load_2d_multicast(base + static_cast<uint32_t>((s * 2 + 1) * kBox), &map, dev::ptx::smem_u32(&full[s]), c0, c1, 1);
+    }
+  }
+  __syncwarp();
+  cluster_sync();  // the owner's last round landed (it waited for it) before rank 1 leaves
+}
+
 // Each CTA stores its own 64 KiB tile `repeat` times, 16 bytes a thread a step (256 threads).
 __global__ void __launch_bounds__(256, 1) store_kernel(int4* out, int repeat, uint64_t* span_ns) {
   constexpr int kVecs = (64 << 10) / 16;
@@ -144,7 +225,9 @@ struct Rate {
 };
 
 // from_l2: no other weights between launches (the tiles stay in L2 from the warm-up launches).
-Rate run(const uint8_t* w, int K, int ctas, int stages, bool blocked, int repeat, bool from_l2, uint32_t* ctl) {
+// fed: fed_stream_kernel, `ctas` tiles on 2 ctas CTAs.
+Rate run(const uint8_t* w, int K, int ctas, int stages, bool blocked, int repeat, bool from_l2, uint32_t* ctl,
+         bool fed = false) {
   const int64_t n = static_cast<int64_t>(ctas) * 256;
   const CUtensorMap map = blocked ? epfuse::fused::weight_tensor_map_fp8(w, n * K / 128, 128, 128)
                                   : epfuse::fused::weight_tensor_map_fp8(w, n, K, 128);
@@ -152,6 +235,7 @@ Rate run(const uint8_t* w, int K, int ctas, int stages, bool blocked, int repeat
   const Params p{K / 128, repeat, stages, blocked, ctl, ctl + 1, span.as<uint64_t>()};
   const int smem = stages * 2 * kBox;
   EPFUSE_CUDA_CHECK(cudaFuncSetAttribute(stream_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  EPFUSE_CUDA_CHECK(cudaFuncSetAttribute(fed_stream_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   cudaEvent_t a, b;
   EPFUSE_CUDA_CHECK(cudaEventCreate(&a));
   EPFUSE_CUDA_CHECK(cudaEventCreate(&b));
@@ -160,7 +244,8 @@ Rate run(const uint8_t* w, int K, int ctas, int stages, bool blocked, int repeat
     // Other weights in between, so that this tile's bytes come from HBM, not L2 (60 MB > L2).
     if (!from_l2) EPFUSE_CUDA_CHECK(cudaMemsetAsync(const_cast<uint8_t*>(w) + n * K, i & 0x7f, 64ll << 20));
     EPFUSE_CUDA_CHECK(cudaEventRecord(a));
-    stream_kernel<<<ctas, 32, smem>>>(map, p);
+    if (fed) fed_stream_kernel<<<2 * ctas, 32, smem>>>(map, p);
+    else stream_kernel<<<ctas, 32, smem>>>(map, p);
     EPFUSE_CUDA_CHECK_LAUNCH();
     EPFUSE_CUDA_CHECK(cudaEventRecord(b));
     EPFUSE_CUDA_CHECK(cudaEventSynchronize(b));
@@ -246,6 +331,14 @@ int main() {
     for (int stages : {4, 6}) {
       const Rate r = run(w.as<uint8_t>(), 768, ctas, stages, false, 16, true, ctl.as<uint32_t>());
       std::printf("%5d %7d %10.0f (%5.1f)\n", ctas, stages, r.all, r.per_cta);
+    }
+  std::printf("from HBM, each tile's ring fed by one SM or by the two of a cluster: GB/s over the launch (a tile's own rate), median of 11\n");
+  std::printf("%6s %5s %7s %18s %18s\n", "K", "tiles", "stages", "one SM", "two SMs");
+  for (int K : {768, 2048, 7168})
+    for (int tiles : {48, sms / 2}) {
+      const Rate one = run(w.as<uint8_t>(), K, tiles, 4, false, 1, false, ctl.as<uint32_t>());
+      const Rate two = run(w.as<uint8_t>(), K, tiles, 4, false, 1, false, ctl.as<uint32_t>(), true);
+      std::printf("%6d %5d %7d %10.0f (%5.1f) %10.0f (%5.1f)\n", K, tiles, 4, one.all, one.per_cta, two.all, two.per_cta);
     }
   std::printf("stores of a 64 KiB tile by 256 threads, 16 times: a CTA's own GB/s, median of 11\n");
   std::printf("%5s %10s\n", "CTAs", "GB/s");
