@@ -65,6 +65,34 @@ __device__ void box_coord(const Params& p, int t, int b, int kb, int& c0, int& c
   else c0 = kb * 128, c1 = nb * 128;
 }
 
+// Thread 0 of tile t's owner: its k-blocks into the ring of p.stages stages at base (full[s] guarding stage s),
+// boxes [0, boxes) of each stage by this CTA's TMA, with the expected bytes of both (fed_stream_kernel's
+// second CTA brings box 1 otherwise); before_refill(s) runs before a stage's next round is issued. False
+// when a wait ran out (recorded in p.error).
+template <class BeforeRefill>
+__device__ bool stream_tile(const CUtensorMap& map, const Params& p, int t, uint64_t* full, uint32_t base, int boxes,
+                            const dev::WaitLimit& limit, BeforeRefill before_refill) {
+  const int total = p.k_blocks * p.repeat;
+  for (int kb = 0; kb < total + p.stages; ++kb) {
+    const int s = kb % p.stages;
+    const uint32_t bar = dev::ptx::smem_u32(&full[s]);
+    // The stage's previous round has landed before it is reused (and, past the last k-block, drained).
+    if (kb >= p.stages && !dev::mbar_wait(bar, static_cast<uint32_t>((kb / p.stages - 1) & 1), limit)) {
+      atomicExch(p.error, 1u);
+      return false;
+    }
+    if (kb >= total) continue;
+    if (kb >= p.stages) before_refill(s);
+    dev::ptx::mbar_arrive_expect_tx(bar, 2 * kBox);
+    for (int b = 0; b < boxes; ++b) {
+      int c0, c1;
+      box_coord(p, t, b, kb % p.k_blocks, c0, c1);
+      dev::ptx::tma_load_2d(base + static_cast<uint32_t>((s * 2 + b) * kBox), &map, bar, c0, c1);
+    }
+  }
+  return true;
+}
+
 __global__ void __launch_bounds__(32, 1) stream_kernel(const __grid_constant__ CUtensorMap map, const Params p) {
   extern __shared__ __align__(1024) char smem[];
   __shared__ __align__(8) uint64_t full[kMaxStages];
@@ -74,25 +102,8 @@ __global__ void __launch_bounds__(32, 1) stream_kernel(const __grid_constant__ C
   dev::ptx::fence_mbar_init();
   const dev::WaitLimit limit{dev::globaltimer_ns() + 2'000'000'000ull, p.abort};
   const int t = static_cast<int>(blockIdx.x);
-  const int total = p.k_blocks * p.repeat;
   const uint64_t start = dev::globaltimer_ns();
-  for (int kb = 0; kb < total + p.stages; ++kb) {
-    const int s = kb % p.stages;
-    const uint32_t bar = dev::ptx::smem_u32(&full[s]);
-    // The stage's previous round has landed before it is reused (and, past the last k-block, drained).
-    if (kb >= p.stages && !dev::mbar_wait(bar, static_cast<uint32_t>((kb / p.stages - 1) & 1), limit)) {
-      atomicExch(p.error, 1u);
-      return;
-    }
-    if (kb >= total) continue;
-    dev::ptx::mbar_arrive_expect_tx(bar, 2 * kBox);
-    for (int b = 0; b < 2; ++b) {
-      int c0, c1;
-      box_coord(p, t, b, kb % p.k_blocks, c0, c1);
-      dev::ptx::tma_load_2d(base + static_cast<uint32_t>((s * 2 + b) * kBox), &map, bar, c0, c1);
-    }
-  }
-  p.span_ns[t] = dev::globaltimer_ns() - start;
+  if (stream_tile(map, p, t, full, base, 2, limit, [](int) {})) p.span_ns[t] = dev::globaltimer_ns() - start;
 }
 
 __device__ __forceinline__ uint32_t cluster_rank() {
@@ -140,21 +151,8 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(32, 1) fed_stream_ke
   const int t = static_cast<int>(blockIdx.x / 2), total = p.k_blocks * p.repeat;
   if (threadIdx.x == 0 && rank == 0) {
     const uint64_t start = dev::globaltimer_ns();
-    for (int kb = 0; kb < total + p.stages; ++kb) {
-      const int s = kb % p.stages;
-      const uint32_t bar = dev::ptx::smem_u32(&full[s]);
-      if (kb >= p.stages && !dev::mbar_wait(bar, static_cast<uint32_t>((kb / p.stages - 1) & 1), limit)) {
-        atomicExch(p.error, 1u);
-        break;
-      }
-      if (kb >= total) continue;
-      if (kb >= p.stages) mbar_arrive_remote(dev::ptx::smem_u32(&next[s]), 1);
-      dev::ptx::mbar_arrive_expect_tx(bar, 2 * kBox);
-      int c0, c1;
-      box_coord(p, t, 0, kb % p.k_blocks, c0, c1);
-      dev::ptx::tma_load_2d(base + static_cast<uint32_t>(s * 2 * kBox), &map, bar, c0, c1);
-    }
-    p.span_ns[t] = dev::globaltimer_ns() - start;
+    if (stream_tile(map, p, t, full, base, 1, limit, [&](int s) { mbar_arrive_remote(dev::ptx::smem_u32(&next[s]), 1); }))
+      p.span_ns[t] = dev::globaltimer_ns() - start;
   } else if (threadIdx.x == 0) {
     for (int kb = 0; kb < total; ++kb) {
       const int s = kb % p.stages;
