@@ -179,6 +179,53 @@ def budget(rows, H, I, mma):
     return out
 
 
+def critical_chain(rows):
+    """The chain of tasks behind the launch's last end, latest first, as (row, the task it waited for, the wait
+    in us from that task's end to this one's inputs or, for the combine, its end): the last task to end; for a
+    combine, the latest Linear2 tile before it; for a Linear2 tile, the latest Linear1 tile of its expert and
+    m-block (its inputs); for a Linear1 tile, the later of the dispatch's and the collect task's ends (its rows
+    and the plan). A call's ends are what its fixed cost is made of at small T."""
+    done = [r for r in rows if r["end"] >= 0 and r["phase"] < 7]
+    if not done:
+        return []
+    latest = lambda rs: max(rs, key=lambda r: r["end"]) if rs else None
+    row, chain = latest(done), []
+    while row is not None:
+        p = row["phase"]
+        if p == 6:
+            before = latest([r for r in done if r["phase"] == 5 and r["end"] <= row["end"]])
+            ready = row["end"]
+        elif p == 5:
+            before = latest([r for r in done if r["phase"] == 4 and r["expert"] == row["expert"]
+                             and r["mblock"] == row["mblock"]])
+            ready = row["inputs"]
+        elif p == 4:
+            before = latest([r for r in done if r["phase"] in (2, 3)])
+            ready = row["inputs"]
+        else:
+            before, ready = None, -1
+        wait = us(ready - before["end"]) if before is not None and ready >= 0 else None
+        chain.append((row, before, wait))
+        row = before
+    return chain
+
+
+def print_chain(chain):
+    if not chain:
+        return
+    print("the chain behind the last end, latest first, us from the launch's first stamp:")
+    for row, before, wait in chain:
+        name = PHASES[row["phase"]]
+        what = f"e{row['expert']} m{row['mblock']} n{row['nblock']}" if row["phase"] in (4, 5) else f"#{row['index']}"
+        st = ", ".join(f"{s} {us(row[s]):.1f}" for s in ("taken", "weights", "inputs", "math_start", "first_full",
+                                                       "loop_end", "end") if row[s] >= 0)
+        tail = ""
+        if before is not None and wait is not None:
+            ref = "end" if row["phase"] == 6 else "inputs"
+            tail = f" ({ref} {wait:.1f} after {PHASES[before['phase']]}'s end)"
+        print(f"  {name:8s} {what:14s} cta {row['cta']:3d}: {st}{tail}")
+
+
 def report(key, rows, tiles, sm):
     rank, H, I, E, T, mma, launch = key
     end = max(r[s] for r in rows for s in STAMPS if r[s] >= 0)
@@ -244,6 +291,7 @@ def report(key, rows, tiles, sm):
         print(f"math gaps between consecutive tasks of a CTA, us: median {statistics.median(idle):.2f}, "
               f"sum over CTAs {sum(idle):.1f}, max {max(idle):.2f}")
     budget(rows, H, I, mma)
+    print_chain(critical_chain(rows))
     chain = handover(per_cta)
     if chain:
         print("hand-over between consecutive tiles of one phase in a CTA, us from tile a's k-loop end (medians):")

@@ -87,3 +87,35 @@ def test_chain_steps_of_the_start_up_tasks(repo_script):
     old = task(3, math_start=0.0, inputs=4.6, posted=5.8, loaded=6.2, loop_end=8.3, epi_stored=8.7, end=9.1)
     steps = m.chain_steps([layout, old])
     assert "collect" not in steps and "layout" in steps and "publish" not in steps
+
+
+def test_critical_chain_walks_back_from_the_last_end(capsys, repo_script):
+    m = repo_script("trace_report")
+
+    def task(phase, cta, expert=0, mblock=0, nblock=0, **stamps_us):
+        r = {s: -1 for s in m.STAMPS}
+        r.update(cta=cta, phase=phase, expert=expert, mblock=mblock, nblock=nblock, rec=0, index=0)
+        r.update({k: int(v * 1000) for k, v in stamps_us.items()})
+        return r
+
+    rows = [
+        task(2, 0, math_start=0.0, end=8.4),                 # dispatch
+        task(3, 1, math_start=0.0, end=8.8),                 # collect: the plan
+        task(4, 2, 3, 3, 5, inputs=12.6, end=31.6),          # Linear1 of expert 3, m-block 3: the later one
+        task(4, 3, 3, 3, 4, inputs=12.4, end=30.0),
+        task(4, 4, 1, 1, 0, inputs=12.5, end=33.0),          # another expert's, later: not this chain's
+        task(5, 5, 3, 3, 7, inputs=35.2, end=42.1),          # the last Linear2 tile
+        task(5, 6, 1, 1, 2, inputs=36.0, end=41.0),
+        task(6, 7, inputs=12.0, end=46.5),                   # the combine ends the launch
+    ]
+    chain = m.critical_chain(rows)
+    assert [(r["phase"], r["cta"]) for r, _, _ in chain] == [(6, 7), (5, 5), (4, 2), (3, 1)]
+    waits = [w for _, _, w in chain]
+    assert waits[0] == pytest.approx(46.5 - 42.1)  # the combine's end after the last Linear2 end
+    assert waits[1] == pytest.approx(35.2 - 31.6)  # the Linear2 inputs after its Linear1 tiles
+    assert waits[2] == pytest.approx(12.6 - 8.8)   # the Linear1 inputs after the plan
+    assert waits[3] is None
+    m.print_chain(chain)
+    out = capsys.readouterr().out
+    assert "linear2  e3 m3 n7" in out and "inputs 3.6 after linear1's end" in out
+    assert m.critical_chain([]) == []
