@@ -184,17 +184,15 @@ __device__ float value(uint64_t seed, uint64_t i, bool normal) {
   const float u1 = (static_cast<float>(mix(seed * 0x9e3779b97f4a7c15ull + 2 * i) >> 40) + 0.5f) * (1.0f / 16777216.0f);
   return sqrtf(-2.0f * logf(u1)) * cospif(unit(seed, 2 * i + 1));
 }
-// A: row r's K block kb (one thread each) quantised with its amax at 448, its fp32 scale amax / 448.
+// A: row r's K block kb (one thread each) quantised as one 1x128 group (fp8.h quantize_tile, fp32 scales).
 __global__ void fill_quantised_rows(uint8_t* codes, float* scales, int rows, int K, int S, uint64_t seed, bool normal) {
   const int kblocks = K / 128;
   for (int64_t g = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; g < static_cast<int64_t>(rows) * kblocks;
        g += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t r = g / kblocks, kb = g % kblocks, first = r * K + kb * 128;
-    float amax = 0;
-    for (int k = 0; k < 128; ++k) amax = fmaxf(amax, fabsf(value(seed, first + k, normal)));
-    const float scale = amax > 0 ? amax / fp8::kE4m3Max : 1.0f;
-    for (int k = 0; k < 128; ++k) codes[first + k] = fp8::float_to_e4m3(value(seed, first + k, normal) / scale);
-    scales[r * S + kb] = scale;
+    float v[128];
+    for (int k = 0; k < 128; ++k) v[k] = value(seed, first + k, normal);
+    scales[r * S + kb] = fp8::quantize_tile(v, 1, 128, 128, codes + first, 128, epfuse::ScaleFormat::kFp32);
   }
 }
 // B: one CTA of 128 threads a 128 x 128 block (thread: a row), quantised with the block's amax at 448.
@@ -208,8 +206,10 @@ __global__ void fill_quantised_blocks(uint8_t* codes, float* scales, int K, uint
   for (int k = 0; k < 128; ++k) amax = fmaxf(amax, fabsf(value(seed, first + k, normal)));
   atomicMax(&amax_bits, __float_as_uint(amax));  // non-negative floats order as their bits
   __syncthreads();
-  const float block_amax = __uint_as_float(amax_bits), scale = block_amax > 0 ? block_amax / fp8::kE4m3Max : 1.0f;
-  for (int k = 0; k < 128; ++k) codes[first + k] = fp8::float_to_e4m3(value(seed, first + k, normal) / scale);
+  // fp8.h's rule (quantize_tile's, with the block's amax from every row): the scale, then codes of x / scale
+  // by one reciprocal.
+  const float scale = fp8::group_scale(__uint_as_float(amax_bits), epfuse::ScaleFormat::kFp32), inv = 1.0f / scale;
+  for (int k = 0; k < 128; ++k) codes[first + k] = fp8::float_to_e4m3(value(seed, first + k, normal) * inv);
   if (threadIdx.x == 0) scales[static_cast<int64_t>(rb) * kblocks + kb] = scale;
 }
 
