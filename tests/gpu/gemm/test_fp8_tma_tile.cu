@@ -452,6 +452,12 @@ int main(int argc, char** argv) {
     // A decode step's Linear1 tiles (qwen3-30b, H = 2048): SMs / 6 experts of one row and 768 gate/up
     // columns, one tile per CTA (docs/performance.md#the-k-split-of-small-tiles-2026-11-28-not-kept).
     ok = run_case(2048, seed, sms, std::vector<int>(std::max(1, sms / 6), 1), 768, true) && ok;
+    // The same tiles' pace a k-block with weights that stay in L2 between launches (8 experts, 25 MB) and
+    // few tiles: 48 (qwen3-30b's T = 1 at world 1) and 8, each at K = 2048 and 256; the difference over 14
+    // k-blocks is a k-block's time with the weight stream out of the way
+    // (docs/performance.md#linear2-as-slices-of-the-linear1-tiles-2026-11-29-not-kept).
+    for (int experts : {8, 1})
+      for (int K : {2048, 256}) ok = run_case(K, seed, experts * 6, std::vector<int>(experts, 1), 768, true) && ok;
   } catch (const std::exception& e) {
     std::printf("FAIL: %s\n", e.what());
     return 1;
