@@ -214,6 +214,38 @@ struct TileGemmTmaFp8 {
     return ok;
   }
 
+  // The decode form of mainloop (at most kSwappedTokens real rows): the weights as the MMA's M side and
+  // the rows as N (fp8_block_mma_promote_swapped), so that the tensor work follows the rows rather than
+  // the 64 of a warpgroup. Math warpgroup g computes tile columns [128 g, 128 g + 128) for rows [0, 8):
+  // acc[4 m + i] is column 128 g + 64 m + 16 w + l / 4 + 8 (i >> 1) of row 2 (l % 4) + (i & 1) (warp w
+  // of the warpgroup, lane l). Same ring, same loads as mainloop.
+  static constexpr int kSwappedTokens = 8;
+  __device__ static bool mainloop_swapped(RingPos& pos, int K, void* smem, float (&acc)[8], const WaitLimit& limit) {
+    const int ct = static_cast<int>(threadIdx.x) - kProducerThreads, g = ct / 128, lane = ct % 32;
+    const uint32_t base = ptx::smem_u32(smem);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc[i] = 0.0f;
+    float scratch[8];
+    const uint64_t desc_x0 = make_sw128_kmajor_desc(stage_a(base, 0));
+    const uint64_t desc_w0 = make_sw128_kmajor_desc(stage_b(base, 0) + static_cast<uint32_t>(g * kBoxRows * kSw128RowBytes));
+    const uint32_t tok_scale0 = stage_scale_a(base, 0) + static_cast<uint32_t>(2 * (lane % 4) * 16);
+    const int num_kb = num_k_blocks(K);
+    bool ok = true;
+    for (int kb = 0; kb < num_kb; ++kb, ++pos.kb) {
+      const int s = Ring::stage(pos);
+      if (!(ok = Ring::wait_full(base, pos, limit))) break;
+      ptx::fence_proxy_async_shared();
+      const uint32_t sa = tok_scale0 + static_cast<uint32_t>(s * kStageBytesScaleA + (kb & 3) * 4);
+      const float tok_scale[2] = {ld_shared_f32(sa), ld_shared_f32(sa + 16u)};
+      const float w_scale = ld_shared_f32(stage_scale_b(base, s) + 4u * static_cast<uint32_t>(g));
+      const uint64_t desc_x = uniform_u64(desc_advance(desc_x0, static_cast<uint32_t>(s * kStageBytesA)));
+      const uint64_t desc_w = uniform_u64(desc_advance(desc_w0, static_cast<uint32_t>(s * kStageBytesB)));
+      fp8_block_mma_promote_swapped(acc, scratch, desc_w, desc_x, w_scale, tok_scale);
+      ptx::mbar_arrive(Ring::empty_bar(base, s));
+    }
+    return ok;
+  }
+
   // The epilogues' views of the accumulators, the bf16 tile's (same registers, same columns).
   template <int kColBegin, int kColEnd, class F>
   __device__ static void visit_cols(const Accum& acc, F f) {

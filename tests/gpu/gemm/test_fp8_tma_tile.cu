@@ -75,6 +75,7 @@ struct Params {
   uint32_t* error;  // {1 + side (0 producer, 1 math), tile, CTA}
   uint64_t timeout_ns;
   bool kloop_only;  // bench: no epilogue (no output, no h), so the time is the k-loop's and the ring's
+  bool swapped;     // the decode form (mainloop_swapped, tiles of at most 8 rows): out only, no h
 };
 
 __device__ void record_failure(const Params& p, int side, int tile) {
@@ -127,8 +128,28 @@ __global__ void __launch_bounds__(Tile::kThreads, 1) fp8_tma_tile_kernel(const _
     dev::ptx::setmaxnreg_inc<Tile::kConsumerRegs>();
     Tile::RingPos pos;
     for (int t = blockIdx.x; t < p.tiles; t += gridDim.x) {
-      Tile::Accum acc;
       const int rows = p.tile_rows[t];
+      if (p.swapped) {
+        float acc[8];
+        if (!Tile::mainloop_swapped(pos, p.K, smem, acc, limit)) {
+          record_failure(p, 1, t);
+          break;
+        }
+        if (p.kloop_only) {
+          epfuse::testing::keep_live(acc, p.out);
+          continue;
+        }
+        const int ct = static_cast<int>(threadIdx.x) - Tile::kProducerThreads, lane = ct % 32;
+        float* o = p.out + static_cast<int64_t>(t) * kM * kN;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          const int col = (ct / 128) * 128 + (i >> 2) * 64 + ((ct % 128) / 32) * 16 + lane / 4 + 8 * ((i >> 1) & 1);
+          const int row = 2 * (lane % 4) + (i & 1);
+          if (row < rows) o[row * kN + col] = acc[i];
+        }
+        continue;
+      }
+      Tile::Accum acc;
       if (!Tile::mainloop(pos, p.K, rows, smem, acc, limit)) {
         record_failure(p, 1, t);
         break;
@@ -195,7 +216,7 @@ struct TileDesc {
 // epilogue (the tile bench's fp32 output and h stores bound it: 41% tensor busy on an H100, docs/performance.md#expert-gemms-fp8
 // 2026-11-27), outputs not written and not checked.
 bool run_case(int K, uint64_t seed, int ctas, const std::vector<int>& expert_rows, int inter, bool bench = false,
-              bool kloop_only = false, bool extreme_scales = false) {
+              bool kloop_only = false, bool extreme_scales = false, bool swapped = false) {
   using DeviceBuffer = epfuse::detail::CudaBuffer<epfuse::detail::MemoryKind::kDevice>;
   if (!Tile::supports_k(K)) {
     std::printf("FAIL K=%d: the tile refuses it (supports_k)\n", K);
@@ -265,6 +286,7 @@ bool run_case(int K, uint64_t seed, int ctas, const std::vector<int>& expert_row
   p.out = d_out.as<float>(), p.h = d_h.as<float>(), p.hq = d_hq.as<uint8_t>(), p.hs = d_hs.as<float>();
   p.abort = d_ctl.as<uint32_t>(), p.error = d_ctl.as<uint32_t>() + 1, p.timeout_ns = 2'000'000'000ull;
   p.kloop_only = kloop_only;
+  p.swapped = swapped;
   EPFUSE_CUDA_CHECK(cudaFuncSetAttribute(fp8_tma_tile_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes));
   std::printf("K=%d: %d tiles on %d CTAs, %d k-blocks per tile (ring of %d stages)%s\n", K, ntiles, ctas, kblocks,
               Tile::kStages, extreme_scales ? ", scales at their extremes" : "");
@@ -303,7 +325,7 @@ bool run_case(int K, uint64_t seed, int ctas, const std::vector<int>& expert_row
     const std::string outputs = kloop_only ? "outputs not stored" : "non-finite outputs " + std::to_string(nonfinite);
     std::printf("%s bench%s K=%d: %d tiles on %d CTAs: %.4f ms per launch (median of 21), %.0f TFLOP/s (real rows; device error %u, "
                 "%s; not a test of the values)\n",
-                ok ? "ok  " : "FAIL", kloop_only ? " (k-loop only)" : "", K, ntiles, ctas, ms,
+                ok ? "ok  " : "FAIL", kloop_only ? " (k-loop only)" : swapped ? " (decode form)" : "", K, ntiles, ctas, ms,
                 flops / (ms * 1e-3) / 1e12, ctl[1], outputs.c_str());
     EPFUSE_CUDA_CHECK(cudaEventDestroy(start));
     EPFUSE_CUDA_CHECK(cudaEventDestroy(stop));
@@ -381,7 +403,9 @@ bool run_case(int K, uint64_t seed, int ctas, const std::vector<int>& expert_row
             }
         }
       }
-      // h: the kernel's own h re-quantised on the host (bit for bit), and h against the reference.
+      // h: the kernel's own h re-quantised on the host (bit for bit), and h against the reference (the
+      // decode form stores no h).
+      if (swapped) continue;
       double h_err2 = 0, h_ref2 = 0;
       float hrow[kHalf];
       uint8_t qrow[kHalf];
@@ -415,7 +439,7 @@ bool run_case(int K, uint64_t seed, int ctas, const std::vector<int>& expert_row
     }
   }
   const double rel = std::sqrt(all_err2 / all_ref2);
-  const bool hok = hcode_diff == 0 && hscale_diff == 0 && h_worst <= kH;
+  const bool hok = hcode_diff == 0 && hscale_diff == 0 && (swapped || h_worst <= kH);
   ok = ok && rel <= kOverall && nan_total == 0 && hok;
   std::printf("%s K=%d overall (%d tiles on %d CTAs, %d k-blocks each): rel frob %.3g (bound %.0e), non-finite %d\n",
               ok ? "ok  " : "FAIL", K, ntiles, ctas, kblocks, rel, kOverall, nan_total);
@@ -458,6 +482,14 @@ int main(int argc, char** argv) {
     // (docs/performance.md#linear2-as-slices-of-the-linear1-tiles-2026-11-29-not-kept).
     for (int experts : {8, 1})
       for (int K : {2048, 256}) ok = run_case(K, seed, experts * 6, std::vector<int>(experts, 1), 768, true) && ok;
+    // The decode form (mainloop_swapped: the weights as the MMA's M side, up to 8 rows as N): checked
+    // against the reference at 1 to 8 rows and every K kind (one block, several, a partial last block,
+    // scales at their extremes), then the same paces as above.
+    for (int K : {128, 2048, 2880}) ok = run_case(K, seed + 7 * K, 2, {1, 2, 5, 8, 3}, 256, false, false, false, true) && ok;
+    ok = run_case(2048, seed + 3, 2, {8, 1, 4}, 256, false, false, true, true) && ok;
+    for (int experts : {8, 1})
+      for (int K : {2048, 256})
+        ok = run_case(K, seed, experts * 6, std::vector<int>(experts, 1), 768, true, false, false, true) && ok;
   } catch (const std::exception& e) {
     std::printf("FAIL: %s\n", e.what());
     return 1;
