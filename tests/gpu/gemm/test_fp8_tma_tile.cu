@@ -325,7 +325,7 @@ bool run_case(int K, uint64_t seed, int ctas, const std::vector<int>& expert_row
     const std::string outputs = kloop_only ? "outputs not stored" : "non-finite outputs " + std::to_string(nonfinite);
     std::printf("%s bench%s K=%d: %d tiles on %d CTAs: %.4f ms per launch (median of 21), %.0f TFLOP/s (real rows; device error %u, "
                 "%s; not a test of the values)\n",
-                ok ? "ok  " : "FAIL", kloop_only ? " (k-loop only)" : swapped ? " (decode form)" : "", K, ntiles, ctas, ms,
+                ok ? "ok  " : "FAIL", swapped ? (kloop_only ? " (decode form, k-loop only)" : " (decode form)") : kloop_only ? " (k-loop only)" : "", K, ntiles, ctas, ms,
                 flops / (ms * 1e-3) / 1e12, ctl[1], outputs.c_str());
     EPFUSE_CUDA_CHECK(cudaEventDestroy(start));
     EPFUSE_CUDA_CHECK(cudaEventDestroy(stop));
@@ -477,11 +477,11 @@ int main(int argc, char** argv) {
     // columns, one tile per CTA (docs/performance.md#the-k-split-of-small-tiles-2026-11-28-not-kept).
     ok = run_case(2048, seed, sms, std::vector<int>(std::max(1, sms / 6), 1), 768, true) && ok;
     // The same tiles' pace a k-block with weights that stay in L2 between launches (8 experts, 25 MB) and
-    // few tiles: 48 (qwen3-30b's T = 1 at world 1) and 8, each at K = 2048 and 256; the difference over 14
-    // k-blocks is a k-block's time with the weight stream out of the way
+    // few tiles: 48 (qwen3-30b's T = 1 at world 1) and 6, each at K = 2048 and 256, the k-loop alone; the
+    // difference over 14 k-blocks is a k-block's time with the weight stream out of the way
     // (docs/performance.md#linear2-as-slices-of-the-linear1-tiles-2026-11-29-not-kept).
     for (int experts : {8, 1})
-      for (int K : {2048, 256}) ok = run_case(K, seed, experts * 6, std::vector<int>(experts, 1), 768, true) && ok;
+      for (int K : {2048, 256}) ok = run_case(K, seed, experts * 6, std::vector<int>(experts, 1), 768, true, true) && ok;
     // The decode form (mainloop_swapped: the weights as the MMA's M side, up to 8 rows as N): checked
     // against the reference at 1 to 8 rows and every K kind (one block, several, a partial last block,
     // scales at their extremes), then the same paces as above.
@@ -489,7 +489,7 @@ int main(int argc, char** argv) {
     ok = run_case(2048, seed + 3, 2, {8, 1, 4}, 256, false, false, true, true) && ok;
     for (int experts : {8, 1})
       for (int K : {2048, 256})
-        ok = run_case(K, seed, experts * 6, std::vector<int>(experts, 1), 768, true, false, false, true) && ok;
+        ok = run_case(K, seed, experts * 6, std::vector<int>(experts, 1), 768, true, true, false, true) && ok;
   } catch (const std::exception& e) {
     std::printf("FAIL: %s\n", e.what());
     return 1;
