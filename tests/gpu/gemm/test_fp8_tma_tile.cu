@@ -490,6 +490,10 @@ int main(int argc, char** argv) {
     for (int experts : {8, 1})
       for (int K : {2048, 256})
         ok = run_case(K, seed, experts * 6, std::vector<int>(experts, 1), 768, true, true, false, true) && ok;
+    // Both forms with the weights from HBM: every SM a tile, SMs / 6 experts (67 MB on 132 SMs, more than L2).
+    for (bool swapped : {false, true})
+      for (int K : {2048, 256})
+        ok = run_case(K, seed, sms, std::vector<int>(std::max(1, sms / 6), 1), 768, true, true, false, swapped) && ok;
   } catch (const std::exception& e) {
     std::printf("FAIL: %s\n", e.what());
     return 1;
