@@ -262,6 +262,10 @@ bool run_case(int K, uint64_t seed, int ctas, const std::vector<int>& expert_row
       }
   }
   const int ntiles = static_cast<int>(tiles.size());
+  if (swapped && std::any_of(tile_rows.begin(), tile_rows.end(), [](int r) { return r > Tile::kSwappedTokens; })) {
+    std::printf("FAIL K=%d: a tile of more than %d rows asked of the decode form\n", K, Tile::kSwappedTokens);
+    return false;
+  }
 
   DeviceBuffer d_x(x.size()), d_xs(xs.size() * 4), d_w(w.size()), d_ws(ws.size() * 4), d_list(row_list.size() * 4),
       d_rows(tile_rows.size() * 4), d_tw(tile_w.size() * sizeof(int2)),
