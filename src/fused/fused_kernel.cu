@@ -317,12 +317,17 @@ void with_shape_impl(const GemmTileShape& s, Fn& fn, std::index_sequence<Is...>)
   const bool found = ((s == kFusedTileShapes[Is] ? (fn(GemmAt<Is>{}), true) : false) || ...);
   if (!found) throw Error(ErrorCode::kInternal, "fused kernel: no instantiation for the chosen GEMM tile shape");
 }
-// The FP8 kernel (kTmaFp8M128N256, every weight_format fp8-block128 config) besides kFusedTileShapes.
+// The FP8 kernels (kTmaFp8M128N256 and its decode kernel, every weight_format fp8-block128 config)
+// besides kFusedTileShapes.
 template <class Fn>
 void with_shape(const GemmTileShape& s, Fn fn) {
-  static_assert(device::TileGemmKind<device::TileGemmTmaFp8<kTmaFp8M128N256.stages>> &&
-                device::TileGemmTmaFp8<kTmaFp8M128N256.stages>::kThreads == kTmaFp8M128N256.threads());
-  if (s == kTmaFp8M128N256) return fn(device::TileGemmTmaFp8<kTmaFp8M128N256.stages>{});
+  using Fp8 = device::TileGemmTmaFp8<kTmaFp8M128N256.stages>;
+  using Fp8Decode = device::TileGemmTmaFp8Decode<kTmaFp8M128N256Decode.stages>;
+  static_assert(device::TileGemmKind<Fp8> && Fp8::kThreads == kTmaFp8M128N256.threads() && !Fp8::kDecodeForm);
+  static_assert(device::TileGemmKind<Fp8Decode> && Fp8Decode::kThreads == kTmaFp8M128N256Decode.threads() &&
+                Fp8Decode::kDecodeForm);
+  if (s == kTmaFp8M128N256) return fn(Fp8{});
+  if (s == kTmaFp8M128N256Decode) return fn(Fp8Decode{});
   with_shape_impl(s, fn, std::make_index_sequence<std::size(kFusedTileShapes)>{});
 }
 

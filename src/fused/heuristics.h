@@ -15,7 +15,9 @@ namespace epfuse::fused {
 // only the 128x256 shape.
 // kWgmmaTmaFp8: TileGemmTmaFp8 (gemm_mainloop_tma_fp8.cuh), the FP8 variant (weight_format fp8-block128
 // only; block_k 128 e4m3 = one 128-byte row, as kWgmmaTma's 64 bf16).
-enum class GemmMma : int { kMmaSync = 0, kWgmma = 1, kWgmmaTma = 2, kWgmmaTmaFp8 = 3 };
+// kWgmmaTmaFp8Decode: TileGemmTmaFp8Decode, the same tile whose tiles of at most 8 rows run its decode
+// form (mainloop_swapped); a kernel of its own, so that kWgmmaTmaFp8's registers stay as they are.
+enum class GemmMma : int { kMmaSync = 0, kWgmma = 1, kWgmmaTma = 2, kWgmmaTmaFp8 = 3, kWgmmaTmaFp8Decode = 4 };
 
 struct GemmTileShape {
   int block_m;
@@ -27,13 +29,14 @@ struct GemmTileShape {
   GemmMma mma = GemmMma::kMmaSync;
 
   // Math warps (warps_m x warps_n), plus the producer warpgroup of the warp-specialised kWgmmaTma.
-  constexpr bool warp_specialised() const { return mma == GemmMma::kWgmmaTma || mma == GemmMma::kWgmmaTmaFp8; }
+  constexpr bool fp8() const { return mma == GemmMma::kWgmmaTmaFp8 || mma == GemmMma::kWgmmaTmaFp8Decode; }
+  constexpr bool warp_specialised() const { return mma == GemmMma::kWgmmaTma || fp8(); }
   constexpr int threads() const { return 32 * warps_m * warps_n + (warp_specialised() ? 128 : 0); }
   // The wgmma stages start on a 1024-byte boundary (128-byte swizzle atoms): one atom of slack; the
   // mbarrier ring adds two barriers per stage. (The fused kernel adds its row tables and staging:
   // ExpertTiles / WarpSpecialisedTiles::kSmemBytes, expert_ffn.cuh.)
   constexpr int smem_bytes() const {
-    return stages * (block_m + block_n) * block_k * (mma == GemmMma::kWgmmaTmaFp8 ? 1 : 2) +
+    return stages * (block_m + block_n) * block_k * (fp8() ? 1 : 2) +
            (mma == GemmMma::kMmaSync ? 0 : 1024) + (warp_specialised() ? 2 * stages * 8 : 0);
   }
   constexpr bool operator==(const GemmTileShape&) const = default;
@@ -97,6 +100,11 @@ EPFUSE_HD GemmTileShape choose_gemm_tile_sm90(int rows_per_expert, int n, int k)
 // Every weight_format fp8-block128 config runs it, whatever T (padding rows are not loaded); not in
 // kFusedTileShapes (those are the bf16 kernels).
 inline constexpr GemmTileShape kTmaFp8M128N256{128, 256, 128, 4, 8, 1, GemmMma::kWgmmaTmaFp8};
+// Its decode kernel (TileGemmTmaFp8Decode): the call's tiles of at most 8 rows in the decode form, the
+// others as kTmaFp8M128N256's. Chosen when a local expert gets at most kFp8DecodeRowsPerExpert rows on
+// average (choose_fused_tile), where most tiles have at most 8.
+inline constexpr GemmTileShape kTmaFp8M128N256Decode{128, 256, 128, 4, 8, 1, GemmMma::kWgmmaTmaFp8Decode};
+inline constexpr int kFp8DecodeRowsPerExpert = 4;
 inline constexpr GemmTileShape kFusedTileShapes[] = {kTmaM128N256, kWgmmaM128N128, kTileM32};
 
 }  // namespace epfuse::fused

@@ -44,9 +44,9 @@ bool fused_tile_supports(const GemmTileShape& s, const LayerConfig& cfg) {
 
 std::vector<GemmTileShape> supported_fused_tiles(const LayerConfig& cfg) {
   std::vector<GemmTileShape> out;
-  // FP8 runs one kernel, the FP8 128 x 256 tile (H % 256 == 0, I % 128 == 0).
+  // FP8 runs the FP8 128 x 256 tile (H % 256 == 0, I % 128 == 0), in its two kernels.
   if (cfg.weight_format == WeightFormat::kFp8Block128) {
-    if (fused_tile_supports(kTmaFp8M128N256, cfg)) out.push_back(kTmaFp8M128N256);
+    if (fused_tile_supports(kTmaFp8M128N256, cfg)) out = {kTmaFp8M128N256, kTmaFp8M128N256Decode};
     return out;
   }
   for (const GemmTileShape& s : kFusedTileShapes)
@@ -55,7 +55,8 @@ std::vector<GemmTileShape> supported_fused_tiles(const LayerConfig& cfg) {
 }
 
 GemmTileShape choose_fused_tile(const LayerConfig& cfg, int rows_per_expert) {
-  if (cfg.weight_format == WeightFormat::kFp8Block128) return kTmaFp8M128N256;  // at every T (padding rows are cheap)
+  if (cfg.weight_format == WeightFormat::kFp8Block128)  // at every T (padding rows are cheap)
+    return rows_per_expert <= kFp8DecodeRowsPerExpert ? kTmaFp8M128N256Decode : kTmaFp8M128N256;
   const GemmTileShape preferred = choose_gemm_tile_sm90(rows_per_expert, 2 * cfg.intermediate, cfg.hidden);
   if (preferred.block_m != 0 && fused_tile_supports(preferred, cfg)) return preferred;
   // Linear2 (n = H, k = I) may rule out what Linear1 prefers (e.g. N256 with H % 256 != 0): take the

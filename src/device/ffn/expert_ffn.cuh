@@ -251,7 +251,13 @@ struct WarpSpecialisedTileRoles {
   __device__ static bool mainloop(const FusedContext<Transport>& c, const GemmTile& tile, Phase phase, int K, int rows,
                                   typename Gemm::RingPos& ring, void* smem, typename Gemm::Accum& acc,
                                   const ThreadGroup& g) {
-    const bool ok = Gemm::mainloop(ring, K, rows, smem, acc, c.limit(c.prm->timeout_ns));
+    return run_kloop(c, tile, phase, g, [&](const WaitLimit& limit) { return Gemm::mainloop(ring, K, rows, smem, acc, limit); });
+  }
+  // A tile's k-loop kloop(limit) (a form of Gemm's), its failure recorded and made group-uniform.
+  template <class Transport, class KLoop>
+  __device__ static bool run_kloop(const FusedContext<Transport>& c, const GemmTile& tile, Phase phase, const ThreadGroup& g,
+                                   KLoop kloop) {
+    const bool ok = kloop(c.limit(c.prm->timeout_ns));
     if (!ok) pipeline_failed(c, phase, tile);
     trace::stamp_current(g.leader(), trace::kLoopEnd);
     const bool failed = g.sync_or(!ok);
@@ -267,12 +273,19 @@ struct WarpSpecialisedTileRoles {
     typename Gemm::Accum acc;
     if (!mainloop(c, tile, Phase::kLinear2, c.prm->dims.intermediate, posted.rows, ring, smem, acc, g))
       return sh.queue.release(s, g);
+    finish_linear2(c, posted, sh, s, g, [&](const RowTable& t) { FragmentStores<Gemm>::linear2(c, acc, tile, posted.rows, t, g); });
+  }
+  // A Linear2 tile after its k-loop: store(t) writes its rows into the combine slots (ending in a barrier
+  // of g), then the slot is freed and each row signalled at home.
+  template <class Transport, class Store>
+  __device__ static void finish_linear2(const FusedContext<Transport>& c, const Posted& posted, Shared& sh, int s,
+                                        const ThreadGroup& g, Store store) {
     const int rows = posted.rows;
     const RowTable& t = sh.queue.table[s];
     // Thread r signals row r once the tile's stores are out; read its home and token before the slot goes.
     const int own = g.rank();
     const int home = own < rows ? t.home[own] : 0, token = own < rows ? t.token[own] : 0;
-    FragmentStores<Gemm>::linear2(c, acc, tile, rows, t, g);
+    store(t);
     trace::stamp_current(g.leader(), trace::kEpiStored);
     sh.queue.release(s, g);
     if (own < rows) signal_home(c, home, token, signal_units(kBlockN));

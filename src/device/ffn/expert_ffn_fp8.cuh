@@ -35,7 +35,16 @@ struct WarpSpecialisedFp8Tiles : WarpSpecialisedTileRoles<Gemm_> {
   static constexpr int kBlockN = Gemm::kBlockN;
   static constexpr int kOutCols = kBlockN / 2;  // h columns of a Linear1 tile: one 1x128 group per row
   static_assert(kOutCols == fp8::kBlock, "a Linear1 tile's h row is one 1x128 group");
-  static_assert(Base::kSmemBytes + kStaticSmemBytes <= kBlockSmemBytes, "ring + row tables fit one SM");
+  // Tiles of at most Gemm::kSwappedTokens rows run the decode form (mainloop_swapped, SwappedStores), whose
+  // Linear1 epilogue reduces each row's amax through shared memory after the roles' queue.
+  using Decode = SwappedStores<Gemm>;
+  static constexpr int kRowAmaxOffset = (Base::kSmemBytes + 15) / 16 * 16;
+  static constexpr int kSmemBytes = kRowAmaxOffset + Decode::kScratchBytes;
+  static_assert(kSmemBytes + kStaticSmemBytes <= kBlockSmemBytes, "ring + row tables fit one SM");
+  __device__ static bool decode_form(const Posted& posted) {
+    if constexpr (Gemm::kDecodeForm) return posted.rows <= Gemm::kSwappedTokens;
+    else return false;
+  }
 
   // A producer thread's A operands: its rows' codes and the scales of its scale row.
   struct ARows {
@@ -104,11 +113,12 @@ struct WarpSpecialisedFp8Tiles : WarpSpecialisedTileRoles<Gemm_> {
     return !g.sync_or(!loaded);
   }
 
-  // ---- math warpgroups (the k-loop wrapper and Linear2 are the bf16 tiles') ----
+  // ---- math warpgroups (the k-loop wrapper and the 64-row form's Linear2 are the bf16 tiles') ----
   // The Linear1 tile posted in slot s: FP8 h rows [h_row, h_row + rows), group tile.nblock of each.
   template <class Transport>
   __device__ static void linear1(const FusedContext<Transport>& c, const Posted& posted, Shared& sh, int s,
                                  typename Gemm::RingPos& ring, void* smem, const ThreadGroup& g) {
+    if (decode_form(posted)) return decode_linear1(c, posted, sh, s, ring, smem, g);
     const FusedParams& prm = *c.prm;
     const int H = prm.dims.hidden, I = prm.dims.intermediate;
     const GemmTile& tile = posted.task.tile;
@@ -120,6 +130,44 @@ struct WarpSpecialisedFp8Tiles : WarpSpecialisedTileRoles<Gemm_> {
     sh.queue.release(s, g);
     if (g.leader()) l1_tile_done(c, tile);
   }
+
+  // The Linear2 tile posted in slot s: the bf16 tiles' (Base::linear2), or the decode form's.
+  template <class Transport>
+  __device__ static void linear2(const FusedContext<Transport>& c, const Posted& posted, Shared& sh, int s,
+                                 typename Gemm::RingPos& ring, void* smem, const ThreadGroup& g) {
+    if (decode_form(posted)) return decode_linear2(c, posted, sh, s, ring, smem, g);
+    Base::linear2(c, posted, sh, s, ring, smem, g);
+  }
+
+  // The decode form's tiles (at most Gemm::kSwappedTokens rows): mainloop_swapped and SwappedStores.
+  template <class Transport>
+  __device__ static void decode_linear1(const FusedContext<Transport>& c, const Posted& posted, Shared& sh, int s,
+                                        typename Gemm::RingPos& ring, void* smem, const ThreadGroup& g) {
+    const GemmTile& tile = posted.task.tile;
+    typename Gemm::SwappedAccum acc;
+    if (!Base::run_kloop(c, tile, Phase::kLinear1, g, [&](const WaitLimit& limit) {
+          return Gemm::mainloop_swapped(ring, c.prm->dims.hidden, smem, acc, limit);
+        }))
+      return sh.queue.release(s, g);
+    Decode::linear1_fp8(c, acc, tile, posted.h_row, c.prm->dims.intermediate, posted.rows, sh.queue.table[s], row_amax(smem), g);
+    trace::stamp_current(g.leader(), trace::kEpiStored);
+    sh.queue.release(s, g);
+    if (g.leader()) l1_tile_done(c, tile);
+  }
+  template <class Transport>
+  __device__ static void decode_linear2(const FusedContext<Transport>& c, const Posted& posted, Shared& sh, int s,
+                                        typename Gemm::RingPos& ring, void* smem, const ThreadGroup& g) {
+    const GemmTile& tile = posted.task.tile;
+    typename Gemm::SwappedAccum acc;
+    if (!Base::run_kloop(c, tile, Phase::kLinear2, g, [&](const WaitLimit& limit) {
+          return Gemm::mainloop_swapped(ring, c.prm->dims.intermediate, smem, acc, limit);
+        }))
+      return sh.queue.release(s, g);
+    Base::finish_linear2(c, posted, sh, s, g, [&](const RowTable& t) { Decode::linear2(c, acc, tile, posted.rows, t, g); });
+  }
+
+ private:
+  __device__ static float* row_amax(void* smem) { return reinterpret_cast<float*>(static_cast<char*>(smem) + kRowAmaxOffset); }
 };
 
 }  // namespace epfuse::device

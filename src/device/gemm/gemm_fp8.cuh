@@ -83,31 +83,29 @@ __device__ __forceinline__ void fp8_block_mma_promote_halves(float (&acc)[128], 
 }
 
 // The decode form of one 128-K block (operands swapped: tokens are few, weights many): one warpgroup,
-// C^T[128 weight rows x 8 tokens] in two m64n8 blocks, acc[4 m + i] += (W_rows[64 m, 64 m + 64) .
-// X_rows[0, 8)^T)[i] * w_scale * tok_scale[i & 1], with the weight rows at desc_w (K-major, 128-byte
-// swizzle: the stage's B rows of this warpgroup's half) and the tokens at desc_x (the stage's first 8 A
-// rows). Thread (warp w, lane l) holds weight rows 64 m + 16 w + l / 4 (+ 8 for i >= 2) and tokens
-// 2 (l % 4) + (i & 1): an eighth of the tensor work of fp8_block_mma_promote_halves's 64 x 256 for
-// up to 8 tokens. Waits for all its MMAs.
-__device__ __forceinline__ void fp8_block_mma_promote_swapped(float (&acc)[8], float (&scratch)[8], uint64_t desc_w,
-                                                              uint64_t desc_x, float w_scale, const float (&tok_scale)[2]) {
-  constexpr uint32_t kBlockBytes = 64 * kSw128RowBytes;
+// two m64n8 blocks of C^T[weight rows x 8 tokens], block m from the 64 weight rows at desc_w[m] (K-major,
+// 128-byte swizzle) with block scale w_scale[m], the tokens at desc_x (the stage's first 8 A rows):
+// acc[4 m + i] += (W_m . X_rows[0, 8)^T)[i] * w_scale[m] * tok_scale[i & 1]. Register coordinates:
+// swapped_coord (gemm_maps_wgmma.h). An eighth of the tensor work of fp8_block_mma_promote_halves's
+// 64 x 256 for up to 8 tokens. Waits for all its MMAs.
+__device__ __forceinline__ void fp8_block_mma_promote_swapped(float (&acc)[8], float (&scratch)[8], const uint64_t (&desc_w)[2],
+                                                              uint64_t desc_x, const float (&w_scale)[2],
+                                                              const float (&tok_scale)[2]) {
   float (&s0)[4] = *reinterpret_cast<float (*)[4]>(&scratch[0]);
   float (&s1)[4] = *reinterpret_cast<float (*)[4]>(&scratch[4]);
   ptx::fence_accumulators(scratch);
   ptx::wgmma_fence();
 #pragma unroll
   for (int k = 0; k < kFp8BlockK / kFp8WgmmaK; ++k)
-    ptx::wgmma_m64n8k32_e4m3_f32(s0, desc_advance(desc_w, k * kFp8WgmmaK), desc_advance(desc_x, k * kFp8WgmmaK), k > 0 ? 1 : 0);
+    ptx::wgmma_m64n8k32_e4m3_f32(s0, desc_advance(desc_w[0], k * kFp8WgmmaK), desc_advance(desc_x, k * kFp8WgmmaK), k > 0 ? 1 : 0);
 #pragma unroll
   for (int k = 0; k < kFp8BlockK / kFp8WgmmaK; ++k)
-    ptx::wgmma_m64n8k32_e4m3_f32(s1, desc_advance(desc_w, kBlockBytes + k * kFp8WgmmaK), desc_advance(desc_x, k * kFp8WgmmaK),
-                                 k > 0 ? 1 : 0);
+    ptx::wgmma_m64n8k32_e4m3_f32(s1, desc_advance(desc_w[1], k * kFp8WgmmaK), desc_advance(desc_x, k * kFp8WgmmaK), k > 0 ? 1 : 0);
   ptx::wgmma_commit_group();
   ptx::wgmma_wait_group<0>();
   ptx::fence_accumulators(scratch);
 #pragma unroll
-  for (int i = 0; i < 8; ++i) acc[i] = fmaf(scratch[i], w_scale * tok_scale[i & 1], acc[i]);
+  for (int i = 0; i < 8; ++i) acc[i] = fmaf(scratch[i], w_scale[i / 4] * tok_scale[i & 1], acc[i]);
 }
 
 }  // namespace epfuse::device

@@ -216,18 +216,24 @@ struct TileGemmTmaFp8 {
 
   // The decode form of mainloop (at most kSwappedTokens real rows): the weights as the MMA's M side and
   // the rows as N (fp8_block_mma_promote_swapped), so that the tensor work follows the rows rather than
-  // the 64 of a warpgroup. Math warpgroup g computes tile columns [128 g, 128 g + 128) for rows [0, 8):
-  // acc[4 m + i] is column 128 g + 64 m + 16 w + l / 4 + 8 (i >> 1) of row 2 (l % 4) + (i & 1) (warp w
-  // of the warpgroup, lane l). Same ring, same loads as mainloop.
+  // the 64 of a warpgroup. Math warpgroup g computes tile columns [64 g, 64 g + 64) and [128 + 64 g,
+  // 192 + 64 g) (B's rows of each 128-row half, with that half's block scale) for rows [0, 8): register
+  // i of math thread ct is swapped_coord(ct, i) (gemm_maps_wgmma.h), so Linear1's gate and up of an h
+  // column meet in one thread. Rows [rows, 8) of a stage hold whatever was there before (the producer
+  // loads real rows only): their columns of C are not results and the caller drops them. Same ring,
+  // same loads as mainloop.
   static constexpr int kSwappedTokens = 8;
-  __device__ static bool mainloop_swapped(RingPos& pos, int K, void* smem, float (&acc)[8], const WaitLimit& limit) {
+  static constexpr bool kDecodeForm = false;  // whether the fused kernel runs its tiles of <= 8 rows this way
+  using SwappedAccum = float[kSwappedRegs];
+  __device__ static bool mainloop_swapped(RingPos& pos, int K, void* smem, SwappedAccum& acc, const WaitLimit& limit) {
     const int ct = static_cast<int>(threadIdx.x) - kProducerThreads, g = ct / 128, lane = ct % 32;
     const uint32_t base = ptx::smem_u32(smem);
 #pragma unroll
-    for (int i = 0; i < 8; ++i) acc[i] = 0.0f;
-    float scratch[8];
+    for (int i = 0; i < kSwappedRegs; ++i) acc[i] = 0.0f;
+    float scratch[kSwappedRegs];
+    constexpr uint32_t kHalfBytes = kBoxRows * kSw128RowBytes, kBlockBytes = kWgmmaM * kSw128RowBytes;
     const uint64_t desc_x0 = make_sw128_kmajor_desc(stage_a(base, 0));
-    const uint64_t desc_w0 = make_sw128_kmajor_desc(stage_b(base, 0) + static_cast<uint32_t>(g * kBoxRows * kSw128RowBytes));
+    const uint64_t desc_w0 = make_sw128_kmajor_desc(stage_b(base, 0) + static_cast<uint32_t>(g) * kBlockBytes);
     const uint32_t tok_scale0 = stage_scale_a(base, 0) + static_cast<uint32_t>(2 * (lane % 4) * 16);
     const int num_kb = num_k_blocks(K);
     bool ok = true;
@@ -237,10 +243,11 @@ struct TileGemmTmaFp8 {
       ptx::fence_proxy_async_shared();
       const uint32_t sa = tok_scale0 + static_cast<uint32_t>(s * kStageBytesScaleA + (kb & 3) * 4);
       const float tok_scale[2] = {ld_shared_f32(sa), ld_shared_f32(sa + 16u)};
-      const float w_scale = ld_shared_f32(stage_scale_b(base, s) + 4u * static_cast<uint32_t>(g));
+      const float w_scale[2] = {ld_shared_f32(stage_scale_b(base, s)), ld_shared_f32(stage_scale_b(base, s) + 4u)};
       const uint64_t desc_x = uniform_u64(desc_advance(desc_x0, static_cast<uint32_t>(s * kStageBytesA)));
       const uint64_t desc_w = uniform_u64(desc_advance(desc_w0, static_cast<uint32_t>(s * kStageBytesB)));
-      fp8_block_mma_promote_swapped(acc, scratch, desc_w, desc_x, w_scale, tok_scale);
+      const uint64_t desc_wm[2] = {desc_w, desc_advance(desc_w, kHalfBytes)};
+      fp8_block_mma_promote_swapped(acc, scratch, desc_wm, desc_x, w_scale, tok_scale);
       ptx::mbar_arrive(Ring::empty_bar(base, s));
     }
     return ok;
@@ -287,6 +294,14 @@ struct TileGemmTmaFp8 {
     asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(v) : "r"(addr) : "memory");
     return v;
   }
+};
+
+// The same tile in the fused kernel's decode kernel (heuristics.h kTmaFp8M128N256Decode): its tiles of at
+// most kSwappedTokens rows run mainloop_swapped (expert_ffn_fp8.cuh). A kernel apart, because the decode
+// form's code beside the 64-row k-loop in one kernel changed that loop's registers (spills in it).
+template <int kStages_>
+struct TileGemmTmaFp8Decode : TileGemmTmaFp8<kStages_> {
+  static constexpr bool kDecodeForm = true;
 };
 
 }  // namespace epfuse::device

@@ -86,6 +86,18 @@ EPFUSE_HD FragCoord wgmma_c_coord(int thread_in_group, int reg) {
   return FragCoord{(thread_in_group / 32) * 16 + c.row, (reg / 4) * 8 + c.col};
 }
 
+// ---- the decode form's accumulators (TileGemmTmaFp8::mainloop_swapped) ----
+// The FP8 tile's decode form runs wgmma with the weights as M and at most 8 tile rows as N: math
+// warpgroup g's two m64n8 blocks are the tile's columns [64 g, 64 g + 64) (block 0) and
+// [128 + 64 g, 192 + 64 g) (block 1), so that a register of block 0 and the same register of block 1
+// hold one row's columns col and col + 128: Linear1's gate and up of one h column, in one thread.
+// Register reg (0..7) of math thread ct (0..255): (tile row, tile column).
+inline constexpr int kSwappedRegs = 8;
+EPFUSE_HD FragCoord swapped_coord(int ct, int reg) {
+  const FragCoord c = wgmma_c_coord(ct % 128, reg % 4);  // row: the weight row in the block, col: the tile row
+  return FragCoord{c.col, (reg / 4) * 128 + (ct / 128) * 64 + c.row};
+}
+
 // ---- the epilogues' stores straight from the accumulator fragment (fragment_store.cuh) ----
 // Within an n8 block the 4 lanes of a quad hold one row's 8 columns, 2 each (wgmma_c_coord). A 4 x 4
 // transpose of 32-bit words across the quad, in two shuffle rounds, leaves each lane 16 contiguous bytes

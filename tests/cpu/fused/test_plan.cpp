@@ -28,9 +28,10 @@ LayerConfig config(int H, int I, int E, int k, int T) {
   return c;
 }
 
-// FP8 configs: one tile (the FP8 128 x 256, at every T), the private fp8_x region after the bf16 ones
-// (its own rows: T FP8 x rows), nothing else changes; sizes the FP8 tile cannot run have no tile.
-TEST(FusedMemoryPlan, Fp8AddsTheOwnRowRegionAndOneTile) {
+// FP8 configs: one tile (the FP8 128 x 256, at every T; in its decode kernel up to
+// kFp8DecodeRowsPerExpert rows an expert), the private fp8_x region after the bf16 ones (its own rows: T
+// FP8 x rows), nothing else changes; sizes the FP8 tile cannot run have no tile.
+TEST(FusedMemoryPlan, Fp8AddsTheOwnRowRegionAndItsTile) {
   LayerConfig bf16 = config(7168, 2048, 256, 8, 1024);
   LayerConfig fp8 = bf16;
   fp8.weight_format = WeightFormat::kFp8Block128;
@@ -43,8 +44,11 @@ TEST(FusedMemoryPlan, Fp8AddsTheOwnRowRegionAndOneTile) {
     EXPECT_EQ(b.buffers.back().name, "fp8_x");
     EXPECT_EQ(b.buffers.back().bytes, device::align_region(size_t{1024} * (7168 + 4 * 56)));
   }
-  for (int rows : {0, 1, 32, 100, 4096}) EXPECT_EQ(choose_fused_tile(fp8, rows), kTmaFp8M128N256);
-  ASSERT_EQ(supported_fused_tiles(fp8).size(), 1u);
+  for (int rows : {0, 1, kFp8DecodeRowsPerExpert}) EXPECT_EQ(choose_fused_tile(fp8, rows), kTmaFp8M128N256Decode);
+  for (int rows : {kFp8DecodeRowsPerExpert + 1, 32, 100, 4096}) EXPECT_EQ(choose_fused_tile(fp8, rows), kTmaFp8M128N256);
+  ASSERT_EQ(supported_fused_tiles(fp8).size(), 2u);
+  EXPECT_EQ(kTmaFp8M128N256Decode.threads(), 384);
+  EXPECT_EQ(kTmaFp8M128N256Decode.smem_bytes(), kTmaFp8M128N256.smem_bytes());
   EXPECT_EQ(kTmaFp8M128N256.threads(), 384);
   LayerConfig odd = fp8;
   odd.hidden = 384;  // % 256 != 0

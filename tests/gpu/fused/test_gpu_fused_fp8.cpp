@@ -5,7 +5,8 @@
 // {0, 1, 7, 128} (and uneven T), both scale formats, the clamp, a wider layer; forwards after a kernel
 // that left a byte pattern in every SM's shared memory, and new layers' first forwards at DeepSeek-V3's
 // decode shape; the creation's checks of the FP8 weights; an FP8 layer on a workspace made for bf16 is
-// refused; an FP8 and a bf16 layer share a workspace made for an FP8 capacity.
+// refused; an FP8 and a bf16 layer share a workspace made for an FP8 capacity; both FP8 kernels (the
+// decode kernel's tiles of at most 8 rows in the decode form, its larger tiles in the 64-row form).
 // Self-diagnosing: every check prints its error against the FP8 reference (overall and worst row) and
 // against the bf16 reference; a failing check prints the worst rows with their token, routed experts
 // (local expert, rank) and the got / want ratio over the row (a clean factor means a scale mix-up: x
@@ -24,6 +25,8 @@
 #include "common/job.h"
 #include "epfuse/epfuse.h"
 #include "fp8_layer_rank.h"
+#include "fused/fused_layer.h"
+#include "fused/heuristics.h"
 #include "layer_rank.h"
 #include "multiprocess.h"
 #include "stale_shared.h"
@@ -98,6 +101,36 @@ EPFUSE_RANK_TEST(FusedFp8, MatchesReferenceForEveryRoutingAndTokenCount) {
 EPFUSE_RANK_TEST(FusedFp8, ClampMatchesReference) { testing::check_clamp<Rank>(); }
 
 EPFUSE_RANK_TEST(FusedFp8, WiderLayer) { testing::check_wider_layer<Rank>(); }
+
+// The FP8 tile's two kernels (heuristics.h): the decode kernel (up to kFp8DecodeRowsPerExpert rows a
+// local expert on average) runs its tiles of at most 8 rows in the decode form and larger ones in the
+// 64-row form; the other kernel runs every tile in the 64-row form. T = 1, 3 and the largest decode T
+// (16 / world with this config's 16 experts, top-4) on three routings: at that T kOneExpert puts every
+// token's slot 0 on one expert, more than 8 rows in one decode-kernel tile; then T = 128, the other kernel.
+// Which kernel ran is the layer's own record (last_launched_tile), so a change in the choice fails here
+// rather than leaving a form untested.
+EPFUSE_RANK_TEST(FusedFp8, BothKernelsAndBothFormsMatchReference) {
+  const LayerConfig cfg = fp8_layer_config();
+  Rank r(cfg);
+  const int world = r.world();
+  const int decode_max = fused::kFp8DecodeRowsPerExpert * cfg.num_experts / (cfg.topk * world);
+  ASSERT_GE(decode_max, 1) << "this config has no decode T at world " << world;
+  uint64_t seed = 700;
+  int decode_launches = 0, other_launches = 0;
+  for (int count : {1, 3, decode_max, 128})
+    for (Routing routing : {Routing::kUniform, Routing::kOneExpert, Routing::kSkewed}) {
+      const std::string what = std::string(to_string(routing)) + " T=" + std::to_string(count);
+      r.check(r.tokens(count, routing, seed++), what);
+      const std::optional<fused::GemmTileShape> tile = fused::last_launched_tile(r.layer());
+      ASSERT_TRUE(tile.has_value()) << what << ": the fused layer reported no launch";
+      const bool decode = *tile == fused::kTmaFp8M128N256Decode;
+      EXPECT_TRUE(decode || *tile == fused::kTmaFp8M128N256) << what << ": not an FP8 kernel";
+      EXPECT_EQ(decode, count <= decode_max) << what << ": " << (decode ? "the decode kernel" : "the 64-row kernel");
+      (decode ? decode_launches : other_launches) += 1;
+    }
+  EXPECT_GT(decode_launches, 0);
+  EXPECT_GT(other_launches, 0);
+}
 
 // Shared memory is not cleared between kernels. Before each checked forward every SM's shared memory
 // holds a byte pattern (stale_shared.h: 0xFF, NaN as any float; 0x00; 0x7F, a large float): a forward

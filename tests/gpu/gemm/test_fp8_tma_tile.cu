@@ -139,12 +139,11 @@ __global__ void __launch_bounds__(Tile::kThreads, 1) fp8_tma_tile_kernel(const _
           epfuse::testing::keep_live(acc, p.out);
           continue;
         }
-        const int ct = static_cast<int>(threadIdx.x) - Tile::kProducerThreads, lane = ct % 32;
+        const int ct = static_cast<int>(threadIdx.x) - Tile::kProducerThreads;
         float* o = p.out + static_cast<int64_t>(t) * kM * kN;
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
-          const int col = (ct / 128) * 128 + (i >> 2) * 64 + ((ct % 128) / 32) * 16 + lane / 4 + 8 * ((i >> 1) & 1);
-          const int row = 2 * (lane % 4) + (i & 1);
+          const auto [row, col] = dev::swapped_coord(ct, i);
           if (row < rows) o[row * kN + col] = acc[i];
         }
         continue;
