@@ -36,6 +36,19 @@ __device__ __forceinline__ void wgmma_m64n128k32_e4m3_f32(float (&d)[64], uint64
       : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 }
 
+// D[64 x 64] (+)= A[64 x 32] * B[64 x 32]^T, e4m3, as above (the decode kernel's 64-row form).
+__device__ __forceinline__ void wgmma_m64n64k32_e4m3_f32(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
 // D[64 x 8] (+)= A[64 x 32] * B[8 x 32]^T, e4m3, as above (the decode form: A the weights, B the tokens).
 __device__ __forceinline__ void wgmma_m64n8k32_e4m3_f32(float (&d)[4], uint64_t desc_a, uint64_t desc_b, int scale_d) {
   asm volatile(
@@ -79,6 +92,32 @@ __device__ __forceinline__ void fp8_block_mma_promote_halves(float (&acc)[128], 
     const float s0 = row_scale[0] * col_scale, s1 = row_scale[1] * col_scale;
 #pragma unroll
     for (int i = 0; i < 64; ++i) acc[64 * h + i] = fmaf(scratch[i], ((i >> 1) & 1) ? s1 : s0, acc[64 * h + i]);
+  }
+}
+
+// fp8_block_mma_promote_halves in four n64 quarters through one 32-register scratch (acc[32 q + i] is
+// the quarter's register i: the same columns), each quarter's MMAs drained before its promotion: half
+// the scratch registers for about twice the drains. The decode kernel's tiles of more than 8 rows run
+// it, so that kernel's register peak stays below the 64-row kernel's (docs/performance.md#the-decode-form-in-the-layer-2026-11-29).
+__device__ __forceinline__ void fp8_block_mma_promote_quarters(float (&acc)[128], float (&scratch)[32], uint64_t desc_a,
+                                                               uint64_t desc_b, const float (&row_scale)[2],
+                                                               float col_scale0, float col_scale1) {
+  constexpr uint32_t kQuarterBytes = 64 * kSw128RowBytes;
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    ptx::fence_accumulators(scratch);
+    ptx::wgmma_fence();
+#pragma unroll
+    for (int k = 0; k < kFp8BlockK / kFp8WgmmaK; ++k)
+      ptx::wgmma_m64n64k32_e4m3_f32(scratch, desc_advance(desc_a, k * kFp8WgmmaK),
+                                    desc_advance(desc_b, q * kQuarterBytes + k * kFp8WgmmaK), k > 0 ? 1 : 0);
+    ptx::wgmma_commit_group();
+    ptx::wgmma_wait_group<0>();
+    ptx::fence_accumulators(scratch);
+    const float col_scale = q < 2 ? col_scale0 : col_scale1;
+    const float s0 = row_scale[0] * col_scale, s1 = row_scale[1] * col_scale;
+#pragma unroll
+    for (int i = 0; i < 32; ++i) acc[32 * q + i] = fmaf(scratch[i], ((i >> 1) & 1) ? s1 : s0, acc[32 * q + i]);
   }
 }
 

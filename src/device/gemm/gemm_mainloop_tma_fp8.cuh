@@ -184,9 +184,11 @@ struct TileGemmTmaFp8 {
   // only passes the stages through (Ring::pass; its acc stays zero), which leaves the tensor cores to
   // the other at small T, where the tile is a weight stream. False (in this thread) when a wait for a
   // stage ran out; the caller makes that group-uniform.
+  // kQuarters: the k-block in n64 quarters (fp8_block_mma_promote_quarters, the decode kernel's).
+  template <bool kQuarters = false>
   __device__ static bool mainloop(RingPos& pos, int K, int rows, void* smem, Accum& acc, const WaitLimit& limit) {
     const auto [ct, base, desc_a0, desc_b0] = Bf16::start_math(smem, acc);
-    float scratch[kBlockN / 4];
+    float scratch[kQuarters ? kBlockN / 8 : kBlockN / 4];
     const int group_row0 = (ct / 128) * kWgmmaM;
     const int num_kb = num_k_blocks(K);
     if (Bf16::padding_group(ct, rows)) return Ring::pass(base, pos, num_kb, true, limit);
@@ -206,7 +208,8 @@ struct TileGemmTmaFp8 {
       const float col_scale1 = ld_shared_f32(stage_scale_b(base, s) + 4u);
       const uint64_t desc_a = uniform_u64(desc_advance(desc_a0, static_cast<uint32_t>(s * kStageBytesA)));
       const uint64_t desc_b = uniform_u64(desc_advance(desc_b0, static_cast<uint32_t>(s * kStageBytesB)));
-      fp8_block_mma_promote_halves(acc.v, scratch, desc_a, desc_b, row_scale, col_scale0, col_scale1);
+      if constexpr (kQuarters) fp8_block_mma_promote_quarters(acc.v, scratch, desc_a, desc_b, row_scale, col_scale0, col_scale1);
+      else fp8_block_mma_promote_halves(acc.v, scratch, desc_a, desc_b, row_scale, col_scale0, col_scale1);
       // All the k-block's MMAs finished (its last promotion waits for them) and this thread's scale
       // reads are done: its release of the stage.
       ptx::mbar_arrive(Ring::empty_bar(base, s));
@@ -240,6 +243,7 @@ struct TileGemmTmaFp8 {
     for (int kb = 0; kb < num_kb; ++kb, ++pos.kb) {
       const int s = Ring::stage(pos);
       if (!(ok = Ring::wait_full(base, pos, limit))) break;
+      trace::first_full(ct, kb);
       ptx::fence_proxy_async_shared();
       const uint32_t sa = tok_scale0 + static_cast<uint32_t>(s * kStageBytesScaleA + (kb & 3) * 4);
       const float tok_scale[2] = {ld_shared_f32(sa), ld_shared_f32(sa + 16u)};
@@ -297,11 +301,18 @@ struct TileGemmTmaFp8 {
 };
 
 // The same tile in the fused kernel's decode kernel (heuristics.h kTmaFp8M128N256Decode): its tiles of at
-// most kSwappedTokens rows run mainloop_swapped (expert_ffn_fp8.cuh). A kernel apart, because the decode
-// form's code beside the 64-row k-loop in one kernel changed that loop's registers (spills in it).
+// most kSwappedTokens rows run mainloop_swapped (expert_ffn_fp8.cuh), larger ones the 64-row k-loop in
+// n64 quarters. A kernel apart, because the decode form's code beside the 64-row k-loop in one kernel
+// changed that loop's registers (spills in it); the quarters' smaller scratch keeps this kernel's
+// register peak below that loop's (docs/performance.md#the-decode-form-in-the-layer-2026-11-29).
 template <int kStages_>
 struct TileGemmTmaFp8Decode : TileGemmTmaFp8<kStages_> {
+  using Base = TileGemmTmaFp8<kStages_>;
   static constexpr bool kDecodeForm = true;
+  __device__ static bool mainloop(typename Base::RingPos& pos, int K, int rows, void* smem, typename Base::Accum& acc,
+                                  const WaitLimit& limit) {
+    return Base::template mainloop<true>(pos, K, rows, smem, acc, limit);
+  }
 };
 
 }  // namespace epfuse::device

@@ -17,7 +17,9 @@
 // FP8 MMA's in-block sums measured ~1e-4 on an H200).
 // Also the Linear1 epilogue path: h = silu(gate) * up from visit_gate_up, quantised 1x128 in registers
 // (quantize_fragment_rows); its codes and scales bit for bit against common/fp8.h's quantize_tile of the
-// h the kernel wrote, and h against the reference's silu(gate) * up.
+// h the kernel wrote, and h against the reference's silu(gate) * up. The same checks for the k-loop in
+// n64 quarters (mainloop<true>, the decode kernel's tiles of more than 8 rows); the decode form
+// (mainloop_swapped, at most 8 rows) against the reference by swapped_coord.
 // A timed-out ring wait (2 s) is reported with its side and tile. Exit 0 pass, 1 fail, 77 without a GPU.
 // Usage: test_fp8_tma_tile [seed]
 #include <cuda.h>
@@ -76,6 +78,7 @@ struct Params {
   uint64_t timeout_ns;
   bool kloop_only;  // bench: no epilogue (no output, no h), so the time is the k-loop's and the ring's
   bool swapped;     // the decode form (mainloop_swapped, tiles of at most 8 rows): out only, no h
+  bool quarters;    // the 64-row k-loop in n64 quarters (mainloop<true>, the decode kernel's larger tiles)
 };
 
 __device__ void record_failure(const Params& p, int side, int tile) {
@@ -149,7 +152,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1) fp8_tma_tile_kernel(const _
         continue;
       }
       Tile::Accum acc;
-      if (!Tile::mainloop(pos, p.K, rows, smem, acc, limit)) {
+      if (!(p.quarters ? Tile::mainloop<true>(pos, p.K, rows, smem, acc, limit) : Tile::mainloop(pos, p.K, rows, smem, acc, limit))) {
         record_failure(p, 1, t);
         break;
       }
@@ -215,7 +218,7 @@ struct TileDesc {
 // epilogue (the tile bench's fp32 output and h stores bound it: 41% tensor busy on an H100, docs/performance.md#expert-gemms-fp8
 // 2026-11-27), outputs not written and not checked.
 bool run_case(int K, uint64_t seed, int ctas, const std::vector<int>& expert_rows, int inter, bool bench = false,
-              bool kloop_only = false, bool extreme_scales = false, bool swapped = false) {
+              bool kloop_only = false, bool extreme_scales = false, bool swapped = false, bool quarters = false) {
   using DeviceBuffer = epfuse::detail::CudaBuffer<epfuse::detail::MemoryKind::kDevice>;
   if (!Tile::supports_k(K)) {
     std::printf("FAIL K=%d: the tile refuses it (supports_k)\n", K);
@@ -290,9 +293,11 @@ bool run_case(int K, uint64_t seed, int ctas, const std::vector<int>& expert_row
   p.abort = d_ctl.as<uint32_t>(), p.error = d_ctl.as<uint32_t>() + 1, p.timeout_ns = 2'000'000'000ull;
   p.kloop_only = kloop_only;
   p.swapped = swapped;
+  p.quarters = quarters;
   EPFUSE_CUDA_CHECK(cudaFuncSetAttribute(fp8_tma_tile_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes));
-  std::printf("K=%d: %d tiles on %d CTAs, %d k-blocks per tile (ring of %d stages)%s\n", K, ntiles, ctas, kblocks,
-              Tile::kStages, extreme_scales ? ", scales at their extremes" : "");
+  std::printf("K=%d: %d tiles on %d CTAs, %d k-blocks per tile (ring of %d stages)%s%s%s\n", K, ntiles, ctas, kblocks,
+              Tile::kStages, extreme_scales ? ", scales at their extremes" : "", swapped ? ", decode form" : "",
+              quarters ? ", n64 quarters" : "");
   std::fflush(stdout);  // a crash in the kernel leaves this line as the last
   fp8_tma_tile_kernel<<<ctas, Tile::kThreads, Tile::kSmemBytes>>>(wmap, p);
   EPFUSE_CUDA_CHECK_LAUNCH();
@@ -493,6 +498,11 @@ int main(int argc, char** argv) {
     for (int experts : {8, 1})
       for (int K : {2048, 256})
         ok = run_case(K, seed, experts * 6, std::vector<int>(experts, 1), 768, true, true, false, true) && ok;
+    // The 64-row k-loop in n64 quarters (the decode kernel's tiles of more than 8 rows): the same
+    // experts as the extreme-scale cases, with ordinary and extreme scales.
+    for (int K : {2048, 2880})
+      for (bool extreme : {false, true})
+        ok = run_case(K, seed + K + 5, 2, {200, 37, 64, 65, 1, 16, 17, 32, 33}, 256, false, false, extreme, false, true) && ok;
     // Both forms with the weights from HBM: every SM a tile, SMs / 6 experts (67 MB on 132 SMs, more than L2).
     for (bool swapped : {false, true})
       for (int K : {2048, 256})
