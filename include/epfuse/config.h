@@ -30,7 +30,7 @@ inline constexpr int kMaxTopk = 16;
 //     with the same partial last group: scales [T, ceil(n/128)]. src/common/fp8.h has the arithmetic
 //     and the index functions.
 //     Both layers run this format at every size (unfused: cuBLASLt block-scaled FP8 GEMMs,
-//     src/unfused/fp8_gemm.h; fused: one FP8 kernel, docs/fused_design.md "FP8"), the sizes below.
+//     src/unfused/fp8_gemm.h; fused: the FP8 kernel and its decode kernel, docs/fused_design.md "FP8"), the sizes below.
 //
 // Sizes. H and I are multiples of kDimAlign (64). The kernels tile both by 128 and the fused FP8 kernel
 // H by 256; a layer of other sizes (e.g. H = I = 2880) runs zero-padded (src/padding/padding.h): at

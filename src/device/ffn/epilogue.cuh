@@ -11,7 +11,10 @@
 //   - the warp-specialised tiles (TileGemmTma, TileGemmTmaFp8) store straight from the accumulators,
 //     a quad of lanes transposing its words (FragmentStores, fragment_store.cuh; gate and up as column
 //     halves): no shared memory, no barrier but the one after the stores; the FP8 Linear1 epilogue
-//     (linear1_fp8: SwiGLU, then h quantised 1x128 into codes and scales) stores its codes the same way.
+//     (linear1_fp8: SwiGLU, then h quantised 1x128 into codes and scales) stores its codes the same way;
+//   - the FP8 tile's decode form (mainloop_swapped: at most 8 rows, the accumulators transposed) has its
+//     own (SwappedStores): a row's amax over 8 lanes and 8 warps (256 bytes of shared memory), codes a
+//     byte a store, Linear2's bf16 two columns a store.
 // The row table (expert_ffn.cuh RowTableOf: each row's top-k weight, home, token and slot) is the
 // caller's.
 #pragma once

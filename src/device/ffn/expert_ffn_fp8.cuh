@@ -12,7 +12,9 @@
 //     epilogue is the bf16 one (FragmentStores::linear2: bf16 rows into the homes' combine slots).
 // The host runs this tile for every FP8 config (also at small T: padding rows are not loaded, and a
 // math warpgroup whose 64 rows are all padding runs no MMA), for H % 256 == 0 and I % 128 == 0 (the
-// layer refuses others, kUnsupported).
+// layer refuses others, kUnsupported). In the decode kernel (Gemm::kDecodeForm: TileGemmTmaFp8Decode,
+// chosen by the host at small T) a tile of at most 8 rows runs the decode form instead: mainloop_swapped
+// and SwappedStores (epilogue.cuh), the same arithmetic with the weights as the MMA's M side.
 #pragma once
 #include <cstdint>
 
