@@ -63,62 +63,51 @@ __device__ __forceinline__ void wgmma_m64n8k32_e4m3_f32(float (&d)[4], uint64_t 
 
 }  // namespace ptx
 
-// One warpgroup, one 128-K block of a 64 x 256 tile in two n128 halves: acc[64 h + i] += (A_block .
-// B_rows[128 h, 128 h + 128)^T)[i] * row_scale * (h == 0 ? col_scale0 : col_scale1), with B's 256 rows
-// at desc_b (K-major, 128-byte swizzle, row r at 128 r bytes). Each half's 4 MMAs go into one 64-register
-// scratch, which is then promoted with the group's MMAs drained (the other math warpgroup's MMAs can
-// run meanwhile). Four n64 quarters through two 32-register scratches that took turns hid the
-// promotions behind the group's own MMAs but read A from shared memory four times a k-block instead of
-// twice; on an H100 the halves were 5% faster at dsv3 T=4096 and 2% at qwen3 T=16384, mixtral (at the
-// board's power cap) unchanged (docs/performance.md#the-fp8-k-loop-what-was-tried). Registers: 128 accumulators + 64 scratch.
-// Waits for all its MMAs (the stage is free on return). tests/gpu/gemm/test_fp8_tile.cu checks it alone
-// against a float64 reference.
+// One warpgroup, one 128-K block of a 64 x 256 tile in kSlices slices of N (2: n128 halves, 4: n64
+// quarters): acc[kRegs s + i] += (A_block . B_rows[n s, n s + n)^T)[i] * row_scale * (the slice's half
+// of B: col_scale0 or col_scale1), n = 256 / kSlices, kRegs = n / 2, with B's 256 rows at desc_b
+// (K-major, 128-byte swizzle, row r at 128 r bytes). Each slice's 4 MMAs go into one kRegs-register
+// scratch, which is then promoted with the group's MMAs drained (the other math warpgroup's MMAs can run
+// meanwhile); slice s's register i is register kRegs s + i of the 64 x 256 accumulators (same columns).
+// Halves (the 64-row kernel's): 128 accumulators + 64 scratch. Four n64 quarters through two 32-register
+// scratches that took turns hid the promotions behind the group's own MMAs but read A from shared
+// memory four times a k-block instead of twice; on an H100 the halves were 5% faster at dsv3 T=4096 and
+// 2% at qwen3 T=16384, mixtral (at the board's power cap) unchanged
+// (docs/performance.md#the-fp8-k-loop-what-was-tried). Quarters through one scratch (the decode kernel's
+// tiles of more than 8 rows): half the scratch registers for twice the drains, which keeps that kernel's
+// register peak below the 64-row kernel's (docs/performance.md#the-decode-form-in-the-layer-2026-11-29).
+// Waits for all its MMAs (the stage is free on return). tests/gpu/gemm/test_fp8_tile.cu checks the
+// halves alone against a float64 reference, test_fp8_tma_tile both in the tile.
+template <int kSlices>
+__device__ __forceinline__ void fp8_block_mma_promote(float (&acc)[128], float (&scratch)[128 / kSlices], uint64_t desc_a,
+                                                      uint64_t desc_b, const float (&row_scale)[2], float col_scale0,
+                                                      float col_scale1) {
+  static_assert(kSlices == 2 || kSlices == 4, "n128 halves or n64 quarters");
+  constexpr int kRegs = 128 / kSlices;
+  constexpr uint32_t kSliceBytes = 2 * kRegs * kSw128RowBytes;
+#pragma unroll
+  for (int h = 0; h < kSlices; ++h) {
+    ptx::fence_accumulators(scratch);
+    ptx::wgmma_fence();
+#pragma unroll
+    for (int k = 0; k < kFp8BlockK / kFp8WgmmaK; ++k) {
+      const uint64_t a = desc_advance(desc_a, k * kFp8WgmmaK), b = desc_advance(desc_b, h * kSliceBytes + k * kFp8WgmmaK);
+      if constexpr (kSlices == 2) ptx::wgmma_m64n128k32_e4m3_f32(scratch, a, b, k > 0 ? 1 : 0);
+      else ptx::wgmma_m64n64k32_e4m3_f32(scratch, a, b, k > 0 ? 1 : 0);
+    }
+    ptx::wgmma_commit_group();
+    ptx::wgmma_wait_group<0>();
+    ptx::fence_accumulators(scratch);
+    const float col_scale = h < kSlices / 2 ? col_scale0 : col_scale1;
+    const float s0 = row_scale[0] * col_scale, s1 = row_scale[1] * col_scale;
+#pragma unroll
+    for (int i = 0; i < kRegs; ++i) acc[kRegs * h + i] = fmaf(scratch[i], ((i >> 1) & 1) ? s1 : s0, acc[kRegs * h + i]);
+  }
+}
 __device__ __forceinline__ void fp8_block_mma_promote_halves(float (&acc)[128], float (&scratch)[64], uint64_t desc_a,
                                                              uint64_t desc_b, const float (&row_scale)[2],
                                                              float col_scale0, float col_scale1) {
-  constexpr uint32_t kHalfBytes = 128 * kSw128RowBytes;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    ptx::fence_accumulators(scratch);
-    ptx::wgmma_fence();
-#pragma unroll
-    for (int k = 0; k < kFp8BlockK / kFp8WgmmaK; ++k)
-      ptx::wgmma_m64n128k32_e4m3_f32(scratch, desc_advance(desc_a, k * kFp8WgmmaK),
-                                     desc_advance(desc_b, h * kHalfBytes + k * kFp8WgmmaK), k > 0 ? 1 : 0);
-    ptx::wgmma_commit_group();
-    ptx::wgmma_wait_group<0>();
-    ptx::fence_accumulators(scratch);
-    const float col_scale = h == 0 ? col_scale0 : col_scale1;
-    const float s0 = row_scale[0] * col_scale, s1 = row_scale[1] * col_scale;
-#pragma unroll
-    for (int i = 0; i < 64; ++i) acc[64 * h + i] = fmaf(scratch[i], ((i >> 1) & 1) ? s1 : s0, acc[64 * h + i]);
-  }
-}
-
-// fp8_block_mma_promote_halves in four n64 quarters through one 32-register scratch (acc[32 q + i] is
-// the quarter's register i: the same columns), each quarter's MMAs drained before its promotion: half
-// the scratch registers for about twice the drains. The decode kernel's tiles of more than 8 rows run
-// it, so that kernel's register peak stays below the 64-row kernel's (docs/performance.md#the-decode-form-in-the-layer-2026-11-29).
-__device__ __forceinline__ void fp8_block_mma_promote_quarters(float (&acc)[128], float (&scratch)[32], uint64_t desc_a,
-                                                               uint64_t desc_b, const float (&row_scale)[2],
-                                                               float col_scale0, float col_scale1) {
-  constexpr uint32_t kQuarterBytes = 64 * kSw128RowBytes;
-#pragma unroll
-  for (int q = 0; q < 4; ++q) {
-    ptx::fence_accumulators(scratch);
-    ptx::wgmma_fence();
-#pragma unroll
-    for (int k = 0; k < kFp8BlockK / kFp8WgmmaK; ++k)
-      ptx::wgmma_m64n64k32_e4m3_f32(scratch, desc_advance(desc_a, k * kFp8WgmmaK),
-                                    desc_advance(desc_b, q * kQuarterBytes + k * kFp8WgmmaK), k > 0 ? 1 : 0);
-    ptx::wgmma_commit_group();
-    ptx::wgmma_wait_group<0>();
-    ptx::fence_accumulators(scratch);
-    const float col_scale = q < 2 ? col_scale0 : col_scale1;
-    const float s0 = row_scale[0] * col_scale, s1 = row_scale[1] * col_scale;
-#pragma unroll
-    for (int i = 0; i < 32; ++i) acc[32 * q + i] = fmaf(scratch[i], ((i >> 1) & 1) ? s1 : s0, acc[32 * q + i]);
-  }
+  fp8_block_mma_promote<2>(acc, scratch, desc_a, desc_b, row_scale, col_scale0, col_scale1);
 }
 
 // The decode form of one 128-K block (operands swapped: tokens are few, weights many): one warpgroup,

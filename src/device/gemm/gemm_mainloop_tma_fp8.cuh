@@ -184,7 +184,7 @@ struct TileGemmTmaFp8 {
   // only passes the stages through (Ring::pass; its acc stays zero), which leaves the tensor cores to
   // the other at small T, where the tile is a weight stream. False (in this thread) when a wait for a
   // stage ran out; the caller makes that group-uniform.
-  // kQuarters: the k-block in n64 quarters (fp8_block_mma_promote_quarters, the decode kernel's).
+  // kQuarters: the k-block in n64 quarters (fp8_block_mma_promote<4>, the decode kernel's).
   template <bool kQuarters = false>
   __device__ static bool mainloop(RingPos& pos, int K, int rows, void* smem, Accum& acc, const WaitLimit& limit) {
     const auto [ct, base, desc_a0, desc_b0] = Bf16::start_math(smem, acc);
@@ -208,8 +208,7 @@ struct TileGemmTmaFp8 {
       const float col_scale1 = ld_shared_f32(stage_scale_b(base, s) + 4u);
       const uint64_t desc_a = uniform_u64(desc_advance(desc_a0, static_cast<uint32_t>(s * kStageBytesA)));
       const uint64_t desc_b = uniform_u64(desc_advance(desc_b0, static_cast<uint32_t>(s * kStageBytesB)));
-      if constexpr (kQuarters) fp8_block_mma_promote_quarters(acc.v, scratch, desc_a, desc_b, row_scale, col_scale0, col_scale1);
-      else fp8_block_mma_promote_halves(acc.v, scratch, desc_a, desc_b, row_scale, col_scale0, col_scale1);
+      fp8_block_mma_promote<kQuarters ? 4 : 2>(acc.v, scratch, desc_a, desc_b, row_scale, col_scale0, col_scale1);
       // All the k-block's MMAs finished (its last promotion waits for them) and this thread's scale
       // reads are done: its release of the stage.
       ptx::mbar_arrive(Ring::empty_bar(base, s));
