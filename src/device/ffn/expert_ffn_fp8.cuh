@@ -37,11 +37,12 @@ struct WarpSpecialisedFp8Tiles : WarpSpecialisedTileRoles<Gemm_> {
   static constexpr int kBlockN = Gemm::kBlockN;
   static constexpr int kOutCols = kBlockN / 2;  // h columns of a Linear1 tile: one 1x128 group per row
   static_assert(kOutCols == fp8::kBlock, "a Linear1 tile's h row is one 1x128 group");
-  // Tiles of at most Gemm::kSwappedTokens rows run the decode form (mainloop_swapped, SwappedStores), whose
-  // Linear1 epilogue reduces each row's amax through shared memory after the roles' queue.
+  // In the decode kernel, tiles of at most Gemm::kSwappedTokens rows run the decode form (mainloop_swapped,
+  // SwappedStores), whose Linear1 epilogue reduces each row's amax through shared memory after the roles'
+  // queue (the 64-row kernel keeps the roles' size).
   using Decode = SwappedStores<Gemm>;
   static constexpr int kRowAmaxOffset = (Base::kSmemBytes + 15) / 16 * 16;
-  static constexpr int kSmemBytes = kRowAmaxOffset + Decode::kScratchBytes;
+  static constexpr int kSmemBytes = Gemm::kDecodeForm ? kRowAmaxOffset + Decode::kScratchBytes : Base::kSmemBytes;
   static_assert(kSmemBytes + kStaticSmemBytes <= kBlockSmemBytes, "ring + row tables fit one SM");
   __device__ static bool decode_form(const Posted& posted) {
     if constexpr (Gemm::kDecodeForm) return posted.rows <= Gemm::kSwappedTokens;
