@@ -58,6 +58,16 @@ using device::TaskProfiler;
 using device::TaskScheduler;
 using device::ThreadGroup;
 
+// The kernels the host takes at decode sizes (plan.cpp choose_fused_tile: the FP8 decode kernel, bf16's
+// 32-row tile): their combine warms its code while its tokens' tiles are still coming (combine_task).
+template <class Gemm>
+constexpr bool decode_kernel() {
+  if constexpr (requires { Gemm::kDecodeForm; }) return Gemm::kDecodeForm || Gemm::kBlockM <= 32;
+  else return Gemm::kBlockM <= 32;
+}
+template <class Gemm>
+inline constexpr bool kDecodeKernel = decode_kernel<Gemm>();
+
 // ---- the roles of a warp-specialised CTA, from its first task of the GEMM phase on ----
 
 // The producer warpgroup: takes task ids from the scheduler and hands each on through the queue.
@@ -146,7 +156,7 @@ __device__ void math_role(const device::FusedContext<Transport>& c, TaskSchedule
       case Phase::kLinear2: Tiles::linear2(c, posted, sh, s, ring, smem, g); break;
       default:
         sh.queue.release(s, g);
-        if (task.phase == Phase::kCombine) device::combine_task(c, task.index, scheduler.space(), g);
+        if (task.phase == Phase::kCombine) device::combine_task<kDecodeKernel<Gemm>>(c, task.index, scheduler.space(), g);
         break;
     }
     profiler.after_task(static_cast<int>(task.phase), g);
@@ -268,7 +278,7 @@ __global__ void __launch_bounds__(Gemm::kThreads, 1) fused_moe_kernel(const __gr
       case Phase::kLinear2:
         if constexpr (!kRoles) Tiles::linear2(c, task.tile, smem);
         break;
-      case Phase::kCombine: device::combine_task(c, task.index, scheduler.space()); break;
+      case Phase::kCombine: device::combine_task<kDecodeKernel<Gemm>>(c, task.index, scheduler.space()); break;
       case Phase::kDone: break;
     }
     profiler.after_task(static_cast<int>(task.phase));

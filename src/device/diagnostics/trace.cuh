@@ -25,9 +25,10 @@ enum Stamp : int {
   kLoaded,      // producer: every operand load of the tile issued; layout: the ticket bases drawn;
                 //   collect: the experts' m-blocks planned
   kMathStart,   // math: took the posted task (pre-role tasks: start)
-  kFirstFull,   // math: the first stage of the k-loop is there
+  kFirstFull,   // math: the first stage of the k-loop is there; combine (a decode task, several warps a
+                //   token): its tokens' tiles are all in
   kLoopEnd,     // math: the k-loop is done; layout: the bases added to the slots; collect: the prefixes,
-                //   the schedule and the targets built
+                //   the schedule and the targets built; combine (decode task): the tokens reduced into y
   kEnd,         // the task is done (epilogue, signals)
   kEpiMath,     // math: Linear1's h values (and FP8 codes) are in registers; collect: the prefixes scanned
   kEpiStored,   // math: the epilogue's stores are issued (before the release / signals); dispatch:

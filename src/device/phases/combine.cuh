@@ -6,6 +6,7 @@
 
 #include <cuda_bf16.h>
 
+#include "device/diagnostics/trace.cuh"
 #include "device/kernel/context.cuh"
 #include "device/kernel/wait.cuh"
 #include "device/protocol/routing.h"
@@ -17,9 +18,10 @@ namespace epfuse::device {
 // are loaded before the first add: with one load in flight per lane the warp waited one memory latency
 // per slot and vector (0.4-0.6 ms of combine tail at T = 4096-16384, top-8); kVecs * kSlots = 16 loads
 // in flight whatever k is.
+// store = false: the same instructions, y not written (combine_task's warm-up pass, with routed = 0).
 template <int kVecs, int kSlots>
 __device__ __forceinline__ void reduce_token(const __nv_bfloat16* rows, size_t stride, int k, uint32_t routed, int H,
-                                             __nv_bfloat16* y_row, int lane) {
+                                             __nv_bfloat16* y_row, int lane, bool store) {
   const int vectors = H / 8;
   for (int v0 = lane; v0 < vectors; v0 += 32 * kVecs) {
     float sum[kVecs][8] = {};
@@ -55,7 +57,7 @@ __device__ __forceinline__ void reduce_token(const __nv_bfloat16* rows, size_t s
       __nv_bfloat162* o = reinterpret_cast<__nv_bfloat162*>(&out);
 #pragma unroll
       for (int p = 0; p < 4; ++p) o[p] = __floats2bfloat162_rn(sum[u][2 * p], sum[u][2 * p + 1]);
-      reinterpret_cast<int4*>(y_row)[v] = out;
+      if (store) reinterpret_cast<int4*>(y_row)[v] = out;
     }
   }
 }
@@ -83,9 +85,12 @@ __device__ __forceinline__ bool wait_token_tiles(const FusedContext<Transport>& 
   return __shfl_sync(0xffffffffu, ok, 0) != 0;
 }
 
-// One warp reduces columns [c0, c0 + cols) of token t's routed slots into y (reduce_token).
+// One warp reduces columns [c0, c0 + cols) of token t's routed slots into y (reduce_token). warm: the
+// same instructions with every slot load and the store predicated off (nothing read or written but the
+// token's routing).
 template <class Transport>
-__device__ __forceinline__ void reduce_token_columns(const FusedContext<Transport>& c, int t, int c0, int cols, int lane) {
+__device__ __forceinline__ void reduce_token_columns(const FusedContext<Transport>& c, int t, int c0, int cols, int lane,
+                                                     bool warm = false) {
   const FusedParams& prm = *c.prm;
   const FusedDims& d = prm.dims;
   const int k = d.topk;
@@ -93,16 +98,17 @@ __device__ __forceinline__ void reduce_token_columns(const FusedContext<Transpor
   // Routed slots as a mask, read once per token rather than once per vector.
   uint32_t routed = 0;
   for (int j = 0; j < k; ++j) routed |= slot_is_routed(idx[j], d.num_experts) ? 1u << j : 0u;
+  if (warm) routed = 0;
   const __nv_bfloat16* rows = local_ptr<const __nv_bfloat16>(c, combine_row_offset(prm.sym, prm.capacity, c.parity, t, 0)) + c0;
   // A token's slot rows are consecutive, each the workspace's widest row (combine_row_offset).
   const size_t stride = static_cast<size_t>(prm.capacity.hidden);
   __nv_bfloat16* y_row = prm.y + static_cast<int64_t>(t) * d.hidden + c0;
   if (k <= 2) {
-    reduce_token<8, 2>(rows, stride, k, routed, cols, y_row, lane);
+    reduce_token<8, 2>(rows, stride, k, routed, cols, y_row, lane, !warm);
   } else if (k <= 4) {
-    reduce_token<4, 4>(rows, stride, k, routed, cols, y_row, lane);
+    reduce_token<4, 4>(rows, stride, k, routed, cols, y_row, lane, !warm);
   } else {
-    reduce_token<2, 8>(rows, stride, k, routed, cols, y_row, lane);
+    reduce_token<2, 8>(rows, stride, k, routed, cols, y_row, lane, !warm);
   }
 }
 
@@ -110,7 +116,12 @@ __device__ __forceinline__ void reduce_token_columns(const FusedContext<Transpor
 // g's warps (decode: T = 1 has one) shares each token's columns out to several warps, after one warp per
 // token has waited for its tiles: a warp alone is bound by the latency of its loads (one token's 8 slots
 // of 2048 columns took ~6 us after the last Linear2 tile; docs/performance.md#decode-fixed-cost).
-template <class Transport>
+// kWarm (the kernels the host runs at decode sizes): such a task runs as two passes of one loop; in the
+// first, while the tokens' warps wait, the other warps run the reduction's code once with nothing loaded
+// or stored, so that its instructions are on the SM before the pass that counts
+// (docs/performance.md#the-decode-combines-code-before-its-tiles-2026-11-29). Only there: the loop moved
+// the register allocation of the prefill kernels (a spill in the FP8 k-loop).
+template <bool kWarm, class Transport>
 __device__ void combine_task(const FusedContext<Transport>& c, int block, const TaskSpace& space,
                              const ThreadGroup& g = ThreadGroup::cta()) {
   const FusedParams& prm = *c.prm;
@@ -124,18 +135,32 @@ __device__ void combine_task(const FusedContext<Transport>& c, int block, const 
     return;
   }
   __shared__ int token_in[kCombineTokens];
-  if (warp < tokens) {
-    const bool ok = wait_token_tiles(c, first + warp, lane, g.warps());
-    if (lane == 0) token_in[warp] = ok ? 1 : 0;
-  }
-  g.sync();  // token_in is read below, and the tiles of every token are in
-  if (warp < tokens * parts) {
-    const int i = warp / parts, part = warp % parts;
-    // Each part a whole number of 8-column vectors.
-    const int span = (H / 8 + parts - 1) / parts * 8, c0 = part * span;
-    if (token_in[i] && c0 < H) reduce_token_columns(c, first + i, c0, min(span, H - c0), lane);
+  // warm: the warm-up pass, by the warps that do not wait (their own columns, as the real pass takes them).
+  const auto run_pass = [&](bool warm) {
+    if (!warm) {
+      if (warp < tokens) {
+        const bool ok = wait_token_tiles(c, first + warp, lane, g.warps());
+        if (lane == 0) token_in[warp] = ok ? 1 : 0;
+      }
+      g.sync();  // token_in is read below, and the tiles of every token are in
+      trace::stamp_current(g.leader(), trace::kFirstFull);
+    }
+    if (warp < tokens * parts) {
+      const int i = warp / parts, part = warp % parts;
+      // Each part a whole number of 8-column vectors.
+      const int span = (H / 8 + parts - 1) / parts * 8, c0 = part * span;
+      if ((warm ? warp >= tokens : token_in[i] != 0) && c0 < H)
+        reduce_token_columns(c, first + i, c0, min(span, H - c0), lane, warm);
+    }
+  };
+  if constexpr (kWarm) {
+#pragma unroll 1
+    for (int pass = 0; pass < 2; ++pass) run_pass(pass == 0);  // one copy of the code for both passes
+  } else {
+    run_pass(false);
   }
   g.sync();  // token_in is free for the next task
+  trace::stamp_current(g.leader(), trace::kLoopEnd);
 }
 
 }  // namespace epfuse::device
