@@ -275,6 +275,15 @@ struct WarpSpecialisedTileRoles {
       return sh.queue.release(s, g);
     finish_linear2(c, posted, sh, s, g, [&](const RowTable& t) { FragmentStores<Gemm>::linear2(c, acc, tile, posted.rows, t, g); });
   }
+  // A Linear1 tile after its epilogue's stores (ending in a barrier of g): the slot is freed and the tile
+  // counted on its m-block's l1_done.
+  template <class Transport>
+  __device__ static void finish_linear1(const FusedContext<Transport>& c, const GemmTile& tile, Shared& sh, int s,
+                                        const ThreadGroup& g) {
+    trace::stamp_current(g.leader(), trace::kEpiStored);
+    sh.queue.release(s, g);
+    if (g.leader()) l1_tile_done(c, tile);
+  }
   // A Linear2 tile after its k-loop: store(t) writes its rows into the combine slots (ending in a barrier
   // of g), then the slot is freed and each row signalled at home.
   template <class Transport, class Store>
@@ -360,8 +369,7 @@ struct WarpSpecialisedTiles : WarpSpecialisedTileRoles<Gemm_> {
     typename Gemm::Accum acc;
     if (!Roles::mainloop(c, tile, Phase::kLinear1, H, posted.rows, ring, smem, acc, g)) return sh.queue.release(s, g);
     FragmentStores<Gemm>::linear1(c, acc, tile, posted.h_row, I, posted.rows, sh.queue.table[s], g);
-    sh.queue.release(s, g);
-    if (g.leader()) l1_tile_done(c, tile);
+    Roles::finish_linear1(c, tile, sh, s, g);
   }
 };
 

@@ -129,9 +129,7 @@ struct WarpSpecialisedFp8Tiles : WarpSpecialisedTileRoles<Gemm_> {
     const int rows = posted.rows;
     if (!Base::mainloop(c, tile, Phase::kLinear1, H, rows, ring, smem, acc, g)) return sh.queue.release(s, g);
     FragmentStores<Gemm>::linear1_fp8(c, acc, tile, posted.h_row, I, rows, sh.queue.table[s], g);
-    trace::stamp_current(g.leader(), trace::kEpiStored);
-    sh.queue.release(s, g);
-    if (g.leader()) l1_tile_done(c, tile);
+    Base::finish_linear1(c, tile, sh, s, g);
   }
 
   // The Linear2 tile posted in slot s: the bf16 tiles' (Base::linear2), or the decode form's.
@@ -153,9 +151,7 @@ struct WarpSpecialisedFp8Tiles : WarpSpecialisedTileRoles<Gemm_> {
         }))
       return sh.queue.release(s, g);
     Decode::linear1_fp8(c, acc, tile, posted.h_row, c.prm->dims.intermediate, posted.rows, sh.queue.table[s], row_amax(smem), g);
-    trace::stamp_current(g.leader(), trace::kEpiStored);
-    sh.queue.release(s, g);
-    if (g.leader()) l1_tile_done(c, tile);
+    Base::finish_linear1(c, tile, sh, s, g);
   }
   template <class Transport>
   __device__ static void decode_linear2(const FusedContext<Transport>& c, const Posted& posted, Shared& sh, int s,
