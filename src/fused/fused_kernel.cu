@@ -100,9 +100,21 @@ __device__ void producer_role(const device::FusedContext<Transport>& c, TaskSche
     const int preloaded = preload ? device::preload_weights<Tiles>(c, g, task, ring, smem) : 0;
     if (g.leader()) device::trace::stamp(rec, device::trace::kWeights);
     bool ok = preloaded >= 0;
-    if (gemm && !in && ok && !(ok = device::wait_tile_inputs(c, g, task.phase, task.tile, l1_tiles)) && preload)
-      device::drop_weights<Tiles>(c, task, ring, smem);
-    if (gemm && ok) Tiles::prepare(c, g, task, I, queue.table[s], a_rows, w);
+    if constexpr (kDecodeKernel<Gemm>) {
+      // A Linear2 tile's rows are known once its expert's Linear1 inputs are in: its row table is filled
+      // then, while its Linear1 tiles still run, so that the hand-over after them is the wait alone
+      // (docs/performance.md#linear2s-row-table-before-its-wait-2026-11-29).
+      const bool wait = gemm && !in && ok, table_first = wait && task.phase == Phase::kLinear2;
+      if (wait)
+        ok = device::wait_tile_inputs(c, g, table_first ? Phase::kLinear1 : task.phase, task.tile, table_first ? 0 : l1_tiles);
+      if (gemm && ok) Tiles::prepare(c, g, task, I, queue.table[s], a_rows, w);
+      if (table_first && ok) ok = device::wait_tile_inputs(c, g, task.phase, task.tile, l1_tiles);
+      if (wait && !ok && preload) device::drop_weights<Tiles>(c, task, ring, smem);
+    } else {
+      if (gemm && !in && ok && !(ok = device::wait_tile_inputs(c, g, task.phase, task.tile, l1_tiles)) && preload)
+        device::drop_weights<Tiles>(c, task, ring, smem);
+      if (gemm && ok) Tiles::prepare(c, g, task, I, queue.table[s], a_rows, w);
+    }
     if (g.leader()) device::trace::stamp(rec, device::trace::kInputs);
     // EPFUSE_FAULT at=scheduler: the end of the task stream is never posted; the math warps wait for it.
     if (task.phase == Phase::kDone) device::hang_here(prm, c.ctl, g, HangPoint::kScheduler);

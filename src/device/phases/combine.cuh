@@ -86,18 +86,17 @@ __device__ __forceinline__ bool wait_token_tiles(const FusedContext<Transport>& 
 }
 
 // One warp reduces columns [c0, c0 + cols) of token t's routed slots into y (reduce_token). warm: the
-// same instructions with every slot load and the store predicated off (nothing read or written but the
-// token's routing).
-template <class Transport>
+// same instructions with every slot load and the store predicated off. kRoutedGiven: the token's
+// routed_slot_mask is `given`, read by the caller; otherwise read here, once per token rather than once
+// per vector.
+template <bool kRoutedGiven = false, class Transport>
 __device__ __forceinline__ void reduce_token_columns(const FusedContext<Transport>& c, int t, int c0, int cols, int lane,
-                                                     bool warm = false) {
+                                                     bool warm = false, uint32_t given = 0) {
   const FusedParams& prm = *c.prm;
   const FusedDims& d = prm.dims;
   const int k = d.topk;
-  const int32_t* idx = prm.topk_idx + static_cast<int64_t>(t) * k;
-  // Routed slots as a mask, read once per token rather than once per vector.
-  uint32_t routed = 0;
-  for (int j = 0; j < k; ++j) routed |= slot_is_routed(idx[j], d.num_experts) ? 1u << j : 0u;
+  uint32_t routed = given;
+  if constexpr (!kRoutedGiven) routed = routed_slot_mask(prm.topk_idx + static_cast<int64_t>(t) * k, k, d.num_experts);
   if (warm) routed = 0;
   const __nv_bfloat16* rows = local_ptr<const __nv_bfloat16>(c, combine_row_offset(prm.sym, prm.capacity, c.parity, t, 0)) + c0;
   // A token's slot rows are consecutive, each the workspace's widest row (combine_row_offset).
@@ -135,6 +134,14 @@ __device__ void combine_task(const FusedContext<Transport>& c, int block, const 
     return;
   }
   __shared__ int token_in[kCombineTokens];
+  // kWarm: each warp's token's routing is read before the wait, so that the reduction after it starts
+  // with the slot loads, not with a dependent round trip for the routing
+  // (docs/performance.md#the-decode-combines-routing-before-its-wait-2026-11-29).
+  [[maybe_unused]] uint32_t routed = 0;
+  if constexpr (kWarm)
+    if (warp < tokens * parts)
+      routed = routed_slot_mask(prm.topk_idx + static_cast<int64_t>(first + warp / parts) * prm.dims.topk,
+                                prm.dims.topk, prm.dims.num_experts);
   // warm: the warm-up pass, by the warps that do not wait (their own columns, as the real pass takes them).
   const auto run_pass = [&](bool warm) {
     if (!warm) {
@@ -150,7 +157,8 @@ __device__ void combine_task(const FusedContext<Transport>& c, int block, const 
       // Each part a whole number of 8-column vectors.
       const int span = (H / 8 + parts - 1) / parts * 8, c0 = part * span;
       if ((warm ? warp >= tokens : token_in[i] != 0) && c0 < H)
-        reduce_token_columns(c, first + i, c0, min(span, H - c0), lane, warm);
+        if constexpr (kWarm) reduce_token_columns<true>(c, first + i, c0, min(span, H - c0), lane, warm, routed);
+        else reduce_token_columns(c, first + i, c0, min(span, H - c0), lane, warm);
     }
   };
   if constexpr (kWarm) {

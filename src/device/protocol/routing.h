@@ -52,6 +52,13 @@ EPFUSE_HD int routed_slots(const int32_t* idx, int k, int num_experts) {
   return n;
 }
 
+// The token's routed slots as a mask, bit j for slot j (k <= 32): the slots whose rows the combine adds.
+EPFUSE_HD uint32_t routed_slot_mask(const int32_t* idx, int k, int num_experts) {
+  uint32_t mask = 0;
+  for (int j = 0; j < k; ++j) mask |= slot_is_routed(idx[j], num_experts) ? 1u << j : 0u;
+  return mask;
+}
+
 // The home rank cannot know the tile shape the expert ranks chose (a per-rank choice), so output
 // tiles signal in units of kSignalCols columns: a token is complete when its counter advanced by
 // routed slots x H / kSignalCols.

@@ -82,6 +82,12 @@ TEST(FusedRouting, FirstSlotPerRankDeduplicates) {
   EXPECT_EQ(first_slot_for_rank(idx.data(), 5, E, L), 0);
   EXPECT_EQ(first_slot_for_rank(idx.data(), 6, E, L), 3);
   EXPECT_EQ(routed_slots(idx.data(), 8, E), 6);
+  // The combine's mask: bits of the routed slots only (slots 1 and 7 dropped), a prefix of k slots.
+  EXPECT_EQ(routed_slot_mask(idx.data(), 8, E), 0b01111101u);
+  EXPECT_EQ(routed_slot_mask(idx.data(), 2, E), 0b01u);
+  EXPECT_EQ(routed_slot_mask(idx.data(), 0, E), 0u);
+  const std::vector<int32_t> wide(32, E - 1);  // k = 32: the top bit too
+  EXPECT_EQ(routed_slot_mask(wide.data(), 32, E), 0xffffffffu);
   // Ticket draws: a pair for every routed slot, a row at the receiver only for the owning slot.
   const std::vector<bool> owns_row = {true, false, false, true, true, false, false, false};
   for (int j = 0; j < 8; ++j) {
