@@ -74,23 +74,33 @@ class TaskScheduler {
   // one on the stream, so it sees them).
   __device__ void finish(const ThreadGroup& g = ThreadGroup::cta()) {
     __shared__ int last;
+    __shared__ uint32_t seen[3];  // the last CTA's view of plan_epoch, mblocks and abort
+    FusedControl* ctl = c_.ctl;
     g.sync();
     if (g.leader()) {
       __threadfence();
       last = atomic_add_done() == gridDim.x - 1 ? 1 : 0;
+      // The last CTA: the three words the resets depend on, read together after the acquire above (every
+      // other CTA is done: none of them changes any more). One round trip, not three in a row: the last
+      // CTA's finish ends every call (docs/performance.md#the-last-ctas-finish-2026-11-29).
+      if (last) {
+        seen[0] = *reinterpret_cast<const volatile uint32_t*>(&ctl->plan_epoch);
+        seen[1] = *reinterpret_cast<const volatile uint32_t*>(&ctl->mblocks);
+        seen[2] = *reinterpret_cast<const volatile uint32_t*>(&ctl->abort);
+      }
     }
     g.sync();
     if (!last) return;
     __threadfence();
-    FusedControl* ctl = c_.ctl;
     const FusedDims& d = c_.prm->dims;
-    const int mblocks = flag_is_current(ld_acquire_gpu(&ctl->plan_epoch), c_.epoch) ? static_cast<int>(ctl->mblocks) : 0;
+    const int mblocks = flag_is_current(seen[0], c_.epoch) ? static_cast<int>(seen[1]) : 0;
+    const bool was_aborted = seen[2] != 0;
     for (int i = g.rank(); i < d.world; i += g.count) c_.row_tickets[i] = 0;
     for (int i = g.rank(); i < d.num_experts; i += g.count) c_.pair_tickets[i] = 0;
     for (int i = g.rank(); i < mblocks; i += g.count) c_.l1_done[i] = 0;
     // An aborted call's rows: NaN in this call's own y, whichever rows its combine did or did not
     // write (every CTA is done with y by now), so that no caller reads a half-written y as a result.
-    if (aborted(ctl)) fill_y_with_nan(*c_.prm, g.rank(), g.count);
+    if (was_aborted) fill_y_with_nan(*c_.prm, g.rank(), g.count);
     if (g.leader()) {
       ctl->task_counter = 0;
       ctl->layout_done = 0;
@@ -98,7 +108,7 @@ class TaskScheduler {
       // The call state for the next launch (graph replays included): this call's epoch, and whether
       // the workspace is now unusable.
       ctl->epoch = c_.epoch;
-      if (aborted(ctl)) {
+      if (was_aborted) {
         ctl->broken = 1u;
         tell_host_failed(*c_.prm);
       }
