@@ -22,27 +22,43 @@ FIELDS = ["rank", "H", "I", "E", "T", "mma", "launch", "cta", "smid", "rec", "ph
           "nblock"] + STAMPS
 
 
-def load(path):
+def load(path, spans=None):
+    """Task records per problem (rank, shape, launch). spans: a dict that takes each problem's CTA spans
+    (rows with rec < 0, tools/bench/trace_export.h: `taken` = the CTA's start, `end` = its end)."""
     problems = collections.OrderedDict()
+    cta_spans = {}
     with open(path) as f:
         for row in csv.reader(f):
             if not row:
                 continue
             r = dict(zip(FIELDS, (int(v) for v in row)))
-            if r["rec"] < 0:  # a CTA's span (tools/bench/trace_export.h), not a task
-                continue
             for s in STAMPS:  # traces of builds with fewer stamps
                 r.setdefault(s, -1)
             key = (r["rank"], r["H"], r["I"], r["E"], r["T"], r["mma"], r["launch"])
-            problems.setdefault(key, []).append(r)
-    # Stamps are %globaltimer ns: count them from each problem's first.
-    for rows in problems.values():
+            (cta_spans if r["rec"] < 0 else problems).setdefault(key, []).append(r)
+    # Stamps are %globaltimer ns: count them from each problem's first task stamp.
+    for key, rows in problems.items():
         t0 = min(r[s] for r in rows for s in STAMPS if r[s] >= 0)
-        for r in rows:
+        for r in rows + cta_spans.get(key, []):
             for s in STAMPS:
                 if r[s] >= 0:
                     r[s] -= t0
+    if spans is not None:
+        spans.update(cta_spans)
     return problems
+
+
+def kernel_edges(rows, spans):
+    """The kernel around its tasks, us: first CTA start to last CTA end, how long before the first task
+    stamp the CTAs start (their set-up, the first task id), and how long after the last task stamp the
+    last CTA ends (TaskScheduler::finish). None without spans."""
+    starts = [r["taken"] for r in spans if r["taken"] != -1 and r["end"] >= 0]
+    ends = [r["end"] for r in spans if r["taken"] != -1 and r["end"] >= 0]
+    stamps = [r[s] for r in rows for s in STAMPS if r[s] >= 0]
+    if not starts or not stamps:
+        return None
+    return {"span": us(max(ends) - min(starts)), "before_first_stamp": us(min(stamps) - min(starts)),
+            "after_last_stamp": us(max(ends) - max(stamps))}
 
 
 def us(ns):
@@ -226,12 +242,17 @@ def print_chain(chain):
         print(f"  {name:8s} {what:14s} cta {row['cta']:3d}: {st}{tail}")
 
 
-def report(key, rows, tiles, sm):
+def report(key, rows, tiles, sm, spans=()):
     rank, H, I, E, T, mma, launch = key
     end = max(r[s] for r in rows for s in STAMPS if r[s] >= 0)
     kernel = {0: "mma.sync", 1: "wgmma", 2: "bf16 TMA", 3: "FP8 TMA"}.get(mma, str(mma))
     print(f"== rank {rank} H={H} I={I} E={E} T={T} {kernel} launch {launch}: {len(rows)} task records, "
           f"last stamp at {us(end):.1f} us")
+    edges = kernel_edges(rows, spans)
+    if edges:
+        print(f"kernel: {edges['span']:.1f} us from the first CTA's start to the last CTA's end; the CTAs start "
+              f"{edges['before_first_stamp']:.1f} us before the first task stamp, the last ends "
+              f"{edges['after_last_stamp']:.1f} us after the last")
     print(f"{'phase':10s} {'tasks':>5s} {'first start':>11s} {'last end':>9s}")
     for p, name in enumerate(PHASES):
         ph = [r for r in rows if r["phase"] == p]
@@ -315,8 +336,9 @@ def main():
     ap.add_argument("--sm", type=int)
     a = ap.parse_args()
     print("stamps: " + ", ".join(STAMPS))
-    for key, rows in load(a.trace).items():
-        report(key, rows, a.tiles, a.sm)
+    spans = {}
+    for key, rows in load(a.trace, spans).items():
+        report(key, rows, a.tiles, a.sm, spans.get(key, []))
 
 
 if __name__ == "__main__":

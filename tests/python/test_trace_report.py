@@ -119,3 +119,31 @@ def test_critical_chain_walks_back_from_the_last_end(capsys, repo_script):
     out = capsys.readouterr().out
     assert "linear2  e3 m3 n7" in out and "inputs 3.6 after linear1's end" in out
     assert m.critical_chain([]) == []
+
+
+def test_kernel_edges_around_the_tasks(repo_script, tmp_path):
+    m = repo_script("trace_report")
+    # Two CTAs: spans 1.0-40.0 and 1.5-38.0 us; task stamps from 3.0 (CTA 0's layout) to 37.0 (its
+    # combine). Written as the CSV trace_export.h writes (absolute ns), read back by load().
+    head = [0, 2048, 768, 32, 1, 3, 0]  # rank H I E T mma launch
+
+    def row(cta, rec, phase, stamps):
+        t = [stamps.get(s, -1) for s in m.STAMPS]
+        return ",".join(str(v) for v in head + [cta, 100 + cta, rec, phase, 0, 0, 0, 0] + t)
+
+    base = 5_000_000
+    lines = [row(0, -1, -1, {"taken": base + 1000, "end": base + 40000}),
+             row(1, -1, -1, {"taken": base + 1500, "end": base + 38000}),
+             row(0, 0, 0, {"math_start": base + 3000, "end": base + 5000}),
+             row(0, 1, 6, {"math_start": base + 10000, "loop_end": base + 36500, "end": base + 37000})]
+    path = tmp_path / "trace.csv"
+    path.write_text("\n".join(lines) + "\n")
+    spans = {}
+    problems = m.load(str(path), spans)
+    (key, rows), = problems.items()
+    assert len(rows) == 2 and len(spans[key]) == 2  # spans apart from the task records
+    e = m.kernel_edges(rows, spans[key])
+    assert e["span"] == pytest.approx(39.0)
+    assert e["before_first_stamp"] == pytest.approx(2.0)
+    assert e["after_last_stamp"] == pytest.approx(3.0)
+    assert m.kernel_edges(rows, []) is None
