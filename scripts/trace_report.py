@@ -52,13 +52,14 @@ def kernel_edges(rows, spans):
     """The kernel around its tasks, us: first CTA start to last CTA end, how long before the first task
     stamp the CTAs start (their set-up, the first task id), and how long after the last task stamp the
     last CTA ends (TaskScheduler::finish). None without spans."""
-    starts = [r["taken"] for r in spans if r["taken"] != -1 and r["end"] >= 0]
-    ends = [r["end"] for r in spans if r["taken"] != -1 and r["end"] >= 0]
+    # A span's start is counted from the first task stamp, so it is negative; -1 is "not stamped".
+    done = [r for r in spans if r["taken"] != -1 and r["end"] >= 0]
     stamps = [r[s] for r in rows for s in STAMPS if r[s] >= 0]
-    if not starts or not stamps:
+    if not done or not stamps:
         return None
-    return {"span": us(max(ends) - min(starts)), "before_first_stamp": us(min(stamps) - min(starts)),
-            "after_last_stamp": us(max(ends) - max(stamps))}
+    start, end = min(r["taken"] for r in done), max(r["end"] for r in done)
+    return {"span": us(end - start), "before_first_stamp": us(min(stamps) - start),
+            "after_last_stamp": us(end - max(stamps))}
 
 
 def us(ns):

@@ -59,7 +59,9 @@ using device::TaskScheduler;
 using device::ThreadGroup;
 
 // The kernels the host takes at decode sizes (plan.cpp choose_fused_tile: the FP8 decode kernel, bf16's
-// 32-row tile): their combine warms its code while its tokens' tiles are still coming (combine_task).
+// 32-row tile): their combine warms its code and reads its tokens' routing while their tiles are still
+// coming (combine_task), and a Linear2 tile's producer fills its row table before its wait (producer_role).
+// Only there: the other kernels keep their instructions (their k-loops' registers moved with such code).
 template <class Gemm>
 constexpr bool decode_kernel() {
   if constexpr (requires { Gemm::kDecodeForm; }) return Gemm::kDecodeForm || Gemm::kBlockM <= 32;
@@ -110,7 +112,7 @@ __device__ void producer_role(const device::FusedContext<Transport>& c, TaskSche
       if (gemm && ok) Tiles::prepare(c, g, task, I, queue.table[s], a_rows, w);
       if (table_first && ok) ok = device::wait_tile_inputs(c, g, task.phase, task.tile, l1_tiles);
       if (wait && !ok && preload) device::drop_weights<Tiles>(c, task, ring, smem);
-    } else {
+    } else {  // the same with table_first false, in the order the other kernels' SASS was measured with
       if (gemm && !in && ok && !(ok = device::wait_tile_inputs(c, g, task.phase, task.tile, l1_tiles)) && preload)
         device::drop_weights<Tiles>(c, task, ring, smem);
       if (gemm && ok) Tiles::prepare(c, g, task, I, queue.table[s], a_rows, w);
