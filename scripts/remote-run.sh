@@ -135,8 +135,11 @@ for step in "$@"; do
       # rows add --sustained 1500 to EPFUSE_AB_ARGS and compare its ms a call: it repeats within 0.3%
       # where the synchronised medians spread 3-5% (docs/performance.md#power-cap-and-energy).
       shapes=${EPFUSE_AB_SHAPES:-$([ -n "${EPFUSE_AB_SHAPE:-}" ] && echo "custom $EPFUSE_AB_SHAPE" || echo "dsv3 7168 2048 64 8 1024,4096")}
-      for round in $(seq 1 "${EPFUSE_AB_ROUNDS:-3}"); do for tag in base new; do
-        bin=$([ $tag = new ] && echo "${EPFUSE_NEW_BIN:-tools/epfuse}" || echo "$EPFUSE_BASE_BIN")
+      # EPFUSE_AB_BINS ("tag=path tag=path ..."), when set, names every binary of a round in its order
+      # (several variants against one base in the same rounds).
+      bins=${EPFUSE_AB_BINS:-"base=$EPFUSE_BASE_BIN new=${EPFUSE_NEW_BIN:-tools/epfuse}"}
+      for round in $(seq 1 "${EPFUSE_AB_ROUNDS:-3}"); do for tagbin in $bins; do
+        tag=${tagbin%%=*} bin=${tagbin#*=}
         IFS=';' read -ra list <<<"$shapes"
         for shape in "${list[@]}"; do
           read -r name h i e k t <<<"$shape"
