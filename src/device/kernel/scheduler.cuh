@@ -78,7 +78,10 @@ class TaskScheduler {
     FusedControl* ctl = c_.ctl;
     g.sync();
     if (g.leader()) {
-      __threadfence();
+      // The acq_rel add releases what every thread of this CTA wrote before the sync above and, for the
+      // last CTA, acquires what every other CTA did; the threads that follow the sync below see it
+      // through the CTA barrier. No separate fence: the finish ends every call
+      // (docs/performance.md#the-finishs-fences-2026-11-30).
       last = atomic_add_done() == gridDim.x - 1 ? 1 : 0;
       // The last CTA: the three words the resets depend on, read together after the acquire above (every
       // other CTA is done: none of them changes any more). One round trip, not three in a row: the last
@@ -91,7 +94,6 @@ class TaskScheduler {
     }
     g.sync();
     if (!last) return;
-    __threadfence();
     const FusedDims& d = c_.prm->dims;
     const int mblocks = flag_is_current(seen[0], c_.epoch) ? static_cast<int>(seen[1]) : 0;
     const bool was_aborted = seen[2] != 0;
@@ -113,7 +115,8 @@ class TaskScheduler {
         tell_host_failed(*c_.prm);
       }
     }
-    __threadfence();
+    // Nothing to fence here: the next launch on the stream, and a dependent launch's grid_dependency_wait,
+    // see this grid's writes once it has ended.
   }
 
  private:
