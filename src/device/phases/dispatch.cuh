@@ -22,57 +22,69 @@ namespace epfuse::device {
 // rank's own rows are quantised into the private fp8_x region (row = token), which its Linear1 tiles
 // read instead of x. The entries and arrival adds are the bf16 ones, so the release add that follows
 // the block's stores also publishes the fp8_x rows to this GPU's other CTAs.
-template <bool kFp8 = false, class Transport>
+// kOwnRowsFirst (the decode kernels, FP8): this rank's own rows are quantised before the wait for the
+// layout, which they do not need (their place is the token's fp8_x row), and the rest after it.
+template <bool kFp8 = false, bool kOwnRowsFirst = false, class Transport>
 __device__ void dispatch_task(const FusedContext<Transport>& c, int block, const TaskSpace& space, void* smem) {
   const FusedParams& prm = *c.prm;
   const FusedDims& d = prm.dims;
   const int k = d.topk, E = d.num_experts, L = c.local_experts, H = d.hidden;
+  constexpr bool kSplit = kFp8 && kOwnRowsFirst;
   // EPFUSE_FAULT at=dispatch: this task's rows, entries and arrival adds never go out; the receivers'
   // Linear1 tiles wait for them.
   if (hang_here(prm, c.ctl, ThreadGroup::cta(), HangPoint::kDispatch)) return;
-  if (!wait_layout_done(c, Phase::kDispatch, space.layout, /*abortable=*/true)) return;
-  trace::stamp_current(threadIdx.x == 0, trace::kInputs);
   int* entry_base = static_cast<int*>(smem);                            // [E]: my first entry per expert
   uint32_t* sent = reinterpret_cast<uint32_t*>(entry_base + E);         // [E]: pairs this block sends
-  for (int dst = threadIdx.x; dst < d.world; dst += blockDim.x)
-    exclusive_prefix(c.pair_tickets + dst * L, L, entry_base + dst * L);
-  for (int e = threadIdx.x; e < E; e += blockDim.x) sent[e] = 0;
-  __syncthreads();
-
   const int t0 = block * space.dispatch_tokens;
   const int tokens = min(space.dispatch_tokens, prm.num_tokens - t0), pairs = tokens * k;
-  // Rows: one warp per (token, owning slot) of a remote receiver and column chunk (dispatch_row_chunks:
-  // several only in a task of few tokens), items in dispatch_item's order, a row's chunks on
-  // consecutive warps.
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
-  const int chunks = dispatch_row_chunks(tokens, H);
-  for (int q = warp; q < pairs * chunks; q += warps) {
-    const DispatchItem item = dispatch_item(q / chunks, tokens);
-    const int t = t0 + item.token, j = item.slot;
-    const ColumnRange cols = dispatch_chunk(q % chunks, chunks, H);
-    const int c0 = cols.first, n = cols.count;
-    const int32_t* idx = prm.topk_idx + static_cast<int64_t>(t) * k;
-    if (first_slot_for_rank(idx, j, E, L) != j) continue;
-    const int dst = expert_rank(idx[j], L);
-    if constexpr (kFp8) {
-      uint8_t* q = dst == prm.rank
-                       ? reinterpret_cast<uint8_t*>(prm.workspace + prm.fp8.x_offset) + t * fp8_x_row_bytes(H)
-                       : peer_ptr<uint8_t>(c, dst, recv_row_offset(prm.sym, prm.capacity, c.parity, dst, prm.rank,
-                                                                   c.pair_row[static_cast<int64_t>(t) * k + j]));
-      float* q_scales = reinterpret_cast<float*>(q + fp8_x_scale_offset(H)) + c0 / fp8::kBlock;
-      if (prm.fp8.x_codes != nullptr)
-        warp_copy_fp8_row(prm.fp8.x_codes + static_cast<int64_t>(t) * H + c0,
-                          prm.fp8.x_scales + static_cast<int64_t>(t) * fp8::num_blocks(H) + c0 / fp8::kBlock, n,
-                          q + c0, q_scales);
-      else
-        warp_quantize_row(prm.x + static_cast<int64_t>(t) * H + c0, n, q + c0, q_scales, prm.fp8.scale_format);
-      continue;
+  // Two passes when kSplit (this rank's own rows, the wait, the other ranks' rows), else the wait and
+  // one pass over all rows; the rows' code once either way (a second copy costs the decode kernel spills).
+#pragma unroll 1
+  for (int pass = kSplit ? 0 : 1; pass < 2; ++pass) {
+    if (pass == 1) {
+      if (!wait_layout_done(c, Phase::kDispatch, space.layout, /*abortable=*/true)) return;
+      trace::stamp_current(threadIdx.x == 0, trace::kInputs);
+      for (int dst = threadIdx.x; dst < d.world; dst += blockDim.x)
+        exclusive_prefix(c.pair_tickets + dst * L, L, entry_base + dst * L);
+      for (int e = threadIdx.x; e < E; e += blockDim.x) sent[e] = 0;
+      __syncthreads();
     }
-    if (dst == prm.rank) continue;
-    const int4* src_row = reinterpret_cast<const int4*>(prm.x + static_cast<int64_t>(t) * H + c0);
-    int4* dst_row = peer_ptr<int4>(c, dst, recv_row_offset(prm.sym, prm.capacity, c.parity, dst, prm.rank,
-                                                    c.pair_row[static_cast<int64_t>(t) * k + j])) + c0 / 8;
-    for (int v = lane; v < n / 8; v += 32) dst_row[v] = ptx::ld_nc_na_v4(src_row + v);
+    // Which rows this pass sends: all, or (kSplit) this rank's own in pass 0 and the others in pass 1.
+    const bool all = !kSplit, own = pass == 0;
+    // Rows: one warp per (token, owning slot) of a remote receiver and column chunk (dispatch_row_chunks:
+    // several only in a task of few tokens), items in dispatch_item's order, a row's chunks on
+    // consecutive warps.
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+    const int chunks = dispatch_row_chunks(tokens, H);
+    for (int q = warp; q < pairs * chunks; q += warps) {
+      const DispatchItem item = dispatch_item(q / chunks, tokens);
+      const int t = t0 + item.token, j = item.slot;
+      const ColumnRange cols = dispatch_chunk(q % chunks, chunks, H);
+      const int c0 = cols.first, n = cols.count;
+      const int32_t* idx = prm.topk_idx + static_cast<int64_t>(t) * k;
+      if (first_slot_for_rank(idx, j, E, L) != j) continue;
+      const int dst = expert_rank(idx[j], L);
+      if (!all && (dst == prm.rank) != own) continue;
+      if constexpr (kFp8) {
+        uint8_t* q = dst == prm.rank
+                         ? reinterpret_cast<uint8_t*>(prm.workspace + prm.fp8.x_offset) + t * fp8_x_row_bytes(H)
+                         : peer_ptr<uint8_t>(c, dst, recv_row_offset(prm.sym, prm.capacity, c.parity, dst, prm.rank,
+                                                                     c.pair_row[static_cast<int64_t>(t) * k + j]));
+        float* q_scales = reinterpret_cast<float*>(q + fp8_x_scale_offset(H)) + c0 / fp8::kBlock;
+        if (prm.fp8.x_codes != nullptr)
+          warp_copy_fp8_row(prm.fp8.x_codes + static_cast<int64_t>(t) * H + c0,
+                            prm.fp8.x_scales + static_cast<int64_t>(t) * fp8::num_blocks(H) + c0 / fp8::kBlock, n,
+                            q + c0, q_scales);
+        else
+          warp_quantize_row(prm.x + static_cast<int64_t>(t) * H + c0, n, q + c0, q_scales, prm.fp8.scale_format);
+        continue;
+      }
+      if (dst == prm.rank) continue;
+      const int4* src_row = reinterpret_cast<const int4*>(prm.x + static_cast<int64_t>(t) * H + c0);
+      int4* dst_row = peer_ptr<int4>(c, dst, recv_row_offset(prm.sym, prm.capacity, c.parity, dst, prm.rank,
+                                                      c.pair_row[static_cast<int64_t>(t) * k + j])) + c0 / 8;
+      for (int v = lane; v < n / 8; v += 32) dst_row[v] = ptx::ld_nc_na_v4(src_row + v);
+    }
   }
   // Entries: one 16-byte store per routed pair.
   for (int q = threadIdx.x; q < pairs; q += blockDim.x) {
