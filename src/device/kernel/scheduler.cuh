@@ -79,9 +79,8 @@ class TaskScheduler {
     g.sync();
     if (g.leader()) {
       // The acq_rel add releases what every thread of this CTA wrote before the sync above and, for the
-      // last CTA, acquires what every other CTA did; the threads that follow the sync below see it
-      // through the CTA barrier. No separate fence: the finish ends every call
-      // (docs/performance.md#the-finishs-fences-2026-11-30).
+      // last CTA, acquires what every other CTA did; the threads after the sync below see it through the
+      // CTA barrier, so no separate fence (docs/performance.md#the-finishs-fences-2026-11-30).
       last = atomic_add_done() == gridDim.x - 1 ? 1 : 0;
       // The last CTA: the three words the resets depend on, read together after the acquire above (every
       // other CTA is done: none of them changes any more). One round trip, not three in a row: the last
