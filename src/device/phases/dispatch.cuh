@@ -62,8 +62,13 @@ __device__ void dispatch_task(const FusedContext<Transport>& c, int block, const
       const ColumnRange cols = dispatch_chunk(q % chunks, chunks, H);
       const int c0 = cols.first, n = cols.count;
       const int32_t* idx = prm.topk_idx + static_cast<int64_t>(t) * k;
-      if (first_slot_for_rank(idx, j, E, L) != j) continue;
-      const int dst = expert_rank(idx[j], L);
+      // At world 1 every row is this rank's own: pass 0 quantises each token's row under its slot 0 without
+      // the routing's load in front of x's (a token with no routed slot is quantised for nothing), pass 1
+      // has none to send.
+      const bool lone = !all && d.world == 1;
+      if (lone && (!own || j != 0)) continue;
+      if (!lone && first_slot_for_rank(idx, j, E, L) != j) continue;
+      const int dst = lone ? prm.rank : expert_rank(idx[j], L);
       if (!all && (dst == prm.rank) != own) continue;
       if constexpr (kFp8) {
         uint8_t* q = dst == prm.rank
