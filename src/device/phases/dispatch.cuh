@@ -50,7 +50,10 @@ __device__ void dispatch_task(const FusedContext<Transport>& c, int block, const
       __syncthreads();
     }
     // Which rows this pass sends: all, or (kSplit) this rank's own in pass 0 and the others in pass 1.
-    const bool all = !kSplit, own = pass == 0;
+    // At world 1 (lone) every row is this rank's own: pass 0 quantises each token's row under its slot 0
+    // without the routing's load in front of x's (a token with no routed slot is quantised for nothing),
+    // pass 1 has none to send.
+    const bool all = !kSplit, own = pass == 0, lone = !all && d.world == 1;
     // Rows: one warp per (token, owning slot) of a remote receiver and column chunk (dispatch_row_chunks:
     // several only in a task of few tokens), items in dispatch_item's order, a row's chunks on
     // consecutive warps.
@@ -62,10 +65,6 @@ __device__ void dispatch_task(const FusedContext<Transport>& c, int block, const
       const ColumnRange cols = dispatch_chunk(q % chunks, chunks, H);
       const int c0 = cols.first, n = cols.count;
       const int32_t* idx = prm.topk_idx + static_cast<int64_t>(t) * k;
-      // At world 1 every row is this rank's own: pass 0 quantises each token's row under its slot 0 without
-      // the routing's load in front of x's (a token with no routed slot is quantised for nothing), pass 1
-      // has none to send.
-      const bool lone = !all && d.world == 1;
       if (lone && (!own || j != 0)) continue;
       if (!lone && first_slot_for_rank(idx, j, E, L) != j) continue;
       const int dst = lone ? prm.rank : expert_rank(idx[j], L);
