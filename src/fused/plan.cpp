@@ -79,11 +79,8 @@ FusedPlan plan_fused(const LayerConfig& cfg, int world) {
   const auto& v = p.priv;
   p.buffers = {
       {"recv_rows", "2*(R-1)*T*H*2", s.recv_entries - s.recv_rows, true},
-      {"recv_entries", "2*R*T*k*16", s.count_msgs - s.recv_entries, true},
-      {"count_msgs", "2*R*L*4", s.count_status - s.count_msgs, true},
-      {"count_status", "2*R*4", s.count_layers - s.count_status, true},
-      {"count_layers", "2*R*4", s.count_flags - s.count_layers, true},
-      {"count_flags", "2*R*4", s.arrivals - s.count_flags, true},
+      {"recv_entries", "2*R*T*k*16", s.count_words - s.recv_entries, true},
+      {"count_words", "2*R*(L+2)*8", s.arrivals - s.count_words, true},
       {"arrivals", "2*L*4", s.combine_rows - s.arrivals, true},
       {"combine_rows", "2*T*k*H*2", s.token_signals - s.combine_rows, true},
       {"token_signals", "2*T*4", s.total - s.token_signals, true},
@@ -91,7 +88,8 @@ FusedPlan plan_fused(const LayerConfig& cfg, int world) {
       {"pair_row", "T*k*4", v.pair_index - v.pair_row, false},
       {"pair_index", "T*k*4", v.row_tickets - v.pair_index, false},
       {"row_tickets", "R*4", v.pair_tickets - v.row_tickets, false},
-      {"pair_tickets", "E*4", v.plan - v.pair_tickets, false},
+      {"pair_tickets", "E*4", v.counts - v.pair_tickets, false},
+      {"counts", "R*L*4", v.plan - v.counts, false},
       {"plan", "(L*(2*R+9)+3)*4", v.arrival_base - v.plan, false},
       {"arrival_base", "2*L*4", v.token_base - v.arrival_base, false},
       {"token_base", "2*T*4", v.l1_done - v.token_base, false},

@@ -98,5 +98,15 @@ __device__ __forceinline__ void peer_release_store(const FusedContext<Transport>
   if (signals_stay_local(c)) st_release_gpu(p, v);
   else st_release_sys(p, v);
 }
+// Tagged words (protocol/epoch.h), at the same scope.
+template <class Transport>
+__device__ __forceinline__ uint64_t peer_load_word(const FusedContext<Transport>& c, const uint64_t* p) {
+  return signals_stay_local(c) ? ld_relaxed_gpu_u64(p) : ld_relaxed_sys_u64(p);
+}
+template <class Transport>
+__device__ __forceinline__ void peer_store_word(const FusedContext<Transport>& c, uint64_t* p, uint64_t v) {
+  if (signals_stay_local(c)) st_relaxed_gpu_u64(p, v);
+  else st_relaxed_sys_u64(p, v);
+}
 
 }  // namespace epfuse::device

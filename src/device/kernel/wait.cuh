@@ -7,6 +7,7 @@
 //                 with mbar_wait, so that the GEMM engine's rings wait the same way without the kernel
 //   bounded_wait  one thread on a 32-bit word, recording by WaitSite on timeout
 //   group_wait    a thread group (cta_wait: the CTA) on its leader's bounded_wait
+//   cta_wait_words  the CTA on a set of epoch-tagged words (protocol/epoch.h), each thread its share
 //   mbar_wait     an mbarrier phase (the GEMM ring's stages, the scheduler's task slots): spin_wait.cuh
 //   hang_here     not a wait for anything: EPFUSE_FAULT kind=hang's stop, which ends as a wait does
 #pragma once
@@ -16,6 +17,7 @@
 #include "device/diagnostics/profile.cuh"
 #include "device/kernel/errors.cuh"
 #include "device/kernel/kernel_params.h"
+#include "device/protocol/epoch.h"
 #include "device/ptx/signals.cuh"
 #include "device/ptx/spin_wait.cuh"
 #include "device/ptx/thread_group.cuh"
@@ -56,6 +58,45 @@ template <class Load, class Done>
 __device__ bool cta_wait(const FusedParams& prm, FusedControl* ctl, const WaitSite& site, uint32_t expected,
                          Load load, Done done, bool abortable = true) {
   return group_wait(ThreadGroup::cta(), prm, ctl, site, expected, load, done, abortable);
+}
+
+// The CTA until each of n tagged words (protocol/epoch.h) holds this call's epoch. Every pass each
+// thread loads words threadIdx.x, + blockDim.x, ... (load(i)) and hands each current one to take(i,
+// value); a word's writer stores it once a call, so a value taken is final (a later pass takes it again,
+// the same). Between passes the leader tests the abort flag (when abortable) and the clock; on timeout
+// it records site_of(i) of the first word still missing, with the tag that word held. True in every
+// thread once all are in, false when the wait was abandoned.
+template <class Load, class Take, class SiteOf>
+__device__ bool cta_wait_words(const FusedParams& prm, FusedControl* ctl, int n, uint32_t epoch, Load load, Take take,
+                               SiteOf site_of, bool abortable = true) {
+  __shared__ int missing, stop;
+  const bool leader = threadIdx.x == 0;
+  const uint64_t start = leader ? globaltimer_ns() : 0;
+  for (;;) {
+    if (leader) missing = n;
+    __syncthreads();  // `missing` and `stop` of the last pass are read
+    for (int i = static_cast<int>(threadIdx.x); i < n; i += blockDim.x) {
+      const uint64_t w = load(i);
+      if (word_is_current(w, epoch)) take(i, word_value(w));
+      else atomicMin(&missing, i);
+    }
+    __syncthreads();
+    const int first_missing = missing;
+    if (first_missing == n) break;
+    if (leader) {
+      stop = 0;
+      if (abortable && *reinterpret_cast<const volatile uint32_t*>(&ctl->abort) != 0) {
+        stop = 1;
+      } else if (globaltimer_ns() > start + prm.timeout_ns) {
+        report_timeout(ctl, prm.rank, site_of(first_missing), epoch, static_cast<uint32_t>(load(first_missing) >> 32));
+        stop = 1;
+      }
+    }
+    __syncthreads();
+    if (stop) return false;
+  }
+  if (leader && prm.profile != nullptr) profile_add_wait(globaltimer_ns() - start);
+  return true;
 }
 
 // EPFUSE_FAULT kind=hang (common/fault.h): at the point prm.fault_hang names, group g stops making

@@ -83,32 +83,30 @@ __device__ bool wait_layout_done(const FusedContext<Transport>& c, Phase phase, 
                   [&](uint32_t v) { return v >= static_cast<uint32_t>(layout_tasks); }, abortable);
 }
 
-// Task: send every receiver this rank's pair counts per local expert and its input status, then the
-// epoch flag. Runs even after an abort: a rank with bad input must still tell its peers (they then
-// fail with kInvalidArgument instead of timing out).
+// Task: send every receiver this rank's count message: its pair counts per local expert, its input
+// status and its layer identity, each a word tagged with the epoch (epoch.h tagged_word: no flag, no
+// release, so no round trip for the stores to land before a flag goes out). Runs even after an abort: a
+// rank with bad input must still tell its peers (they then fail with kInvalidArgument instead of timing out).
 template <class Transport>
 __device__ void publish_task(const FusedContext<Transport>& c, int layout_tasks) {
   const FusedParams& prm = *c.prm;
   const FusedDims& d = prm.dims;
-  const int L = c.local_experts;
+  const int L = c.local_experts, words = L + 2;
   // EPFUSE_FAULT at=publish: this rank's count messages never go out; every rank's collect waits for them.
   if (hang_here(prm, c.ctl, ThreadGroup::cta(), HangPoint::kPublish)) return;
   if (!wait_layout_done(c, Phase::kPublish, layout_tasks, /*abortable=*/false)) return;
   trace::stamp_current(threadIdx.x == 0, trace::kInputs);
   const uint32_t found = *reinterpret_cast<volatile uint32_t*>(&c.ctl->input_status);
   const uint32_t status = found != 0 ? found : prm.host_status;
-  for (int i = threadIdx.x; i < d.world * L; i += blockDim.x) {
-    const int dst = i / L, e = i % L;
-    *peer_ptr<uint32_t>(c, dst, count_msg_offset(prm.sym, prm.capacity, c.parity, prm.rank, e)) = c.pair_tickets[i];
-  }
-  for (int dst = threadIdx.x; dst < d.world; dst += blockDim.x) {
-    *peer_ptr<uint32_t>(c, dst, count_status_offset(prm.sym, prm.capacity, c.parity, prm.rank)) = status;
-    *peer_ptr<uint32_t>(c, dst, count_layer_offset(prm.sym, prm.capacity, c.parity, prm.rank)) = prm.layer_id;
+  for (int i = threadIdx.x; i < d.world * words; i += blockDim.x) {
+    const int dst = i / words, j = i % words;
+    const uint32_t v = j < L ? c.pair_tickets[dst * L + j] : j == L ? status : prm.layer_id;
+    const int word = count_message_word(prm.capacity, L, j);
+    peer_store_word(c, peer_ptr<uint64_t>(c, dst, count_word_offset(prm.sym, prm.capacity, c.parity, prm.rank, word)),
+                    tagged_word(c.epoch, v));
   }
   __syncthreads();
   trace::stamp_current(threadIdx.x == 0, trace::kEpiStored);
-  for (int dst = threadIdx.x; dst < d.world; dst += blockDim.x)
-    peer_release_store(c, peer_ptr<uint32_t>(c, dst, count_flag_offset(prm.sym, prm.capacity, c.parity, prm.rank)), c.epoch);
   if (threadIdx.x == 0 && status != 0) raise_abort(c.ctl);
 }
 
@@ -155,8 +153,11 @@ __device__ void collect_task(const FusedContext<Transport>& c, int block_m, int 
   const int L = c.local_experts, W = d.world;
   // EPFUSE_FAULT at=collect: this rank's plan never comes; its GEMM and combine tasks wait for it.
   if (hang_here(prm, c.ctl, ThreadGroup::cta(), HangPoint::kCollect)) return;
-  // This parity's messages, [world][capacity L]; the acquires below order them.
-  const uint32_t* msgs = local_ptr<uint32_t>(c, count_msg_offset(prm.sym, prm.capacity, c.parity, 0, 0));
+  // This parity's count messages, [world][capacity L + 2] tagged words; their values go to counts_smem,
+  // or (plan outside shared memory) to the private counts region, [world][capacity L].
+  const uint64_t* words = local_ptr<uint64_t>(c, count_word_offset(prm.sym, prm.capacity, c.parity, 0, 0));
+  const int cap_l = prm.capacity.local_experts(), per_src = L + 2;
+  uint32_t* counts_priv = reinterpret_cast<uint32_t*>(prm.workspace + prm.priv.counts);
   const bool in_smem = collect_scratch_ints(d) * sizeof(int) <= static_cast<size_t>(scratch_bytes);
   int* plan_smem = static_cast<int*>(smem);
   uint32_t* counts_smem = reinterpret_cast<uint32_t*>(plan_smem + plan_ints(d));  // [world][L]
@@ -171,60 +172,41 @@ __device__ void collect_task(const FusedContext<Transport>& c, int block_m, int 
   for (int pass = in_smem ? 0 : 1; pass < 2; ++pass) {
     const bool real = pass == 1;
     if (real) {
-      for (int src = 0; src < W; ++src) {
-        const uint32_t* flag = local_ptr<uint32_t>(c, count_flag_offset(prm.sym, prm.capacity, c.parity, src));
-        if (!cta_wait(prm, c.ctl, c.site(Phase::kCollect, WaitKind::kCounts, src), c.epoch,
-                      [&] { return peer_acquire(c, flag); }, [&](uint32_t v) { return flag_is_current(v, c.epoch); }))
-          return;
-      }
-      trace::stamp_current(threadIdx.x == 0, trace::kInputs);
-      // The CTA's last thread, whose warp has the fewest counts to copy below: the status loads then wait
-      // beside the copies' instead of after them (thread 0 took the two round trips one after the other,
-      // docs/performance.md#the-start-up-chain-at-world-2-2026-11-29).
-      if (threadIdx.x == blockDim.x - 1) {
-        peer_bad = 0;
-        // Every sender's status and layer id, kSendersAtOnce senders' loads issued before the first is
-        // tested: one load after the other (a test and a possible record_error between) cost a round trip
-        // each, ~10 us from counts in to the plan at world 4 (docs/performance.md#the-plan-at-world-4-2026-11-28).
-        constexpr int kSendersAtOnce = 8;
-        for (int src0 = 0; src0 < W; src0 += kSendersAtOnce) {
-          uint32_t status[kSendersAtOnce], layer[kSendersAtOnce];
-#pragma unroll
-          for (int i = 0; i < kSendersAtOnce; ++i) {
-            const int src = src0 + i < W ? src0 + i : src0;
-            status[i] = __ldcg(local_ptr<uint32_t>(c, count_status_offset(prm.sym, prm.capacity, c.parity, src)));
-            layer[i] = __ldcg(local_ptr<uint32_t>(c, count_layer_offset(prm.sym, prm.capacity, c.parity, src)));
-          }
-#pragma unroll
-          for (int i = 0; i < kSendersAtOnce; ++i) {
-            const int src = src0 + i;
-            if (src >= W) break;
-            if (status[i] != 0) {
-              record_error(c.ctl, ErrorRecord{static_cast<int32_t>(ErrorKind::kPeerBadInput), prm.rank,
-                                              static_cast<int32_t>(Phase::kCollect), 0, src, 0, 0, status[i]});
-              peer_bad = 1;
-            }
-            if (layer[i] != prm.layer_id) {
-              record_error(c.ctl, ErrorRecord{static_cast<int32_t>(ErrorKind::kPeerOtherLayer), prm.rank,
-                                              static_cast<int32_t>(Phase::kCollect), 0, src, 0, prm.layer_id, layer[i]});
-              peer_bad = 1;
-            }
-          }
+      if (threadIdx.x == 0) peer_bad = 0;  // the wait's first barrier orders it before any take
+      // Every sender's L counts, status and layer identity: i is entry i % (L + 2) of sender i / (L + 2).
+      const auto word_of = [&](int i) {
+        return words + static_cast<size_t>(i / per_src) * count_words_per_sender(prm.capacity) +
+               count_message_word(prm.capacity, L, i % per_src);
+      };
+      const auto take = [&](int i, uint32_t v) {
+        const int src = i / per_src, j = i % per_src;
+        if (j < L) {
+          (in_smem ? counts_smem[src * L + j] : counts_priv[src * cap_l + j]) = v;
+        } else if (j == L ? v != 0 : v != prm.layer_id) {
+          record_error(c.ctl, j == L ? ErrorRecord{static_cast<int32_t>(ErrorKind::kPeerBadInput), prm.rank,
+                                                   static_cast<int32_t>(Phase::kCollect), 0, src, 0, 0, v}
+                                     : ErrorRecord{static_cast<int32_t>(ErrorKind::kPeerOtherLayer), prm.rank,
+                                                   static_cast<int32_t>(Phase::kCollect), 0, src, 0, prm.layer_id, v});
+          peer_bad = 1;
         }
-        if (peer_bad) raise_abort(c.ctl);
-      }
+      };
+      if (!cta_wait_words(prm, c.ctl, W * per_src, c.epoch, [&](int i) { return peer_load_word(c, word_of(i)); }, take,
+                          [&](int i) { return c.site(Phase::kCollect, WaitKind::kCounts, i / per_src); }))
+        return;
+      trace::stamp_current(threadIdx.x == 0, trace::kInputs);
+      if (threadIdx.x == 0 && peer_bad) raise_abort(c.ctl);
     }
     if (in_smem) {
-      const int stride = prm.capacity.local_experts();
-      for (int i = threadIdx.x; i < W * L; i += blockDim.x) counts_smem[i] = real ? __ldcg(msgs + (i / L) * stride + i % L) : 0u;
+      if (!real)
+        for (int i = threadIdx.x; i < W * L; i += blockDim.x) counts_smem[i] = 0u;
       for (int e = threadIdx.x; e < L; e += blockDim.x) bases_smem[e] = real ? c.arrival_base[e] : 0u;
     }
     __syncthreads();
     trace::stamp_current(threadIdx.x == 0 && real, trace::kPosted);
     if (real && peer_bad) return;
     const ExpertPlan p = in_smem ? plan_view(plan_smem, W, L) : published;
-    const uint32_t* counts = in_smem ? counts_smem : msgs;
-    const int count_stride = in_smem ? L : prm.capacity.local_experts();
+    const uint32_t* counts = in_smem ? counts_smem : counts_priv;
+    const int count_stride = in_smem ? L : cap_l;
     uint32_t* bases = in_smem ? bases_smem : c.arrival_base;
     for (int e = threadIdx.x; e < L; e += blockDim.x) plan_expert(counts, count_stride, W, e, block_m, p);
     __syncthreads();

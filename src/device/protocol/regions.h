@@ -50,15 +50,15 @@ EPFUSE_HD size_t align_region(size_t bytes) { return (bytes + kRegionAlign - 1) 
 //   recv_rows     [2][world-1][T_max][H] bf16      token rows pushed by each remote sender (one per token
 //                                                   and receiver; this rank's own rows are read from x)
 //   recv_entries  [2][world(src)][T_max*k] RowEntry src's pairs, grouped by local expert
-//   count_msgs    [2][world(src)][L] u32            pairs per local expert that src sends this call
-//   count_status  [2][world(src)] u32               src's input status (0 or an ErrorKind)
-//   count_layers  [2][world(src)] u32               src's layer identity this call (FusedParams::layer_id)
-//   count_flags   [2][world(src)] u32               = epoch once src's counts, status and layer are written
+//   count_words   [2][world(src)][L+2] u64         src's count message, tagged words (epoch.h): words
+//                                                   [0, L) the pairs per local expert src sends this call,
+//                                                   word L its input status (0 or an ErrorKind), word L+1
+//                                                   its layer identity this call (FusedParams::layer_id)
 //   arrivals      [2][L] u32                        monotonic: pairs of local expert e arrived
 //   combine_rows  [2][T_max][k][H] bf16             expert outputs for (token, top-k slot)
 //   token_signals [2][T_max] u32                    monotonic: output tiles arrived for the token
 struct SymRegions {
-  size_t recv_rows = 0, recv_entries = 0, count_msgs = 0, count_status = 0, count_layers = 0, count_flags = 0;
+  size_t recv_rows = 0, recv_entries = 0, count_words = 0;
   size_t arrivals = 0, combine_rows = 0, token_signals = 0, total = 0;
 };
 
@@ -68,10 +68,7 @@ EPFUSE_HD SymRegions make_sym_regions(const FusedDims& d) {
   size_t at = 0;
   s.recv_rows = at;     at += align_region(2 * (w - 1) * t * h * 2);
   s.recv_entries = at;  at += align_region(2 * w * t * k * sizeof(RowEntry));
-  s.count_msgs = at;    at += align_region(2 * w * l * 4);
-  s.count_status = at;  at += align_region(2 * w * 4);
-  s.count_layers = at;  at += align_region(2 * w * 4);
-  s.count_flags = at;   at += align_region(2 * w * 4);
+  s.count_words = at;   at += align_region(2 * w * (l + 2) * 8);
   s.arrivals = at;      at += align_region(2 * l * 4);
   s.combine_rows = at;  at += align_region(2 * t * k * h * 2);
   s.token_signals = at; at += align_region(2 * t * 4);
@@ -93,17 +90,17 @@ EPFUSE_HD size_t recv_entry_offset(const SymRegions& s, const FusedDims& d, uint
   return s.recv_entries +
          ((static_cast<size_t>(parity) * d.world + src) * d.max_tokens * d.topk + entry) * sizeof(RowEntry);
 }
-EPFUSE_HD size_t count_msg_offset(const SymRegions& s, const FusedDims& d, uint32_t parity, int src, int local_expert) {
-  return s.count_msgs + ((static_cast<size_t>(parity) * d.world + src) * d.local_experts() + local_expert) * 4;
+// A count message's words: [0, L) the counts, then the status and the layer identity.
+EPFUSE_HD int count_words_per_sender(const FusedDims& d) { return d.local_experts() + 2; }
+EPFUSE_HD int count_status_word(const FusedDims& d) { return d.local_experts(); }
+EPFUSE_HD int count_layer_word(const FusedDims& d) { return d.local_experts() + 1; }
+// Entry j of a sender's message of `local_experts` counts (j < local_experts + 2: the counts, the status,
+// the layer identity) is word count_message_word of it in a window made for `capacity`.
+EPFUSE_HD int count_message_word(const FusedDims& capacity, int local_experts, int j) {
+  return j < local_experts ? j : j == local_experts ? count_status_word(capacity) : count_layer_word(capacity);
 }
-EPFUSE_HD size_t count_status_offset(const SymRegions& s, const FusedDims& d, uint32_t parity, int src) {
-  return s.count_status + (static_cast<size_t>(parity) * d.world + src) * 4;
-}
-EPFUSE_HD size_t count_layer_offset(const SymRegions& s, const FusedDims& d, uint32_t parity, int src) {
-  return s.count_layers + (static_cast<size_t>(parity) * d.world + src) * 4;
-}
-EPFUSE_HD size_t count_flag_offset(const SymRegions& s, const FusedDims& d, uint32_t parity, int src) {
-  return s.count_flags + (static_cast<size_t>(parity) * d.world + src) * 4;
+EPFUSE_HD size_t count_word_offset(const SymRegions& s, const FusedDims& d, uint32_t parity, int src, int word) {
+  return s.count_words + ((static_cast<size_t>(parity) * d.world + src) * count_words_per_sender(d) + word) * 8;
 }
 EPFUSE_HD size_t arrival_offset(const SymRegions& s, const FusedDims& d, uint32_t parity, int local_expert) {
   return s.arrivals + (static_cast<size_t>(parity) * d.local_experts() + local_expert) * 4;
@@ -122,13 +119,15 @@ EPFUSE_HD size_t token_signal_offset(const SymRegions& s, const FusedDims& d, ui
 //   pair_index    [T_max][k] i32           layout -> dispatch: index among this rank's pairs of that expert
 //   row_tickets   [world] u32              ticket dispenser: rows reserved per receiver (zeroed at exit)
 //   pair_tickets  [E] u32                  ticket dispenser: pairs reserved per global expert (same)
+//   counts        [world][L] u32           the count messages' values, when the collect builds its plan
+//                                          outside shared memory (layout.cuh collect_task)
 //   plan          ints                     this call's expert plan (task_map.h ExpertPlan)
 //   arrival_base  [2][L] u32               arrivals' value before the current call of each parity
 //   token_base    [2][T_max] u32           token_signals' value before the current call of each parity
 //   l1_done       [max m-blocks] u32       finished Linear1 tiles per m-block (zeroed at exit)
 //   control       FusedControl             task counter, flags, the error record
 struct PrivRegions {
-  size_t h = 0, pair_row = 0, pair_index = 0, row_tickets = 0, pair_tickets = 0, plan = 0;
+  size_t h = 0, pair_row = 0, pair_index = 0, row_tickets = 0, pair_tickets = 0, counts = 0, plan = 0;
   size_t arrival_base = 0, token_base = 0, l1_done = 0, control = 0, total = 0;
 };
 
@@ -150,6 +149,7 @@ EPFUSE_HD PrivRegions make_priv_regions(const FusedDims& d, size_t control_bytes
   p.pair_index = at;   at += align_region(t * k * 4);
   p.row_tickets = at;  at += align_region(static_cast<size_t>(d.world) * 4);
   p.pair_tickets = at; at += align_region(static_cast<size_t>(d.num_experts) * 4);
+  p.counts = at;       at += align_region(static_cast<size_t>(d.world) * l * 4);
   p.plan = at;         at += align_region(plan_ints(d) * 4);
   p.arrival_base = at; at += align_region(2 * l * 4);
   p.token_base = at;   at += align_region(2 * t * 4);

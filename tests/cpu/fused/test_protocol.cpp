@@ -56,6 +56,23 @@ TEST(FusedEpoch, FlagIsCurrentExactlyWhenWrittenInThisCall) {
   }
 }
 
+// A tagged word carries its whole 32-bit value and is current exactly when its tag is this call's
+// epoch, whatever the value (zero, all ones, the epoch itself) and across the wrap; a zeroed word (a
+// fresh window) is current in no call.
+TEST(FusedEpoch, TaggedWordKeepsItsValueAndIsCurrentOnlyInItsCall) {
+  for (uint32_t first : {1u, 0xFFFFFFFEu}) {
+    const uint32_t epochs[] = {first, next_epoch(first), next_epoch(next_epoch(first))};
+    for (uint32_t value : {0u, 1u, 0x7FFFFFFFu, 0xFFFFFFFFu, first}) {
+      for (uint32_t writer : epochs) {
+        const uint64_t w = tagged_word(writer, value);
+        EXPECT_EQ(word_value(w), value);
+        for (uint32_t reader : epochs) EXPECT_EQ(word_is_current(w, reader), writer == reader) << writer << " " << reader;
+      }
+    }
+    EXPECT_FALSE(word_is_current(0u, first));
+  }
+}
+
 TEST(FusedEpoch, MonotonicCounterAcrossWrap) {
   uint32_t counter = 0xFFFFFF00u, base = counter;
   for (uint32_t expected : {0u, 1u, 300u, 70000u}) {
@@ -635,8 +652,8 @@ TEST(FusedRegions, RegionsAreDisjointAlignedAndInBounds) {
   for (int world : {1, 2, 4, 8}) {
     const FusedDims d{world, 256, 384, 16 * world, 8, 129};
     const SymRegions s = make_sym_regions(d);
-    const std::vector<size_t> starts = {s.recv_rows, s.recv_entries, s.count_msgs, s.count_status, s.count_layers,
-                                        s.count_flags, s.arrivals, s.combine_rows, s.token_signals, s.total};
+    const std::vector<size_t> starts = {s.recv_rows,   s.recv_entries, s.count_words, s.arrivals,
+                                        s.combine_rows, s.token_signals, s.total};
     for (size_t i = 0; i + 1 < starts.size(); ++i) {
       EXPECT_LE(starts[i], starts[i + 1]);  // recv_rows is empty at world 1
       EXPECT_EQ(starts[i] % kRegionAlign, 0u);
@@ -658,12 +675,25 @@ TEST(FusedRegions, RegionsAreDisjointAlignedAndInBounds) {
           }
         }
     EXPECT_EQ(row_starts.size(), static_cast<size_t>(2 * (world - 1)));
-    EXPECT_LE(recv_entry_offset(s, d, 1, world - 1, int64_t{T} * d.topk - 1) + sizeof(RowEntry), s.count_msgs);
-    EXPECT_LE(count_msg_offset(s, d, 1, world - 1, L - 1) + 4, s.count_status);
-    EXPECT_LE(count_status_offset(s, d, 1, world - 1) + 4, s.count_layers);
-    EXPECT_GE(count_layer_offset(s, d, 0, 0), s.count_layers);
-    EXPECT_LE(count_layer_offset(s, d, 1, world - 1) + 4, s.count_flags);
-    EXPECT_LE(count_flag_offset(s, d, 1, world - 1) + 4, s.arrivals);
+    EXPECT_LE(recv_entry_offset(s, d, 1, world - 1, int64_t{T} * d.topk - 1) + sizeof(RowEntry), s.count_words);
+    // Count messages: every (parity, sender, entry) its own 8-byte aligned word inside the region, for a
+    // layer of fewer local experts than the window's too (its status and layer words stay where the
+    // window puts them).
+    for (int layer_l : {L, std::max(1, L / 2)}) {
+      std::set<size_t> word_starts;
+      for (uint32_t p = 0; p < 2; ++p)
+        for (int src = 0; src < world; ++src)
+          for (int j = 0; j < layer_l + 2; ++j) {
+            const size_t at = count_word_offset(s, d, p, src, count_message_word(d, layer_l, j));
+            EXPECT_GE(at, s.count_words);
+            EXPECT_LE(at + 8, s.arrivals);
+            EXPECT_EQ(at % 8, 0u);
+            EXPECT_TRUE(word_starts.insert(at).second) << "two entries share a word";
+          }
+      EXPECT_EQ(word_starts.size(), static_cast<size_t>(2 * world * (layer_l + 2)));
+    }
+    EXPECT_EQ(count_message_word(d, L, L), count_status_word(d));
+    EXPECT_EQ(count_message_word(d, L, L + 1), count_layer_word(d));
     EXPECT_LE(arrival_offset(s, d, 1, L - 1) + 4, s.combine_rows);
     EXPECT_LE(combine_row_offset(s, d, 1, T - 1, d.topk - 1) + d.hidden * 2, s.token_signals);
     EXPECT_LE(token_signal_offset(s, d, 1, T - 1) + 4, s.total);
@@ -686,6 +716,7 @@ TEST(FusedRegions, RegionsAreDisjointAlignedAndInBounds) {
         {p.pair_index, tk * 4},
         {p.row_tickets, static_cast<size_t>(world) * 4},
         {p.pair_tickets, static_cast<size_t>(d.num_experts) * 4},
+        {p.counts, static_cast<size_t>(world) * L * 4},
         {p.plan, plan_ints(d) * 4},
         {p.arrival_base, static_cast<size_t>(2 * L) * 4},
         {p.token_base, static_cast<size_t>(2 * T) * 4},
