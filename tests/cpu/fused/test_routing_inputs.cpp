@@ -69,7 +69,7 @@ TEST(FusedRoutingInputs, AllSlotsOnOneExpertFitTheBuffers) {
   const SymRegions s = make_sym_regions(d);
   // The last sender's last entry of the last parity ends inside recv_entries.
   const int64_t last_entry = int64_t{d.max_tokens} * pairs_per_token - 1;
-  EXPECT_LE(recv_entry_offset(s, d, 1, d.world - 1, last_entry) + sizeof(RowEntry), s.count_msgs);
+  EXPECT_LE(recv_entry_offset(s, d, 1, d.world - 1, last_entry) + sizeof(RowEntry), s.count_words);
   // Every received pair has a row of h and is counted in the m-block bound (all on one expert).
   const int64_t received = int64_t{d.world} * d.max_tokens * pairs_per_token;
   EXPECT_GE(d.max_recv_pairs(), received);
