@@ -70,7 +70,8 @@ TEST(FusedMemoryPlan, MatchesTheDocumentedFormulas) {
     auto near = [](size_t got, size_t want) { return got >= want && got < want + 256; };
     EXPECT_TRUE(near(bytes("recv_rows"), 2 * (R - 1) * T * H * 2));
     EXPECT_TRUE(near(bytes("recv_entries"), 2 * R * T * k * 16));
-    EXPECT_TRUE(near(bytes("count_msgs"), 2 * R * L * 4));
+    EXPECT_TRUE(near(bytes("count_words"), 2 * R * (L + 2) * 8));
+    EXPECT_TRUE(near(bytes("counts"), R * L * 4));
     EXPECT_TRUE(near(bytes("arrivals"), 2 * L * 4));
     EXPECT_TRUE(near(bytes("combine_rows"), size_t{2} * T * k * H * 2));
     EXPECT_TRUE(near(bytes("token_signals"), size_t{2} * T * 4));
