@@ -156,13 +156,15 @@ __device__ void collect_task(const FusedContext<Transport>& c, int block_m, int 
   // This parity's count messages, [world][capacity L + 2] tagged words; their values go to counts_smem,
   // or (plan outside shared memory) to the private counts region, [world][capacity L].
   const uint64_t* words = local_ptr<uint64_t>(c, count_word_offset(prm.sym, prm.capacity, c.parity, 0, 0));
-  const int cap_l = prm.capacity.local_experts(), per_src = L + 2;
+  const int per_src = L + 2;
   uint32_t* counts_priv = reinterpret_cast<uint32_t*>(prm.workspace + prm.priv.counts);
   const bool in_smem = collect_scratch_ints(d) * sizeof(int) <= static_cast<size_t>(scratch_bytes);
   int* plan_smem = static_cast<int*>(smem);
   uint32_t* counts_smem = reinterpret_cast<uint32_t*>(plan_smem + plan_ints(d));  // [world][L]
   uint32_t* bases_smem = counts_smem + W * L;                                    // [L]
   const ExpertPlan published = c.published_plan();
+  uint32_t* counts = in_smem ? counts_smem : counts_priv;
+  const int count_stride = in_smem ? L : prm.capacity.local_experts();
   __shared__ int peer_bad;
   // Pass 0 (plan in shared memory only): the plan's code run once on zero counts into the scratch, while
   // the counts are not in yet, so that pass 1 finds its instructions on the SM: cold, warp 0's ~50
@@ -178,23 +180,30 @@ __device__ void collect_task(const FusedContext<Transport>& c, int block_m, int 
         return words + static_cast<size_t>(i / per_src) * count_words_per_sender(prm.capacity) +
                count_message_word(prm.capacity, L, i % per_src);
       };
+      // Counts to where the plan reads them; a bad status or another layer only marked here (the
+      // records below, off the poll's path).
       const auto take = [&](int i, uint32_t v) {
         const int src = i / per_src, j = i % per_src;
-        if (j < L) {
-          (in_smem ? counts_smem[src * L + j] : counts_priv[src * cap_l + j]) = v;
-        } else if (j == L ? v != 0 : v != prm.layer_id) {
-          record_error(c.ctl, j == L ? ErrorRecord{static_cast<int32_t>(ErrorKind::kPeerBadInput), prm.rank,
-                                                   static_cast<int32_t>(Phase::kCollect), 0, src, 0, 0, v}
-                                     : ErrorRecord{static_cast<int32_t>(ErrorKind::kPeerOtherLayer), prm.rank,
-                                                   static_cast<int32_t>(Phase::kCollect), 0, src, 0, prm.layer_id, v});
-          peer_bad = 1;
-        }
+        if (j < L) counts[src * count_stride + j] = v;
+        else if (j == L ? v != 0 : v != prm.layer_id) peer_bad = 1;
       };
       if (!cta_wait_words(prm, c.ctl, W * per_src, c.epoch, [&](int i) { return peer_load_word(c, word_of(i)); }, take,
                           [&](int i) { return c.site(Phase::kCollect, WaitKind::kCounts, i / per_src); }))
         return;
       trace::stamp_current(threadIdx.x == 0, trace::kInputs);
-      if (threadIdx.x == 0 && peer_bad) raise_abort(c.ctl);
+      if (threadIdx.x == 0 && peer_bad) {
+        for (int src = 0; src < W; ++src) {
+          const uint32_t status = word_value(peer_load_word(c, word_of(src * per_src + L)));
+          const uint32_t layer = word_value(peer_load_word(c, word_of(src * per_src + L + 1)));
+          if (status != 0)
+            record_error(c.ctl, ErrorRecord{static_cast<int32_t>(ErrorKind::kPeerBadInput), prm.rank,
+                                            static_cast<int32_t>(Phase::kCollect), 0, src, 0, 0, status});
+          if (layer != prm.layer_id)
+            record_error(c.ctl, ErrorRecord{static_cast<int32_t>(ErrorKind::kPeerOtherLayer), prm.rank,
+                                            static_cast<int32_t>(Phase::kCollect), 0, src, 0, prm.layer_id, layer});
+        }
+        raise_abort(c.ctl);
+      }
     }
     if (in_smem) {
       if (!real)
@@ -205,8 +214,6 @@ __device__ void collect_task(const FusedContext<Transport>& c, int block_m, int 
     trace::stamp_current(threadIdx.x == 0 && real, trace::kPosted);
     if (real && peer_bad) return;
     const ExpertPlan p = in_smem ? plan_view(plan_smem, W, L) : published;
-    const uint32_t* counts = in_smem ? counts_smem : counts_priv;
-    const int count_stride = in_smem ? L : cap_l;
     uint32_t* bases = in_smem ? bases_smem : c.arrival_base;
     for (int e = threadIdx.x; e < L; e += blockDim.x) plan_expert(counts, count_stride, W, e, block_m, p);
     __syncthreads();
