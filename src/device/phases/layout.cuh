@@ -91,18 +91,22 @@ template <class Transport>
 __device__ void publish_task(const FusedContext<Transport>& c, int layout_tasks) {
   const FusedParams& prm = *c.prm;
   const FusedDims& d = prm.dims;
-  const int L = c.local_experts, words = L + 2;
+  const int L = c.local_experts, words = count_words_per_sender(prm.capacity);
   // EPFUSE_FAULT at=publish: this rank's count messages never go out; every rank's collect waits for them.
   if (hang_here(prm, c.ctl, ThreadGroup::cta(), HangPoint::kPublish)) return;
   if (!wait_layout_done(c, Phase::kPublish, layout_tasks, /*abortable=*/false)) return;
   trace::stamp_current(threadIdx.x == 0, trace::kInputs);
   const uint32_t found = *reinterpret_cast<volatile uint32_t*>(&c.ctl->input_status);
   const uint32_t status = found != 0 ? found : prm.host_status;
+  // Every word of the window's message, counts past this layer's L included (zeros), so that the
+  // receiver polls one contiguous run of words a sender.
   for (int i = threadIdx.x; i < d.world * words; i += blockDim.x) {
     const int dst = i / words, j = i % words;
-    const uint32_t v = j < L ? c.pair_tickets[dst * L + j] : j == L ? status : prm.layer_id;
-    const int word = count_message_word(prm.capacity, L, j);
-    peer_store_word(c, peer_ptr<uint64_t>(c, dst, count_word_offset(prm.sym, prm.capacity, c.parity, prm.rank, word)),
+    const uint32_t v = j < L ? c.pair_tickets[dst * L + j]
+                             : j == count_status_word(prm.capacity) ? status
+                             : j == count_layer_word(prm.capacity)  ? prm.layer_id
+                                                                     : 0u;
+    peer_store_word(c, peer_ptr<uint64_t>(c, dst, count_word_offset(prm.sym, prm.capacity, c.parity, prm.rank, j)),
                     tagged_word(c.epoch, v));
   }
   __syncthreads();
@@ -156,7 +160,7 @@ __device__ void collect_task(const FusedContext<Transport>& c, int block_m, int 
   // This parity's count messages, [world][capacity L + 2] tagged words; their values go to counts_smem,
   // or (plan outside shared memory) to the private counts region, [world][capacity L].
   const uint64_t* words = local_ptr<uint64_t>(c, count_word_offset(prm.sym, prm.capacity, c.parity, 0, 0));
-  const int per_src = L + 2;
+  const int per_src = count_words_per_sender(prm.capacity);
   uint32_t* counts_priv = reinterpret_cast<uint32_t*>(prm.workspace + prm.priv.counts);
   const bool in_smem = collect_scratch_ints(d) * sizeof(int) <= static_cast<size_t>(scratch_bytes);
   int* plan_smem = static_cast<int*>(smem);
@@ -175,35 +179,27 @@ __device__ void collect_task(const FusedContext<Transport>& c, int block_m, int 
     const bool real = pass == 1;
     if (real) {
       if (threadIdx.x == 0) peer_bad = 0;  // the wait's first barrier orders it before any take
-      // Every sender's L counts, status and layer identity: i is entry i % (L + 2) of sender i / (L + 2).
-      const auto word_of = [&](int i) {
-        return words + static_cast<size_t>(i / per_src) * count_words_per_sender(prm.capacity) +
-               count_message_word(prm.capacity, L, i % per_src);
-      };
-      // Counts to where the plan reads them; a bad status or another layer only marked here (the
-      // records below, off the poll's path).
+      // Word i of the parity's messages is word i % per_src of sender i / per_src: its counts (the first
+      // L used), status and layer identity. A bad status or another layer is recorded here, rarely.
       const auto take = [&](int i, uint32_t v) {
         const int src = i / per_src, j = i % per_src;
-        if (j < L) counts[src * count_stride + j] = v;
-        else if (j == L ? v != 0 : v != prm.layer_id) peer_bad = 1;
+        if (j < L) {
+          counts[src * count_stride + j] = v;
+        } else if (j == count_status_word(prm.capacity) && v != 0) {
+          record_error(c.ctl, ErrorRecord{static_cast<int32_t>(ErrorKind::kPeerBadInput), prm.rank,
+                                          static_cast<int32_t>(Phase::kCollect), 0, src, 0, 0, v});
+          peer_bad = 1;
+        } else if (j == count_layer_word(prm.capacity) && v != prm.layer_id) {
+          record_error(c.ctl, ErrorRecord{static_cast<int32_t>(ErrorKind::kPeerOtherLayer), prm.rank,
+                                          static_cast<int32_t>(Phase::kCollect), 0, src, 0, prm.layer_id, v});
+          peer_bad = 1;
+        }
       };
-      if (!cta_wait_words(prm, c.ctl, W * per_src, c.epoch, [&](int i) { return peer_load_word(c, word_of(i)); }, take,
+      if (!cta_wait_words(prm, c.ctl, W * per_src, c.epoch, [&](int i) { return peer_load_word(c, words + i); }, take,
                           [&](int i) { return c.site(Phase::kCollect, WaitKind::kCounts, i / per_src); }))
         return;
       trace::stamp_current(threadIdx.x == 0, trace::kInputs);
-      if (threadIdx.x == 0 && peer_bad) {
-        for (int src = 0; src < W; ++src) {
-          const uint32_t status = word_value(peer_load_word(c, word_of(src * per_src + L)));
-          const uint32_t layer = word_value(peer_load_word(c, word_of(src * per_src + L + 1)));
-          if (status != 0)
-            record_error(c.ctl, ErrorRecord{static_cast<int32_t>(ErrorKind::kPeerBadInput), prm.rank,
-                                            static_cast<int32_t>(Phase::kCollect), 0, src, 0, 0, status});
-          if (layer != prm.layer_id)
-            record_error(c.ctl, ErrorRecord{static_cast<int32_t>(ErrorKind::kPeerOtherLayer), prm.rank,
-                                            static_cast<int32_t>(Phase::kCollect), 0, src, 0, prm.layer_id, layer});
-        }
-        raise_abort(c.ctl);
-      }
+      if (threadIdx.x == 0 && peer_bad) raise_abort(c.ctl);
     }
     if (in_smem) {
       if (!real)
