@@ -167,8 +167,6 @@ __device__ void collect_task(const FusedContext<Transport>& c, int block_m, int 
   uint32_t* counts_smem = reinterpret_cast<uint32_t*>(plan_smem + plan_ints(d));  // [world][L]
   uint32_t* bases_smem = counts_smem + W * L;                                    // [L]
   const ExpertPlan published = c.published_plan();
-  uint32_t* counts = in_smem ? counts_smem : counts_priv;
-  const int count_stride = in_smem ? L : prm.capacity.local_experts();
   __shared__ int peer_bad;
   // Pass 0 (plan in shared memory only): the plan's code run once on zero counts into the scratch, while
   // the counts are not in yet, so that pass 1 finds its instructions on the SM: cold, warp 0's ~50
@@ -184,7 +182,7 @@ __device__ void collect_task(const FusedContext<Transport>& c, int block_m, int 
       const auto take = [&](int i, uint32_t v) {
         const int src = i / per_src, j = i % per_src;
         if (j < L) {
-          counts[src * count_stride + j] = v;
+          (in_smem ? counts_smem[src * L + j] : counts_priv[src * prm.capacity.local_experts() + j]) = v;
         } else if (j == count_status_word(prm.capacity) && v != 0) {
           record_error(c.ctl, ErrorRecord{static_cast<int32_t>(ErrorKind::kPeerBadInput), prm.rank,
                                           static_cast<int32_t>(Phase::kCollect), 0, src, 0, 0, v});
@@ -210,6 +208,8 @@ __device__ void collect_task(const FusedContext<Transport>& c, int block_m, int 
     trace::stamp_current(threadIdx.x == 0 && real, trace::kPosted);
     if (real && peer_bad) return;
     const ExpertPlan p = in_smem ? plan_view(plan_smem, W, L) : published;
+    const uint32_t* counts = in_smem ? counts_smem : counts_priv;
+    const int count_stride = in_smem ? L : prm.capacity.local_experts();
     uint32_t* bases = in_smem ? bases_smem : c.arrival_base;
     for (int e = threadIdx.x; e < L; e += blockDim.x) plan_expert(counts, count_stride, W, e, block_m, p);
     __syncthreads();
