@@ -90,15 +90,11 @@ EPFUSE_HD size_t recv_entry_offset(const SymRegions& s, const FusedDims& d, uint
   return s.recv_entries +
          ((static_cast<size_t>(parity) * d.world + src) * d.max_tokens * d.topk + entry) * sizeof(RowEntry);
 }
-// A count message's words: [0, L) the counts, then the status and the layer identity.
+// A count message's words: [0, L) the counts (a layer of fewer local experts than the window's sends
+// zeros past its own), then the status and the layer identity.
 EPFUSE_HD int count_words_per_sender(const FusedDims& d) { return d.local_experts() + 2; }
 EPFUSE_HD int count_status_word(const FusedDims& d) { return d.local_experts(); }
 EPFUSE_HD int count_layer_word(const FusedDims& d) { return d.local_experts() + 1; }
-// Entry j of a sender's message of `local_experts` counts (j < local_experts + 2: the counts, the status,
-// the layer identity) is word count_message_word of it in a window made for `capacity`.
-EPFUSE_HD int count_message_word(const FusedDims& capacity, int local_experts, int j) {
-  return j < local_experts ? j : j == local_experts ? count_status_word(capacity) : count_layer_word(capacity);
-}
 EPFUSE_HD size_t count_word_offset(const SymRegions& s, const FusedDims& d, uint32_t parity, int src, int word) {
   return s.count_words + ((static_cast<size_t>(parity) * d.world + src) * count_words_per_sender(d) + word) * 8;
 }

@@ -676,24 +676,21 @@ TEST(FusedRegions, RegionsAreDisjointAlignedAndInBounds) {
         }
     EXPECT_EQ(row_starts.size(), static_cast<size_t>(2 * (world - 1)));
     EXPECT_LE(recv_entry_offset(s, d, 1, world - 1, int64_t{T} * d.topk - 1) + sizeof(RowEntry), s.count_words);
-    // Count messages: every (parity, sender, entry) its own 8-byte aligned word inside the region, for a
-    // layer of fewer local experts than the window's too (its status and layer words stay where the
-    // window puts them).
-    for (int layer_l : {L, std::max(1, L / 2)}) {
-      std::set<size_t> word_starts;
-      for (uint32_t p = 0; p < 2; ++p)
-        for (int src = 0; src < world; ++src)
-          for (int j = 0; j < layer_l + 2; ++j) {
-            const size_t at = count_word_offset(s, d, p, src, count_message_word(d, layer_l, j));
-            EXPECT_GE(at, s.count_words);
-            EXPECT_LE(at + 8, s.arrivals);
-            EXPECT_EQ(at % 8, 0u);
-            EXPECT_TRUE(word_starts.insert(at).second) << "two entries share a word";
-          }
-      EXPECT_EQ(word_starts.size(), static_cast<size_t>(2 * world * (layer_l + 2)));
-    }
-    EXPECT_EQ(count_message_word(d, L, L), count_status_word(d));
-    EXPECT_EQ(count_message_word(d, L, L + 1), count_layer_word(d));
+    // Count messages: every (parity, sender, word) its own 8-byte aligned word inside the region, the
+    // status and layer words after the counts.
+    std::set<size_t> word_starts;
+    for (uint32_t p = 0; p < 2; ++p)
+      for (int src = 0; src < world; ++src)
+        for (int j = 0; j < count_words_per_sender(d); ++j) {
+          const size_t at = count_word_offset(s, d, p, src, j);
+          EXPECT_GE(at, s.count_words);
+          EXPECT_LE(at + 8, s.arrivals);
+          EXPECT_EQ(at % 8, 0u);
+          EXPECT_TRUE(word_starts.insert(at).second) << "two words share bytes";
+        }
+    EXPECT_EQ(word_starts.size(), static_cast<size_t>(2 * world * (L + 2)));
+    EXPECT_EQ(count_status_word(d), L);
+    EXPECT_EQ(count_layer_word(d), L + 1);
     EXPECT_LE(arrival_offset(s, d, 1, L - 1) + 4, s.combine_rows);
     EXPECT_LE(combine_row_offset(s, d, 1, T - 1, d.topk - 1) + d.hidden * 2, s.token_signals);
     EXPECT_LE(token_signal_offset(s, d, 1, T - 1) + 4, s.total);
