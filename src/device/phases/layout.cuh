@@ -167,7 +167,7 @@ __device__ void collect_task(const FusedContext<Transport>& c, int block_m, int 
   uint32_t* counts_smem = reinterpret_cast<uint32_t*>(plan_smem + plan_ints(d));  // [world][L]
   uint32_t* bases_smem = counts_smem + W * L;                                    // [L]
   const ExpertPlan published = c.published_plan();
-  __shared__ int peer_bad;
+  __shared__ int bad_src;  // the lowest sender with a bad status or another layer; W: none
   // Pass 0 (plan in shared memory only): the plan's code run once on zero counts into the scratch, while
   // the counts are not in yet, so that pass 1 finds its instructions on the SM: cold, warp 0's ~50
   // instructions of scans, schedule and targets took ~2 us at T = 1
@@ -176,28 +176,36 @@ __device__ void collect_task(const FusedContext<Transport>& c, int block_m, int 
   for (int pass = in_smem ? 0 : 1; pass < 2; ++pass) {
     const bool real = pass == 1;
     if (real) {
-      if (threadIdx.x == 0) peer_bad = 0;  // the wait's first barrier orders it before any take
+      if (threadIdx.x == 0) bad_src = W;  // the wait's first barrier orders it before any take
       // Word i of the parity's messages is word i % per_src of sender i / per_src: its counts (the first
-      // L used), status and layer identity. A bad status or another layer is recorded here, rarely.
+      // L used), status and layer identity. A bad status or another layer is noted here, rarely, and the
+      // lowest such sender recorded after the wait: the words come in any order, the error names the
+      // same peer every time.
       const auto take = [&](int i, uint32_t v) {
         const int src = i / per_src, j = i % per_src;
         if (j < L) {
           (in_smem ? counts_smem[src * L + j] : counts_priv[src * prm.capacity.local_experts() + j]) = v;
-        } else if (j == count_status_word(prm.capacity) && v != 0) {
-          record_error(c.ctl, ErrorRecord{static_cast<int32_t>(ErrorKind::kPeerBadInput), prm.rank,
-                                          static_cast<int32_t>(Phase::kCollect), 0, src, 0, 0, v});
-          peer_bad = 1;
-        } else if (j == count_layer_word(prm.capacity) && v != prm.layer_id) {
-          record_error(c.ctl, ErrorRecord{static_cast<int32_t>(ErrorKind::kPeerOtherLayer), prm.rank,
-                                          static_cast<int32_t>(Phase::kCollect), 0, src, 0, prm.layer_id, v});
-          peer_bad = 1;
+        } else if ((j == count_status_word(prm.capacity) && v != 0) ||
+                   (j == count_layer_word(prm.capacity) && v != prm.layer_id)) {
+          atomicMin(&bad_src, src);
         }
       };
       if (!cta_wait_words(prm, c.ctl, W * per_src, c.epoch, [&](int i) { return peer_load_word(c, words + i); }, take,
                           [&](int i) { return c.site(Phase::kCollect, WaitKind::kCounts, i / per_src); }))
         return;
       trace::stamp_current(threadIdx.x == 0, trace::kInputs);
-      if (threadIdx.x == 0 && peer_bad) raise_abort(c.ctl);
+      if (threadIdx.x == 0 && bad_src < W) {
+        const uint64_t* m = words + bad_src * per_src;
+        const uint32_t status = word_value(peer_load_word(c, m + count_status_word(prm.capacity)));
+        const uint32_t layer = word_value(peer_load_word(c, m + count_layer_word(prm.capacity)));
+        if (status != 0)
+          record_error(c.ctl, ErrorRecord{static_cast<int32_t>(ErrorKind::kPeerBadInput), prm.rank,
+                                          static_cast<int32_t>(Phase::kCollect), 0, bad_src, 0, 0, status});
+        if (layer != prm.layer_id)
+          record_error(c.ctl, ErrorRecord{static_cast<int32_t>(ErrorKind::kPeerOtherLayer), prm.rank,
+                                          static_cast<int32_t>(Phase::kCollect), 0, bad_src, 0, prm.layer_id, layer});
+        raise_abort(c.ctl);
+      }
     }
     if (in_smem) {
       if (!real)
@@ -206,7 +214,7 @@ __device__ void collect_task(const FusedContext<Transport>& c, int block_m, int 
     }
     __syncthreads();
     trace::stamp_current(threadIdx.x == 0 && real, trace::kPosted);
-    if (real && peer_bad) return;
+    if (real && bad_src < W) return;
     const ExpertPlan p = in_smem ? plan_view(plan_smem, W, L) : published;
     const uint32_t* counts = in_smem ? counts_smem : counts_priv;
     const int count_stride = in_smem ? L : prm.capacity.local_experts();
