@@ -93,11 +93,6 @@ __device__ __forceinline__ void peer_release_add(const FusedContext<Transport>& 
   if (signals_stay_local(c)) red_add_release_gpu(p, v);
   else red_add_release_sys(p, v);
 }
-template <class Transport>
-__device__ __forceinline__ void peer_release_store(const FusedContext<Transport>& c, uint32_t* p, uint32_t v) {
-  if (signals_stay_local(c)) st_release_gpu(p, v);
-  else st_release_sys(p, v);
-}
 // Tagged words (protocol/epoch.h), at the same scope.
 template <class Transport>
 __device__ __forceinline__ uint64_t peer_load_word(const FusedContext<Transport>& c, const uint64_t* p) {

@@ -2,8 +2,8 @@
 // a flag or counter with release semantics; readers poll with acquire loads, then read the data.
 // Scope: .sys for anything a peer GPU writes or reads (NVLink peer-mapped memory through LSA
 // pointers), .gpu for flags only this GPU's CTAs use; the signals between ranks go through
-// kernel/context.cuh's peer_acquire / peer_release_add / peer_release_store, at the scope of the
-// Transport (kernel/transport.cuh). A release after __syncthreads() covers the stores of every thread
+// kernel/context.cuh's peer_acquire / peer_release_add and the tagged words' peer_load_word /
+// peer_store_word, at the scope of the Transport (kernel/transport.cuh). A release after __syncthreads() covers the stores of every thread
 // of the CTA (bar.sync orders them before it; the release is cumulative).
 #pragma once
 #include <cstdint>
@@ -20,19 +20,8 @@ __device__ __forceinline__ uint32_t ld_acquire_gpu(const uint32_t* p) {
   asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
   return v;
 }
-__device__ __forceinline__ uint32_t ld_relaxed_gpu(const uint32_t* p) {
-  uint32_t v;
-  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ void st_release_sys(uint32_t* p, uint32_t v) {
-  asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
 __device__ __forceinline__ void st_release_gpu(uint32_t* p, uint32_t v) {
   asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-__device__ __forceinline__ void st_relaxed_gpu(uint32_t* p, uint32_t v) {
-  asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 // Tagged words (protocol/epoch.h): one 8-byte store, polled with relaxed loads; no release or acquire,
 // the tag in the word is its own flag.
