@@ -14,7 +14,8 @@
 # and world-1 run matrix), fp8-fused (the fused FP8 layer's tests and run matrix), profile-fp8 (ncu on the
 # fused FP8 kernel and the FP8 tile alone), pytest (tests/python on the GPU), fp8-bench (bf16 and FP8 rows on the per-GPU shapes; EPFUSE_PEERS=DIR adds --peers),
 # ab (a focused A/B of the fused layer, this build's or EPFUSE_NEW_BIN, against EPFUSE_BASE_BIN; EPFUSE_AB_SHAPES, EPFUSE_AB_ROUNDS, EPFUSE_AB_ARGS
-# e.g. --dtype fp8), decode (dsv3 and qwen3-30b at T = 1, 8, 32 with the 58-layer graph step; EPFUSE_PEERS adds MegaMoE),
+# e.g. --dtype fp8; scripts/ab_summary.py's table at the end), ab-layer (the same over EPFUSE_RANKS GPUs on the
+# models' decode and prefill rows together), decode (dsv3 and qwen3-30b at T = 1, 8, 32 with the 58-layer graph step; EPFUSE_PEERS adds MegaMoE),
 # decode-trace (timelines of qwen3-30b T=8, 32 and dsv3 T=8 from a trace build, EPFUSE_TRACE_BIN),
 # lag-sweep (the fused FP8 layer over EPFUSE_RANKS GPUs, default 4, at each EPFUSE_SCHEDULE_LAG of
 # EPFUSE_LAGS, default "auto first 0.5 2", on dsv3 T = 512, 1024, 4096 and qwen3-30b T = 4096, 16384),
@@ -147,7 +148,21 @@ for step in "$@"; do
             --intermediate $i --experts $e --topk $k --tokens $t ${EPFUSE_AB_ARGS:-} --json "$OUT/ab-$tag-$name-r$round.json" 2>&1 \
             | grep -E " fused |illegal|timed out|rror" | sed "s/^/$tag r$round $name: /"
         done
-      done; done 2>&1 | tee "$OUT/ab.log" ;;
+      done; done 2>&1 | tee "$OUT/ab.log"
+      python3 "$repo/scripts/ab_summary.py" "$OUT"/ab-*-r*.json 2>&1 | tee "$OUT/ab-summary.log" ;;
+    ab-layer)  # A/B of the whole layer over EPFUSE_RANKS GPUs (default 2) at decode and prefill sizes together
+      # (EPFUSE_AB_MODELS, default qwen3-30b,dsv3; EPFUSE_AB_TOKENS, default 1,8,128,4096), binaries as in ab
+      # (EPFUSE_AB_BINS, or EPFUSE_BASE_BIN against this build), EPFUSE_AB_ROUNDS rounds (default 2) in
+      # that order; a phase change moves rows it does not run
+      # (docs/performance.md#the-count-messages-before-the-layout-and-the-layout-of-one-block-2026-11-30-not-kept).
+      bins=${EPFUSE_AB_BINS:-"base=$EPFUSE_BASE_BIN new=${EPFUSE_NEW_BIN:-tools/epfuse}"}
+      for round in $(seq 1 "${EPFUSE_AB_ROUNDS:-2}"); do for tagbin in $bins; do
+        tag=${tagbin%%=*} bin=${tagbin#*=}
+        timeout 150 $bin bench --impl fused --ranks "${EPFUSE_RANKS:-2}" --torch off --model "${EPFUSE_AB_MODELS:-qwen3-30b,dsv3}" \
+          --tokens "${EPFUSE_AB_TOKENS:-1,8,128,4096}" ${EPFUSE_AB_ARGS:-} --json "$OUT/$tag-layer-r$round.json" 2>&1 \
+          | grep -E " fused |illegal|timed out|rror" | sed "s/^/$tag r$round: /"
+      done; done 2>&1 | tee "$OUT/ab-layer.log"
+      python3 "$repo/scripts/ab_summary.py" "$OUT"/*-layer-r*.json 2>&1 | tee "$OUT/ab-layer-summary.log" ;;
     sass)  # the LSA kernels' SASS against the base binary's (scripts/sass_compare.py)
       cuobjdump -sass tools/epfuse > "$OUT/sass-new.txt" && cuobjdump -sass "$EPFUSE_BASE_BIN" > "$OUT/sass-base.txt" &&
         python3 "$repo/scripts/sass_compare.py" "$OUT/sass-new.txt" "$OUT/sass-base.txt" 2>&1 | tee "$OUT/sass-compare.log" ;;
