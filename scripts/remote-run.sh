@@ -27,6 +27,9 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 export LD_LIBRARY_PATH=/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib:${LD_LIBRARY_PATH:-}
 export PATH=/opt/torch/.venv/bin:$PATH
 repo=$(cd "$(dirname "$0")/.." && pwd)
+# The binaries of an A/B (steps ab, ab-layer), "tag=path ..." in the order each round runs them:
+# EPFUSE_AB_BINS, or EPFUSE_BASE_BIN as "base" against EPFUSE_NEW_BIN (default this build) as "new".
+ab_bins() { echo "${EPFUSE_AB_BINS:-"base=$EPFUSE_BASE_BIN new=${EPFUSE_NEW_BIN:-tools/epfuse}"}"; }
 # The build may come compressed (scripts/remote-pack.sh writes both).
 if [ ! -d "$repo/.carry/build" ] && [ -f "$repo/.carry/build.tar.xz" ]; then tar xJf "$repo/.carry/build.tar.xz" -C "$repo/.carry"; fi
 # ctest files hold the building host's absolute paths (source and build dirs): make them valid here.
@@ -136,9 +139,7 @@ for step in "$@"; do
       # rows add --sustained 1500 to EPFUSE_AB_ARGS and compare its ms a call: it repeats within 0.3%
       # where the synchronised medians spread 3-5% (docs/performance.md#power-cap-and-energy).
       shapes=${EPFUSE_AB_SHAPES:-$([ -n "${EPFUSE_AB_SHAPE:-}" ] && echo "custom $EPFUSE_AB_SHAPE" || echo "dsv3 7168 2048 64 8 1024,4096")}
-      # EPFUSE_AB_BINS ("tag=path tag=path ..."), when set, names every binary of a round in its order
-      # (several variants against one base in the same rounds).
-      bins=${EPFUSE_AB_BINS:-"base=$EPFUSE_BASE_BIN new=${EPFUSE_NEW_BIN:-tools/epfuse}"}
+      bins=$(ab_bins)  # EPFUSE_AB_BINS: several variants against one base in the same rounds
       for round in $(seq 1 "${EPFUSE_AB_ROUNDS:-3}"); do for tagbin in $bins; do
         tag=${tagbin%%=*} bin=${tagbin#*=}
         IFS=';' read -ra list <<<"$shapes"
@@ -155,7 +156,7 @@ for step in "$@"; do
       # (EPFUSE_AB_BINS, or EPFUSE_BASE_BIN against this build), EPFUSE_AB_ROUNDS rounds (default 2) in
       # that order; a phase change moves rows it does not run
       # (docs/performance.md#the-count-messages-before-the-layout-and-the-layout-of-one-block-2026-11-30-not-kept).
-      bins=${EPFUSE_AB_BINS:-"base=$EPFUSE_BASE_BIN new=${EPFUSE_NEW_BIN:-tools/epfuse}"}
+      bins=$(ab_bins)
       for round in $(seq 1 "${EPFUSE_AB_ROUNDS:-2}"); do for tagbin in $bins; do
         tag=${tagbin%%=*} bin=${tagbin#*=}
         timeout 150 $bin bench --impl fused --ranks "${EPFUSE_RANKS:-2}" --torch off --model "${EPFUSE_AB_MODELS:-qwen3-30b,dsv3}" \
