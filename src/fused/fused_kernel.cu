@@ -61,7 +61,8 @@ using device::ThreadGroup;
 // The kernels the host takes at decode sizes (plan.cpp choose_fused_tile: the FP8 decode kernel, bf16's
 // 32-row tile): their combine warms its code and reads its tokens' routing while their tiles are still
 // coming (combine_task), a Linear2 tile's producer fills its row table before its wait (producer_role),
-// and the FP8 dispatch quantises this rank's own rows before its wait for the layout (dispatch_task).
+// the FP8 dispatch quantises this rank's own rows before its wait for the layout (dispatch_task), and a
+// call of one layout task sends its counts from the routing and takes no tickets (layout_task, publish_task).
 // Only there: the other kernels keep their instructions (their k-loops' registers moved with such code).
 template <class Gemm>
 constexpr bool decode_kernel() {
@@ -281,8 +282,8 @@ __global__ void __launch_bounds__(Gemm::kThreads, 1) fused_moe_kernel(const __gr
     }
     if (task.phase == Phase::kDone) break;
     switch (task.phase) {
-      case Phase::kLayout: device::layout_task(c, task.index, smem); break;
-      case Phase::kPublish: device::publish_task(c, scheduler.space().layout); break;
+      case Phase::kLayout: device::layout_task<kDecodeKernel<Gemm>>(c, task.index, smem); break;
+      case Phase::kPublish: device::publish_task<kDecodeKernel<Gemm>>(c, scheduler.space().layout, smem); break;
       case Phase::kDispatch: device::dispatch_task<kFp8, kDecodeKernel<Gemm>>(c, task.index, scheduler.space(), smem); break;
       case Phase::kCollect:
         device::collect_task(c, Gemm::kBlockM, nblocks1, nblocks2, smem, scratch_before_gemm<Gemm>());

@@ -12,8 +12,9 @@
 
 namespace epfuse::device {
 
-// Task: layout of tokens [b * kLayoutTokens, ...). smem: (world + E) u32.
-template <class Transport>
+// Task: layout of tokens [b * kLayoutTokens, ...). smem: (world + E) u32. kDecode: the decode kernels
+// (fused_kernel.cu decode_kernel), where a call of at most kLayoutTokens tokens has one layout task.
+template <bool kDecode, class Transport>
 __device__ void layout_task(const FusedContext<Transport>& c, int block, void* smem) {
   const FusedParams& prm = *c.prm;
   const FusedDims& d = prm.dims;
@@ -45,22 +46,34 @@ __device__ void layout_task(const FusedContext<Transport>& c, int block, void* s
   }
   __syncthreads();
   trace::stamp_current(threadIdx.x == 0, trace::kPosted);
-  // Ticket dispenser: one atomic per receiver / expert this block uses turns counts into bases.
-  for (int i = threadIdx.x; i < d.world + E; i += blockDim.x) {
-    const uint32_t n = cnt_rows[i];
-    if (n == 0) continue;
-    uint32_t* ticket = i < d.world ? c.row_tickets + i : c.pair_tickets + (i - d.world);
-    cnt_rows[i] = atomicAdd(ticket, n);
-  }
-  __syncthreads();
-  trace::stamp_current(threadIdx.x == 0, trace::kLoaded);
-  for (int q = threadIdx.x; q < pairs; q += blockDim.x) {
-    const int t = t0 + q / k, j = q % k;
-    const int32_t e = prm.topk_idx[static_cast<int64_t>(t) * k + j];
-    if (!slot_is_routed(e, E)) continue;
-    const int64_t at = static_cast<int64_t>(t) * k + j;
-    c.pair_index[at] += static_cast<int32_t>(cnt_pairs[e]);
-    if (c.pair_row[at] >= 0) c.pair_row[at] += static_cast<int32_t>(cnt_rows[expert_rank(e, L)]);
+  bool one_block = false;
+  if constexpr (kDecode) one_block = prm.num_tokens <= kLayoutTokens;
+  if (one_block) {
+    // The call's only layout task: its counts are the totals and every base is 0 (the dispensers are zero
+    // at a call's start), so the pair totals are stored as they are and the slots keep the indices above:
+    // no ticket round trip and no second pass over the slots
+    // (docs/performance.md#the-start-of-a-decode-call-in-the-decode-kernels-2026-11-30).
+    for (int e = threadIdx.x; e < E; e += blockDim.x)
+      if (cnt_pairs[e] != 0) c.pair_tickets[e] = cnt_pairs[e];
+    trace::stamp_current(threadIdx.x == 0, trace::kLoaded);
+  } else {
+    // Ticket dispenser: one atomic per receiver / expert this block uses turns counts into bases.
+    for (int i = threadIdx.x; i < d.world + E; i += blockDim.x) {
+      const uint32_t n = cnt_rows[i];
+      if (n == 0) continue;
+      uint32_t* ticket = i < d.world ? c.row_tickets + i : c.pair_tickets + (i - d.world);
+      cnt_rows[i] = atomicAdd(ticket, n);
+    }
+    __syncthreads();
+    trace::stamp_current(threadIdx.x == 0, trace::kLoaded);
+    for (int q = threadIdx.x; q < pairs; q += blockDim.x) {
+      const int t = t0 + q / k, j = q % k;
+      const int32_t e = prm.topk_idx[static_cast<int64_t>(t) * k + j];
+      if (!slot_is_routed(e, E)) continue;
+      const int64_t at = static_cast<int64_t>(t) * k + j;
+      c.pair_index[at] += static_cast<int32_t>(cnt_pairs[e]);
+      if (c.pair_row[at] >= 0) c.pair_row[at] += static_cast<int32_t>(cnt_rows[expert_rank(e, L)]);
+    }
   }
   __syncthreads();  // the owning slots' rows are final; copy them to the token's other slots there
   trace::stamp_current(threadIdx.x == 0, trace::kLoopEnd);
@@ -87,22 +100,50 @@ __device__ bool wait_layout_done(const FusedContext<Transport>& c, Phase phase, 
 // status and its layer identity, each a word tagged with the epoch (epoch.h tagged_word: no flag, no
 // release, so no round trip for the stores to land before a flag goes out). Runs even after an abort: a
 // rank with bad input must still tell its peers (they then fail with kInvalidArgument instead of timing out).
-template <class Transport>
-__device__ void publish_task(const FusedContext<Transport>& c, int layout_tasks) {
+// In the decode kernels (kDecode) with one layout task the counts are this rank's routing's histogram,
+// taken here from topk_idx into smem ([E] u32) by the layout's rule (slot_is_routed, a pair a routed
+// slot), so the message goes out without waiting for the layout's tickets; otherwise the tickets' totals.
+// Only there: the other kernels keep their instructions
+// (docs/performance.md#the-start-of-a-decode-call-in-the-decode-kernels-2026-11-30).
+template <bool kDecode, class Transport>
+__device__ void publish_task(const FusedContext<Transport>& c, int layout_tasks, void* smem) {
   const FusedParams& prm = *c.prm;
   const FusedDims& d = prm.dims;
-  const int L = c.local_experts, words = count_words_per_sender(prm.capacity);
+  const int L = c.local_experts, E = d.num_experts, words = count_words_per_sender(prm.capacity);
   // EPFUSE_FAULT at=publish: this rank's count messages never go out; every rank's collect waits for them.
   if (hang_here(prm, c.ctl, ThreadGroup::cta(), HangPoint::kPublish)) return;
-  if (!wait_layout_done(c, Phase::kPublish, layout_tasks, /*abortable=*/false)) return;
+  uint32_t found = 0u;
+  const uint32_t* counts = c.pair_tickets;
+  bool from_routing = false;
+  if constexpr (kDecode) {
+    from_routing = layout_tasks == 1;
+    if (from_routing) {
+      uint32_t* histogram = static_cast<uint32_t*>(smem);
+      __shared__ uint32_t bad_id;
+      for (int e = threadIdx.x; e < E; e += blockDim.x) histogram[e] = 0u;
+      if (threadIdx.x == 0) bad_id = 0u;
+      __syncthreads();
+      for (int q = threadIdx.x; q < prm.num_tokens * d.topk; q += blockDim.x) {
+        const int32_t e = prm.topk_idx[q];
+        if (slot_is_routed(e, E)) atomicAdd(&histogram[e], 1u);
+        else if (slot_is_invalid(e, E)) atomicOr(&bad_id, 1u);  // the layout task records which
+      }
+      __syncthreads();
+      found = bad_id != 0u ? static_cast<uint32_t>(ErrorKind::kBadExpert) : 0u;
+      counts = histogram;
+    }
+  }
+  if (!from_routing) {
+    if (!wait_layout_done(c, Phase::kPublish, layout_tasks, /*abortable=*/false)) return;
+    found = *reinterpret_cast<volatile uint32_t*>(&c.ctl->input_status);
+  }
   trace::stamp_current(threadIdx.x == 0, trace::kInputs);
-  const uint32_t found = *reinterpret_cast<volatile uint32_t*>(&c.ctl->input_status);
   const uint32_t status = found != 0 ? found : prm.host_status;
   // Every word of the window's message, counts past this layer's L included (zeros), so that the
   // receiver polls one contiguous run of words a sender.
   for (int i = threadIdx.x; i < d.world * words; i += blockDim.x) {
     const int dst = i / words, j = i % words;
-    const uint32_t v = j < L ? c.pair_tickets[dst * L + j]
+    const uint32_t v = j < L ? counts[dst * L + j]
                              : j == count_status_word(prm.capacity) ? status
                              : j == count_layer_word(prm.capacity)  ? prm.layer_id
                                                                      : 0u;
