@@ -20,7 +20,8 @@
 # lag-sweep (the fused FP8 layer over EPFUSE_RANKS GPUs, default 4, at each EPFUSE_SCHEDULE_LAG of
 # EPFUSE_LAGS, default "auto first 0.5 2", on dsv3 T = 512, 1024, 4096 and qwen3-30b T = 4096, 16384),
 # prefill-trace (the world-1 prefill rows traced, with their per-SM budgets, from EPFUSE_TRACE_BIN),
-# source-view (ncu's per-line warp-state samples of one fused FP8 launch, EPFUSE_SV_SHAPES).
+# source-view (ncu's per-line warp-state samples of one fused FP8 launch, EPFUSE_SV_SHAPES), tile-peers (the
+# FP8 tile alone and DeepGEMM's grouped GEMM on the tile benchmark's shapes, EPFUSE_DEEPGEMM=DIR).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -151,6 +152,22 @@ for step in "$@"; do
         done
       done; done 2>&1 | tee "$OUT/ab.log"
       python3 "$repo/scripts/ab_summary.py" "$OUT"/ab-*-r*.json 2>&1 | tee "$OUT/ab-summary.log" ;;
+    tile-peers)  # the FP8 tile alone (bench_fp8_tile_shapes, the layer's GEMM shapes) and DeepGEMM's grouped GEMM
+      # on each of its shapes, one GPU, one job; EPFUSE_DEEPGEMM=DIR, a DeepGEMM tree (built here when it
+      # has no extension yet); scripts/tile_peers.py's table at the end
+      timeout 200 tests/gpu/gemm/bench_fp8_tile_shapes 1 > "$OUT/tile.log" 2>&1; echo "tile exit $?"
+      grep -E "^(ok|FAIL)" "$OUT/tile.log" | grep -v "k-loop only"
+      dg=${EPFUSE_DEEPGEMM:?tile-peers: set EPFUSE_DEEPGEMM to a DeepGEMM tree}
+      for d in cute cutlass; do ln -sfn "$dg/third-party/cutlass/include/$d" "$dg/deep_gemm/include/$d"; done
+      if ! ls "$dg"/deep_gemm/_C*.so > /dev/null 2>&1; then
+        (cd "$dg" && CXX=/usr/bin/g++ CC=/usr/bin/gcc CPATH=/usr/local/cuda/include/cccl TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=16 \
+          python3 setup.py build_ext --inplace > "$OUT/deepgemm-build.log" 2>&1) || { tail -20 "$OUT/deepgemm-build.log"; continue; }
+      fi
+      python3 "$repo/scripts/tile_peers.py" shapes "$OUT/tile.log" | while IFS='|' read -r name e r n k; do
+        PYTHONPATH="$dg" timeout 120 python3 "$repo/bench/peers/deepgemm_tile_shape.py" --experts "$e" --rows "$r" --n "$n" --k "$k" 2>&1 \
+          | grep -E "^deepgemm|Error|error"
+      done > "$OUT/deepgemm.log"
+      python3 "$repo/scripts/tile_peers.py" table "$OUT/tile.log" "$OUT/deepgemm.log" | tee "$OUT/tile-peers.log" ;;
     ab-layer)  # A/B of the whole layer over EPFUSE_RANKS GPUs (default 2) at decode and prefill sizes together
       # (EPFUSE_AB_MODELS, default qwen3-30b,dsv3; EPFUSE_AB_TOKENS, default 1,8,128,4096), binaries as in ab
       # (EPFUSE_AB_BINS, or EPFUSE_BASE_BIN against this build), EPFUSE_AB_ROUNDS rounds (default 2) in
