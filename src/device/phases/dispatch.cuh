@@ -50,17 +50,16 @@ __device__ void dispatch_task(const FusedContext<Transport>& c, int block, const
       __syncthreads();
     }
     // Which rows this pass sends: all, or (kSplit) this rank's own in pass 0 and the others in pass 1.
-    // At world 1 (lone) every row is this rank's own, and its place is the token's: the FP8 pass that
-    // sends own rows quantises each token's row as the item of its slot 0 (slot-major: the first `tokens`
-    // items), with no routing load (a token with no routed slot is quantised for nothing), and bf16 sends
-    // none (its entries point at x). Elsewhere each item's routing says whether its slot owns the row.
+    // At world 1 (lone) every row is this rank's own and its place is the token's: each token's row is
+    // quantised with no routing load (a token with no routed slot for nothing), bf16 sends none
+    // (task_map.h dispatch_row_items).
     const bool all = !kSplit, own = pass == 0, lone = d.world == 1;
     // Rows: one warp per (token, owning slot) of a remote receiver and column chunk (dispatch_row_chunks:
     // several only in a task of few tokens), items in dispatch_item's order, a row's chunks on
     // consecutive warps.
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
     const int chunks = dispatch_row_chunks(tokens, H);
-    const int items = !lone ? pairs * chunks : kFp8 && (all || own) ? tokens * chunks : 0;
+    const int items = dispatch_row_items(lone, kFp8, all || own, tokens, pairs, chunks);
     for (int q = warp; q < items; q += warps) {
       const DispatchItem item = dispatch_item(q / chunks, tokens);
       const int t = t0 + item.token, j = item.slot;

@@ -70,6 +70,17 @@ EPFUSE_HD int dispatch_tokens(int num_tokens, int ctas) {
 // (docs/performance.md#combine-tasks-of-fewer-tokens-2026-11-28).
 EPFUSE_HD int combine_tokens(int num_tokens, int ctas) { return small_task_tokens(kCombineTokens, num_tokens, ctas); }
 
+// Row items a dispatch task's pass walks (dispatch.cuh; each a (token, slot) of dispatch_item and a column
+// chunk of dispatch_row_chunks). At worlds > 1 all of them: an item's routing says whether its slot owns
+// the token's row at a receiver. At world 1 (lone) every row is the rank's own and travels with slot 0,
+// whose items are the first `tokens` of the slot-major order, so FP8's pass that sends own rows walks
+// those tokens x chunks items alone and bf16 (own rows read from x) none: 7 in 8 items at top-8 were
+// routing loads for no row (docs/performance.md#world-1s-rows-without-the-routing-at-every-size-2026-11-30).
+// pairs: tokens x k.
+EPFUSE_HD int dispatch_row_items(bool lone, bool fp8, bool sends_own, int tokens, int pairs, int chunks) {
+  return !lone ? pairs * chunks : fp8 && sends_own ? tokens * chunks : 0;
+}
+
 // Column chunks of a dispatch row: a task of fewer tokens than kDispatchTokensMin has fewer rows than
 // warps, so each row is cut into pieces of kDispatchChunk columns, one warp each (a multiple of the
 // quantiser's batch, fp8_quantize.cuh warp_quantize_row: 8 steps of 256 columns, and of its 128-column

@@ -328,6 +328,30 @@ TEST(FusedDispatch, ItemsCoverEveryPairOnceAndSpreadRowsOverWarps) {
   }
 }
 
+// The row items a dispatch pass walks (dispatch_row_items): at worlds > 1 every (token, slot) item of every
+// chunk; at world 1 FP8's own-rows pass walks exactly each token's slot-0 item once per column chunk (the
+// row each token sends: items q < the count, chunk-major as dispatch.cuh walks them), bf16 and a pass of
+// other ranks' rows none.
+TEST(FusedDispatch, WorldOneWalksEachTokensSlotZeroOnce) {
+  for (int tokens : {1, 3, kDispatchTokensMin, kDispatchTokensMax})
+    for (int k : {1, 2, 8})
+      for (int hidden : {2048, 7168}) {
+        const int chunks = dispatch_row_chunks(tokens, hidden);
+        EXPECT_EQ(dispatch_row_items(false, true, true, tokens, tokens * k, chunks), tokens * k * chunks);
+        EXPECT_EQ(dispatch_row_items(false, false, false, tokens, tokens * k, chunks), tokens * k * chunks);
+        EXPECT_EQ(dispatch_row_items(true, false, true, tokens, tokens * k, chunks), 0);
+        EXPECT_EQ(dispatch_row_items(true, true, false, tokens, tokens * k, chunks), 0);
+        const int items = dispatch_row_items(true, true, true, tokens, tokens * k, chunks);
+        std::set<std::pair<int, int>> rows;  // (token, chunk)
+        for (int q = 0; q < items; ++q) {
+          const DispatchItem item = dispatch_item(q / chunks, tokens);
+          EXPECT_EQ(item.slot, 0) << "tokens " << tokens << " k " << k << " q " << q;
+          EXPECT_TRUE(rows.insert({item.token, q % chunks}).second) << "tokens " << tokens << " k " << k << " q " << q;
+        }
+        EXPECT_EQ(static_cast<int>(rows.size()), tokens * chunks) << "tokens " << tokens << " k " << k;
+      }
+}
+
 // The world-1 schedule (schedule_lag: kLinear1First, linear1_first_segments) is the serial pass's with a
 // lag past every task, task for task, on plans with experts without rows; worlds > 1 ask for it at a
 // decode step's shapes too, and the one-wave lag they ask for otherwise does put Linear2 tiles ahead of
