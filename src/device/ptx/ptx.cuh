@@ -77,6 +77,19 @@ __device__ __forceinline__ bool named_barrier_or(int id, int threads, bool pred)
       : "memory");
   return out != 0;
 }
+// named_barrier_or for warps that arrive converged (bar.red, the .aligned form): ptxas then emits the
+// barrier alone. Given the unaligned form after a __syncwarp, ptxas may drop the WARPSYNC and take a
+// diverged warp through the barrier's own diverged path, which compute-sanitizer's synccheck reports
+// (docs/performance.md#the-combines-rows-by-bulk-copies-in-the-producer-warps-2026-11-30-not-landed).
+__device__ __forceinline__ bool named_barrier_or_converged(int id, int threads, bool pred) {
+  uint32_t out;
+  asm volatile(
+      "{\n .reg .pred p, q;\n setp.ne.u32 p, %2, 0;\n bar.red.or.pred q, %1, %3, p;\n selp.u32 %0, 1, 0, q;\n}\n"
+      : "=r"(out)
+      : "r"(id), "r"(pred ? 1u : 0u), "r"(threads)
+      : "memory");
+  return out != 0;
+}
 
 // ---- setmaxnreg (sm_90a): a warpgroup gives registers back to, or takes them from, the SM's pool, so
 // warp-specialised CTAs can give their math warps more than an even split (PTX ISA "setmaxnreg").
