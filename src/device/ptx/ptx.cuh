@@ -67,27 +67,21 @@ __device__ __forceinline__ uint64_t make_l2_evict_first() {
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
-// Same, and true in every thread when `pred` was true in any of them.
+// Same, and true in every thread when `pred` was true in any of them. kConverged: for warps that arrive
+// converged, the aligned form (bar.red), which ptxas emits as the barrier alone. Given the unaligned form
+// after a __syncwarp, ptxas may drop the WARPSYNC and take a diverged warp through the barrier's own
+// diverged path, which compute-sanitizer's synccheck reports
+// (docs/performance.md#the-producer-warps-combine-as-streams-2026-11-30-not-kept).
+template <bool kConverged = false>
 __device__ __forceinline__ bool named_barrier_or(int id, int threads, bool pred) {
   uint32_t out;
-  asm volatile(
-      "{\n .reg .pred p, q;\n setp.ne.u32 p, %2, 0;\n barrier.red.or.pred q, %1, %3, p;\n selp.u32 %0, 1, 0, q;\n}\n"
-      : "=r"(out)
-      : "r"(id), "r"(pred ? 1u : 0u), "r"(threads)
-      : "memory");
-  return out != 0;
-}
-// named_barrier_or for warps that arrive converged (bar.red, the .aligned form): ptxas then emits the
-// barrier alone. Given the unaligned form after a __syncwarp, ptxas may drop the WARPSYNC and take a
-// diverged warp through the barrier's own diverged path, which compute-sanitizer's synccheck reports
-// (docs/performance.md#the-combines-rows-by-bulk-copies-in-the-producer-warps-2026-11-30-not-landed).
-__device__ __forceinline__ bool named_barrier_or_converged(int id, int threads, bool pred) {
-  uint32_t out;
-  asm volatile(
-      "{\n .reg .pred p, q;\n setp.ne.u32 p, %2, 0;\n bar.red.or.pred q, %1, %3, p;\n selp.u32 %0, 1, 0, q;\n}\n"
-      : "=r"(out)
-      : "r"(id), "r"(pred ? 1u : 0u), "r"(threads)
-      : "memory");
+  const uint32_t in = pred ? 1u : 0u;
+  if constexpr (kConverged)
+    asm volatile("{\n .reg .pred p, q;\n setp.ne.u32 p, %2, 0;\n bar.red.or.pred q, %1, %3, p;\n selp.u32 %0, 1, 0, q;\n}\n"
+                 : "=r"(out) : "r"(id), "r"(in), "r"(threads) : "memory");
+  else
+    asm volatile("{\n .reg .pred p, q;\n setp.ne.u32 p, %2, 0;\n barrier.red.or.pred q, %1, %3, p;\n selp.u32 %0, 1, 0, q;\n}\n"
+                 : "=r"(out) : "r"(id), "r"(in), "r"(threads) : "memory");
   return out != 0;
 }
 

@@ -25,10 +25,10 @@ struct ThreadGroup {
     return barrier == 0 ? __syncthreads_or(pred) != 0 : ptx::named_barrier_or(barrier, count, pred);
   }
   // sync_or where the code before may leave a warp diverged (a leader's branch): each warp reconverges
-  // first, and the barrier is the aligned form (ptx::named_barrier_or_converged).
+  // first, and the barrier is the aligned form (ptx::named_barrier_or<true>).
   __device__ bool converge_sync_or(bool pred) const {
     __syncwarp();
-    return barrier == 0 ? __syncthreads_or(pred) != 0 : ptx::named_barrier_or_converged(barrier, count, pred);
+    return barrier == 0 ? __syncthreads_or(pred) != 0 : ptx::named_barrier_or<true>(barrier, count, pred);
   }
 };
 
