@@ -396,7 +396,7 @@ __device__ __forceinline__ int preload_weights(const FusedContext<Transport>& c,
   }
   // The leader's warp arrives whole: barrier.red allows a diverged warp, but then compute-sanitizer's
   // synccheck reports every such arrival, and a check that always reports cannot catch a real one.
-  return g.converge_sync_or(!ok) ? -1 : Gemm::preload_blocks(K);
+  return g.sync_or<true>(!ok) ? -1 : Gemm::preload_blocks(K);
 }
 
 // Producer warpgroup: after preload_weights, when the tile will not be loaded (its inputs' wait failed).

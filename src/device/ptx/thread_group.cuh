@@ -20,15 +20,13 @@ struct ThreadGroup {
   __device__ void sync() const {
     if (barrier == 0) __syncthreads(); else ptx::named_barrier_sync(barrier, count);
   }
-  // sync(), and true everywhere when pred held in any thread of the group.
+  // sync(), and true everywhere when pred held in any thread of the group. kConverge: where the code before
+  // may leave a warp diverged (a leader's branch), each warp reconverges first and the barrier is the
+  // aligned form (ptx::named_barrier_or<true>).
+  template <bool kConverge = false>
   __device__ bool sync_or(bool pred) const {
-    return barrier == 0 ? __syncthreads_or(pred) != 0 : ptx::named_barrier_or(barrier, count, pred);
-  }
-  // sync_or where the code before may leave a warp diverged (a leader's branch): each warp reconverges
-  // first, and the barrier is the aligned form (ptx::named_barrier_or<true>).
-  __device__ bool converge_sync_or(bool pred) const {
-    __syncwarp();
-    return barrier == 0 ? __syncthreads_or(pred) != 0 : ptx::named_barrier_or<true>(barrier, count, pred);
+    if constexpr (kConverge) __syncwarp();
+    return barrier == 0 ? __syncthreads_or(pred) != 0 : ptx::named_barrier_or<kConverge>(barrier, count, pred);
   }
 };
 
