@@ -91,6 +91,7 @@ class FusedWorkspace final : public Workspace {
       timeout_ns_ = env::fused_timeout_ms(comm.rank()) * 1000000ull;
       programmatic_ = env::programmatic_launch();
       schedule_lag_quarters_ = env::schedule_lag_quarters();
+      fp8_decode_rows_ = env::fp8_decode_rows(kFp8DecodeRowsPerExpert);
       if (std::optional<Fault> f = fault_from_env(); f && f->kind == FaultKind::kFailCreate && f->rank == comm.rank())
         throw Error(ErrorCode::kCuda, who + "EPFUSE_FAULT: fail_create: the workspace's allocation failed (injected)");
     });
@@ -206,6 +207,9 @@ class FusedWorkspace final : public Workspace {
     prm.host_failed = static_cast<uint32_t*>(host_failed_device_);
   }
 
+  // EPFUSE_FP8_DECODE_ROWS (the FP8 decode kernel's threshold), read at creation.
+  int fp8_decode_rows() const { return fp8_decode_rows_; }
+
   // Whether a call's kernel on this workspace ended aborted (it sets the mapped word as it finishes):
   // known on the host without a synchronisation, once that kernel has finished.
   bool device_failed() const {
@@ -253,6 +257,7 @@ class FusedWorkspace final : public Workspace {
   uint64_t timeout_ns_ = 0;
   bool programmatic_ = true;
   int schedule_lag_quarters_ = -1;  // EPFUSE_SCHEDULE_LAG, read at creation
+  int fp8_decode_rows_ = kFp8DecodeRowsPerExpert;  // EPFUSE_FP8_DECODE_ROWS, read at creation
   SymmetricBuffer window_;
   detail::DeviceBuffer private_;
   detail::PinnedBuffer host_failed_;  // FusedParams::host_failed, as the host reads it
@@ -437,7 +442,7 @@ class FusedLayer final : public MoeLayer {
     // Rows per local expert if every rank has about as many tokens as this one (the real counts are
     // known only on the device); the tile shape is a per-rank choice, not part of the protocol.
     const int64_t rows = static_cast<int64_t>(prm.num_tokens) * cfg_.topk * comm.world_size() / cfg_.num_experts;
-    const GemmTileShape tile = choose_fused_tile(cfg_, static_cast<int>(std::min<int64_t>(rows, 1 << 30)));
+    const GemmTileShape tile = choose_fused_tile(cfg_, static_cast<int>(std::min<int64_t>(rows, 1 << 30)), ws_.fp8_decode_rows());
     prm.swiglu_clamp = cfg_.swiglu_clamp;
     prm.combine_lag = device::combine_wants_lag(cfg_.intermediate, fp8_);
     prm.x = in.x;

@@ -54,9 +54,9 @@ std::vector<GemmTileShape> supported_fused_tiles(const LayerConfig& cfg) {
   return out;
 }
 
-GemmTileShape choose_fused_tile(const LayerConfig& cfg, int rows_per_expert) {
+GemmTileShape choose_fused_tile(const LayerConfig& cfg, int rows_per_expert, int fp8_decode_rows) {
   if (cfg.weight_format == WeightFormat::kFp8Block128)  // at every T (padding rows are cheap)
-    return rows_per_expert <= kFp8DecodeRowsPerExpert ? kTmaFp8M128N256Decode : kTmaFp8M128N256;
+    return rows_per_expert <= fp8_decode_rows ? kTmaFp8M128N256Decode : kTmaFp8M128N256;
   const GemmTileShape preferred = choose_gemm_tile_sm90(rows_per_expert, 2 * cfg.intermediate, cfg.hidden);
   if (preferred.block_m != 0 && fused_tile_supports(preferred, cfg)) return preferred;
   // Linear2 (n = H, k = I) may rule out what Linear1 prefers (e.g. N256 with H % 256 != 0): take the

@@ -33,8 +33,10 @@ FusedPlan plan_fused(const LayerConfig& cfg, int world);
 // The tile shapes that can run both GEMMs of cfg (Linear1: n = 2I, k = H; Linear2: n = H, k = I).
 bool fused_tile_supports(const GemmTileShape& s, const LayerConfig& cfg);
 std::vector<GemmTileShape> supported_fused_tiles(const LayerConfig& cfg);
-// choose_gemm_tile_sm90 for Linear1, restricted to shapes that also run Linear2.
-GemmTileShape choose_fused_tile(const LayerConfig& cfg, int rows_per_expert);
+// choose_gemm_tile_sm90 for Linear1, restricted to shapes that also run Linear2. FP8: the decode kernel
+// up to fp8_decode_rows rows an expert (EPFUSE_FP8_DECODE_ROWS sets it for diagnostics).
+GemmTileShape choose_fused_tile(const LayerConfig& cfg, int rows_per_expert,
+                                int fp8_decode_rows = kFp8DecodeRowsPerExpert);
 
 // One line per buffer: name, formula, MiB; then the totals.
 std::string format_plan(const FusedPlan& plan);

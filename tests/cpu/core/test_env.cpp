@@ -142,6 +142,27 @@ TEST(Env, Parsers) {
   }
   ::unsetenv("EPFUSE_SCHEDULE_LAG");
 
+  ::unsetenv("EPFUSE_FP8_DECODE_ROWS");
+  EXPECT_EQ(env::fp8_decode_rows(4), 4);
+  ::setenv("EPFUSE_FP8_DECODE_ROWS", "", 1);
+  EXPECT_EQ(env::fp8_decode_rows(4), 4);
+  ::setenv("EPFUSE_FP8_DECODE_ROWS", "0", 1);
+  EXPECT_EQ(env::fp8_decode_rows(4), 0);
+  ::setenv("EPFUSE_FP8_DECODE_ROWS", "1048576", 1);
+  EXPECT_EQ(env::fp8_decode_rows(4), 1 << 20);
+  for (const char* bad : {"-1", "1048577", "8x", "x", " 8", "4.5"}) {
+    ::setenv("EPFUSE_FP8_DECODE_ROWS", bad, 1);
+    try {
+      env::fp8_decode_rows(4);
+      ADD_FAILURE() << "EPFUSE_FP8_DECODE_ROWS=" << bad << " accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find(std::string("EPFUSE_FP8_DECODE_ROWS = '") + bad + "'"), std::string::npos)
+          << e.what();
+    }
+  }
+  ::unsetenv("EPFUSE_FP8_DECODE_ROWS");
+
   ::setenv("EPFUSE_JOB_ID", "a", 1);
   ::setenv("TORCHELASTIC_RUN_ID", "b", 1);
   EXPECT_EQ(env::job_id(), std::optional<std::string>("a"));

@@ -46,6 +46,11 @@ TEST(FusedMemoryPlan, Fp8AddsTheOwnRowRegionAndItsTile) {
   }
   for (int rows : {0, 1, kFp8DecodeRowsPerExpert}) EXPECT_EQ(choose_fused_tile(fp8, rows), kTmaFp8M128N256Decode);
   for (int rows : {kFp8DecodeRowsPerExpert + 1, 32, 100, 4096}) EXPECT_EQ(choose_fused_tile(fp8, rows), kTmaFp8M128N256);
+  // EPFUSE_FP8_DECODE_ROWS's threshold: the decode kernel up to it, none at 0 rows but empty calls.
+  EXPECT_EQ(choose_fused_tile(fp8, 16, 16), kTmaFp8M128N256Decode);
+  EXPECT_EQ(choose_fused_tile(fp8, 17, 16), kTmaFp8M128N256);
+  EXPECT_EQ(choose_fused_tile(fp8, 1, 0), kTmaFp8M128N256);
+  EXPECT_EQ(choose_fused_tile(fp8, 0, 0), kTmaFp8M128N256Decode);
   ASSERT_EQ(supported_fused_tiles(fp8).size(), 2u);
   EXPECT_EQ(kTmaFp8M128N256Decode.threads(), 384);
   EXPECT_EQ(kTmaFp8M128N256Decode.smem_bytes(), kTmaFp8M128N256.smem_bytes());
