@@ -49,10 +49,10 @@ inline constexpr Variable kEnvironment[] = {
      "diagnostics: the fused kernel's GEMM order: auto, first (every Linear1 tile before any Linear2 tile) or the "
      "lag of each expert's Linear2 tiles behind its Linear1 tiles in waves of CTAs, a multiple of 0.25 in [0.25, 16]",
      "auto (schedule_lag in src/device/protocol/task_map.h)"},
-    {"EPFUSE_FP8_DECODE_ROWS",
-     "diagnostics: the most rows a local expert may average for an FP8 call to run the FP8 decode kernel, a whole "
-     "number in [0, 1048576]",
-     "4 (kFp8DecodeRowsPerExpert in src/fused/heuristics.h)"},
+    {"EPFUSE_FUSED_TILE",
+     "diagnostics: the fused kernel's tile at every T instead of the choice by rows an expert: auto, or one the "
+     "layer can run of mma-32x128, wgmma-128x128, tma-128x256 (bf16), fp8-128x256 and fp8-decode (FP8)",
+     "auto (choose_fused_tile in src/fused/plan.cpp)"},
     {"EPFUSE_PROFILE", "1: rank 0 prints the fused kernel's per-phase profile when timing stops", "off"},
     {"EPFUSE_UNFUSED_GEMM", "the unfused chain's expert GEMMs: grouped, loop or auto", "auto"},
     {"EPFUSE_FAULT", "fault injection for tests: rank=R,kind=K[,call=N][,ms=M][,at=P] (src/common/fault.h)", "off"},
@@ -88,9 +88,9 @@ bool programmatic_launch();
 // EPFUSE_SCHEDULE_LAG: -1 for auto (unset, empty or "auto"), 0 for "first", else the lag in quarter
 // waves (1..64 for 0.25..16); anything else Error(kInvalidArgument) naming it.
 int schedule_lag_quarters();
-// EPFUSE_FP8_DECODE_ROWS: `fallback` when unset or empty, else a whole number in [0, 1048576]; anything
-// else Error(kInvalidArgument) naming it.
-int fp8_decode_rows(int fallback);
+// EPFUSE_FUSED_TILE: nullopt when unset, empty or "auto", else its text (a tile's name, checked against the
+// layer's tiles by fused::forced_fused_tile).
+std::optional<std::string> fused_tile();
 // EPFUSE_PROFILE == "1".
 bool profile_print();
 // CUDA_DEVICE_MAX_CONNECTIONS: a positive integer, capped at LoopbackWorld::kMaxConnections; CUDA's

@@ -117,16 +117,10 @@ int schedule_lag_quarters() {
   return static_cast<int>(quarters);
 }
 
-int fp8_decode_rows(int fallback) {
-  const std::optional<std::string> t = text("EPFUSE_FP8_DECODE_ROWS");
-  if (!t || t->empty()) return fallback;
-  int rows = -1;
-  const char* end = t->c_str() + t->size();
-  const auto [ptr, ec] = std::from_chars(t->c_str(), end, rows);
-  if (ec != std::errc() || ptr != end || rows < 0 || rows > (1 << 20))
-    throw Error(ErrorCode::kInvalidArgument,
-                "EPFUSE_FP8_DECODE_ROWS = '" + *t + "' is not a whole number of rows in [0, 1048576]");
-  return rows;
+std::optional<std::string> fused_tile() {
+  std::optional<std::string> t = text("EPFUSE_FUSED_TILE");
+  if (!t || t->empty() || *t == "auto") return std::nullopt;
+  return t;
 }
 
 bool profile_print() { return text("EPFUSE_PROFILE") == std::optional<std::string>("1"); }

@@ -91,7 +91,6 @@ class FusedWorkspace final : public Workspace {
       timeout_ns_ = env::fused_timeout_ms(comm.rank()) * 1000000ull;
       programmatic_ = env::programmatic_launch();
       schedule_lag_quarters_ = env::schedule_lag_quarters();
-      fp8_decode_rows_ = env::fp8_decode_rows(kFp8DecodeRowsPerExpert);
       if (std::optional<Fault> f = fault_from_env(); f && f->kind == FaultKind::kFailCreate && f->rank == comm.rank())
         throw Error(ErrorCode::kCuda, who + "EPFUSE_FAULT: fail_create: the workspace's allocation failed (injected)");
     });
@@ -207,9 +206,6 @@ class FusedWorkspace final : public Workspace {
     prm.host_failed = static_cast<uint32_t*>(host_failed_device_);
   }
 
-  // EPFUSE_FP8_DECODE_ROWS (the FP8 decode kernel's threshold), read at creation.
-  int fp8_decode_rows() const { return fp8_decode_rows_; }
-
   // Whether a call's kernel on this workspace ended aborted (it sets the mapped word as it finishes):
   // known on the host without a synchronisation, once that kernel has finished.
   bool device_failed() const {
@@ -257,7 +253,6 @@ class FusedWorkspace final : public Workspace {
   uint64_t timeout_ns_ = 0;
   bool programmatic_ = true;
   int schedule_lag_quarters_ = -1;  // EPFUSE_SCHEDULE_LAG, read at creation
-  int fp8_decode_rows_ = kFp8DecodeRowsPerExpert;  // EPFUSE_FP8_DECODE_ROWS, read at creation
   SymmetricBuffer window_;
   detail::DeviceBuffer private_;
   detail::PinnedBuffer host_failed_;  // FusedParams::host_failed, as the host reads it
@@ -306,6 +301,7 @@ class FusedLayer final : public MoeLayer {
       // tile shape a call may pick.
       const int sharing = comm.ranks_per_device();
       grid_ = cfg.num_sms > 0 ? cfg.num_sms : sms / sharing;
+      if (const std::optional<std::string> name = env::fused_tile()) forced_tile_ = forced_fused_tile(cfg, *name, who);
       EPFUSE_REQUIRE(grid_ >= 1, ErrorCode::kUnsupported,
                      who + "fused layer: " + std::to_string(sharing) + " ranks cannot share the " + std::to_string(sms) +
                          " SMs of this GPU (at least one SM per rank)");
@@ -442,7 +438,8 @@ class FusedLayer final : public MoeLayer {
     // Rows per local expert if every rank has about as many tokens as this one (the real counts are
     // known only on the device); the tile shape is a per-rank choice, not part of the protocol.
     const int64_t rows = static_cast<int64_t>(prm.num_tokens) * cfg_.topk * comm.world_size() / cfg_.num_experts;
-    const GemmTileShape tile = choose_fused_tile(cfg_, static_cast<int>(std::min<int64_t>(rows, 1 << 30)), ws_.fp8_decode_rows());
+    const GemmTileShape tile =
+        forced_tile_ ? *forced_tile_ : choose_fused_tile(cfg_, static_cast<int>(std::min<int64_t>(rows, 1 << 30)));
     prm.swiglu_clamp = cfg_.swiglu_clamp;
     prm.combine_lag = device::combine_wants_lag(cfg_.intermediate, fp8_);
     prm.x = in.x;
@@ -560,6 +557,7 @@ class FusedLayer final : public MoeLayer {
   ExpertWeights weights_;
   device::FusedDims dims_;
   int grid_ = 0;
+  std::optional<GemmTileShape> forced_tile_;  // EPFUSE_FUSED_TILE, read at creation: every call's tile
   CUtensorMap w13_map_{};  // FP8: the views of the e4m3 codes
   CUtensorMap w2_map_{};
   bool fp8_ = cfg_.weight_format == WeightFormat::kFp8Block128;

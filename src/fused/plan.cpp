@@ -1,5 +1,6 @@
 #include "fused/plan.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 
@@ -54,9 +55,9 @@ std::vector<GemmTileShape> supported_fused_tiles(const LayerConfig& cfg) {
   return out;
 }
 
-GemmTileShape choose_fused_tile(const LayerConfig& cfg, int rows_per_expert, int fp8_decode_rows) {
+GemmTileShape choose_fused_tile(const LayerConfig& cfg, int rows_per_expert) {
   if (cfg.weight_format == WeightFormat::kFp8Block128)  // at every T (padding rows are cheap)
-    return rows_per_expert <= fp8_decode_rows ? kTmaFp8M128N256Decode : kTmaFp8M128N256;
+    return rows_per_expert <= kFp8DecodeRowsPerExpert ? kTmaFp8M128N256Decode : kTmaFp8M128N256;
   const GemmTileShape preferred = choose_gemm_tile_sm90(rows_per_expert, 2 * cfg.intermediate, cfg.hidden);
   if (preferred.block_m != 0 && fused_tile_supports(preferred, cfg)) return preferred;
   // Linear2 (n = H, k = I) may rule out what Linear1 prefers (e.g. N256 with H % 256 != 0): take the
@@ -66,6 +67,18 @@ GemmTileShape choose_fused_tile(const LayerConfig& cfg, int rows_per_expert, int
   for (const GemmTileShape& s : ok)
     if (s.block_m <= preferred.block_m || preferred.block_m == 0) return s;
   return ok.back();
+}
+
+GemmTileShape forced_fused_tile(const LayerConfig& cfg, std::string_view name, const std::string& who) {
+  const std::vector<GemmTileShape> ok = supported_fused_tiles(cfg);
+  std::string names;
+  for (const NamedFusedTile& t : kNamedFusedTiles) {
+    const bool runs = std::find(ok.begin(), ok.end(), t.shape) != ok.end();
+    if (runs && t.name == name) return t.shape;
+    if (runs) names += std::string(names.empty() ? "" : ", ") + std::string(t.name);
+  }
+  throw Error(ErrorCode::kInvalidArgument, who + "EPFUSE_FUSED_TILE = '" + std::string(name) +
+                                               "' is not a tile this layer runs (auto or one of " + names + ")");
 }
 
 FusedPlan plan_fused(const LayerConfig& cfg, int world) {

@@ -3,6 +3,7 @@
 #pragma once
 #include <cstddef>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "device/protocol/regions.h"
@@ -33,10 +34,22 @@ FusedPlan plan_fused(const LayerConfig& cfg, int world);
 // The tile shapes that can run both GEMMs of cfg (Linear1: n = 2I, k = H; Linear2: n = H, k = I).
 bool fused_tile_supports(const GemmTileShape& s, const LayerConfig& cfg);
 std::vector<GemmTileShape> supported_fused_tiles(const LayerConfig& cfg);
-// choose_gemm_tile_sm90 for Linear1, restricted to shapes that also run Linear2. FP8: the decode kernel
-// up to fp8_decode_rows rows an expert (EPFUSE_FP8_DECODE_ROWS sets it for diagnostics).
-GemmTileShape choose_fused_tile(const LayerConfig& cfg, int rows_per_expert,
-                                int fp8_decode_rows = kFp8DecodeRowsPerExpert);
+// choose_gemm_tile_sm90 for Linear1, restricted to shapes that also run Linear2; FP8: its decode kernel
+// up to kFp8DecodeRowsPerExpert rows an expert.
+GemmTileShape choose_fused_tile(const LayerConfig& cfg, int rows_per_expert);
+// The fused kernel's tiles by name (EPFUSE_FUSED_TILE, for diagnostics and A/Bs of the choice above).
+struct NamedFusedTile {
+  std::string_view name;
+  GemmTileShape shape;
+};
+inline constexpr NamedFusedTile kNamedFusedTiles[] = {{"mma-32x128", kTileM32},
+                                                      {"wgmma-128x128", kWgmmaM128N128},
+                                                      {"tma-128x256", kTmaM128N256},
+                                                      {"fp8-128x256", kTmaFp8M128N256},
+                                                      {"fp8-decode", kTmaFp8M128N256Decode}};
+// The tile named `name` when cfg can run it (supported_fused_tiles); else Error(kInvalidArgument), `who`
+// then EPFUSE_FUSED_TILE's text and the names this layer can take.
+GemmTileShape forced_fused_tile(const LayerConfig& cfg, std::string_view name, const std::string& who = "");
 
 // One line per buffer: name, formula, MiB; then the totals.
 std::string format_plan(const FusedPlan& plan);

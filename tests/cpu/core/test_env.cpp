@@ -142,26 +142,15 @@ TEST(Env, Parsers) {
   }
   ::unsetenv("EPFUSE_SCHEDULE_LAG");
 
-  ::unsetenv("EPFUSE_FP8_DECODE_ROWS");
-  EXPECT_EQ(env::fp8_decode_rows(4), 4);
-  ::setenv("EPFUSE_FP8_DECODE_ROWS", "", 1);
-  EXPECT_EQ(env::fp8_decode_rows(4), 4);
-  ::setenv("EPFUSE_FP8_DECODE_ROWS", "0", 1);
-  EXPECT_EQ(env::fp8_decode_rows(4), 0);
-  ::setenv("EPFUSE_FP8_DECODE_ROWS", "1048576", 1);
-  EXPECT_EQ(env::fp8_decode_rows(4), 1 << 20);
-  for (const char* bad : {"-1", "1048577", "8x", "x", " 8", "4.5"}) {
-    ::setenv("EPFUSE_FP8_DECODE_ROWS", bad, 1);
-    try {
-      env::fp8_decode_rows(4);
-      ADD_FAILURE() << "EPFUSE_FP8_DECODE_ROWS=" << bad << " accepted";
-    } catch (const Error& e) {
-      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
-      EXPECT_NE(std::string(e.what()).find(std::string("EPFUSE_FP8_DECODE_ROWS = '") + bad + "'"), std::string::npos)
-          << e.what();
-    }
+  ::unsetenv("EPFUSE_FUSED_TILE");
+  EXPECT_EQ(env::fused_tile(), std::nullopt);
+  for (const char* automatic : {"", "auto"}) {
+    ::setenv("EPFUSE_FUSED_TILE", automatic, 1);
+    EXPECT_EQ(env::fused_tile(), std::nullopt) << automatic;
   }
-  ::unsetenv("EPFUSE_FP8_DECODE_ROWS");
+  ::setenv("EPFUSE_FUSED_TILE", "fp8-decode", 1);
+  EXPECT_EQ(env::fused_tile(), std::optional<std::string>("fp8-decode"));
+  ::unsetenv("EPFUSE_FUSED_TILE");
 
   ::setenv("EPFUSE_JOB_ID", "a", 1);
   ::setenv("TORCHELASTIC_RUN_ID", "b", 1);

@@ -46,11 +46,21 @@ TEST(FusedMemoryPlan, Fp8AddsTheOwnRowRegionAndItsTile) {
   }
   for (int rows : {0, 1, kFp8DecodeRowsPerExpert}) EXPECT_EQ(choose_fused_tile(fp8, rows), kTmaFp8M128N256Decode);
   for (int rows : {kFp8DecodeRowsPerExpert + 1, 32, 100, 4096}) EXPECT_EQ(choose_fused_tile(fp8, rows), kTmaFp8M128N256);
-  // EPFUSE_FP8_DECODE_ROWS's threshold: the decode kernel up to it, none at 0 rows but empty calls.
-  EXPECT_EQ(choose_fused_tile(fp8, 16, 16), kTmaFp8M128N256Decode);
-  EXPECT_EQ(choose_fused_tile(fp8, 17, 16), kTmaFp8M128N256);
-  EXPECT_EQ(choose_fused_tile(fp8, 1, 0), kTmaFp8M128N256);
-  EXPECT_EQ(choose_fused_tile(fp8, 0, 0), kTmaFp8M128N256Decode);
+  // EPFUSE_FUSED_TILE's names: the FP8 kernels for an FP8 layer, a bf16 tile refused with the ones it runs.
+  EXPECT_EQ(forced_fused_tile(fp8, "fp8-decode"), kTmaFp8M128N256Decode);
+  EXPECT_EQ(forced_fused_tile(fp8, "fp8-128x256"), kTmaFp8M128N256);
+  for (const char* bad : {"tma-128x256", "mma-32x128", "fp8", "auto", ""}) {
+    try {
+      forced_fused_tile(fp8, bad, "rank 3: ");
+      ADD_FAILURE() << bad << " accepted for an FP8 layer";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+      EXPECT_EQ(std::string(e.what()), std::string("rank 3: EPFUSE_FUSED_TILE = '") + bad +
+                                           "' is not a tile this layer runs (auto or one of fp8-128x256, fp8-decode)");
+    }
+  }
+  EXPECT_EQ(forced_fused_tile(bf16, "mma-32x128"), kTileM32);
+  EXPECT_EQ(forced_fused_tile(bf16, "tma-128x256"), kTmaM128N256);
   ASSERT_EQ(supported_fused_tiles(fp8).size(), 2u);
   EXPECT_EQ(kTmaFp8M128N256Decode.threads(), 384);
   EXPECT_EQ(kTmaFp8M128N256Decode.smem_bytes(), kTmaFp8M128N256.smem_bytes());

@@ -105,8 +105,9 @@ EPFUSE_RANK_TEST(FusedFp8, WiderLayer) { testing::check_wider_layer<Rank>(); }
 // The FP8 tile's two kernels (heuristics.h): the decode kernel (up to kFp8DecodeRowsPerExpert rows a
 // local expert on average) runs its tiles of at most 8 rows in the decode form and larger ones in the
 // 64-row form; the other kernel runs every tile in the 64-row form. T = 1, 3 and the largest decode T
-// (16 / world with this config's 16 experts, top-4) on three routings: at that T kOneExpert puts every
-// token's slot 0 on one expert, more than 8 rows in one decode-kernel tile; then T = 128, the other kernel.
+// (kFp8DecodeRowsPerExpert x 4 / world with this config's 16 experts, top-4) on three routings: at that T
+// kOneExpert puts every token's slot 0 on one expert, more than 8 rows in one decode-kernel tile; then
+// T = 128, the other kernel.
 // Which kernel ran is the layer's own record (last_launched_tile), so a change in the choice fails here
 // rather than leaving a form untested.
 EPFUSE_RANK_TEST(FusedFp8, BothKernelsAndBothFormsMatchReference) {
