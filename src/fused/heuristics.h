@@ -2,7 +2,7 @@
 // and device), so they can be unit-tested and printed. A shape names a TileGemm (mma.sync,
 // src/device/gemm/gemm_mainloop.cuh) or, for the kWgmma shapes, a TileGemmWgmma
 // (src/device/gemm/gemm_mainloop_wgmma.cuh); it is a compile-time property of a kernel. The fused kernel is
-// instantiated for kFusedTileShapes only (picked by choose_gemm_tile_sm90); kWgmmaM128N256 is the
+// instantiated for kFusedTileShapes only (picked by choose_bf16_tile); kWgmmaM128N256 is the
 // all-thread twin of kTmaM128N256's math side, for the tile tests and benchmarks (tests/gpu/gemm).
 #pragma once
 #include "common/host_device.h"
@@ -70,32 +70,39 @@ EPFUSE_HD bool gemm_tile_supports(GemmTileShape s, int n, int k) {
   return n > 0 && k > 0 && n % s.block_n == 0 && k % s.block_k == 0;
 }
 
-// The Hopper choice (measured on one H200, tests/gpu/gemm/bench_tile_gemm, grouped Linear1+SwiGLU+Linear2
-// at world-4 shapes; docs/performance.md#expert-gemms-bf16):
-//  1. <= 32 rows: kTileM32 (mma.sync). Weight-bound; at 16 and 32 rows it beat every wgmma shape
-//     (dsv3 1.32 vs 1.38 ms, qwen3 0.106 vs 0.108).
-//  2. >= 128 rows: the 128x256 tile through the mbarrier ring with TMA weights (kTmaM128N256). Its
-//     all-thread cp.async form kWgmmaM128N256 was 20-35% faster than the best mma.sync shape (dsv3 128
-//     rows: 1.64 vs 2.06 ms; 512 rows: 5.17 vs 7.84) and 7% faster than kWgmmaM128N128 at 128 rows;
-//     the ring is 4-9% faster again inside the fused layer (1 H200: mixtral 5.37 -> 4.90 ms, dsv3
-//     8.81 -> 8.49, qwen3 1.09 -> 1.02; docs/performance.md#expert-gemms-bf16).
-//  3. 33..127 rows: kWgmmaM128N128: one m-block per expert reads each weight once (M32 would read it
-//     2-4 times), twice the tiles of N256 for SM fill at small T, and at 32 rows it was within 2% of
-//     M32 despite 4x padding.
-//  A shape that cannot tile (n, k) falls back to kWgmmaM128N128 (n % 128, k % 64), then kTileM32
-//  (k % 128). Returns block_m == 0 when none fits. Only these three shapes: each is one instantiation
-//  of the fused kernel (kFusedTileShapes), and compile time counts.
-EPFUSE_HD GemmTileShape choose_gemm_tile_sm90(int rows_per_expert, int n, int k) {
+// Can this shape run both expert GEMMs of a layer (Linear1: n = 2I, k = H; Linear2: n = H, k = I)?
+EPFUSE_HD bool ffn_tile_supports(GemmTileShape s, int hidden, int intermediate) {
+  return gemm_tile_supports(s, 2 * intermediate, hidden) && gemm_tile_supports(s, hidden, intermediate);
+}
+
+// The bf16 layer's tile, measured in the layer at qwen3-30b's, dsv3's and mixtral's per-GPU shapes
+// (docs/performance.md#the-bf16-tile-choice-in-the-layer-2026-11-30), from the rows a local expert gets,
+// the local experts and the grid (CTAs):
+//  1. <= 16 rows: kTileM32 (mma.sync), a weight stream: 5% ahead of the 128-row tiles at qwen3-30b, even
+//     at dsv3.
+//  2. more, when the 128x256 TMA tile gives the GEMM of fewer n-blocks at least a grid of tiles:
+//     kTmaM128N256, 3-17% ahead of the others from 32 rows at qwen3-30b and dsv3 (a warpgroup of padding
+//     rows runs no MMA).
+//  3. else (few experts, as mixtral's two a GPU): kTileM32 up to 32 rows, kWgmmaM128N128 above, with twice
+//     the tiles of 128x256 (mixtral at 128 rows: 20% ahead).
+// A shape that cannot tile the layer (H % 256, I % 128, ...) gives way to kWgmmaM128N128, then
+// kTmaM128N256, then kTileM32; block_m == 0 when none fits. Only these three shapes: each is one
+// instantiation of the fused kernel (kFusedTileShapes), and compile time counts.
+EPFUSE_HD GemmTileShape choose_bf16_tile(int rows_per_expert, int local_experts, int grid, int hidden, int intermediate) {
   // Local copies: device code cannot refer to the namespace-scope (host) constants.
-  constexpr GemmTileShape m32 = kTileM32, wg_n256 = kTmaM128N256, wg_n128 = kWgmmaM128N128;
-  const GemmTileShape preferred = rows_per_expert <= 32 ? m32 : rows_per_expert >= 128 ? wg_n256 : wg_n128;
-  if (gemm_tile_supports(preferred, n, k)) return preferred;
-  if (gemm_tile_supports(wg_n128, n, k)) return wg_n128;
-  if (gemm_tile_supports(m32, n, k)) return m32;
+  constexpr GemmTileShape m32 = kTileM32, wide = kTmaM128N256, n128 = kWgmmaM128N128;
+  const long long rows = rows_per_expert > 1 ? rows_per_expert : 1;
+  const long long narrow_n = 2 * intermediate < hidden ? 2 * intermediate : hidden;
+  const long long wide_tiles = local_experts * ((rows + wide.block_m - 1) / wide.block_m) * (narrow_n / wide.block_n);
+  const GemmTileShape preferred = rows_per_expert <= 16 ? m32 : wide_tiles >= grid ? wide : rows_per_expert <= 32 ? m32 : n128;
+  if (ffn_tile_supports(preferred, hidden, intermediate)) return preferred;
+  if (ffn_tile_supports(n128, hidden, intermediate)) return n128;
+  if (ffn_tile_supports(wide, hidden, intermediate)) return wide;
+  if (ffn_tile_supports(m32, hidden, intermediate)) return m32;
   return GemmTileShape{0, 0, 0, 0, 0, 0};
 }
 
-// The shapes the fused kernel is instantiated for: everything choose_gemm_tile_sm90 can return.
+// The shapes the fused kernel is instantiated for: everything choose_bf16_tile can return.
 // The FP8 fused kernel's tile (TileGemmTmaFp8): 128 x 256, k-block 128 e4m3 (one scale block), 4 stages.
 // Every weight_format fp8-block128 config runs it, whatever T (padding rows are not loaded); not in
 // kFusedTileShapes (those are the bf16 kernels).

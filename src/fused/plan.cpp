@@ -40,7 +40,7 @@ std::string check_fused(const LayerConfig& cfg, int world) {
 }  // namespace
 
 bool fused_tile_supports(const GemmTileShape& s, const LayerConfig& cfg) {
-  return gemm_tile_supports(s, 2 * cfg.intermediate, cfg.hidden) && gemm_tile_supports(s, cfg.hidden, cfg.intermediate);
+  return ffn_tile_supports(s, cfg.hidden, cfg.intermediate);
 }
 
 std::vector<GemmTileShape> supported_fused_tiles(const LayerConfig& cfg) {
@@ -55,18 +55,12 @@ std::vector<GemmTileShape> supported_fused_tiles(const LayerConfig& cfg) {
   return out;
 }
 
-GemmTileShape choose_fused_tile(const LayerConfig& cfg, int rows_per_expert) {
+GemmTileShape choose_fused_tile(const LayerConfig& cfg, int rows_per_expert, int local_experts, int grid) {
   if (cfg.weight_format == WeightFormat::kFp8Block128)  // at every T (padding rows are cheap)
     return rows_per_expert <= kFp8DecodeRowsPerExpert ? kTmaFp8M128N256Decode : kTmaFp8M128N256;
-  const GemmTileShape preferred = choose_gemm_tile_sm90(rows_per_expert, 2 * cfg.intermediate, cfg.hidden);
-  if (preferred.block_m != 0 && fused_tile_supports(preferred, cfg)) return preferred;
-  // Linear2 (n = H, k = I) may rule out what Linear1 prefers (e.g. N256 with H % 256 != 0): take the
-  // supported shape closest in m-block, larger first.
-  const std::vector<GemmTileShape> ok = supported_fused_tiles(cfg);
-  EPFUSE_REQUIRE(!ok.empty(), ErrorCode::kInternal, "fused layer: no GEMM tile shape for a validated config");
-  for (const GemmTileShape& s : ok)
-    if (s.block_m <= preferred.block_m || preferred.block_m == 0) return s;
-  return ok.back();
+  const GemmTileShape s = choose_bf16_tile(rows_per_expert, local_experts, grid, cfg.hidden, cfg.intermediate);
+  EPFUSE_REQUIRE(s.block_m != 0, ErrorCode::kInternal, "fused layer: no GEMM tile shape for a validated config");
+  return s;
 }
 
 GemmTileShape forced_fused_tile(const LayerConfig& cfg, std::string_view name, const std::string& who) {

@@ -44,8 +44,10 @@ TEST(FusedMemoryPlan, Fp8AddsTheOwnRowRegionAndItsTile) {
     EXPECT_EQ(b.buffers.back().name, "fp8_x");
     EXPECT_EQ(b.buffers.back().bytes, device::align_region(size_t{1024} * (7168 + 4 * 56)));
   }
-  for (int rows : {0, 1, kFp8DecodeRowsPerExpert}) EXPECT_EQ(choose_fused_tile(fp8, rows), kTmaFp8M128N256Decode);
-  for (int rows : {kFp8DecodeRowsPerExpert + 1, 32, 100, 4096}) EXPECT_EQ(choose_fused_tile(fp8, rows), kTmaFp8M128N256);
+  for (int rows : {0, 1, kFp8DecodeRowsPerExpert})
+    EXPECT_EQ(choose_fused_tile(fp8, rows, 64, 132), kTmaFp8M128N256Decode);
+  for (int rows : {kFp8DecodeRowsPerExpert + 1, 32, 100, 4096})
+    EXPECT_EQ(choose_fused_tile(fp8, rows, 64, 132), kTmaFp8M128N256);
   // EPFUSE_FUSED_TILE's names: the FP8 kernels for an FP8 layer, a bf16 tile refused with the ones it runs.
   EXPECT_EQ(forced_fused_tile(fp8, "fp8-decode"), kTmaFp8M128N256Decode);
   EXPECT_EQ(forced_fused_tile(fp8, "fp8-128x256"), kTmaFp8M128N256);
@@ -270,13 +272,8 @@ TEST(FusedTileChoice, BothGemmsAlwaysTile) {
         c.num_experts = 8;
         c.topk = 2;
         c.max_tokens_per_rank = 16;
-        const GemmTileShape s = choose_fused_tile(c, rows);
+        const GemmTileShape s = choose_fused_tile(c, rows, 4, 132);
         EXPECT_TRUE(fused_tile_supports(s, c)) << "H " << H << " I " << I << " rows " << rows;
-        // Where Linear2 allows it, the choice is the Hopper choice for Linear1.
-        const GemmTileShape pref = choose_gemm_tile_sm90(rows, 2 * I, H);
-        if (fused_tile_supports(pref, c)) {
-          EXPECT_EQ(s, pref);
-        }
         // The kernel has an instantiation for it.
         bool instantiated = false;
         for (const GemmTileShape& f : kFusedTileShapes) instantiated = instantiated || f == s;
@@ -291,14 +288,18 @@ TEST(FusedTileChoice, HopperShapesPerRowCount) {
   c.num_experts = 256;
   c.topk = 8;
   c.max_tokens_per_rank = 4096;
-  EXPECT_EQ(choose_fused_tile(c, 16), kTileM32);          // dsv3 T=128: weight-bound, mma.sync
-  EXPECT_EQ(choose_fused_tile(c, 32), kTileM32);
-  EXPECT_EQ(choose_fused_tile(c, 33), kWgmmaM128N128);
-  EXPECT_EQ(choose_fused_tile(c, 127), kWgmmaM128N128);
-  EXPECT_EQ(choose_fused_tile(c, 128), kTmaM128N256);   // dsv3 T=1024
-  EXPECT_EQ(choose_fused_tile(c, 512), kTmaM128N256);   // dsv3 T=4096
+  // World 4: 64 local experts, 132 CTAs.
+  EXPECT_EQ(choose_fused_tile(c, 16, 64, 132), kTileM32);       // dsv3 T=128: weight-bound, mma.sync
+  EXPECT_EQ(choose_fused_tile(c, 32, 64, 132), kTmaM128N256);   // dsv3 T=256: 1024 tiles of 128x256
+  EXPECT_EQ(choose_fused_tile(c, 127, 64, 132), kTmaM128N256);
+  EXPECT_EQ(choose_fused_tile(c, 512, 64, 132), kTmaM128N256);  // dsv3 T=4096
+  // Few experts (one GPU's share of a 4-expert layer): 128x256 tiles fewer than the grid.
+  EXPECT_EQ(choose_fused_tile(c, 32, 1, 132), kTileM32);
+  EXPECT_EQ(choose_fused_tile(c, 33, 1, 132), kWgmmaM128N128);
+  EXPECT_EQ(choose_fused_tile(c, 512, 1, 132), kWgmmaM128N128);  // 4 x 16 Linear1 tiles of 128x256
+  EXPECT_EQ(choose_fused_tile(c, 512, 1, 64), kTmaM128N256);
   c.hidden = 7168 + 128;                                  // Linear2 (n = H) cannot take N256
-  EXPECT_EQ(choose_fused_tile(c, 512), kWgmmaM128N128);
+  EXPECT_EQ(choose_fused_tile(c, 512, 64, 132), kWgmmaM128N128);
 }
 
 }  // namespace

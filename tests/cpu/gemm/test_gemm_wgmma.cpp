@@ -481,29 +481,38 @@ TEST(GemmWgmmaHeuristics, WgmmaShapesFitAndTile) {
   }
 }
 
-TEST(GemmWgmmaHeuristics, Sm90Choice) {
-  using fused::choose_gemm_tile_sm90;
-  EXPECT_EQ(choose_gemm_tile_sm90(512, 4096, 7168), fused::kTmaM128N256);   // dsv3 T=4096, Linear1
-  EXPECT_EQ(choose_gemm_tile_sm90(4096, 28672, 4096), fused::kTmaM128N256); // mixtral T=4096
-  EXPECT_EQ(choose_gemm_tile_sm90(128, 4096, 7168), fused::kTmaM128N256);   // dsv3 T=1024
-  EXPECT_EQ(choose_gemm_tile_sm90(127, 4096, 7168), fused::kWgmmaM128N128);
-  EXPECT_EQ(choose_gemm_tile_sm90(512, 7168 + 128, 2048), fused::kWgmmaM128N128);  // n % 256 != 0
-  EXPECT_EQ(choose_gemm_tile_sm90(16, 4096, 7168), fused::kTileM32);
-  EXPECT_EQ(choose_gemm_tile_sm90(32, 1536, 2048), fused::kTileM32);          // qwen3 T=128
-  EXPECT_EQ(choose_gemm_tile_sm90(33, 1536, 2048), fused::kWgmmaM128N128);
-  EXPECT_EQ(choose_gemm_tile_sm90(16, 1536, 192), fused::kWgmmaM128N128);     // k % 128 != 0: no M32
-  EXPECT_EQ(choose_gemm_tile_sm90(16, 1000, 2048).block_m, 0);
-  for (int rows : {0, 1, 33, 64, 65, 128, 255, 256, 512, 4096})
-    for (int n : {128, 256, 1536, 4096, 28672})
-      for (int k : {64, 128, 768, 2048, 7168}) {
-        const fused::GemmTileShape s = fused::choose_gemm_tile_sm90(rows, n, k);
-        // Every (n, k) with n % 128 == 0 and k % 64 == 0 tiles, with a shape the fused kernel has.
-        ASSERT_NE(s.block_m, 0);
-        EXPECT_TRUE(fused::gemm_tile_supports(s, n, k));
-        bool fused_shape = false;
-        for (const fused::GemmTileShape& f : fused::kFusedTileShapes) fused_shape = fused_shape || f == s;
-        EXPECT_TRUE(fused_shape);
-      }
+TEST(GemmWgmmaHeuristics, Bf16Choice) {
+  using fused::choose_bf16_tile;
+  // (rows an expert, local experts, grid, H, I): dsv3, qwen3-30b and mixtral at world 4 on 132 SMs.
+  EXPECT_EQ(choose_bf16_tile(512, 64, 132, 7168, 2048), fused::kTmaM128N256);   // dsv3 T=4096
+  EXPECT_EQ(choose_bf16_tile(128, 64, 132, 7168, 2048), fused::kTmaM128N256);   // dsv3 T=1024
+  EXPECT_EQ(choose_bf16_tile(33, 64, 132, 7168, 2048), fused::kTmaM128N256);
+  EXPECT_EQ(choose_bf16_tile(17, 64, 132, 7168, 2048), fused::kTmaM128N256);    // 64 x 16 n-blocks of Linear1
+  EXPECT_EQ(choose_bf16_tile(16, 64, 132, 7168, 2048), fused::kTileM32);        // dsv3 T=128: a weight stream
+  EXPECT_EQ(choose_bf16_tile(32, 32, 132, 2048, 768), fused::kTmaM128N256);     // qwen3-30b T=128: 32 x 6 tiles
+  EXPECT_EQ(choose_bf16_tile(32, 16, 132, 2048, 768), fused::kTileM32);         // 16 x 6 < 132
+  EXPECT_EQ(choose_bf16_tile(4096, 2, 132, 4096, 14336), fused::kTmaM128N256);  // mixtral T=4096
+  EXPECT_EQ(choose_bf16_tile(512, 2, 132, 4096, 14336), fused::kWgmmaM128N128); // 2 x 4 x 16 Linear2 tiles < 132
+  EXPECT_EQ(choose_bf16_tile(640, 2, 132, 4096, 14336), fused::kTmaM128N256);   // 2 x 5 x 16 >= 132
+  EXPECT_EQ(choose_bf16_tile(64, 2, 132, 4096, 14336), fused::kWgmmaM128N128);
+  EXPECT_EQ(choose_bf16_tile(32, 2, 132, 4096, 14336), fused::kTileM32);
+  EXPECT_EQ(choose_bf16_tile(0, 2, 132, 4096, 14336), fused::kTileM32);
+  EXPECT_EQ(choose_bf16_tile(512, 64, 132, 7168 + 128, 2048), fused::kWgmmaM128N128);  // H % 256 != 0
+  EXPECT_EQ(choose_bf16_tile(16, 32, 132, 2048, 192), fused::kWgmmaM128N128);   // I % 128 != 0: no M32
+  EXPECT_EQ(choose_bf16_tile(16, 32, 132, 1000, 2048).block_m, 0);
+  for (int rows : {0, 1, 16, 17, 33, 64, 128, 255, 512, 4096})
+    for (int experts : {1, 2, 32, 64})
+      for (int grid : {1, 8, 132})
+        for (int H : {128, 256, 384, 2048, 7168})
+          for (int I : {64, 128, 768, 2048, 14336}) {
+            const fused::GemmTileShape s = choose_bf16_tile(rows, experts, grid, H, I);
+            // Every layer whose dimensions are multiples of 128 and 64 tiles, with a shape the kernel has.
+            ASSERT_NE(s.block_m, 0) << H << " " << I;
+            EXPECT_TRUE(fused::ffn_tile_supports(s, H, I));
+            bool fused_shape = false;
+            for (const fused::GemmTileShape& f : fused::kFusedTileShapes) fused_shape = fused_shape || f == s;
+            EXPECT_TRUE(fused_shape);
+          }
 }
 
 // The weight rows of the 128x256 TMA tiles (tma_weight_rows): over an expert's n-blocks, Linear1's

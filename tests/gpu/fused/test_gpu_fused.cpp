@@ -83,14 +83,17 @@ EPFUSE_RANK_TEST(FusedLayer, MatchesReferenceOverManyCalls) {
 }
 
 // Every instantiation of the fused kernel (kFusedTileShapes: wgmma 128x256 and 128x128, mma.sync
-// 32x128) against the reference: few experts and up to 256 tokens, so the per-call row estimate
-// (tokens x k x world / E) crosses each shape's range. The shapes counted are the ones the layer
-// launched (fused::last_launched_tile), not a prediction.
+// 32x128) against the reference: few experts, up to 256 tokens and a grid of 8 CTAs, so the per-call row
+// estimate (tokens x k x world / E) and the 128x256 tiles against the grid (choose_bf16_tile) cross each
+// shape's range at every world: at T = 256 8 tiles of 128x256, at T = 100 fewer (128x128), at T = 16 or 4
+// at most 16 rows an expert (32x128). The shapes counted are the ones the layer launched
+// (fused::last_launched_tile), not a prediction.
 LayerConfig every_tile_shape_config() {
   LayerConfig cfg = test_config();
   cfg.num_experts = std::max(4, testing::world());  // at least one expert per rank
-  cfg.topk = 2;
+  cfg.topk = 4;
   cfg.max_tokens_per_rank = 256;
+  cfg.num_sms = 8;
   return cfg;
 }
 
@@ -99,7 +102,7 @@ EPFUSE_RANK_TEST(FusedLayer, EveryTileShapeMatchesReference) {
   std::vector<fused::GemmTileShape> seen;
   std::string launched;
   uint64_t seed = 300;
-  for (int count : {256, 100, 16, 256, 40}) {
+  for (int count : {256, 100, 16, 256, 40, 4}) {
     for (Routing routing : {Routing::kUniform, Routing::kOneExpert}) {
       r.expect_matches_reference(r.tokens(count, routing, seed++),
                                  std::string(to_string(routing)) + " T=" + std::to_string(count));

@@ -2,7 +2,7 @@
 // + SwiGLU, Linear2) at the per-GPU expert shapes of the bench's seven configs (tools/bench/options.h)
 // at world 4 (E/4 local experts, T * 4 * k / E rows per expert, uniform), rows gathered from a pool of
 // T * 4 tokens.
-// For each config: the heuristic's tile shape (choose_gemm_tile_sm90: +) and every
+// For each config: the heuristic's tile shape (choose_bf16_tile: +) and every
 // other shape (mma.sync TileGemm and wgmma TileGemmWgmma), median of 20
 // timed runs (cudaEvents, after warm-up), as ms, TFLOP/s and weight bytes read per second.
 // Usage: bench_tile_gemm [iters=20]. Not a ctest; exit 77 without a GPU.
@@ -83,7 +83,7 @@ void bench_config(const BenchConfig& c, int num_sms, int iters) {
 
   const double flops = 2.0 * rows * 3.0 * c.H * c.I;
   const double weight_bytes = 2.0 * experts * 3.0 * c.H * c.I;
-  const GemmTileShape chosen_sm90 = epfuse::fused::choose_gemm_tile_sm90(rows_per_expert, 2 * c.I, c.H);
+  const GemmTileShape chosen_sm90 = epfuse::fused::choose_bf16_tile(rows_per_expert, experts, num_sms, c.H, c.I);
   for (const GemmTileShape& shape : epfuse::test::all_tile_shapes()) {
     if (!epfuse::fused::gemm_tile_supports(shape, 2 * c.I, c.H) ||
         !epfuse::fused::gemm_tile_supports(shape, c.H, c.I))
@@ -110,7 +110,7 @@ int main(int argc, char** argv) {
     int num_sms = 0;
     EPFUSE_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, 0));
     std::printf("grouped expert FFN (Linear1+SwiGLU, Linear2), world 4 per-GPU shapes, %d SMs, median of %d; "
-                "+ = choose_gemm_tile_sm90\n", num_sms, iters);
+                "+ = choose_bf16_tile\n", num_sms, iters);
     const BenchConfig configs[] = {
         {"dsv3", 7168, 2048, 256, 8, 128},     {"dsv3", 7168, 2048, 256, 8, 1024},
         {"dsv3", 7168, 2048, 256, 8, 4096},    {"qwen3-30b", 2048, 768, 128, 8, 128},
