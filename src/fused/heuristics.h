@@ -78,10 +78,10 @@ EPFUSE_HD bool ffn_tile_supports(GemmTileShape s, int hidden, int intermediate) 
 // The bf16 layer's tile, measured in the layer at qwen3-30b's, dsv3's and mixtral's per-GPU shapes
 // (docs/performance.md#the-bf16-tile-choice-in-the-layer-2026-11-30), from the rows a local expert gets,
 // the local experts and the grid (CTAs):
-//  1. <= 16 rows: kTileM32 (mma.sync), a weight stream: 5% ahead of the 128-row tiles at qwen3-30b, even
-//     at dsv3.
+//  1. <= 24 rows: kTileM32 (mma.sync), a weight stream: 4-5% ahead of the 128-row tiles at qwen3-30b from
+//     16 to 24 rows, even at dsv3; at 28 rows 5-6% behind.
 //  2. more, when the 128x256 TMA tile gives the GEMM of fewer n-blocks at least a grid of tiles:
-//     kTmaM128N256, 3-17% ahead of the others from 32 rows at qwen3-30b and dsv3 (a warpgroup of padding
+//     kTmaM128N256, 5-17% ahead of the others from 28 rows at qwen3-30b and dsv3 (a warpgroup of padding
 //     rows runs no MMA).
 //  3. else (few experts, as mixtral's two a GPU): kTileM32 up to 32 rows, kWgmmaM128N128 above, with twice
 //     the tiles of 128x256 (mixtral at 128 rows: 20% ahead).
@@ -94,7 +94,7 @@ EPFUSE_HD GemmTileShape choose_bf16_tile(int rows_per_expert, int local_experts,
   const long long rows = rows_per_expert > 1 ? rows_per_expert : 1;
   const long long narrow_n = 2 * intermediate < hidden ? 2 * intermediate : hidden;
   const long long wide_tiles = local_experts * ((rows + wide.block_m - 1) / wide.block_m) * (narrow_n / wide.block_n);
-  const GemmTileShape preferred = rows_per_expert <= 16 ? m32 : wide_tiles >= grid ? wide : rows_per_expert <= 32 ? m32 : n128;
+  const GemmTileShape preferred = rows_per_expert <= 24 ? m32 : wide_tiles >= grid ? wide : rows_per_expert <= 32 ? m32 : n128;
   if (ffn_tile_supports(preferred, hidden, intermediate)) return preferred;
   if (ffn_tile_supports(n128, hidden, intermediate)) return n128;
   if (ffn_tile_supports(wide, hidden, intermediate)) return wide;

@@ -487,8 +487,9 @@ TEST(GemmWgmmaHeuristics, Bf16Choice) {
   EXPECT_EQ(choose_bf16_tile(512, 64, 132, 7168, 2048), fused::kTmaM128N256);   // dsv3 T=4096
   EXPECT_EQ(choose_bf16_tile(128, 64, 132, 7168, 2048), fused::kTmaM128N256);   // dsv3 T=1024
   EXPECT_EQ(choose_bf16_tile(33, 64, 132, 7168, 2048), fused::kTmaM128N256);
-  EXPECT_EQ(choose_bf16_tile(17, 64, 132, 7168, 2048), fused::kTmaM128N256);    // 64 x 16 n-blocks of Linear1
-  EXPECT_EQ(choose_bf16_tile(16, 64, 132, 7168, 2048), fused::kTileM32);        // dsv3 T=128: a weight stream
+  EXPECT_EQ(choose_bf16_tile(25, 64, 132, 7168, 2048), fused::kTmaM128N256);    // 64 x 16 n-blocks of Linear1
+  EXPECT_EQ(choose_bf16_tile(24, 64, 132, 7168, 2048), fused::kTileM32);        // dsv3 T=192: a weight stream
+  EXPECT_EQ(choose_bf16_tile(16, 64, 132, 7168, 2048), fused::kTileM32);        // dsv3 T=128
   EXPECT_EQ(choose_bf16_tile(32, 32, 132, 2048, 768), fused::kTmaM128N256);     // qwen3-30b T=128: 32 x 6 tiles
   EXPECT_EQ(choose_bf16_tile(32, 16, 132, 2048, 768), fused::kTileM32);         // 16 x 6 < 132
   EXPECT_EQ(choose_bf16_tile(4096, 2, 132, 4096, 14336), fused::kTmaM128N256);  // mixtral T=4096
@@ -500,7 +501,7 @@ TEST(GemmWgmmaHeuristics, Bf16Choice) {
   EXPECT_EQ(choose_bf16_tile(512, 64, 132, 7168 + 128, 2048), fused::kWgmmaM128N128);  // H % 256 != 0
   EXPECT_EQ(choose_bf16_tile(16, 32, 132, 2048, 192), fused::kWgmmaM128N128);   // I % 128 != 0: no M32
   EXPECT_EQ(choose_bf16_tile(16, 32, 132, 1000, 2048).block_m, 0);
-  for (int rows : {0, 1, 16, 17, 33, 64, 128, 255, 512, 4096})
+  for (int rows : {0, 1, 16, 24, 25, 33, 64, 128, 255, 512, 4096})
     for (int experts : {1, 2, 32, 64})
       for (int grid : {1, 8, 132})
         for (int H : {128, 256, 384, 2048, 7168})

@@ -86,7 +86,7 @@ EPFUSE_RANK_TEST(FusedLayer, MatchesReferenceOverManyCalls) {
 // 32x128) against the reference: few experts, up to 256 tokens and a grid of 8 CTAs, so the per-call row
 // estimate (tokens x k x world / E) and the 128x256 tiles against the grid (choose_bf16_tile) cross each
 // shape's range at every world: at T = 256 8 tiles of 128x256, at T = 100 fewer (128x128), at T = 16 or 4
-// at most 16 rows an expert (32x128). The shapes counted are the ones the layer launched
+// at most 32 rows an expert and fewer (32x128). The shapes counted are the ones the layer launched
 // (fused::last_launched_tile), not a prediction.
 LayerConfig every_tile_shape_config() {
   LayerConfig cfg = test_config();
