@@ -63,6 +63,12 @@ GemmTileShape choose_fused_tile(const LayerConfig& cfg, int rows_per_expert, int
   return s;
 }
 
+std::string_view fused_tile_name(const GemmTileShape& s) {
+  for (const NamedFusedTile& t : kNamedFusedTiles)
+    if (t.shape == s) return t.name;
+  return {};
+}
+
 GemmTileShape forced_fused_tile(const LayerConfig& cfg, std::string_view name, const std::string& who) {
   const std::vector<GemmTileShape> ok = supported_fused_tiles(cfg);
   std::string names;

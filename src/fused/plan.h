@@ -48,6 +48,8 @@ inline constexpr NamedFusedTile kNamedFusedTiles[] = {{"mma-32x128", kTileM32},
                                                       {"tma-128x256", kTmaM128N256},
                                                       {"fp8-128x256", kTmaFp8M128N256},
                                                       {"fp8-decode", kTmaFp8M128N256Decode}};
+// A tile's name in kNamedFusedTiles ("" for a shape the fused kernel is not instantiated for).
+std::string_view fused_tile_name(const GemmTileShape& s);
 // The tile named `name` when cfg can run it (supported_fused_tiles); else Error(kInvalidArgument), `who`
 // then EPFUSE_FUSED_TILE's text and the names this layer can take.
 GemmTileShape forced_fused_tile(const LayerConfig& cfg, std::string_view name, const std::string& who = "");

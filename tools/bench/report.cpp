@@ -90,6 +90,7 @@ Record row_record(const BenchRow& row) {
   r.set("gemm_alone_ms", row.gemm_alone_ms);
   r.set("gemm_alone_grouped_ms", row.gemm_alone_grouped_ms).set("gemm_alone_loop_ms", row.gemm_alone_loop_ms);
   if (!row.gemm_path.empty()) r.set("gemm_path", row.gemm_path);
+  if (!row.tile.empty()) r.set("tile", row.tile);
   r.set("verified", row.verified).set("rel_err", row.rel_err).set("unwritten", row.unwritten);
   r.set("flops_per_gpu", row.flops_per_gpu).set("remote_bytes_per_gpu", row.remote_bytes_per_gpu);
   r.set("floor_compute_ms", row.floor.compute_ms).set("floor_weights_ms", row.floor.weights_ms);
@@ -137,6 +138,7 @@ BenchRow row_from_record(const Record& rec) {
   row.gemm_alone_grouped_ms = rec.number_or("gemm_alone_grouped_ms", kNaN);
   row.gemm_alone_loop_ms = rec.number_or("gemm_alone_loop_ms", kNaN);
   if (rec.has("gemm_path")) row.gemm_path = rec.text("gemm_path");
+  if (rec.has("tile")) row.tile = rec.text("tile");
   row.verified = rec.text("verified");
   row.rel_err = rec.number("rel_err");
   row.unwritten = rec.has("unwritten") ? rec.integer("unwritten") : -1;
@@ -335,6 +337,7 @@ tools::Json row_json(const BenchRow& r) {
             {"gemm_alone_grouped_ms", r.gemm_alone_grouped_ms},
             {"gemm_alone_loop_ms", r.gemm_alone_loop_ms},
             {"gemm_path", r.gemm_path.empty() ? Json() : Json(r.gemm_path)},
+            {"tile", r.tile.empty() ? Json() : Json(r.tile)},
             {"flops_per_gpu", r.flops_per_gpu},
             {"remote_bytes_per_gpu", r.remote_bytes_per_gpu},
             {"iters", r.iters},

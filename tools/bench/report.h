@@ -39,6 +39,7 @@ struct BenchRow {
   // Both paths of the unfused expert GEMM alone (bench/gemm_alone.h), and rank 0's choice.
   double gemm_alone_grouped_ms = kNaN, gemm_alone_loop_ms = kNaN;
   std::string gemm_path;  // "grouped" / "loop"; empty when not measured
+  std::string tile;       // the fused kernel's tile in the timed calls (EPFUSE_FUSED_TILE's names); else empty
   std::string verified = "n/a";  // yes / no / n/a
   double rel_err = kNaN;
   long long unwritten = -1;

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <thread>
 
 #include "bench/ceilings.h"
@@ -20,6 +21,8 @@
 #include "common/job.h"
 #include "epfuse/communicator.h"
 #include "epfuse/error.h"
+#include "fused/fused_layer.h"
+#include "fused/plan.h"
 
 namespace epfuse::bench {
 namespace {
@@ -332,6 +335,8 @@ void run_worker(const BenchOptions& o) {
       row.gemm_alone_grouped_ms = gemm_alone_grouped_ms;
       row.gemm_alone_loop_ms = gemm_alone_loop_ms;
       row.gemm_path = gemm_path;
+      if (const std::optional<fused::GemmTileShape> tile = fused::last_launched_tile(job->layer()))
+        row.tile = std::string(fused::fused_tile_name(*tile));
       row.verified = verdict.passed && after.passed ? "yes" : "no";
       // A failed check says which one and what y looked like (an output norm near 0: y written as zeros;
       // docs/performance.md#faults-seen-while-timing).

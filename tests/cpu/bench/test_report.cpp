@@ -59,6 +59,7 @@ TEST(Report, RowRecordRoundTrips) {
   r.gemm_alone_grouped_ms = 0.75;
   r.gemm_alone_loop_ms = 0.5;
   r.gemm_path = "loop";
+  r.tile = "fp8-decode";
   const BenchRow back = row_from_record(parse_record(row_record(r).format()));
   EXPECT_EQ(back.config, "qwen3-30b");
   EXPECT_EQ(back.tokens_per_rank, 4096);
@@ -69,6 +70,7 @@ TEST(Report, RowRecordRoundTrips) {
   EXPECT_DOUBLE_EQ(back.gemm_alone_grouped_ms, 0.75);
   EXPECT_DOUBLE_EQ(back.gemm_alone_loop_ms, 0.5);
   EXPECT_EQ(back.gemm_path, "loop");
+  EXPECT_EQ(back.tile, "fp8-decode");
   EXPECT_DOUBLE_EQ(back.floor.compute_ms, r.floor.compute_ms);
   EXPECT_DOUBLE_EQ(back.remote_bytes_per_gpu, r.remote_bytes_per_gpu);
   EXPECT_EQ(back.verified, "yes");
@@ -176,7 +178,7 @@ TEST(Report, TableAndJsonCarryEveryRow) {
                           "\"tokens_per_rank\"", "\"routing\"", "\"impl\"", "\"median_ms\"", "\"p10_ms\"",
                           "\"p90_ms\"", "\"tflops_per_gpu\"", "\"nvlink_gbps\"", "\"floor_ms\"", "\"verified\"",
                           "\"rel_err\"", "\"speedup_over\"", "\"gemm_alone_ms\"", "\"gemm_alone_grouped_ms\"",
-                          "\"gemm_alone_loop_ms\"", "\"gemm_path\"", "\"skipped\""})
+                          "\"gemm_alone_loop_ms\"", "\"gemm_path\"", "\"tile\"", "\"skipped\""})
     EXPECT_NE(json.find(key), std::string::npos) << key;
   EXPECT_NE(json.find("\"verified\": true"), std::string::npos) << json;
   EXPECT_NE(json.find("\"nvlink_gbps\": 350"), std::string::npos) << json;
