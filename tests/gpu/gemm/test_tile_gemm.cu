@@ -117,7 +117,7 @@ bool run_case(const Case& c, uint64_t seed, int num_sms) {
   bool ok = true;
   std::vector<float> out(static_cast<size_t>(rows) * H);
   for (const epfuse::fused::GemmTileShape& shape : epfuse::test::all_tile_shapes()) {
-    if (!epfuse::fused::gemm_tile_supports(shape, 2 * I, H) || !epfuse::fused::gemm_tile_supports(shape, H, I)) {
+    if (!epfuse::fused::ffn_tile_supports(shape, H, I)) {
       std::printf("SKIP %-10s tile=%dx%dx%d %s: does not tile this problem\n", c.name, shape.block_m, shape.block_n,
                   shape.block_k, tile_kind(shape));
       continue;
