@@ -15,7 +15,7 @@ namespace epfuse::fused {
 // only the 128x256 shape.
 // kWgmmaTmaFp8: TileGemmTmaFp8 (gemm_mainloop_tma_fp8.cuh), the FP8 variant (weight_format fp8-block128
 // only; block_k 128 e4m3 = one 128-byte row, as kWgmmaTma's 64 bf16).
-// kWgmmaTmaFp8Decode: TileGemmTmaFp8Decode, the same tile whose tiles of at most 8 rows run its decode
+// kWgmmaTmaFp8Decode: TileGemmTmaFp8Decode, the same tile whose tiles of at most 16 rows run its decode
 // form (mainloop_swapped); a kernel of its own, so that kWgmmaTmaFp8's registers stay as they are.
 enum class GemmMma : int { kMmaSync = 0, kWgmma = 1, kWgmmaTma = 2, kWgmmaTmaFp8 = 3, kWgmmaTmaFp8Decode = 4 };
 
@@ -107,7 +107,7 @@ EPFUSE_HD GemmTileShape choose_bf16_tile(int rows_per_expert, int local_experts,
 // Every weight_format fp8-block128 config runs it, whatever T (padding rows are not loaded); not in
 // kFusedTileShapes (those are the bf16 kernels).
 inline constexpr GemmTileShape kTmaFp8M128N256{128, 256, 128, 4, 8, 1, GemmMma::kWgmmaTmaFp8};
-// Its decode kernel (TileGemmTmaFp8Decode): the call's tiles of at most 8 rows in the decode form, the
+// Its decode kernel (TileGemmTmaFp8Decode): the call's tiles of at most 16 rows (kSwappedTokens) in the decode form, the
 // others in the 64-row form as n64 quarters (a lower register peak than kTmaFp8M128N256's halves). Chosen
 // when a local expert gets at most kFp8DecodeRowsPerExpert rows on average (choose_fused_tile): up to 16
 // it was 1-4% faster than the 64-row kernel at qwen3-30b's and dsv3's per-GPU shapes, at 32 rows even

@@ -12,8 +12,8 @@
 //     a quad of lanes transposing its words (FragmentStores, fragment_store.cuh; gate and up as column
 //     halves): no shared memory, no barrier but the one after the stores; the FP8 Linear1 epilogue
 //     (linear1_fp8: SwiGLU, then h quantised 1x128 into codes and scales) stores its codes the same way;
-//   - the FP8 tile's decode form (mainloop_swapped: at most 8 rows, the accumulators transposed) has its
-//     own (SwappedStores): a row's amax over 8 lanes and 8 warps (256 bytes of shared memory), codes a
+//   - the FP8 tile's decode form (mainloop_swapped: at most kSwappedTokens rows, the accumulators
+//     transposed) has its own (SwappedStores): a row's amax over 8 lanes and 8 warps (shared memory), codes a
 //     byte a store, Linear2's bf16 two columns a store.
 // The row table (expert_ffn.cuh RowTableOf: each row's top-k weight, home, token and slot) is the
 // caller's.
@@ -270,67 +270,79 @@ struct FragmentStores {
   }
 };
 
-// ---- the FP8 tile's decode form (TileGemmTmaFp8::mainloop_swapped): at most 8 rows a tile ----
-// Register i of math thread ct is (row, column) swapped_coord(ct, i): a row's columns spread over the 8
-// lanes of a warp that share lane % 4, and over the 8 math warps.
-template <class Gemm>
+// ---- the FP8 tile's decode form (TileGemmTmaFp8::mainloop_swapped<kTokens>): at most kTokens rows a tile ----
+// Register i of math thread ct is (row, column) swapped_coord<kRows>(ct, i): a row's columns spread over
+// the 8 lanes of a warp that share lane % 4, and over the 8 math warps; a thread holds kRows / 4 rows
+// (swapped_row_slot).
+template <class Gemm, int kTokens>
 struct SwappedStores {
-  static constexpr int kRows = Gemm::kSwappedTokens;
+  static constexpr int kRows = kTokens;
+  static constexpr int kBlockRegs = kRows / 2;  // a block's registers; i and i + kBlockRegs: gate and up
+  static constexpr int kSlots = kRows / 4;      // this thread's rows
   static constexpr int kMathWarps = Gemm::kConsumerThreads / 32;
   static constexpr int kOutCols = Gemm::kBlockN / 2;  // Linear1's h columns: one 1x128 group per row
   // The Linear1 epilogue's shared scratch: each math warp's amax of each row.
   static constexpr int kScratchBytes = kMathWarps * kRows * static_cast<int>(sizeof(float));
+  using Acc = float[kRows];
 
   // Linear1 (FragmentStores::linear1_fp8's arithmetic: h = swiglu_fp8 times the row's top-k weight, one
   // 1x128 group per row quantised with common/fp8.h's scale) for rows [0, rows) of FP8 h from row h_row
-  // on, column group tile.nblock. Registers i and i + 4 hold a row's gate and up of one h column; a row's
-  // amax is reduced over its 8 lanes and then over the math warps through row_amax (shared,
-  // kScratchBytes). Codes are stored a byte each (4 a thread, a tile's 8 rows x 128 bytes). Then a
-  // barrier of g.
+  // on, column group tile.nblock. Registers i and i + kBlockRegs hold a row's gate and up of one h
+  // column; a row's amax is reduced over its 8 lanes and then over the math warps through row_amax
+  // (shared, kScratchBytes). Codes are stored a byte each (kBlockRegs a thread, a tile's kRows rows x 128
+  // bytes). Then a barrier of g.
   template <class Transport, class Table>
-  __device__ static void linear1_fp8(const FusedContext<Transport>& c, const float (&acc)[kSwappedRegs], const GemmTile& tile,
-                                     int64_t h_row, int I, int rows, const Table& t, float* row_amax, const ThreadGroup& g) {
+  __device__ static void linear1_fp8(const FusedContext<Transport>& c, const Acc& acc, const GemmTile& tile, int64_t h_row,
+                                     int I, int rows, const Table& t, float* row_amax, const ThreadGroup& g) {
     const int ct = static_cast<int>(threadIdx.x) - Gemm::kProducerThreads, lane = ct % 32, warp = ct / 32;
     const float clamp = c.prm->swiglu_clamp;
-    float hv[4];
-    // This thread's rows: 2 (lane % 4) + e for hv[e] and hv[e + 2].
-    float amax[2] = {0.0f, 0.0f};
+    float hv[kBlockRegs];
+    float amax[kSlots];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int row = swapped_coord(ct, i).row;
+    for (int e = 0; e < kSlots; ++e) amax[e] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kBlockRegs; ++i) {
+      const int row = swapped_coord<kRows>(ct, i).row;
       // Rows past `rows` read stale stage rows: no value of theirs may reach a real row's amax.
-      hv[i] = row < rows ? swiglu_fp8(acc[i], acc[i + 4], clamp) * t.weight[row] : 0.0f;
-      amax[i & 1] = fmaxf(amax[i & 1], fabsf(hv[i]));
+      hv[i] = row < rows ? swiglu_fp8(acc[i], acc[i + kBlockRegs], clamp) * t.weight[row] : 0.0f;
+      amax[swapped_row_slot(i)] = fmaxf(amax[swapped_row_slot(i)], fabsf(hv[i]));
     }
 #pragma unroll
-    for (int e = 0; e < 2; ++e)
+    for (int e = 0; e < kSlots; ++e)
 #pragma unroll
       for (int offset = 4; offset < 32; offset *= 2) amax[e] = fmaxf(amax[e], __shfl_xor_sync(~0u, amax[e], offset));
     trace::stamp_current(g.leader(), trace::kEpiSwiglu);
-    if (lane < 4) row_amax[warp * kRows + 2 * lane] = amax[0], row_amax[warp * kRows + 2 * lane + 1] = amax[1];
-    g.sync();
-    float scale[2], inv[2];
+    if (lane < 4)
 #pragma unroll
-    for (int e = 0; e < 2; ++e) {
+      for (int e = 0; e < kSlots; ++e) row_amax[warp * kRows + swapped_slot_row(e, lane)] = amax[e];
+    g.sync();
+    float scale[kSlots], inv[kSlots];
+#pragma unroll
+    for (int e = 0; e < kSlots; ++e) {
       float m = 0.0f;
 #pragma unroll
-      for (int w = 0; w < kMathWarps; ++w) m = fmaxf(m, row_amax[w * kRows + 2 * (lane % 4) + e]);
+      for (int w = 0; w < kMathWarps; ++w) m = fmaxf(m, row_amax[w * kRows + swapped_slot_row(e, lane)]);
       scale[e] = fp8::group_scale(m, c.prm->fp8.scale_format);
       inv[e] = __frcp_rn(scale[e]);  // as quantize_fragment_rows
     }
     trace::stamp_current(g.leader(), trace::kEpiMath);
     uint8_t* hq = fp8_h_codes(c.h) + h_row * I + tile.nblock * kOutCols;
-    const uint32_t codes[2] = {e4m3x2(hv[0] * inv[0], hv[1] * inv[1]), e4m3x2(hv[2] * inv[0], hv[3] * inv[1])};
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const FragCoord at = swapped_coord(ct, i);
-      if (at.row < rows) hq[static_cast<int64_t>(at.row) * I + at.col] = static_cast<uint8_t>(codes[i / 2] >> (8 * (i & 1)));
+    for (int i = 0; i < kBlockRegs; i += 2) {
+      const uint32_t code = e4m3x2(hv[i] * inv[swapped_row_slot(i)], hv[i + 1] * inv[swapped_row_slot(i + 1)]);
+#pragma unroll
+      for (int b = 0; b < 2; ++b) {
+        const FragCoord at = swapped_coord<kRows>(ct, i + b);
+        if (at.row < rows) hq[static_cast<int64_t>(at.row) * I + at.col] = static_cast<uint8_t>(code >> (8 * b));
+      }
     }
     if (warp == 0 && lane < 4) {
       float* hs = fp8_h_scales(c.prm->capacity, c.h) + h_row * fp8_scale_stride(I) + tile.nblock;
 #pragma unroll
-      for (int e = 0; e < 2; ++e)
-        if (2 * lane + e < rows) hs[static_cast<int64_t>(2 * lane + e) * fp8_scale_stride(I)] = scale[e];
+      for (int e = 0; e < kSlots; ++e) {
+        const int row = swapped_slot_row(e, lane);
+        if (row < rows) hs[static_cast<int64_t>(row) * fp8_scale_stride(I)] = scale[e];
+      }
     }
     g.sync();  // every store issued (ordered before the caller's release), row_amax and the row table read
   }
@@ -339,25 +351,25 @@ struct SwappedStores {
   // t), bf16, two columns a 4-byte store: lanes l and l ^ 4 hold a row's neighbouring columns (the lane
   // with the even one stores block 0's pair, the other block 1's). Then a barrier of g.
   template <class Transport, class Table>
-  __device__ static void linear2(const FusedContext<Transport>& c, const float (&acc)[kSwappedRegs], const GemmTile& tile,
-                                 int rows, const Table& t, const ThreadGroup& g) {
+  __device__ static void linear2(const FusedContext<Transport>& c, const Acc& acc, const GemmTile& tile, int rows,
+                                 const Table& t, const ThreadGroup& g) {
     const int ct = static_cast<int>(threadIdx.x) - Gemm::kProducerThreads, lane = ct % 32;
     const int n0 = tile.nblock * Gemm::kBlockN;
     const bool even = ((lane / 4) & 1) == 0;  // this lane's columns are even
-    __nv_bfloat16* dst[2];
+    __nv_bfloat16* dst[kSlots];
 #pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const int row = 2 * (lane % 4) + e;
+    for (int e = 0; e < kSlots; ++e) {
+      const int row = swapped_slot_row(e, lane);
       dst[e] = row < rows ? reinterpret_cast<__nv_bfloat16*>(combine_chunk(c, t.home[row], t.token[row], t.slot[row], n0))
                           : nullptr;
     }
 #pragma unroll
-    for (int i = 0; i < kSwappedRegs; ++i) {
+    for (int i = 0; i < kRows; ++i) {
       const float other = __shfl_xor_sync(~0u, acc[i], 4);
-      const FragCoord at = swapped_coord(ct, i);
-      if ((i < 4) == even && at.row < rows) {
+      const FragCoord at = swapped_coord<kRows>(ct, i);
+      if ((i < kBlockRegs) == even && at.row < rows) {
         const uint32_t pair = even ? ptx::pack_bf16x2(acc[i], other) : ptx::pack_bf16x2(other, acc[i]);
-        *reinterpret_cast<uint32_t*>(dst[i & 1] + (even ? at.col : at.col - 1)) = pair;
+        *reinterpret_cast<uint32_t*>(dst[swapped_row_slot(i % kBlockRegs)] + (even ? at.col : at.col - 1)) = pair;
       }
     }
     g.sync();

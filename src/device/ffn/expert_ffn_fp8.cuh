@@ -13,8 +13,9 @@
 // The host runs this tile for every FP8 config (also at small T: padding rows are not loaded, and a
 // math warpgroup whose 64 rows are all padding runs no MMA), for H % 256 == 0 and I % 128 == 0 (the
 // layer refuses others, kUnsupported). In the decode kernel (Gemm::kDecodeForm: TileGemmTmaFp8Decode,
-// chosen by the host at small T) a tile of at most 8 rows runs the decode form instead: mainloop_swapped
-// and SwappedStores (epilogue.cuh), the same arithmetic with the weights as the MMA's M side.
+// chosen by the host at small T) a tile of at most Gemm::kSwappedTokens rows runs the decode form
+// instead: mainloop_swapped and SwappedStores (epilogue.cuh), the same arithmetic with the weights as the
+// MMA's M side.
 #pragma once
 #include <cstdint>
 
@@ -38,11 +39,12 @@ struct WarpSpecialisedFp8Tiles : WarpSpecialisedTileRoles<Gemm_> {
   static constexpr int kOutCols = kBlockN / 2;  // h columns of a Linear1 tile: one 1x128 group per row
   static_assert(kOutCols == fp8::kBlock, "a Linear1 tile's h row is one 1x128 group");
   // In the decode kernel, tiles of at most Gemm::kSwappedTokens rows run the decode form (mainloop_swapped,
-  // SwappedStores), whose Linear1 epilogue reduces each row's amax through shared memory after the roles'
-  // queue (the 64-row kernel keeps the roles' size).
-  using Decode = SwappedStores<Gemm>;
+  // SwappedStores) at N = kSwappedTokensSmall or kSwappedTokens, the smaller that holds the tile's rows;
+  // its Linear1 epilogue reduces each row's amax through shared memory after the roles' queue (the
+  // 64-row kernel keeps the roles' size).
   static constexpr int kRowAmaxOffset = (Base::kSmemBytes + 15) / 16 * 16;
-  static constexpr int kSmemBytes = Gemm::kDecodeForm ? kRowAmaxOffset + Decode::kScratchBytes : Base::kSmemBytes;
+  static constexpr int kSmemBytes =
+      Gemm::kDecodeForm ? kRowAmaxOffset + SwappedStores<Gemm, Gemm::kSwappedTokens>::kScratchBytes : Base::kSmemBytes;
   static_assert(kSmemBytes + kStaticSmemBytes <= kBlockSmemBytes, "ring + row tables fit one SM");
   __device__ static bool decode_form(const Posted& posted) {
     if constexpr (Gemm::kDecodeForm) return posted.rows <= Gemm::kSwappedTokens;
@@ -121,7 +123,10 @@ struct WarpSpecialisedFp8Tiles : WarpSpecialisedTileRoles<Gemm_> {
   template <class Transport>
   __device__ static void linear1(const FusedContext<Transport>& c, const Posted& posted, Shared& sh, int s,
                                  typename Gemm::RingPos& ring, void* smem, const ThreadGroup& g) {
-    if (decode_form(posted)) return decode_linear1(c, posted, sh, s, ring, smem, g);
+    if (decode_form(posted)) {
+      if (posted.rows <= Gemm::kSwappedTokensSmall) return decode_linear1<Gemm::kSwappedTokensSmall>(c, posted, sh, s, ring, smem, g);
+      return decode_linear1<Gemm::kSwappedTokens>(c, posted, sh, s, ring, smem, g);
+    }
     const FusedParams& prm = *c.prm;
     const int H = prm.dims.hidden, I = prm.dims.intermediate;
     const GemmTile& tile = posted.task.tile;
@@ -136,33 +141,37 @@ struct WarpSpecialisedFp8Tiles : WarpSpecialisedTileRoles<Gemm_> {
   template <class Transport>
   __device__ static void linear2(const FusedContext<Transport>& c, const Posted& posted, Shared& sh, int s,
                                  typename Gemm::RingPos& ring, void* smem, const ThreadGroup& g) {
-    if (decode_form(posted)) return decode_linear2(c, posted, sh, s, ring, smem, g);
+    if (decode_form(posted)) {
+      if (posted.rows <= Gemm::kSwappedTokensSmall) return decode_linear2<Gemm::kSwappedTokensSmall>(c, posted, sh, s, ring, smem, g);
+      return decode_linear2<Gemm::kSwappedTokens>(c, posted, sh, s, ring, smem, g);
+    }
     Base::linear2(c, posted, sh, s, ring, smem, g);
   }
 
-  // The decode form's tiles (at most Gemm::kSwappedTokens rows): mainloop_swapped and SwappedStores.
-  template <class Transport>
+  // The decode form's tiles (at most kTokens rows): mainloop_swapped<kTokens> and SwappedStores.
+  template <int kTokens, class Transport>
   __device__ static void decode_linear1(const FusedContext<Transport>& c, const Posted& posted, Shared& sh, int s,
                                         typename Gemm::RingPos& ring, void* smem, const ThreadGroup& g) {
     const GemmTile& tile = posted.task.tile;
-    typename Gemm::SwappedAccum acc;
+    float acc[kTokens];
     if (!Base::run_kloop(c, tile, Phase::kLinear1, g, [&](const WaitLimit& limit) {
-          return Gemm::mainloop_swapped(ring, c.prm->dims.hidden, smem, acc, limit);
+          return Gemm::template mainloop_swapped<kTokens>(ring, c.prm->dims.hidden, smem, acc, limit);
         }))
       return sh.queue.release(s, g);
-    Decode::linear1_fp8(c, acc, tile, posted.h_row, c.prm->dims.intermediate, posted.rows, sh.queue.table[s], row_amax(smem), g);
+    SwappedStores<Gemm, kTokens>::linear1_fp8(c, acc, tile, posted.h_row, c.prm->dims.intermediate, posted.rows, sh.queue.table[s], row_amax(smem), g);
     Base::finish_linear1(c, tile, sh, s, g);
   }
-  template <class Transport>
+  template <int kTokens, class Transport>
   __device__ static void decode_linear2(const FusedContext<Transport>& c, const Posted& posted, Shared& sh, int s,
                                         typename Gemm::RingPos& ring, void* smem, const ThreadGroup& g) {
     const GemmTile& tile = posted.task.tile;
-    typename Gemm::SwappedAccum acc;
+    float acc[kTokens];
     if (!Base::run_kloop(c, tile, Phase::kLinear2, g, [&](const WaitLimit& limit) {
-          return Gemm::mainloop_swapped(ring, c.prm->dims.intermediate, smem, acc, limit);
+          return Gemm::template mainloop_swapped<kTokens>(ring, c.prm->dims.intermediate, smem, acc, limit);
         }))
       return sh.queue.release(s, g);
-    Base::finish_linear2(c, posted, sh, s, g, [&](const RowTable& t) { Decode::linear2(c, acc, tile, posted.rows, t, g); });
+    Base::finish_linear2(c, posted, sh, s, g,
+                         [&](const RowTable& t) { SwappedStores<Gemm, kTokens>::linear2(c, acc, tile, posted.rows, t, g); });
   }
 
  private:

@@ -60,6 +60,37 @@ __device__ __forceinline__ void wgmma_m64n8k32_e4m3_f32(float (&d)[4], uint64_t 
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 }
+// D[64 x 16] and D[64 x 32], the same with 16 and 32 tokens.
+__device__ __forceinline__ void wgmma_m64n16k32_e4m3_f32(float (&d)[8], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %10, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+__device__ __forceinline__ void wgmma_m64n32k32_e4m3_f32(float (&d)[16], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %18, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+// The m64nNk32 e4m3 MMA for a compile-time N of 8, 16 or 32 (the decode form's token count).
+template <int kN>
+__device__ __forceinline__ void wgmma_e4m3_f32(float (&d)[kN / 2], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+  static_assert(kN == 8 || kN == 16 || kN == 32, "add a wgmma_m64nNk32 e4m3 wrapper for this N");
+  if constexpr (kN == 8) wgmma_m64n8k32_e4m3_f32(d, desc_a, desc_b, scale_d);
+  else if constexpr (kN == 16) wgmma_m64n16k32_e4m3_f32(d, desc_a, desc_b, scale_d);
+  else wgmma_m64n32k32_e4m3_f32(d, desc_a, desc_b, scale_d);
+}
 
 }  // namespace ptx
 
@@ -74,7 +105,7 @@ __device__ __forceinline__ void wgmma_m64n8k32_e4m3_f32(float (&d)[4], uint64_t 
 // memory four times a k-block instead of twice; on an H100 the halves were 5% faster at dsv3 T=4096 and
 // 2% at qwen3 T=16384, mixtral (at the board's power cap) unchanged
 // (docs/performance.md#the-fp8-k-loop-what-was-tried). Quarters through one scratch (the decode kernel's
-// tiles of more than 8 rows): half the scratch registers for twice the drains, which keeps that kernel's
+// tiles of more than 16 rows): half the scratch registers for twice the drains, which keeps that kernel's
 // register peak below the 64-row kernel's (docs/performance.md#the-decode-form-in-the-layer-2026-11-29).
 // Waits for all its MMAs (the stage is free on return). tests/gpu/gemm/test_fp8_tile.cu checks the
 // halves alone against a float64 reference, test_fp8_tma_tile both in the tile.
@@ -111,29 +142,33 @@ __device__ __forceinline__ void fp8_block_mma_promote_halves(float (&acc)[128], 
 }
 
 // The decode form of one 128-K block (operands swapped: tokens are few, weights many): one warpgroup,
-// two m64n8 blocks of C^T[weight rows x 8 tokens], block m from the 64 weight rows at desc_w[m] (K-major,
-// 128-byte swizzle) with block scale w_scale[m], the tokens at desc_x (the stage's first 8 A rows):
-// acc[4 m + i] += (W_m . X_rows[0, 8)^T)[i] * w_scale[m] * tok_scale[i & 1]. Register coordinates:
-// swapped_coord (gemm_maps_wgmma.h). An eighth of the tensor work of fp8_block_mma_promote_halves's
-// 64 x 256 for up to 8 tokens. Waits for all its MMAs.
-__device__ __forceinline__ void fp8_block_mma_promote_swapped(float (&acc)[8], float (&scratch)[8], const uint64_t (&desc_w)[2],
-                                                              uint64_t desc_x, const float (&w_scale)[2],
-                                                              const float (&tok_scale)[2]) {
-  float (&s0)[4] = *reinterpret_cast<float (*)[4]>(&scratch[0]);
-  float (&s1)[4] = *reinterpret_cast<float (*)[4]>(&scratch[4]);
+// two m64nN blocks (N = kTokens) of C^T[weight rows x kTokens tokens], block m from the 64 weight rows at
+// desc_w[m] (K-major, 128-byte swizzle) with block scale w_scale[m], the tokens at desc_x (the stage's
+// first kTokens A rows): acc[kTokens / 2 m + r] += (W_m . X_rows[0, kTokens)^T)[r] * w_scale[m] *
+// tok_scale[swapped_row_slot(r)] (this thread's rows' scales, gemm_maps_wgmma.h). Register coordinates:
+// swapped_coord<kTokens>. At 8 tokens an eighth of the tensor work of fp8_block_mma_promote_halves's
+// 64 x 256. Waits for all its MMAs.
+template <int kTokens>
+__device__ __forceinline__ void fp8_block_mma_promote_swapped(float (&acc)[kTokens], float (&scratch)[kTokens],
+                                                              const uint64_t (&desc_w)[2], uint64_t desc_x,
+                                                              const float (&w_scale)[2], const float (&tok_scale)[kTokens / 4]) {
+  constexpr int kBlockRegs = kTokens / 2;
+  float (&s0)[kBlockRegs] = *reinterpret_cast<float (*)[kBlockRegs]>(&scratch[0]);
+  float (&s1)[kBlockRegs] = *reinterpret_cast<float (*)[kBlockRegs]>(&scratch[kBlockRegs]);
   ptx::fence_accumulators(scratch);
   ptx::wgmma_fence();
 #pragma unroll
   for (int k = 0; k < kFp8BlockK / kFp8WgmmaK; ++k)
-    ptx::wgmma_m64n8k32_e4m3_f32(s0, desc_advance(desc_w[0], k * kFp8WgmmaK), desc_advance(desc_x, k * kFp8WgmmaK), k > 0 ? 1 : 0);
+    ptx::wgmma_e4m3_f32<kTokens>(s0, desc_advance(desc_w[0], k * kFp8WgmmaK), desc_advance(desc_x, k * kFp8WgmmaK), k > 0 ? 1 : 0);
 #pragma unroll
   for (int k = 0; k < kFp8BlockK / kFp8WgmmaK; ++k)
-    ptx::wgmma_m64n8k32_e4m3_f32(s1, desc_advance(desc_w[1], k * kFp8WgmmaK), desc_advance(desc_x, k * kFp8WgmmaK), k > 0 ? 1 : 0);
+    ptx::wgmma_e4m3_f32<kTokens>(s1, desc_advance(desc_w[1], k * kFp8WgmmaK), desc_advance(desc_x, k * kFp8WgmmaK), k > 0 ? 1 : 0);
   ptx::wgmma_commit_group();
   ptx::wgmma_wait_group<0>();
   ptx::fence_accumulators(scratch);
 #pragma unroll
-  for (int i = 0; i < 8; ++i) acc[i] = fmaf(scratch[i], w_scale[i / 4] * tok_scale[i & 1], acc[i]);
+  for (int i = 0; i < kTokens; ++i)
+    acc[i] = fmaf(scratch[i], w_scale[i / kBlockRegs] * tok_scale[swapped_row_slot(i % kBlockRegs)], acc[i]);
 }
 
 }  // namespace epfuse::device

@@ -216,26 +216,31 @@ struct TileGemmTmaFp8 {
     return ok;
   }
 
-  // The decode form of mainloop (at most kSwappedTokens real rows): the weights as the MMA's M side and
-  // the rows as N (fp8_block_mma_promote_swapped), so that the tensor work follows the rows rather than
-  // the 64 of a warpgroup. Math warpgroup g computes tile columns [64 g, 64 g + 64) and [128 + 64 g,
-  // 192 + 64 g) (B's rows of each 128-row half, with that half's block scale) for rows [0, 8): register
-  // i of math thread ct is swapped_coord(ct, i) (gemm_maps_wgmma.h), so Linear1's gate and up of an h
-  // column meet in one thread. Rows [rows, 8) of a stage hold whatever was there before (the producer
-  // loads real rows only): their columns of C are not results and the caller drops them. Same ring,
-  // same loads as mainloop.
-  static constexpr int kSwappedTokens = 8;
-  static constexpr bool kDecodeForm = false;  // whether the fused kernel runs its tiles of <= 8 rows this way
-  using SwappedAccum = float[kSwappedRegs];
-  __device__ static bool mainloop_swapped(RingPos& pos, int K, void* smem, SwappedAccum& acc, const WaitLimit& limit) {
+  // The decode form of mainloop (at most kTokens real rows): the weights as the MMA's M side and the rows
+  // as N (fp8_block_mma_promote_swapped, m64nNk32 with N = kTokens), so that the tensor work follows the
+  // rows rather than the 64 of a warpgroup. Math warpgroup g computes tile columns [64 g, 64 g + 64) and
+  // [128 + 64 g, 192 + 64 g) (B's rows of each 128-row half, with that half's block scale) for rows
+  // [0, kTokens): register i of math thread ct is swapped_coord<kTokens>(ct, i) (gemm_maps_wgmma.h), so
+  // Linear1's gate and up of an h column meet in one thread. Rows [rows, kTokens) of a stage hold whatever
+  // was there before (the producer loads real rows only): their columns of C are not results and the
+  // caller drops them. Same ring, same loads as mainloop.
+  // The decode kernel's two N: tiles of at most kSwappedTokensSmall rows run m64n8, larger ones up to
+  // kSwappedTokens m64n16 (m64n16 took 4% longer a k-block at one row, and the layer 4-5% at qwen3-30b
+  // T = 1 and 8: docs/performance.md#the-decode-form-at-16-rows-2026-11-30).
+  static constexpr int kSwappedTokensSmall = 8;
+  static constexpr int kSwappedTokens = 16;
+  static constexpr bool kDecodeForm = false;  // whether the fused kernel runs its tiles of <= kSwappedTokens rows this way
+  template <int kTokens = kSwappedTokens>
+  __device__ static bool mainloop_swapped(RingPos& pos, int K, void* smem, float (&acc)[kTokens], const WaitLimit& limit) {
     const int ct = static_cast<int>(threadIdx.x) - kProducerThreads, g = ct / 128, lane = ct % 32;
     const uint32_t base = ptx::smem_u32(smem);
 #pragma unroll
-    for (int i = 0; i < kSwappedRegs; ++i) acc[i] = 0.0f;
-    float scratch[kSwappedRegs];
+    for (int i = 0; i < kTokens; ++i) acc[i] = 0.0f;
+    float scratch[kTokens];
     constexpr uint32_t kHalfBytes = kBoxRows * kSw128RowBytes, kBlockBytes = kWgmmaM * kSw128RowBytes;
     const uint64_t desc_x0 = make_sw128_kmajor_desc(stage_a(base, 0));
     const uint64_t desc_w0 = make_sw128_kmajor_desc(stage_b(base, 0) + static_cast<uint32_t>(g) * kBlockBytes);
+    // This thread's rows' scales: row swapped_slot_row(j, lane) = 8 (j / 2) + 2 (lane % 4) + j % 2.
     const uint32_t tok_scale0 = stage_scale_a(base, 0) + static_cast<uint32_t>(2 * (lane % 4) * 16);
     const int num_kb = num_k_blocks(K);
     bool ok = true;
@@ -245,12 +250,14 @@ struct TileGemmTmaFp8 {
       trace::first_full(ct, kb);
       ptx::fence_proxy_async_shared();
       const uint32_t sa = tok_scale0 + static_cast<uint32_t>(s * kStageBytesScaleA + (kb & 3) * 4);
-      const float tok_scale[2] = {ld_shared_f32(sa), ld_shared_f32(sa + 16u)};
+      float tok_scale[kTokens / 4];
+#pragma unroll
+      for (int j = 0; j < kTokens / 4; ++j) tok_scale[j] = ld_shared_f32(sa + static_cast<uint32_t>((8 * (j / 2) + j % 2) * 16));
       const float w_scale[2] = {ld_shared_f32(stage_scale_b(base, s)), ld_shared_f32(stage_scale_b(base, s) + 4u)};
       const uint64_t desc_x = uniform_u64(desc_advance(desc_x0, static_cast<uint32_t>(s * kStageBytesA)));
       const uint64_t desc_w = uniform_u64(desc_advance(desc_w0, static_cast<uint32_t>(s * kStageBytesB)));
       const uint64_t desc_wm[2] = {desc_w, desc_advance(desc_w, kHalfBytes)};
-      fp8_block_mma_promote_swapped(acc, scratch, desc_wm, desc_x, w_scale, tok_scale);
+      fp8_block_mma_promote_swapped<kTokens>(acc, scratch, desc_wm, desc_x, w_scale, tok_scale);
       ptx::mbar_arrive(Ring::empty_bar(base, s));
     }
     return ok;

@@ -87,16 +87,24 @@ EPFUSE_HD FragCoord wgmma_c_coord(int thread_in_group, int reg) {
 }
 
 // ---- the decode form's accumulators (TileGemmTmaFp8::mainloop_swapped) ----
-// The FP8 tile's decode form runs wgmma with the weights as M and at most 8 tile rows as N: math
-// warpgroup g's two m64n8 blocks are the tile's columns [64 g, 64 g + 64) (block 0) and
-// [128 + 64 g, 192 + 64 g) (block 1), so that a register of block 0 and the same register of block 1
-// hold one row's columns col and col + 128: Linear1's gate and up of one h column, in one thread.
-// Register reg (0..7) of math thread ct (0..255): (tile row, tile column).
-inline constexpr int kSwappedRegs = 8;
+// The FP8 tile's decode form runs wgmma with the weights as M and at most kTokens tile rows as N
+// (m64nNk32, N = kTokens: 8, 16 or 32): math warpgroup g's two m64 blocks are the tile's columns
+// [64 g, 64 g + 64) (block 0) and [128 + 64 g, 192 + 64 g) (block 1), so that register i of block 0 and
+// register i + kTokens / 2 of block 1 hold one row's columns col and col + 128: Linear1's gate and up of
+// one h column, in one thread. Within a block, register r is wgmma_c_coord's (weight row, tile row).
+// Register reg (0..kTokens - 1: two blocks of kTokens / 2) of math thread ct (0..255): (tile row, tile column).
+template <int kTokens>
 EPFUSE_HD FragCoord swapped_coord(int ct, int reg) {
-  const FragCoord c = wgmma_c_coord(ct % 128, reg % 4);  // row: the weight row in the block, col: the tile row
-  return FragCoord{c.col, (reg / 4) * 128 + (ct / 128) * 64 + c.row};
+  static_assert(kTokens == 8 || kTokens == 16 || kTokens == 32, "an m64nNk32 the decode form issues");
+  constexpr int kBlockRegs = kTokens / 2;
+  const FragCoord c = wgmma_c_coord(ct % 128, reg % kBlockRegs);  // row: the weight row in the block, col: the tile row
+  return FragCoord{c.col, (reg / kBlockRegs) * 128 + (ct / 128) * 64 + c.row};
 }
+// The tile rows of a thread's decode-form registers: register r of a block (r < kTokens / 2) is row
+// 8 (r / 4) + 2 (lane % 4) + r % 2, so a thread holds kTokens / 4 rows; swapped_row_slot numbers them
+// (row 8 j + 2 (lane % 4) + e is slot 2 j + e).
+EPFUSE_HD constexpr int swapped_row_slot(int block_reg) { return 2 * (block_reg / 4) + block_reg % 2; }
+EPFUSE_HD constexpr int swapped_slot_row(int slot, int lane) { return 8 * (slot / 2) + 2 * (lane % 4) + slot % 2; }
 
 // ---- the epilogues' stores straight from the accumulator fragment (fragment_store.cuh) ----
 // Within an n8 block the 4 lanes of a quad hold one row's 8 columns, 2 each (wgmma_c_coord). A 4 x 4

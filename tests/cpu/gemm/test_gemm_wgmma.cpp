@@ -223,29 +223,38 @@ TEST(GemmWgmmaMaps, N128HalvesAreSlicesOfTheN256Tile) {
             << "h " << h << " row " << row << " k " << k;
 }
 
-// The FP8 tile's decode form (TileGemmTmaFp8::mainloop_swapped): C^T's m64n8 fragments, block m of math
-// warpgroup g read from B rows [128 m + 64 g, ...) through a descriptor advanced by that many rows. Each
-// (tile row < 8, column < 256) must be held once over the 256 math threads; register i + 4 must be
-// register i's column + 128 (gate and up of one h column, in one thread); and the mapping must be the
-// PTX m64n8 fragment with M and N exchanged (written out here from the ISA's figure: D row 16 w + l / 4
-// + 8 (i / 2 % 2), column 2 (l % 4) + i % 2).
-TEST(GemmWgmmaMaps, SwappedFragmentCoversDecodeTileOnce) {
-  std::vector<int> seen(8 * 256, 0);
+// The FP8 tile's decode form (TileGemmTmaFp8::mainloop_swapped) at each token count it can run (8, 16,
+// 32): C^T's m64nN fragments, block m of math warpgroup g read from B rows [128 m + 64 g, ...) through a
+// descriptor advanced by that many rows. Each (tile row < N, column < 256) must be held once over the 256
+// math threads; register i + N / 2 must be register i's column + 128 (gate and up of one h column, in
+// one thread); the mapping must be the PTX m64nN fragment with M and N exchanged (written out here from
+// the ISA's figure: D row 16 w + l / 4 + 8 (i / 2 % 2), column 8 (i / 4) + 2 (l % 4) + i % 2); and the
+// row slots (swapped_row_slot, swapped_slot_row) must name each register's row.
+template <int kTokens>
+void check_swapped_fragment() {
+  constexpr int kBlockRegs = kTokens / 2;
+  std::vector<int> seen(kTokens * 256, 0);
   for (int ct = 0; ct < 256; ++ct)
-    for (int i = 0; i < kSwappedRegs; ++i) {
-      const FragCoord c = swapped_coord(ct, i);
-      const int g = ct / 128, w = (ct % 128) / 32, l = ct % 32, m = i / 4;
-      EXPECT_EQ(c.row, 2 * (l % 4) + i % 2) << "ct " << ct << " reg " << i;
-      EXPECT_EQ(c.col, 128 * m + 64 * g + 16 * w + l / 4 + 8 * (i / 2 % 2)) << "ct " << ct << " reg " << i;
-      ASSERT_TRUE(c.row >= 0 && c.row < 8 && c.col >= 0 && c.col < 256);
+    for (int i = 0; i < kTokens; ++i) {
+      const FragCoord c = swapped_coord<kTokens>(ct, i);
+      const int g = ct / 128, w = (ct % 128) / 32, l = ct % 32, m = i / kBlockRegs, r = i % kBlockRegs;
+      EXPECT_EQ(c.row, 8 * (r / 4) + 2 * (l % 4) + r % 2) << "N " << kTokens << " ct " << ct << " reg " << i;
+      EXPECT_EQ(c.col, 128 * m + 64 * g + 16 * w + l / 4 + 8 * (r / 2 % 2)) << "N " << kTokens << " ct " << ct << " reg " << i;
+      EXPECT_EQ(swapped_slot_row(swapped_row_slot(r), l), c.row) << "N " << kTokens << " ct " << ct << " reg " << i;
+      ASSERT_TRUE(c.row >= 0 && c.row < kTokens && c.col >= 0 && c.col < 256);
       ++seen[c.row * 256 + c.col];
       if (m == 0) {
-        const FragCoord up = swapped_coord(ct, i + 4);
+        const FragCoord up = swapped_coord<kTokens>(ct, i + kBlockRegs);
         EXPECT_EQ(up.row, c.row);
         EXPECT_EQ(up.col, c.col + 128);
       }
     }
-  for (int e = 0; e < 8 * 256; ++e) EXPECT_EQ(seen[e], 1) << "row " << e / 256 << " col " << e % 256;
+  for (int e = 0; e < kTokens * 256; ++e) EXPECT_EQ(seen[e], 1) << "N " << kTokens << " row " << e / 256 << " col " << e % 256;
+}
+TEST(GemmWgmmaMaps, SwappedFragmentCoversDecodeTileOnce) {
+  check_swapped_fragment<8>();
+  check_swapped_fragment<16>();
+  check_swapped_fragment<32>();
   const uint64_t desc = make_sw128_kmajor_desc(0x8000);
   for (int g = 0; g < 2; ++g)
     for (int m = 0; m < 2; ++m)

@@ -6,7 +6,7 @@
 // that left a byte pattern in every SM's shared memory, and new layers' first forwards at DeepSeek-V3's
 // decode shape; the creation's checks of the FP8 weights; an FP8 layer on a workspace made for bf16 is
 // refused; an FP8 and a bf16 layer share a workspace made for an FP8 capacity; both FP8 kernels (the
-// decode kernel's tiles of at most 8 rows in the decode form, its larger tiles in the 64-row form).
+// decode kernel's tiles of at most 16 rows in the decode form, its larger tiles in the 64-row form).
 // Self-diagnosing: every check prints its error against the FP8 reference (overall and worst row) and
 // against the bf16 reference; a failing check prints the worst rows with their token, routed experts
 // (local expert, rank) and the got / want ratio over the row (a clean factor means a scale mix-up: x
@@ -103,11 +103,11 @@ EPFUSE_RANK_TEST(FusedFp8, ClampMatchesReference) { testing::check_clamp<Rank>()
 EPFUSE_RANK_TEST(FusedFp8, WiderLayer) { testing::check_wider_layer<Rank>(); }
 
 // The FP8 tile's two kernels (heuristics.h): the decode kernel (up to kFp8DecodeRowsPerExpert rows a
-// local expert on average) runs its tiles of at most 8 rows in the decode form and larger ones in the
-// 64-row form; the other kernel runs every tile in the 64-row form. T = 1, 3 and the largest decode T
-// (kFp8DecodeRowsPerExpert x 4 / world with this config's 16 experts, top-4) on three routings: at that T
-// kOneExpert puts every token's slot 0 on one expert, more than 8 rows in one decode-kernel tile; then
-// T = 128, the other kernel.
+// local expert on average) runs its tiles of at most 8 rows in the decode form at N = 8, of 9 to 16 at
+// N = 16, and larger ones in the 64-row form; the other kernel runs every tile in the 64-row form. T = 1,
+// 3 and the largest decode T (kFp8DecodeRowsPerExpert x 4 / world with this config's 16 experts, top-4)
+// on three routings: at that T uniform routing gives most experts 9 to 24 rows and kOneExpert puts every
+// token's slot 0 on one expert, more than 16 rows in one decode-kernel tile; then T = 128, the other kernel.
 // Which kernel ran is the layer's own record (last_launched_tile), so a change in the choice fails here
 // rather than leaving a form untested.
 EPFUSE_RANK_TEST(FusedFp8, BothKernelsAndBothFormsMatchReference) {

@@ -18,8 +18,8 @@
 // Also the Linear1 epilogue path: h = silu(gate) * up from visit_gate_up, quantised 1x128 in registers
 // (quantize_fragment_rows); its codes and scales bit for bit against common/fp8.h's quantize_tile of the
 // h the kernel wrote, and h against the reference's silu(gate) * up. The same checks for the k-loop in
-// n64 quarters (mainloop<true>, the decode kernel's tiles of more than 8 rows); the decode form
-// (mainloop_swapped, at most 8 rows) against the reference by swapped_coord.
+// n64 quarters (mainloop<true>, the decode kernel's tiles of more than kSwappedTokens rows); the decode
+// form (mainloop_swapped at 8, 16 and 32 tokens) against the reference by swapped_coord.
 // A timed-out ring wait (2 s) is reported with its side and tile. Exit 0 pass, 1 fail, 77 without a GPU.
 // Usage: test_fp8_tma_tile [seed]
 #include <cuda.h>
@@ -77,12 +77,36 @@ struct Params {
   uint32_t* error;  // {1 + side (0 producer, 1 math), tile, CTA}
   uint64_t timeout_ns;
   bool kloop_only;  // bench: no epilogue (no output, no h), so the time is the k-loop's and the ring's
-  bool swapped;     // the decode form (mainloop_swapped, tiles of at most 8 rows): out only, no h
+  int swapped;      // > 0: the decode form at this many tokens (mainloop_swapped<swapped>, tiles of at most that
+                    // many rows): out only, no h
   bool quarters;    // the 64-row k-loop in n64 quarters (mainloop<true>, the decode kernel's larger tiles)
 };
 
 __device__ void record_failure(const Params& p, int side, int tile) {
   epfuse::testing::record_ring_failure(p.error, p.abort, side, tile);
+}
+
+// A math thread's decode-form tile at kTokens (mainloop_swapped<kTokens>): its registers into out by
+// swapped_coord, rows past `rows` dropped. False when a ring wait failed (recorded).
+template <int kTokens>
+__device__ bool swapped_tile(const Params& p, Tile::RingPos& pos, int t, int rows, void* smem, const dev::WaitLimit& limit) {
+  float acc[kTokens];
+  if (!Tile::mainloop_swapped<kTokens>(pos, p.K, smem, acc, limit)) {
+    record_failure(p, 1, t);
+    return false;
+  }
+  if (p.kloop_only) {
+    epfuse::testing::keep_live(acc, p.out);
+    return true;
+  }
+  const int ct = static_cast<int>(threadIdx.x) - Tile::kProducerThreads;
+  float* o = p.out + static_cast<int64_t>(t) * kM * kN;
+#pragma unroll
+  for (int i = 0; i < kTokens; ++i) {
+    const auto [row, col] = dev::swapped_coord<kTokens>(ct, i);
+    if (row < rows) o[row * kN + col] = acc[i];
+  }
+  return true;
 }
 
 __global__ void __launch_bounds__(Tile::kThreads, 1) fp8_tma_tile_kernel(const __grid_constant__ CUtensorMap wmap,
@@ -132,23 +156,11 @@ __global__ void __launch_bounds__(Tile::kThreads, 1) fp8_tma_tile_kernel(const _
     Tile::RingPos pos;
     for (int t = blockIdx.x; t < p.tiles; t += gridDim.x) {
       const int rows = p.tile_rows[t];
-      if (p.swapped) {
-        float acc[8];
-        if (!Tile::mainloop_swapped(pos, p.K, smem, acc, limit)) {
-          record_failure(p, 1, t);
-          break;
-        }
-        if (p.kloop_only) {
-          epfuse::testing::keep_live(acc, p.out);
-          continue;
-        }
-        const int ct = static_cast<int>(threadIdx.x) - Tile::kProducerThreads;
-        float* o = p.out + static_cast<int64_t>(t) * kM * kN;
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          const auto [row, col] = dev::swapped_coord(ct, i);
-          if (row < rows) o[row * kN + col] = acc[i];
-        }
+      if (p.swapped > 0) {
+        const bool done = p.swapped == 8    ? swapped_tile<8>(p, pos, t, rows, smem, limit)
+                          : p.swapped == 16 ? swapped_tile<16>(p, pos, t, rows, smem, limit)
+                                            : swapped_tile<32>(p, pos, t, rows, smem, limit);
+        if (!done) break;
         continue;
       }
       Tile::Accum acc;
@@ -218,7 +230,7 @@ struct TileDesc {
 // epilogue (the tile bench's fp32 output and h stores bound it: 41% tensor busy on an H100, docs/performance.md#expert-gemms-fp8
 // 2026-11-27), outputs not written and not checked.
 bool run_case(int K, uint64_t seed, int ctas, const std::vector<int>& expert_rows, int inter, bool bench = false,
-              bool kloop_only = false, bool extreme_scales = false, bool swapped = false, bool quarters = false) {
+              bool kloop_only = false, bool extreme_scales = false, int swapped = 0, bool quarters = false) {
   using DeviceBuffer = epfuse::detail::CudaBuffer<epfuse::detail::MemoryKind::kDevice>;
   if (!Tile::supports_k(K)) {
     std::printf("FAIL K=%d: the tile refuses it (supports_k)\n", K);
@@ -264,8 +276,12 @@ bool run_case(int K, uint64_t seed, int ctas, const std::vector<int>& expert_row
       }
   }
   const int ntiles = static_cast<int>(tiles.size());
-  if (swapped && std::any_of(tile_rows.begin(), tile_rows.end(), [](int r) { return r > Tile::kSwappedTokens; })) {
-    std::printf("FAIL K=%d: a tile of more than %d rows asked of the decode form\n", K, Tile::kSwappedTokens);
+  if (swapped > 0 && std::any_of(tile_rows.begin(), tile_rows.end(), [&](int r) { return r > swapped; })) {
+    std::printf("FAIL K=%d: a tile of more than %d rows asked of the decode form at %d tokens\n", K, swapped, swapped);
+    return false;
+  }
+  if (swapped != 0 && swapped != 8 && swapped != 16 && swapped != 32) {
+    std::printf("FAIL: no decode form at %d tokens\n", swapped);
     return false;
   }
 
@@ -295,9 +311,9 @@ bool run_case(int K, uint64_t seed, int ctas, const std::vector<int>& expert_row
   p.swapped = swapped;
   p.quarters = quarters;
   EPFUSE_CUDA_CHECK(cudaFuncSetAttribute(fp8_tma_tile_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes));
+  const std::string form = swapped > 0 ? ", decode form n" + std::to_string(swapped) : "";
   std::printf("K=%d: %d tiles on %d CTAs, %d k-blocks per tile (ring of %d stages)%s%s%s\n", K, ntiles, ctas, kblocks,
-              Tile::kStages, extreme_scales ? ", scales at their extremes" : "", swapped ? ", decode form" : "",
-              quarters ? ", n64 quarters" : "");
+              Tile::kStages, extreme_scales ? ", scales at their extremes" : "", form.c_str(), quarters ? ", n64 quarters" : "");
   std::fflush(stdout);  // a crash in the kernel leaves this line as the last
   fp8_tma_tile_kernel<<<ctas, Tile::kThreads, Tile::kSmemBytes>>>(wmap, p);
   EPFUSE_CUDA_CHECK_LAUNCH();
@@ -333,7 +349,7 @@ bool run_case(int K, uint64_t seed, int ctas, const std::vector<int>& expert_row
     const std::string outputs = kloop_only ? "outputs not stored" : "non-finite outputs " + std::to_string(nonfinite);
     std::printf("%s bench%s K=%d: %d tiles on %d CTAs: %.4f ms per launch (median of 21), %.0f TFLOP/s (real rows; device error %u, "
                 "%s; not a test of the values)\n",
-                ok ? "ok  " : "FAIL", swapped ? (kloop_only ? " (decode form, k-loop only)" : " (decode form)") : kloop_only ? " (k-loop only)" : "", K, ntiles, ctas, ms,
+                ok ? "ok  " : "FAIL", (form + (kloop_only ? " (k-loop only)" : "")).c_str(), K, ntiles, ctas, ms,
                 flops / (ms * 1e-3) / 1e12, ctl[1], outputs.c_str());
     EPFUSE_CUDA_CHECK(cudaEventDestroy(start));
     EPFUSE_CUDA_CHECK(cudaEventDestroy(stop));
@@ -490,23 +506,34 @@ int main(int argc, char** argv) {
     // (docs/performance.md#linear2-as-slices-of-the-linear1-tiles-2026-11-29-not-kept).
     for (int experts : {8, 1})
       for (int K : {2048, 256}) ok = run_case(K, seed, experts * 6, std::vector<int>(experts, 1), 768, true, true) && ok;
-    // The decode form (mainloop_swapped: the weights as the MMA's M side, up to 8 rows as N): checked
-    // against the reference at 1 to 8 rows and every K kind (one block, several, a partial last block,
-    // scales at their extremes), then the same paces as above.
-    for (int K : {128, 2048, 2880}) ok = run_case(K, seed + 7 * K, 2, {1, 2, 5, 8, 3}, 256, false, false, false, true) && ok;
-    ok = run_case(2048, seed + 3, 2, {8, 1, 4}, 256, false, false, true, true) && ok;
-    for (int experts : {8, 1})
-      for (int K : {2048, 256})
-        ok = run_case(K, seed, experts * 6, std::vector<int>(experts, 1), 768, true, true, false, true) && ok;
-    // The 64-row k-loop in n64 quarters (the decode kernel's tiles of more than 8 rows): the same
+    // The decode form (mainloop_swapped<N>: the weights as the MMA's M side, up to N rows as N) at each
+    // N it can run: checked against the reference at 1 to N rows and every K kind (one block, several, a
+    // partial last block, scales at their extremes).
+    for (int tokens : {8, 16, 32}) {
+      std::vector<int> rows = {1, 2, 5, 8, 3};
+      if (tokens >= 16) rows.insert(rows.end(), {9, 16, 13});
+      if (tokens >= 32) rows.insert(rows.end(), {17, 32, 30});
+      for (int K : {128, 2048, 2880}) ok = run_case(K, seed + 7 * K + tokens, 2, rows, 256, false, false, false, tokens) && ok;
+      ok = run_case(2048, seed + 3 + tokens, 2, {tokens, 1, 4}, 256, false, false, true, tokens) && ok;
+    }
+    // Paces, weights in L2 (8 experts a tile each, K = 2048 and 256, the k-loop alone): each N at 1 row and
+    // at its most rows, and the n64 quarters (the 64-row form the decode kernel runs above N) at the same
+    // rows (docs/performance.md#the-decode-form-at-16-rows-2026-11-30).
+    for (int K : {2048, 256})
+      for (int rows : {1, 8, 16, 32}) {
+        for (int tokens : {8, 16, 32})
+          if (rows <= tokens) ok = run_case(K, seed, 48, std::vector<int>(8, rows), 768, true, true, false, tokens) && ok;
+        if (rows > 1) ok = run_case(K, seed, 48, std::vector<int>(8, rows), 768, true, true, false, 0, true) && ok;
+      }
+    // The 64-row k-loop in n64 quarters (the decode kernel's tiles of more than kSwappedTokens rows): the same
     // experts as the extreme-scale cases, with ordinary and extreme scales.
     for (int K : {2048, 2880})
       for (bool extreme : {false, true})
-        ok = run_case(K, seed + K + 5, 2, {200, 37, 64, 65, 1, 16, 17, 32, 33}, 256, false, false, extreme, false, true) && ok;
+        ok = run_case(K, seed + K + 5, 2, {200, 37, 64, 65, 1, 16, 17, 32, 33}, 256, false, false, extreme, 0, true) && ok;
     // Both forms with the weights from HBM: every SM a tile, SMs / 6 experts (67 MB on 132 SMs, more than L2).
-    for (bool swapped : {false, true})
+    for (int tokens : {0, 8, 16})
       for (int K : {2048, 256})
-        ok = run_case(K, seed, sms, std::vector<int>(std::max(1, sms / 6), 1), 768, true, true, false, swapped) && ok;
+        ok = run_case(K, seed, sms, std::vector<int>(std::max(1, sms / 6), 1), 768, true, true, false, tokens) && ok;
   } catch (const std::exception& e) {
     std::printf("FAIL: %s\n", e.what());
     return 1;
