@@ -230,7 +230,7 @@ struct TileGemmTmaFp8 {
   static constexpr int kSwappedTokensSmall = 8;
   static constexpr int kSwappedTokens = 16;
   static constexpr bool kDecodeForm = false;  // whether the fused kernel runs its tiles of <= kSwappedTokens rows this way
-  template <int kTokens = kSwappedTokens>
+  template <int kTokens>
   __device__ static bool mainloop_swapped(RingPos& pos, int K, void* smem, float (&acc)[kTokens], const WaitLimit& limit) {
     const int ct = static_cast<int>(threadIdx.x) - kProducerThreads, g = ct / 128, lane = ct % 32;
     const uint32_t base = ptx::smem_u32(smem);
@@ -240,7 +240,8 @@ struct TileGemmTmaFp8 {
     constexpr uint32_t kHalfBytes = kBoxRows * kSw128RowBytes, kBlockBytes = kWgmmaM * kSw128RowBytes;
     const uint64_t desc_x0 = make_sw128_kmajor_desc(stage_a(base, 0));
     const uint64_t desc_w0 = make_sw128_kmajor_desc(stage_b(base, 0) + static_cast<uint32_t>(g) * kBlockBytes);
-    // This thread's rows' scales: row swapped_slot_row(j, lane) = 8 (j / 2) + 2 (lane % 4) + j % 2.
+    // This thread's rows' scales: row swapped_slot_row(j, lane) = 8 (j / 2) + 2 (lane % 4) + j % 2
+    // (gemm_maps_wgmma.h), the lane's part here and the slot's in the k-loop.
     const uint32_t tok_scale0 = stage_scale_a(base, 0) + static_cast<uint32_t>(2 * (lane % 4) * 16);
     const int num_kb = num_k_blocks(K);
     bool ok = true;
