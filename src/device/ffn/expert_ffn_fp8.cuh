@@ -46,10 +46,11 @@ struct WarpSpecialisedFp8Tiles : WarpSpecialisedTileRoles<Gemm_> {
   static constexpr int kSmemBytes =
       Gemm::kDecodeForm ? kRowAmaxOffset + SwappedStores<Gemm, Gemm::kSwappedTokens>::kScratchBytes : Base::kSmemBytes;
   static_assert(kSmemBytes + kStaticSmemBytes <= kBlockSmemBytes, "ring + row tables fit one SM");
-  __device__ static bool decode_form(const Posted& posted) {
-    if constexpr (Gemm::kDecodeForm) return posted.rows <= Gemm::kSwappedTokens;
-    else return false;
-  }
+  // Whether a tile runs the decode form (its rows fit kSwappedTokens in the decode kernel). Callers ask
+  // under `if constexpr (Gemm::kDecodeForm)`, so that the 64-row kernel is compiled without the decode
+  // form's code: with it there, present but never run, that kernel's SASS changed and its spill
+  // instructions went 109 -> 167 (docs/performance.md#the-decode-form-at-32-rows-2026-11-30).
+  __device__ static bool decode_form(const Posted& posted) { return posted.rows <= Gemm::kSwappedTokens; }
 
   // A producer thread's A operands: its rows' codes and the scales of its scale row.
   struct ARows {
@@ -123,9 +124,11 @@ struct WarpSpecialisedFp8Tiles : WarpSpecialisedTileRoles<Gemm_> {
   template <class Transport>
   __device__ static void linear1(const FusedContext<Transport>& c, const Posted& posted, Shared& sh, int s,
                                  typename Gemm::RingPos& ring, void* smem, const ThreadGroup& g) {
-    if (decode_form(posted)) {
-      if (posted.rows <= Gemm::kSwappedTokensSmall) return decode_linear1<Gemm::kSwappedTokensSmall>(c, posted, sh, s, ring, smem, g);
-      return decode_linear1<Gemm::kSwappedTokens>(c, posted, sh, s, ring, smem, g);
+    if constexpr (Gemm::kDecodeForm) {
+      if (decode_form(posted)) {
+        if (posted.rows <= Gemm::kSwappedTokensSmall) return decode_linear1<Gemm::kSwappedTokensSmall>(c, posted, sh, s, ring, smem, g);
+        return decode_linear1<Gemm::kSwappedTokens>(c, posted, sh, s, ring, smem, g);
+      }
     }
     const FusedParams& prm = *c.prm;
     const int H = prm.dims.hidden, I = prm.dims.intermediate;
@@ -141,9 +144,11 @@ struct WarpSpecialisedFp8Tiles : WarpSpecialisedTileRoles<Gemm_> {
   template <class Transport>
   __device__ static void linear2(const FusedContext<Transport>& c, const Posted& posted, Shared& sh, int s,
                                  typename Gemm::RingPos& ring, void* smem, const ThreadGroup& g) {
-    if (decode_form(posted)) {
-      if (posted.rows <= Gemm::kSwappedTokensSmall) return decode_linear2<Gemm::kSwappedTokensSmall>(c, posted, sh, s, ring, smem, g);
-      return decode_linear2<Gemm::kSwappedTokens>(c, posted, sh, s, ring, smem, g);
+    if constexpr (Gemm::kDecodeForm) {
+      if (decode_form(posted)) {
+        if (posted.rows <= Gemm::kSwappedTokensSmall) return decode_linear2<Gemm::kSwappedTokensSmall>(c, posted, sh, s, ring, smem, g);
+        return decode_linear2<Gemm::kSwappedTokens>(c, posted, sh, s, ring, smem, g);
+      }
     }
     Base::linear2(c, posted, sh, s, ring, smem, g);
   }

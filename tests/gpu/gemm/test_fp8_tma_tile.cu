@@ -77,9 +77,6 @@ struct Params {
   uint32_t* error;  // {1 + side (0 producer, 1 math), tile, CTA}
   uint64_t timeout_ns;
   bool kloop_only;  // bench: no epilogue (no output, no h), so the time is the k-loop's and the ring's
-  int swapped;      // > 0: the decode form at this many tokens (mainloop_swapped<swapped>, tiles of at most that
-                    // many rows): out only, no h
-  bool quarters;    // the 64-row k-loop in n64 quarters (mainloop<true>, the decode kernel's larger tiles)
 };
 
 __device__ void record_failure(const Params& p, int side, int tile) {
@@ -109,6 +106,11 @@ __device__ bool swapped_tile(const Params& p, Tile::RingPos& pos, int t, int row
   return true;
 }
 
+// One kernel a k-loop form: kSwapped > 0, the decode form at that many tokens (mainloop_swapped<kSwapped>,
+// tiles of at most that many rows; out only, no h); else the 64-row k-loop, in n64 quarters when
+// kQuarters (mainloop<true>). Forms apart, as in the fused kernels: the quarters beside m64n32 in one
+// kernel make ptxas serialise every wgmma of it (docs/performance.md#the-decode-form-at-32-rows-2026-11-30).
+template <int kSwapped, bool kQuarters>
 __global__ void __launch_bounds__(Tile::kThreads, 1) fp8_tma_tile_kernel(const __grid_constant__ CUtensorMap wmap,
                                                                       const Params p) {
   extern __shared__ __align__(1024) char smem[];
@@ -156,15 +158,12 @@ __global__ void __launch_bounds__(Tile::kThreads, 1) fp8_tma_tile_kernel(const _
     Tile::RingPos pos;
     for (int t = blockIdx.x; t < p.tiles; t += gridDim.x) {
       const int rows = p.tile_rows[t];
-      if (p.swapped > 0) {
-        const bool done = p.swapped == 8    ? swapped_tile<8>(p, pos, t, rows, smem, limit)
-                          : p.swapped == 16 ? swapped_tile<16>(p, pos, t, rows, smem, limit)
-                                            : swapped_tile<32>(p, pos, t, rows, smem, limit);
-        if (!done) break;
+      if constexpr (kSwapped > 0) {
+        if (!swapped_tile<kSwapped>(p, pos, t, rows, smem, limit)) break;
         continue;
       }
       Tile::Accum acc;
-      if (!(p.quarters ? Tile::mainloop<true>(pos, p.K, rows, smem, acc, limit) : Tile::mainloop(pos, p.K, rows, smem, acc, limit))) {
+      if (!(kQuarters ? Tile::mainloop<true>(pos, p.K, rows, smem, acc, limit) : Tile::mainloop(pos, p.K, rows, smem, acc, limit))) {
         record_failure(p, 1, t);
         break;
       }
@@ -308,14 +307,19 @@ bool run_case(int K, uint64_t seed, int ctas, const std::vector<int>& expert_row
   p.out = d_out.as<float>(), p.h = d_h.as<float>(), p.hq = d_hq.as<uint8_t>(), p.hs = d_hs.as<float>();
   p.abort = d_ctl.as<uint32_t>(), p.error = d_ctl.as<uint32_t>() + 1, p.timeout_ns = 2'000'000'000ull;
   p.kloop_only = kloop_only;
-  p.swapped = swapped;
-  p.quarters = quarters;
-  EPFUSE_CUDA_CHECK(cudaFuncSetAttribute(fp8_tma_tile_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes));
+  void (*const kernel)(const CUtensorMap, const Params) = swapped == 8    ? fp8_tma_tile_kernel<8, false>
+                                                         : swapped == 16 ? fp8_tma_tile_kernel<16, false>
+                                                         : swapped == 32 ? fp8_tma_tile_kernel<32, false>
+                                                         : quarters      ? fp8_tma_tile_kernel<0, true>
+                                                                         : fp8_tma_tile_kernel<0, false>;
+  EPFUSE_REQUIRE(swapped == 0 || swapped == 8 || swapped == 16 || swapped == 32, epfuse::ErrorCode::kInvalidArgument,
+                 "no decode form at this N");
+  EPFUSE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes));
   const std::string form = swapped > 0 ? ", decode form n" + std::to_string(swapped) : "";
   std::printf("K=%d: %d tiles on %d CTAs, %d k-blocks per tile (ring of %d stages)%s%s%s\n", K, ntiles, ctas, kblocks,
               Tile::kStages, extreme_scales ? ", scales at their extremes" : "", form.c_str(), quarters ? ", n64 quarters" : "");
   std::fflush(stdout);  // a crash in the kernel leaves this line as the last
-  fp8_tma_tile_kernel<<<ctas, Tile::kThreads, Tile::kSmemBytes>>>(wmap, p);
+  kernel<<<ctas, Tile::kThreads, Tile::kSmemBytes>>>(wmap, p);
   EPFUSE_CUDA_CHECK_LAUNCH();
   EPFUSE_CUDA_CHECK(cudaDeviceSynchronize());
   if (bench) {
@@ -327,7 +331,7 @@ bool run_case(int K, uint64_t seed, int ctas, const std::vector<int>& expert_row
     std::vector<float> times(kReps);
     for (int i = -kWarmup; i < kReps; ++i) {
       EPFUSE_CUDA_CHECK(cudaEventRecord(start));
-      fp8_tma_tile_kernel<<<ctas, Tile::kThreads, Tile::kSmemBytes>>>(wmap, p);
+      kernel<<<ctas, Tile::kThreads, Tile::kSmemBytes>>>(wmap, p);
       EPFUSE_CUDA_CHECK_LAUNCH();
       EPFUSE_CUDA_CHECK(cudaEventRecord(stop));
       EPFUSE_CUDA_CHECK(cudaEventSynchronize(stop));
