@@ -107,11 +107,11 @@ EPFUSE_HD GemmTileShape choose_bf16_tile(int rows_per_expert, int local_experts,
 // Every weight_format fp8-block128 config runs it, whatever T (padding rows are not loaded); not in
 // kFusedTileShapes (those are the bf16 kernels).
 inline constexpr GemmTileShape kTmaFp8M128N256{128, 256, 128, 4, 8, 1, GemmMma::kWgmmaTmaFp8};
-// Its decode kernel (TileGemmTmaFp8Decode): the call's tiles of at most 16 rows (kSwappedTokens) in the decode form, the
-// others in the 64-row form as n64 quarters (a lower register peak than kTmaFp8M128N256's halves). Chosen
-// when a local expert gets at most kFp8DecodeRowsPerExpert rows on average (choose_fused_tile): up to 16
-// it was 1-4% faster than the 64-row kernel at qwen3-30b's and dsv3's per-GPU shapes, at 32 rows even
-// (docs/performance.md#the-fp8-decode-kernel-up-to-more-rows-an-expert-2026-11-30).
+// Its decode kernel (TileGemmTmaFp8Decode): the call's tiles of at most 16 rows (kSwappedTokens) in the
+// decode form, the others in the 64-row form as n64 quarters (a lower register peak than kTmaFp8M128N256's
+// halves). Chosen when a local expert gets at most kFp8DecodeRowsPerExpert rows on average
+// (choose_fused_tile): up to 16 it was 1-4% faster than the 64-row kernel at qwen3-30b's and dsv3's
+// per-GPU shapes, at 32 rows even (docs/performance.md#the-fp8-decode-kernel-up-to-more-rows-an-expert-2026-11-30).
 inline constexpr GemmTileShape kTmaFp8M128N256Decode{128, 256, 128, 4, 8, 1, GemmMma::kWgmmaTmaFp8Decode};
 inline constexpr int kFp8DecodeRowsPerExpert = 16;
 inline constexpr GemmTileShape kFusedTileShapes[] = {kTmaM128N256, kWgmmaM128N128, kTileM32};

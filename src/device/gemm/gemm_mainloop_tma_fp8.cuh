@@ -240,9 +240,9 @@ struct TileGemmTmaFp8 {
     constexpr uint32_t kHalfBytes = kBoxRows * kSw128RowBytes, kBlockBytes = kWgmmaM * kSw128RowBytes;
     const uint64_t desc_x0 = make_sw128_kmajor_desc(stage_a(base, 0));
     const uint64_t desc_w0 = make_sw128_kmajor_desc(stage_b(base, 0) + static_cast<uint32_t>(g) * kBlockBytes);
-    // This thread's rows' scales: row swapped_slot_row(j, lane) = 8 (j / 2) + 2 (lane % 4) + j % 2
-    // (gemm_maps_wgmma.h), the lane's part here and the slot's in the k-loop.
-    const uint32_t tok_scale0 = stage_scale_a(base, 0) + static_cast<uint32_t>(2 * (lane % 4) * 16);
+    // This thread's rows' scales: slot j is row swapped_slot_row(j, lane) (gemm_maps_wgmma.h), the lane's
+    // part (swapped_slot_row(0, lane)) here and the slot's in the k-loop.
+    const uint32_t tok_scale0 = stage_scale_a(base, 0) + static_cast<uint32_t>(swapped_slot_row(0, lane) * 16);
     const int num_kb = num_k_blocks(K);
     bool ok = true;
     for (int kb = 0; kb < num_kb; ++kb, ++pos.kb) {
@@ -253,7 +253,8 @@ struct TileGemmTmaFp8 {
       const uint32_t sa = tok_scale0 + static_cast<uint32_t>(s * kStageBytesScaleA + (kb & 3) * 4);
       float tok_scale[kTokens / 4];
 #pragma unroll
-      for (int j = 0; j < kTokens / 4; ++j) tok_scale[j] = ld_shared_f32(sa + static_cast<uint32_t>((8 * (j / 2) + j % 2) * 16));
+      for (int j = 0; j < kTokens / 4; ++j)
+        tok_scale[j] = ld_shared_f32(sa + static_cast<uint32_t>((swapped_slot_row(j, lane) - swapped_slot_row(0, lane)) * 16));
       const float w_scale[2] = {ld_shared_f32(stage_scale_b(base, s)), ld_shared_f32(stage_scale_b(base, s) + 4u)};
       const uint64_t desc_x = uniform_u64(desc_advance(desc_x0, static_cast<uint32_t>(s * kStageBytesA)));
       const uint64_t desc_w = uniform_u64(desc_advance(desc_w0, static_cast<uint32_t>(s * kStageBytesB)));
