@@ -267,7 +267,7 @@ __device__ void collect_task(const FusedContext<Transport>& c, int block_m, int 
     if (threadIdx.x < 32) {
       // Warp 0: the prefixes as scans, then the schedule and the targets expert by expert (lane by lane);
       // the lagged schedule of worlds > 1 (more than one wave of Linear1 tiles, more m-blocks than
-      // experts, a combine the GEMMs do not cover) is one pass (task_map.h build_gemm_schedule), on lane 0.
+      // experts, a combine the GEMMs do not cover) in two such steps (task_map.h build_gemm_schedule).
       const int mblocks = plan_prefixes(counts, count_stride, W, L, p, WarpScan{lane});
       __syncwarp();
       trace::stamp_current(threadIdx.x == 0 && real, trace::kEpiMath);
@@ -275,9 +275,12 @@ __device__ void collect_task(const FusedContext<Transport>& c, int block_m, int 
                                                      : schedule_lag(W, static_cast<int>(gridDim.x), mblocks, nblocks1, L, prm.combine_lag);
       if (lag == kLinear1First) {
         for (int e = lane; e < L; e += 32) linear1_first_segments(p, L, nblocks1, nblocks2, e);
-      } else if (lane == 0) {
-        // target is filled below: until then it is the schedule's scratch.
-        build_gemm_schedule(p, L, nblocks1, nblocks2, lag, reinterpret_cast<int*>(p.target));
+      } else {
+        // target is filled below: until then it holds the placements.
+        int* placed = reinterpret_cast<int*>(p.target);
+        for (int e = lane; e < L; e += 32) placed[e] = lagged_placement(p, L, nblocks1, lag, e);
+        __syncwarp();
+        for (int e = lane; e < L; e += 32) lagged_segments(p, L, nblocks1, nblocks2, placed, e);
       }
       __syncwarp();
       trace::stamp_current(threadIdx.x == 0 && real, trace::kEpiSwiglu);

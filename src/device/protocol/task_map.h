@@ -326,50 +326,64 @@ EPFUSE_HD int forced_lag(int quarters, int ctas) {
 //    m-blocks, so the CTAs in flight read a few weight tiles at a time and L2 keeps them (m-block major
 //    order had about one distinct weight tile per CTA in flight and re-read an expert's weights from HBM
 //    once per m-block);
-//  - Linear1 segments in expert order; the Linear2 segment of expert e is placed as soon as `lag` tasks
-//    have followed the end of Linear1(e) (lag = one wave of CTAs, so its m-blocks are mostly finished
-//    when its tiles are taken), the rest after the last Linear1 segment. The Linear2 tiles' remote
-//    combine stores then spread over the GEMM phase instead of bunching at its end.
+//  - Linear1 segments in expert order; the Linear2 segment of expert j right after the first Linear1
+//    segment whose end is `lag` Linear1 tasks or more past the end of Linear1(j) (lag = one wave of CTAs,
+//    so its m-blocks are mostly finished when its tiles are taken), the rest after the last Linear1
+//    segment, in expert order. The Linear2 tiles' remote combine stores then spread over the GEMM phase
+//    instead of bunching at its end.
 // Every Linear2 segment comes after its expert's Linear1 segment, so waits still target smaller ids.
-// lag = kLinear1First: linear1_first_segments instead. Returns the GEMM task count.
-// l1_end: scratch of local_experts ints (where each Linear1 segment ended). One pass over the experts
-// that reads only mb_start and l1_end: the collect task's thread 0 builds it, and reading back the
-// segments it had written (the previous pass) took 21 us for 64 experts; this one 14.6 us.
+// Every expert keeps its two segments, empty ones too (as linear1_first_segments), so that each
+// segment's place and start follow from mb_start and the placements alone: the collect task's warp
+// builds them one expert a lane in two steps (lagged_placement, then lagged_segments, with the lanes'
+// placements in between), where a serial pass over the experts took its thread 0 ~15 us at 64 experts
+// (docs/performance.md#where-a-world-2-qwen3-30b-t--1024-call-goes-2026-11-30-the-timeline). The lag
+// counts Linear1 tasks only (the serial pass counted the Linear2 tasks placed between as well), which is
+// what makes a placement independent of the others.
+// Step 1, expert j: the Linear1 segment after which Linear2(j) goes (>= j; local_experts - 1: after all).
+EPFUSE_HD int lagged_placement(const ExpertPlan& p, int local_experts, int nblocks1, int lag, int j) {
+  const int end_j = p.mb_start[j + 1];
+  // The first e >= j with (mb_start[e + 1] - end_j) * nblocks1 >= lag: mb_start is non-decreasing.
+  int lo = j, hi = local_experts - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi) / 2;
+    if (static_cast<int64_t>(p.mb_start[mid + 1] - end_j) * nblocks1 >= lag) hi = mid; else lo = mid + 1;
+  }
+  return lo;
+}
+// Step 2, expert e, with every expert's placement in `placed` ([L], non-decreasing, placed[j] >= j):
+// Linear1(e) and Linear2(e)'s segments. Linear1(e) follows the Linear1 segments before it and the
+// Linear2 segments placed before it (those of the experts j with placed[j] < e: a prefix of them);
+// Linear2(e) follows Linear1(0..placed[e]) and Linear2(0..e-1).
+EPFUSE_HD void lagged_segments(const ExpertPlan& p, int local_experts, int nblocks1, int nblocks2, const int* placed, int e) {
+  const int L = local_experts;
+  int lo = 0, hi = L;  // before_e: the first j with placed[j] >= e (L if none)
+  while (lo < hi) {
+    const int mid = (lo + hi) / 2;
+    if (placed[mid] >= e) hi = mid; else lo = mid + 1;
+  }
+  const int before_e = lo, after = placed[e];
+  p.seg_start[e + before_e] = p.mb_start[e] * nblocks1 + p.mb_start[before_e] * nblocks2;
+  p.seg_code[e + before_e] = e * 2 + kSegLinear1;
+  p.seg_start[after + 1 + e] = p.mb_start[after + 1] * nblocks1 + p.mb_start[e] * nblocks2;
+  p.seg_code[after + 1 + e] = e * 2 + kSegLinear2;
+  if (e == 0) {
+    p.seg_start[2 * L] = p.mb_start[L] * (nblocks1 + nblocks2);
+    *p.segments = 2 * L;
+  }
+}
+
+// The whole schedule by one thread (the CPU tests'; the collect task runs the same steps one expert a
+// lane). lag = kLinear1First: linear1_first_segments. placed: scratch of local_experts ints. Returns the
+// GEMM task count.
 EPFUSE_HD int build_gemm_schedule(const ExpertPlan& p, int local_experts, int nblocks1, int nblocks2, int lag,
-                                  int* l1_end) {
+                                  int* placed) {
   if (lag == kLinear1First) {
     for (int e = 0; e < local_experts; ++e) linear1_first_segments(p, local_experts, nblocks1, nblocks2, e);
-    return p.mb_start[local_experts] * (nblocks1 + nblocks2);
+  } else {
+    for (int j = 0; j < local_experts; ++j) placed[j] = lagged_placement(p, local_experts, nblocks1, lag, j);
+    for (int e = 0; e < local_experts; ++e) lagged_segments(p, local_experts, nblocks1, nblocks2, placed, e);
   }
-  int n = 0, pos = 0;
-  int next = 0;  // the first expert whose Linear2 segment is unplaced (those before it: placed, or no rows)
-  auto emit = [&](int expert, int kind, int tasks) {
-    p.seg_start[n] = pos;
-    p.seg_code[n] = expert * 2 + kind;
-    ++n;
-    pos += tasks;
-  };
-  // The Linear2 segments of experts next..last (whose Linear1 segments are placed), in expert order,
-  // while each has `lag` tasks behind its Linear1 (all: regardless).
-  auto place_linear2 = [&](int last, bool all) {
-    for (; next <= last; ++next) {
-      const int mblocks = p.mb_start[next + 1] - p.mb_start[next];
-      if (mblocks == 0) continue;
-      if (!all && pos - l1_end[next] < lag) return;
-      emit(next, kSegLinear2, mblocks * nblocks2);
-    }
-  };
-  for (int e = 0; e < local_experts; ++e) {
-    const int mblocks = p.mb_start[e + 1] - p.mb_start[e];
-    if (mblocks == 0) continue;
-    emit(e, kSegLinear1, mblocks * nblocks1);
-    l1_end[e] = pos;
-    place_linear2(e, false);
-  }
-  place_linear2(local_experts - 1, true);
-  p.seg_start[n] = pos;
-  *p.segments = n;
-  return pos;
+  return p.mb_start[local_experts] * (nblocks1 + nblocks2);
 }
 
 // GEMM task `index` (< the schedule's total): its segment by binary search, then n-block major.

@@ -433,7 +433,9 @@ TEST(FusedSchedule, Linear1FirstIsTheSerialScheduleWithoutLag) {
 
 // The schedule's promises (task_map.h): a bijection onto the tiles, n-block major within a segment,
 // every Linear2 tile after all Linear1 tiles of its expert, Linear2 segments in expert order, each at
-// least `lag` tasks past the end of its Linear1 or after the last Linear1 segment.
+// least `lag` Linear1 tasks past the end of its Linear1 or after the last Linear1 segment, and right after
+// the first Linear1 segment that puts it there: the one before that ends fewer than `lag` Linear1 tasks
+// past it.
 TEST(FusedSchedule, BijectiveNblockMajorAndLagged) {
   std::mt19937 rng(99);
   for (int L : {1, 2, 3, 8, 64}) {
@@ -448,12 +450,18 @@ TEST(FusedSchedule, BijectiveNblockMajorAndLagged) {
         const int total = build_gemm_schedule(st.plan, L, nb1, nb2, lag, l1_end.data());
         ASSERT_EQ(total, st.plan.mb_start[L] * (nb1 + nb2));
         std::set<std::tuple<int, int, int>> tiles;
-        std::vector<int> l1_last(L, -1), l2_first(L, -1);
+        std::vector<int> l1_first(L, -1), l1_last(L, -1), l2_first(L, -1);
+        std::vector<int> l1_before(total + 1, 0), l1_expert(total, -1);  // Linear1 tasks before task i
         int prev_kind = -1;
         GemmTile prev{};
         for (int i = 0; i < total; ++i) {
           int kind = -1;
           const GemmTile t = gemm_tile(st.plan, i, &kind);
+          l1_before[i + 1] = l1_before[i] + (kind == kSegLinear1 ? 1 : 0);
+          if (kind == kSegLinear1) {
+            l1_expert[i] = t.expert;
+            if (l1_first[t.expert] < 0) l1_first[t.expert] = i;
+          }
           ASSERT_TRUE(kind == kSegLinear1 || kind == kSegLinear2);
           ASSERT_GE(t.mblock, st.plan.mb_start[t.expert]);
           ASSERT_LT(t.mblock, st.plan.mb_start[t.expert + 1]);
@@ -482,7 +490,15 @@ TEST(FusedSchedule, BijectiveNblockMajorAndLagged) {
         for (int e = 0; e < L; ++e) {
           if (mblocks[e] == 0) continue;
           const int gap = l2_first[e] - (l1_last[e] + 1);
-          EXPECT_TRUE(gap >= lag || l2_first[e] >= last_l1_end) << "expert " << e << " gap " << gap;
+          const int l1_gap = l1_before[l2_first[e]] - l1_before[l1_last[e] + 1];
+          EXPECT_TRUE(l1_gap >= lag || l2_first[e] >= last_l1_end) << "expert " << e << " Linear1 gap " << l1_gap;
+          // The Linear1 segment just before it: the earlier one did not end `lag` Linear1 tasks past.
+          int q = l2_first[e] - 1;
+          while (l1_expert[q] < 0) --q;
+          if (l1_expert[q] != e) {
+            EXPECT_LT(l1_before[l1_first[l1_expert[q]]] - l1_before[l1_last[e] + 1], lag)
+                << "expert " << e << " placed after expert " << l1_expert[q] << "'s Linear1, later than its lag asks";
+          }
           if (lag == 0) {
             EXPECT_EQ(gap, 0) << "with no lag Linear2 follows its Linear1";
           }
