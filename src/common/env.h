@@ -47,7 +47,8 @@ inline constexpr Variable kEnvironment[] = {
      "1"},
     {"EPFUSE_SCHEDULE_LAG",
      "diagnostics: the fused kernel's GEMM order: auto, first (every Linear1 tile before any Linear2 tile) or the "
-     "lag of each expert's Linear2 tiles behind its Linear1 tiles in waves of CTAs, a multiple of 0.25 in [0.25, 16]",
+     "lag of each expert's Linear2 tiles behind its Linear1 tiles, in waves of CTAs counted in Linear1 tiles, a "
+     "multiple of 0.25 in [0.25, 16]",
      "auto (schedule_lag in src/device/protocol/task_map.h)"},
     {"EPFUSE_FUSED_TILE",
      "diagnostics: the fused kernel's tile at every T instead of the choice by rows an expert: auto, or one the "
