@@ -150,9 +150,9 @@ TEST(FusedTaskMap, DecodeCoversEveryTaskOnce) {
       MblockPlan st(mblocks);
       const int L = static_cast<int>(mblocks.size());
       const int total_mb = st.plan.mb_start[L];
-      std::vector<int> l1_end(L);
+      std::vector<int> placed(L);
       const TaskSpace s =
-          with_gemm_tasks(make_task_space(tokens, ctas), build_gemm_schedule(st.plan, L, 3, 2, 4, l1_end.data()));
+          with_gemm_tasks(make_task_space(tokens, ctas), build_gemm_schedule(st.plan, L, 3, 2, 4, placed.data()));
       ASSERT_EQ(s.gemm, total_mb * 5);
       std::map<Phase, std::vector<int>> seen;
       std::set<std::tuple<Phase, int, int>> tiles;
@@ -352,7 +352,7 @@ TEST(FusedDispatch, WorldOneWalksEachTokensSlotZeroOnce) {
       }
 }
 
-// The world-1 schedule (schedule_lag: kLinear1First, linear1_first_segments) is the serial pass's with a
+// The world-1 schedule (schedule_lag: kLinear1First, linear1_first_segments) is the lagged steps' with a
 // lag past every task, task for task, on plans with experts without rows; worlds > 1 ask for it at a
 // decode step's shapes too, and the one-wave lag they ask for otherwise does put Linear2 tiles ahead of
 // Linear1 ones.
@@ -365,9 +365,9 @@ TEST(FusedSchedule, Linear1FirstIsTheSerialScheduleWithoutLag) {
       if (trial == 5) std::fill(mblocks.begin(), mblocks.end(), 0);
       const int nb1 = 1 + static_cast<int>(rng() % 6), nb2 = 1 + static_cast<int>(rng() % 6);
       MblockPlan serial(mblocks), first(mblocks);
-      std::vector<int> l1_end(L);
-      const int total = build_gemm_schedule(serial.plan, L, nb1, nb2, 1 << 20, l1_end.data());
-      ASSERT_EQ(build_gemm_schedule(first.plan, L, nb1, nb2, schedule_lag(1, 132, total, 1, 1, true), l1_end.data()), total);
+      std::vector<int> placed(L);
+      const int total = build_gemm_schedule(serial.plan, L, nb1, nb2, 1 << 20, placed.data());
+      ASSERT_EQ(build_gemm_schedule(first.plan, L, nb1, nb2, schedule_lag(1, 132, total, 1, 1, true), placed.data()), total);
       ASSERT_EQ(first.plan.seg_start[*first.plan.segments], total);
       // At world 4 a phase of at most one wave of Linear1 tasks asks for the same order, and the lagged
       // pass with the smallest such lag (the Linear1 task count) builds it too.
@@ -376,7 +376,7 @@ TEST(FusedSchedule, Linear1FirstIsTheSerialScheduleWithoutLag) {
         ASSERT_EQ(schedule_lag(4, linear1_tasks, linear1_tasks, 1, 0, true), kLinear1First);
         ASSERT_EQ(schedule_lag(4, linear1_tasks - 1, linear1_tasks, 1, 0, true), linear1_tasks - 1);
         MblockPlan one_wave(mblocks);
-        ASSERT_EQ(build_gemm_schedule(one_wave.plan, L, nb1, nb2, linear1_tasks, l1_end.data()), total);
+        ASSERT_EQ(build_gemm_schedule(one_wave.plan, L, nb1, nb2, linear1_tasks, placed.data()), total);
         for (int i = 0; i < total; ++i) {
           int kind_s = -1, kind_w = -1;
           const GemmTile a = gemm_tile(serial.plan, i, &kind_s), w = gemm_tile(one_wave.plan, i, &kind_w);
@@ -404,8 +404,8 @@ TEST(FusedSchedule, Linear1FirstIsTheSerialScheduleWithoutLag) {
   EXPECT_EQ(schedule_lag(4, 132, 31, 6, 32, true), kLinear1First);
   ASSERT_EQ(schedule_lag(4, 132, 96, 6, 32, true), 132);
   MblockPlan prefill(std::vector<int>(32, 3));
-  std::vector<int> l1_end(32);
-  const int total = build_gemm_schedule(prefill.plan, 32, 6, 8, schedule_lag(4, 132, 96, 6, 32, true), l1_end.data());
+  std::vector<int> placed(32);
+  const int total = build_gemm_schedule(prefill.plan, 32, 6, 8, schedule_lag(4, 132, 96, 6, 32, true), placed.data());
   int last_l1 = -1, first_l2 = total;
   for (int i = 0; i < total; ++i) {
     int kind = -1;
@@ -446,8 +446,8 @@ TEST(FusedSchedule, BijectiveNblockMajorAndLagged) {
         if (trial == 3) std::fill(mblocks.begin(), mblocks.end(), 4);
         MblockPlan st(mblocks);
         const int nb1 = 1 + static_cast<int>(rng() % 6), nb2 = 1 + static_cast<int>(rng() % 6);
-        std::vector<int> l1_end(L);
-        const int total = build_gemm_schedule(st.plan, L, nb1, nb2, lag, l1_end.data());
+        std::vector<int> placed(L);
+        const int total = build_gemm_schedule(st.plan, L, nb1, nb2, lag, placed.data());
         ASSERT_EQ(total, st.plan.mb_start[L] * (nb1 + nb2));
         std::set<std::tuple<int, int, int>> tiles;
         std::vector<int> l1_first(L, -1), l1_last(L, -1), l2_first(L, -1);
@@ -645,8 +645,8 @@ TEST(FusedPlan, WarpConstructionIsTheOneThreadPlan) {
           mb1 += mb;
         }
         one.plan.mb_start[L] = mb1;
-        std::vector<int> l1_end(L);
-        const int total1 = build_gemm_schedule(one.plan, L, nb1, nb2, lag, l1_end.data());
+        std::vector<int> placed(L);
+        const int total1 = build_gemm_schedule(one.plan, L, nb1, nb2, lag, placed.data());
         for (int e = 0; e < L; ++e) {
           one.plan.target[e] = bases1[e] + static_cast<uint32_t>(one.plan.rows[e]);
           bases1[e] = one.plan.target[e];
