@@ -266,7 +266,7 @@ __device__ void collect_task(const FusedContext<Transport>& c, int block_m, int 
     const int lane = static_cast<int>(threadIdx.x) % 32;
     if (threadIdx.x < 32) {
       // Warp 0: the prefixes as scans, then the schedule and the targets expert by expert (lane by lane);
-      // the lagged schedule of worlds > 1 (more than one wave of Linear1 tiles, more m-blocks than
+      // the lagged schedule of worlds > 1 (more Linear1 tiles than its lag, more m-blocks than
       // experts, a combine the GEMMs do not cover) in two such steps (task_map.h build_gemm_schedule).
       const int mblocks = plan_prefixes(counts, count_stride, W, L, p, WarpScan{lane});
       __syncwarp();

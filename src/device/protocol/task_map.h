@@ -287,15 +287,18 @@ EPFUSE_HD void linear1_first_segments(const ExpertPlan& p, int local_experts, in
   }
 }
 
-// The lag the collect task asks for, given the phase's Linear1 tasks (m-blocks x nblocks1). Its one
-// wave of CTAs spreads the Linear2 tiles' combine stores to other ranks over the GEMM phase. World 1 has
+// The lag the collect task asks for, given the phase's Linear1 tasks (m-blocks x nblocks1). Its wave and a
+// half of CTAs spreads the Linear2 tiles' combine stores to other ranks over the GEMM phase, and takes a
+// Linear2 segment when its expert's Linear1 tiles are done: one wave took it while the last of them were
+// still running where experts have one or two m-blocks (qwen3-30b FP8 world 2 T=1024 0.243 -> 0.227 ms,
+// docs/performance.md#a-lag-of-a-wave-and-a-half-2026-11-30). World 1 has
 // none, and there the lag cost time where experts have few m-blocks: a placed Linear2 segment counts
 // toward the next one's lag, so one wave in every Linear2 segment so far went ahead of the remaining
 // Linear1 segments, whose Linear2 tiles then ended the phase
-// (docs/performance.md#start-up-layout-publish-collect). With at most one wave of Linear1 tasks no
-// Linear2 segment is `lag` tasks past the end of the first Linear1 one before the last Linear1 segment
-// is placed, so every Linear2 segment follows it whatever the lag: the kLinear1First order, built one
-// expert per lane instead of the serial pass (docs/performance.md#the-plan-at-world-4-2026-11-28).
+// (docs/performance.md#start-up-layout-publish-collect). With at most `lag` Linear1 tasks no Linear2
+// segment is `lag` tasks past the end of the first Linear1 one before the last Linear1 segment is placed,
+// so every Linear2 segment follows it: the kLinear1First order, built one expert per lane instead of the
+// serial pass (docs/performance.md#the-plan-at-world-4-2026-11-28).
 inline constexpr int kLinear1First = 0x7fffffff;
 // Also where the m-blocks are at most one per local expert (a decode step's shapes): there the combine
 // stores the lag spreads are a few rows, and the lagged pass on one lane took ~7 us of the collect task
@@ -303,7 +306,8 @@ inline constexpr int kLinear1First = 0x7fffffff;
 // And where the GEMMs hide the combine without it (combine_wants_lag false): there the lag only holds Linear2
 // tiles behind Linear1 tiles of their expert still running (docs/performance.md#the-gemm-order-at-world-4-a-lag-sweep-2026-11-28).
 EPFUSE_HD int schedule_lag(int world, int ctas, int mblocks, int nblocks1, int local_experts, bool combine_lag) {
-  return world == 1 || !combine_lag || mblocks * nblocks1 <= ctas || mblocks <= local_experts ? kLinear1First : ctas;
+  const int lag = ctas + ctas / 2;
+  return world == 1 || !combine_lag || mblocks * nblocks1 <= lag || mblocks <= local_experts ? kLinear1First : lag;
 }
 
 // Whether the combine's stores to other ranks need the lag to spread them. A routed row costs 6 H I FLOPs
@@ -327,8 +331,8 @@ EPFUSE_HD int forced_lag(int quarters, int ctas) {
 //    order had about one distinct weight tile per CTA in flight and re-read an expert's weights from HBM
 //    once per m-block);
 //  - Linear1 segments in expert order; the Linear2 segment of expert j right after the first Linear1
-//    segment whose end is `lag` Linear1 tasks or more past the end of Linear1(j) (lag = one wave of CTAs,
-//    so its m-blocks are mostly finished when its tiles are taken), the rest after the last Linear1
+//    segment whose end is `lag` Linear1 tasks or more past the end of Linear1(j) (lag = a wave and a half
+//    of CTAs, so its m-blocks are finished when its tiles are taken), the rest after the last Linear1
 //    segment, in expert order. The Linear2 tiles' remote combine stores then spread over the GEMM phase
 //    instead of bunching at its end.
 // Every Linear2 segment comes after its expert's Linear1 segment, so waits still target smaller ids.
