@@ -289,9 +289,11 @@ EPFUSE_HD void linear1_first_segments(const ExpertPlan& p, int local_experts, in
 
 // The lag the collect task asks for, given the phase's Linear1 tasks (m-blocks x nblocks1). One wave of
 // CTAs spreads the Linear2 tiles' combine stores to other ranks over the GEMM phase. At world 2, where half
-// of those stores stay home, a wave and a half: one wave took a Linear2 segment while its expert's last
-// Linear1 tiles were still running (qwen3-30b FP8 T=1024 0.243 -> 0.227 ms), where at world 4 the longer
-// lag cost 1.1-1.7% (docs/performance.md#a-lag-of-a-wave-and-a-half-2026-11-30). World 1 has
+// of those stores stay home, and experts of at most two m-blocks on average, a wave and a half: there a
+// Linear2 segment lands within a few tasks of one wave past its expert's Linear1 tiles and one wave took
+// it while the last of them still ran (qwen3-30b FP8 T=1024 0.244 -> 0.227 ms); longer segments already
+// add lag at their ends, and there a wave and a half cost up to 1.3% at world 2 and 1.4-1.5% at world 4
+// (docs/performance.md#a-lag-of-a-wave-and-a-half-2026-11-30). World 1 has
 // none, and there the lag cost time where experts have few m-blocks: a placed Linear2 segment counts
 // toward the next one's lag, so one wave in every Linear2 segment so far went ahead of the remaining
 // Linear1 segments, whose Linear2 tiles then ended the phase
@@ -306,7 +308,7 @@ inline constexpr int kLinear1First = 0x7fffffff;
 // And where the GEMMs hide the combine without it (combine_wants_lag false): there the lag only holds Linear2
 // tiles behind Linear1 tiles of their expert still running (docs/performance.md#the-gemm-order-at-world-4-a-lag-sweep-2026-11-28).
 EPFUSE_HD int schedule_lag(int world, int ctas, int mblocks, int nblocks1, int local_experts, bool combine_lag) {
-  const int lag = world == 2 ? ctas + ctas / 2 : ctas;
+  const int lag = world == 2 && mblocks <= 2 * local_experts ? ctas + ctas / 2 : ctas;
   return world == 1 || !combine_lag || mblocks * nblocks1 <= lag || mblocks <= local_experts ? kLinear1First : lag;
 }
 
@@ -332,7 +334,7 @@ EPFUSE_HD int forced_lag(int quarters, int ctas) {
 //    once per m-block);
 //  - Linear1 segments in expert order; the Linear2 segment of expert j right after the first Linear1
 //    segment whose end is `lag` Linear1 tasks or more past the end of Linear1(j) (lag = a wave of CTAs,
-//    a wave and a half at world 2, so its m-blocks are mostly finished when its tiles are taken), the
+//    more for short segments at world 2, so its m-blocks are mostly finished when its tiles are taken), the
 //    rest after the last Linear1 segment, in expert order. The Linear2 tiles' remote combine stores then
 //    spread over the GEMM phase instead of bunching at its end.
 // Every Linear2 segment comes after its expert's Linear1 segment, so waits still target smaller ids.

@@ -395,15 +395,19 @@ TEST(FusedSchedule, Linear1FirstIsTheSerialScheduleWithoutLag) {
       }
     }
   }
-  // The lag is a wave of CTAs, a wave and a half at world 2 (132 -> 198 Linear1 tasks); a phase of at
-  // most that many Linear1 tasks takes Linear1 first, one more takes the lag.
+  // The lag is a wave of CTAs; at world 2 with at most two m-blocks an expert on average, a wave and a
+  // half (132 -> 198 Linear1 tasks). A phase of at most the lag's Linear1 tasks takes Linear1 first.
   EXPECT_EQ(schedule_lag(4, 132, 132, 1, 0, true), kLinear1First);
   EXPECT_EQ(schedule_lag(4, 132, 133, 1, 0, true), 132);
-  EXPECT_EQ(schedule_lag(8, 132, 133, 1, 0, true), 132);
-  EXPECT_EQ(schedule_lag(2, 132, 198, 1, 0, true), kLinear1First);
-  EXPECT_EQ(schedule_lag(2, 132, 199, 1, 0, true), 198);
-  EXPECT_EQ(schedule_lag(2, 133, 200, 1, 0, true), 199);
-  EXPECT_EQ(schedule_lag(1, 132, 199, 1, 0, true), kLinear1First);
+  EXPECT_EQ(schedule_lag(4, 132, 64, 6, 32, true), 132);
+  EXPECT_EQ(schedule_lag(8, 132, 64, 6, 32, true), 132);
+  EXPECT_EQ(schedule_lag(2, 132, 33, 6, 32, true), kLinear1First);  // 198 Linear1 tasks
+  EXPECT_EQ(schedule_lag(2, 132, 34, 6, 32, true), 198);
+  EXPECT_EQ(schedule_lag(2, 132, 64, 6, 32, true), 198);
+  EXPECT_EQ(schedule_lag(2, 133, 64, 6, 32, true), 199);
+  EXPECT_EQ(schedule_lag(2, 132, 65, 6, 32, true), 132);            // more than two m-blocks an expert
+  EXPECT_EQ(schedule_lag(2, 132, 512, 6, 32, true), 132);
+  EXPECT_EQ(schedule_lag(1, 132, 64, 6, 32, true), kLinear1First);
   // qwen3-30b's per-GPU decode shape at world 4 (32 experts of one m-block, 6 and 8 n-blocks, 132 CTAs:
   // 192 Linear1 tasks) asks for the Linear1-first order too; three m-blocks an expert ask for the lag,
   // which puts Linear2 tiles ahead of Linear1 ones.
