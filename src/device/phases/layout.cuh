@@ -267,21 +267,15 @@ __device__ void collect_task(const FusedContext<Transport>& c, int block_m, int 
     if (threadIdx.x < 32) {
       // Warp 0: the prefixes as scans, then the schedule and the targets expert by expert (lane by lane);
       // the lagged schedule of worlds > 1 (more Linear1 tiles than its lag, more m-blocks than
-      // experts, a combine the GEMMs do not cover) in two such steps (task_map.h build_gemm_schedule).
+      // experts, a combine the GEMMs do not cover) in two such steps (task_map.h gemm_schedule_steps).
       const int mblocks = plan_prefixes(counts, count_stride, W, L, p, WarpScan{lane});
       __syncwarp();
       trace::stamp_current(threadIdx.x == 0 && real, trace::kEpiMath);
       const int lag = prm.schedule_lag_quarters >= 0 ? forced_lag(prm.schedule_lag_quarters, static_cast<int>(gridDim.x))
                                                      : schedule_lag(W, static_cast<int>(gridDim.x), mblocks, nblocks1, L, prm.combine_lag);
-      if (lag == kLinear1First) {
-        for (int e = lane; e < L; e += 32) linear1_first_segments(p, L, nblocks1, nblocks2, e);
-      } else {
-        // target is filled below: until then it holds the placements.
-        int* placed = reinterpret_cast<int*>(p.target);
-        for (int e = lane; e < L; e += 32) placed[e] = lagged_placement(p, L, nblocks1, lag, e);
-        __syncwarp();
-        for (int e = lane; e < L; e += 32) lagged_segments(p, L, nblocks1, nblocks2, placed, e);
-      }
+      // target is filled below: until then it holds the lagged schedule's placements.
+      gemm_schedule_steps(p, L, nblocks1, nblocks2, lag, reinterpret_cast<int*>(p.target), lane, 32,
+                          [] { __syncwarp(); });
       __syncwarp();
       trace::stamp_current(threadIdx.x == 0 && real, trace::kEpiSwiglu);
       for (int e = lane; e < L; e += 32) plan_target(p, bases, e);

@@ -379,17 +379,25 @@ EPFUSE_HD void lagged_segments(const ExpertPlan& p, int local_experts, int nbloc
   }
 }
 
-// The whole schedule by one thread (the CPU tests'; the collect task runs the same steps one expert a
-// lane). lag = kLinear1First: linear1_first_segments. placed: scratch of local_experts ints. Returns the
-// GEMM task count.
+// The schedule's steps for the experts lane, lane + lanes, ... (the collect task's warp: 32 lanes; one
+// thread: 0 and 1); sync() joins the lanes between the lagged steps. lag = kLinear1First:
+// linear1_first_segments. placed: scratch of local_experts ints.
+template <class Sync>
+EPFUSE_HD void gemm_schedule_steps(const ExpertPlan& p, int local_experts, int nblocks1, int nblocks2, int lag,
+                                   int* placed, int lane, int lanes, Sync sync) {
+  if (lag == kLinear1First) {
+    for (int e = lane; e < local_experts; e += lanes) linear1_first_segments(p, local_experts, nblocks1, nblocks2, e);
+    return;
+  }
+  for (int j = lane; j < local_experts; j += lanes) placed[j] = lagged_placement(p, local_experts, nblocks1, lag, j);
+  sync();
+  for (int e = lane; e < local_experts; e += lanes) lagged_segments(p, local_experts, nblocks1, nblocks2, placed, e);
+}
+
+// The whole schedule by one thread (the CPU tests'). Returns the GEMM task count.
 EPFUSE_HD int build_gemm_schedule(const ExpertPlan& p, int local_experts, int nblocks1, int nblocks2, int lag,
                                   int* placed) {
-  if (lag == kLinear1First) {
-    for (int e = 0; e < local_experts; ++e) linear1_first_segments(p, local_experts, nblocks1, nblocks2, e);
-  } else {
-    for (int j = 0; j < local_experts; ++j) placed[j] = lagged_placement(p, local_experts, nblocks1, lag, j);
-    for (int e = 0; e < local_experts; ++e) lagged_segments(p, local_experts, nblocks1, nblocks2, placed, e);
-  }
+  gemm_schedule_steps(p, local_experts, nblocks1, nblocks2, lag, placed, 0, 1, [] {});
   return p.mb_start[local_experts] * (nblocks1 + nblocks2);
 }
 
