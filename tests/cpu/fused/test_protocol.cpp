@@ -373,11 +373,11 @@ TEST(FusedSchedule, Linear1FirstIsTheSerialScheduleWithoutLag) {
       // with the smallest such lag (the Linear1 task count) builds it too.
       const int linear1_tasks = serial.plan.mb_start[L] * nb1;
       if (total > 0) {
-        MblockPlan one_wave(mblocks);
-        ASSERT_EQ(build_gemm_schedule(one_wave.plan, L, nb1, nb2, linear1_tasks, placed.data()), total);
+        MblockPlan least_lag(mblocks);
+        ASSERT_EQ(build_gemm_schedule(least_lag.plan, L, nb1, nb2, linear1_tasks, placed.data()), total);
         for (int i = 0; i < total; ++i) {
           int kind_s = -1, kind_w = -1;
-          const GemmTile a = gemm_tile(serial.plan, i, &kind_s), w = gemm_tile(one_wave.plan, i, &kind_w);
+          const GemmTile a = gemm_tile(serial.plan, i, &kind_s), w = gemm_tile(least_lag.plan, i, &kind_w);
           ASSERT_TRUE(kind_w == kind_s && w.expert == a.expert && w.mblock == a.mblock && w.nblock == a.nblock)
               << "L " << L << " task " << i;
         }
