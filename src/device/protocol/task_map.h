@@ -42,10 +42,10 @@ enum class Phase : int { kLayout, kPublish, kDispatch, kCollect, kLinear1, kLine
 EPFUSE_HD int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
 // A per-token phase's task size at small T: `size` (a power of two) halved, down to one token, while the
-// tasks stay within a quarter of the CTAs, so that a decode step's few tokens go to more CTAs and warps.
-EPFUSE_HD int small_task_tokens(int size, int num_tokens, int ctas) {
-  const int quarter = ctas / 4 > 1 ? ctas / 4 : 1;
-  while (size > 1 && ceil_div(num_tokens, size / 2) <= quarter) size /= 2;
+// tasks stay within max_tasks (at least one), so that a decode step's few tokens go to more CTAs and warps.
+EPFUSE_HD int small_task_tokens(int size, int num_tokens, int max_tasks) {
+  const int bound = max_tasks > 1 ? max_tasks : 1;
+  while (size > 1 && ceil_div(num_tokens, size / 2) <= bound) size /= 2;
   return size;
 }
 
@@ -55,9 +55,10 @@ EPFUSE_HD int small_task_tokens(int size, int num_tokens, int ctas) {
 // few tasks; a decode step's few tokens want every task on a CTA of its own. On an H100 32 tokens took
 // the dispatch phase from 53 to 38 us at mixtral T=4096 and from 150 to 110 us at qwen3 T=16384, and
 // cost T=128 7% when fixed (docs/performance.md#dispatch). Below 8-token tasks on 7/8 of the CTAs, the
-// size halves (down to 1) while the tasks stay within a quarter of the CTAs: one 8-token task at T = 8
-// quantised and sent its rows in 13 us at qwen3-30b and 37 us at dsv3 (world 4), on the way to the
-// receivers' first tiles (docs/performance.md#decode-start-up-by-more-ctas-2026-11-28).
+// size halves (down to 1) while the tasks stay within the grid: one 8-token task at T = 8 quantised and
+// sent its rows in 13 us at qwen3-30b and 37 us at dsv3 (world 4), on the way to the receivers' first
+// tiles (docs/performance.md#decode-start-up-by-more-ctas-2026-11-28), and at world 2 a 4-token task
+// took 34 us at dsv3 T = 128 (docs/performance.md#dispatch-tasks-within-the-grid-2026-12-01).
 EPFUSE_HD int dispatch_tokens(int num_tokens, int ctas) {
   for (int size = kDispatchTokensMax; size > kDispatchTokensMin; size /= 2)
     if (ceil_div(num_tokens, size) >= ctas - ctas / 8) return size;
@@ -67,8 +68,10 @@ EPFUSE_HD int dispatch_tokens(int num_tokens, int ctas) {
 // Tokens of a combine task: kCombineTokens, or fewer at small T (small_task_tokens). A task of fewer
 // tokens than half its warps shares each token's columns out to several warps (combine.cuh): one
 // 8-token task took 6 us after the last Linear2 tile at qwen3-30b T = 8, world 4, one warp a token
-// (docs/performance.md#combine-tasks-of-fewer-tokens-2026-11-28).
-EPFUSE_HD int combine_tokens(int num_tokens, int ctas) { return small_task_tokens(kCombineTokens, num_tokens, ctas); }
+// (docs/performance.md#combine-tasks-of-fewer-tokens-2026-11-28). The tasks stay within a quarter of the
+// CTAs: within the grid, as the dispatch's, they cost qwen3-30b T = 64-256 2-4% at world 1
+// (docs/performance.md#dispatch-tasks-within-the-grid-2026-12-01).
+EPFUSE_HD int combine_tokens(int num_tokens, int ctas) { return small_task_tokens(kCombineTokens, num_tokens, ctas / 4); }
 
 // Row items a dispatch task's pass walks (dispatch.cuh; each a (token, slot) of dispatch_item and a column
 // chunk of dispatch_row_chunks). At worlds > 1 all of them: an item's routing says whether its slot owns

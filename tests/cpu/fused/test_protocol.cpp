@@ -204,13 +204,16 @@ TEST(FusedTaskMap, DecodeCoversEveryTaskOnce) {
 
 // Tokens of a dispatch task (dispatch_tokens): 8, 16 or 32, the largest that leaves at least 7/8 of the
 // CTAs a task; below 8-token tasks on 7/8 of the CTAs, the smallest power of two down to 1 whose tasks
-// stay within a quarter of the CTAs; never smaller for more tokens. The figures: the per-GPU shapes on
-// 132 CTAs (decode: one token a task up to T = 33, T = 128 at 4, T = 4096 and 16384 at 32).
+// stay within the CTAs; never smaller for more tokens. The figures: the per-GPU shapes on 132 CTAs
+// (one token a task up to T = 132, T = 256 at 2, 512 at 4, 1024 at 8, 4096 and 16384 at 32).
 TEST(FusedTaskMap, DispatchTokensKeepTheCtasBusy) {
   EXPECT_EQ(dispatch_tokens(1, 132), 1);
   EXPECT_EQ(dispatch_tokens(8, 132), 1);
   EXPECT_EQ(dispatch_tokens(32, 132), 1);
-  EXPECT_EQ(dispatch_tokens(128, 132), 4);
+  EXPECT_EQ(dispatch_tokens(128, 132), 1);
+  EXPECT_EQ(dispatch_tokens(133, 132), 2);
+  EXPECT_EQ(dispatch_tokens(256, 132), 2);
+  EXPECT_EQ(dispatch_tokens(512, 132), 4);
   EXPECT_EQ(dispatch_tokens(1024, 132), 8);
   EXPECT_EQ(dispatch_tokens(2048, 132), 16);
   EXPECT_EQ(dispatch_tokens(4096, 132), 32);
@@ -229,15 +232,15 @@ TEST(FusedTaskMap, DispatchTokensKeepTheCtasBusy) {
       if (size < kDispatchTokensMax && size >= kDispatchTokensMin) {
         EXPECT_LT(ceil_div(tokens, 2 * size), ctas - ctas / 8);
       }
-      if (size < kDispatchTokensMin) {  // within a quarter of the CTAs, and the next size up was not
-        EXPECT_LE(tasks, std::max(ctas / 4, 1));
-        EXPECT_LE(ceil_div(tokens, 2 * size), std::max(ctas / 4, 1));
+      if (size < kDispatchTokensMin) {  // within the CTAs, and the next size up was not
+        EXPECT_LE(tasks, ctas);
+        EXPECT_LE(ceil_div(tokens, 2 * size), ctas);
       }
       if (size == kDispatchTokensMin && tokens > 0) {
-        EXPECT_GT(ceil_div(tokens, size / 2), std::max(ctas / 4, 1));
+        EXPECT_GT(ceil_div(tokens, size / 2), ctas);
       }
       if (size > 1 && size < kDispatchTokensMin) {
-        EXPECT_GT(ceil_div(tokens, size / 2), std::max(ctas / 4, 1));
+        EXPECT_GT(ceil_div(tokens, size / 2), ctas);
       }
       const TaskSpace s = make_task_space(tokens, ctas);
       EXPECT_EQ(s.dispatch_tokens, size);
@@ -246,7 +249,7 @@ TEST(FusedTaskMap, DispatchTokensKeepTheCtasBusy) {
 }
 
 // Tokens of a combine task (combine_tokens): kCombineTokens, halved at small T down to one while the tasks
-// stay within a quarter of the CTAs (the rule of dispatch_tokens below 8); never smaller for more tokens.
+// stay within a quarter of the CTAs (the dispatch's tasks may take every CTA); never smaller for more tokens.
 TEST(FusedTaskMap, CombineTokensGoToMoreCtasAtSmallT) {
   EXPECT_EQ(combine_tokens(1, 132), 1);
   EXPECT_EQ(combine_tokens(8, 132), 1);
