@@ -55,14 +55,16 @@ EPFUSE_HD int small_task_tokens(int size, int num_tokens, int max_tasks) {
 // few tasks; a decode step's few tokens want every task on a CTA of its own. On an H100 32 tokens took
 // the dispatch phase from 53 to 38 us at mixtral T=4096 and from 150 to 110 us at qwen3 T=16384, and
 // cost T=128 7% when fixed (docs/performance.md#dispatch). Below 8-token tasks on 7/8 of the CTAs, the
-// size halves (down to 1) while the tasks stay within the grid: one 8-token task at T = 8 quantised and
-// sent its rows in 13 us at qwen3-30b and 37 us at dsv3 (world 4), on the way to the receivers' first
-// tiles (docs/performance.md#decode-start-up-by-more-ctas-2026-11-28), and at world 2 a 4-token task
-// took 34 us at dsv3 T = 128 (docs/performance.md#dispatch-tasks-within-the-grid-2026-12-01).
-EPFUSE_HD int dispatch_tokens(int num_tokens, int ctas) {
+// size halves (down to 1) while the tasks stay within a quarter of the CTAs at world 1 and within the
+// grid at worlds > 1: one 8-token task at T = 8 quantised and sent its rows in 13 us at qwen3-30b and 37 us
+// at dsv3 (world 4), on the way to the receivers' first tiles
+// (docs/performance.md#decode-start-up-by-more-ctas-2026-11-28); at world 2 a 4-token task took 34 us at
+// dsv3 T = 128, and tasks of every CTA took 0.7-2% off T = 128-256, while at world 1, where a task's rows
+// stay on the GPU, they cost qwen3-30b 2-3% (docs/performance.md#dispatch-tasks-within-the-grid-2026-12-01).
+EPFUSE_HD int dispatch_tokens(int num_tokens, int ctas, int world) {
   for (int size = kDispatchTokensMax; size > kDispatchTokensMin; size /= 2)
     if (ceil_div(num_tokens, size) >= ctas - ctas / 8) return size;
-  return small_task_tokens(kDispatchTokensMin, num_tokens, ctas);
+  return small_task_tokens(kDispatchTokensMin, num_tokens, world > 1 ? ctas : ctas / 4);
 }
 
 // Tokens of a combine task: kCombineTokens, or fewer at small T (small_task_tokens). A task of fewer
@@ -111,11 +113,11 @@ struct TaskSpace {
   EPFUSE_HD int total() const { return static_tasks() + gemm + combine; }
 };
 
-// The task counts of a rank with num_tokens tokens whose kernel runs `ctas` CTAs.
-EPFUSE_HD TaskSpace make_task_space(int num_tokens, int ctas) {
+// The task counts of a rank with num_tokens tokens whose kernel runs `ctas` CTAs, in a world of `world` ranks.
+EPFUSE_HD TaskSpace make_task_space(int num_tokens, int ctas, int world) {
   TaskSpace s;
   s.layout = ceil_div(num_tokens, kLayoutTokens);
-  s.dispatch_tokens = dispatch_tokens(num_tokens, ctas);
+  s.dispatch_tokens = dispatch_tokens(num_tokens, ctas, world);
   s.dispatch = ceil_div(num_tokens, s.dispatch_tokens);
   s.combine_tokens = combine_tokens(num_tokens, ctas);
   s.combine = ceil_div(num_tokens, s.combine_tokens);

@@ -145,14 +145,15 @@ struct MblockPlan : PlanStore {
 // ---- the task map ----
 TEST(FusedTaskMap, DecodeCoversEveryTaskOnce) {
   for (int tokens : {0, 1, 7, 8, 64, 65, 1000})
-  for (int ctas : {1, 132}) {  // one CTA: 32-token dispatch tasks; 132: 8-token ones (up to 1000 tokens)
+  for (int ctas : {1, 132})  // one CTA: 32-token dispatch tasks; 132: 8-token ones and fewer (up to 1000 tokens)
+  for (int world : {1, 2}) {
     for (const std::vector<int>& mblocks : {std::vector<int>{0}, {1}, {2, 0, 3}, {0, 0}}) {
       MblockPlan st(mblocks);
       const int L = static_cast<int>(mblocks.size());
       const int total_mb = st.plan.mb_start[L];
       std::vector<int> placed(L);
       const TaskSpace s =
-          with_gemm_tasks(make_task_space(tokens, ctas), build_gemm_schedule(st.plan, L, 3, 2, 4, placed.data()));
+          with_gemm_tasks(make_task_space(tokens, ctas, world), build_gemm_schedule(st.plan, L, 3, 2, 4, placed.data()));
       ASSERT_EQ(s.gemm, total_mb * 5);
       std::map<Phase, std::vector<int>> seen;
       std::set<std::tuple<Phase, int, int>> tiles;
@@ -204,24 +205,31 @@ TEST(FusedTaskMap, DecodeCoversEveryTaskOnce) {
 
 // Tokens of a dispatch task (dispatch_tokens): 8, 16 or 32, the largest that leaves at least 7/8 of the
 // CTAs a task; below 8-token tasks on 7/8 of the CTAs, the smallest power of two down to 1 whose tasks
-// stay within the CTAs; never smaller for more tokens. The figures: the per-GPU shapes on 132 CTAs
-// (one token a task up to T = 132, T = 256 at 2, 512 at 4, 1024 at 8, 4096 and 16384 at 32).
+// stay within a quarter of the CTAs at world 1 and within the CTAs at worlds > 1; never smaller for more
+// tokens. The figures: the per-GPU shapes on 132 CTAs (world 2: one token a task up to T = 132, T = 256 at
+// 2, 512 at 4; world 1: one up to T = 33, T = 128 at 4; both 1024 at 8, 4096 and 16384 at 32).
 TEST(FusedTaskMap, DispatchTokensKeepTheCtasBusy) {
-  EXPECT_EQ(dispatch_tokens(1, 132), 1);
-  EXPECT_EQ(dispatch_tokens(8, 132), 1);
-  EXPECT_EQ(dispatch_tokens(32, 132), 1);
-  EXPECT_EQ(dispatch_tokens(128, 132), 1);
-  EXPECT_EQ(dispatch_tokens(133, 132), 2);
-  EXPECT_EQ(dispatch_tokens(256, 132), 2);
-  EXPECT_EQ(dispatch_tokens(512, 132), 4);
-  EXPECT_EQ(dispatch_tokens(1024, 132), 8);
-  EXPECT_EQ(dispatch_tokens(2048, 132), 16);
-  EXPECT_EQ(dispatch_tokens(4096, 132), 32);
-  EXPECT_EQ(dispatch_tokens(16384, 132), 32);
+  for (int world : {1, 2, 4}) {
+    EXPECT_EQ(dispatch_tokens(1, 132, world), 1);
+    EXPECT_EQ(dispatch_tokens(8, 132, world), 1);
+    EXPECT_EQ(dispatch_tokens(32, 132, world), 1);
+    EXPECT_EQ(dispatch_tokens(1024, 132, world), 8);
+    EXPECT_EQ(dispatch_tokens(2048, 132, world), 16);
+    EXPECT_EQ(dispatch_tokens(4096, 132, world), 32);
+    EXPECT_EQ(dispatch_tokens(16384, 132, world), 32);
+  }
+  EXPECT_EQ(dispatch_tokens(128, 132, 2), 1);
+  EXPECT_EQ(dispatch_tokens(133, 132, 2), 2);
+  EXPECT_EQ(dispatch_tokens(256, 132, 2), 2);
+  EXPECT_EQ(dispatch_tokens(512, 132, 4), 4);
+  EXPECT_EQ(dispatch_tokens(34, 132, 1), 2);
+  EXPECT_EQ(dispatch_tokens(128, 132, 1), 4);
+  EXPECT_EQ(dispatch_tokens(512, 132, 1), 8);
+  for (int world : {1, 2})
   for (int ctas : {1, 2, 33, 66, 132})
     for (int tokens = 0, last = 1; tokens <= 8192; tokens += 1 + tokens / 16) {
-      SCOPED_TRACE("tokens " + std::to_string(tokens) + " ctas " + std::to_string(ctas));
-      const int size = dispatch_tokens(tokens, ctas);
+      SCOPED_TRACE("tokens " + std::to_string(tokens) + " ctas " + std::to_string(ctas) + " world " + std::to_string(world));
+      const int size = dispatch_tokens(tokens, ctas, world), bound = world > 1 ? ctas : std::max(ctas / 4, 1);
       EXPECT_TRUE(size == 1 || size == 2 || size == 4 || size == 8 || size == 16 || size == 32);
       EXPECT_GE(size, last);
       last = size;
@@ -232,24 +240,24 @@ TEST(FusedTaskMap, DispatchTokensKeepTheCtasBusy) {
       if (size < kDispatchTokensMax && size >= kDispatchTokensMin) {
         EXPECT_LT(ceil_div(tokens, 2 * size), ctas - ctas / 8);
       }
-      if (size < kDispatchTokensMin) {  // within the CTAs, and the next size up was not
-        EXPECT_LE(tasks, ctas);
-        EXPECT_LE(ceil_div(tokens, 2 * size), ctas);
+      if (size < kDispatchTokensMin) {  // within the bound, and the next size up was not
+        EXPECT_LE(tasks, bound);
+        EXPECT_LE(ceil_div(tokens, 2 * size), bound);
       }
       if (size == kDispatchTokensMin && tokens > 0) {
-        EXPECT_GT(ceil_div(tokens, size / 2), ctas);
+        EXPECT_GT(ceil_div(tokens, size / 2), bound);
       }
       if (size > 1 && size < kDispatchTokensMin) {
-        EXPECT_GT(ceil_div(tokens, size / 2), ctas);
+        EXPECT_GT(ceil_div(tokens, size / 2), bound);
       }
-      const TaskSpace s = make_task_space(tokens, ctas);
+      const TaskSpace s = make_task_space(tokens, ctas, world);
       EXPECT_EQ(s.dispatch_tokens, size);
       EXPECT_EQ(s.dispatch, tasks);
     }
 }
 
 // Tokens of a combine task (combine_tokens): kCombineTokens, halved at small T down to one while the tasks
-// stay within a quarter of the CTAs (the dispatch's tasks may take every CTA); never smaller for more tokens.
+// stay within a quarter of the CTAs (at worlds > 1 the dispatch's may take every CTA); never smaller for more tokens.
 TEST(FusedTaskMap, CombineTokensGoToMoreCtasAtSmallT) {
   EXPECT_EQ(combine_tokens(1, 132), 1);
   EXPECT_EQ(combine_tokens(8, 132), 1);
@@ -269,7 +277,7 @@ TEST(FusedTaskMap, CombineTokensGoToMoreCtasAtSmallT) {
       if (size > 1 && tokens > 0) {
         EXPECT_GT(ceil_div(tokens, size / 2), quarter);
       }
-      const TaskSpace s = make_task_space(tokens, ctas);
+      const TaskSpace s = make_task_space(tokens, ctas, 2);
       EXPECT_EQ(s.combine_tokens, size);
       EXPECT_EQ(s.combine, ceil_div(tokens, size));
     }
