@@ -84,6 +84,8 @@ CHAIN = {
                    ("loop_end", "end", "rows, done")]),
     "publish": (1, [("math_start", "inputs", "layout done"), ("inputs", "epi_stored", "counts stored"),
                     ("epi_stored", "end", "flags")]),
+    "dispatch": (2, [("math_start", "posted", "own rows"), ("posted", "inputs", "layout wait"),
+                     ("inputs", "loaded", "rows sent"), ("loaded", "epi_stored", "entries"), ("epi_stored", "end", "arrival adds")]),
     "collect": (3, [("math_start", "inputs", "counts in"), ("inputs", "posted", "status, counts read"),
                     ("posted", "loaded", "m-blocks"), ("loaded", "epi_math", "scans"), ("epi_math", "epi_swiglu", "schedule"),
                     ("epi_swiglu", "loop_end", "targets"), ("loop_end", "epi_stored", "plan out"),

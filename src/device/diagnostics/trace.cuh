@@ -21,9 +21,11 @@ enum Stamp : int {
   kInputs,      // producer: the tile's inputs are there (dispatch rows / the expert's Linear1 tiles);
                 //   dispatch, publish: the layout is done; collect: every rank's counts are in
   kPosted,      // producer: posted to the math warps; layout: the slots drawn in shared memory; collect:
-                //   the senders' status checked and the counts in shared memory
+                //   the senders' status checked and the counts in shared memory; dispatch (decode kernels,
+                //   FP8, own rows first): this rank's own rows written, before the layout wait
   kLoaded,      // producer: every operand load of the tile issued; layout: the ticket bases drawn;
-                //   collect: the experts' m-blocks planned
+                //   collect: the experts' m-blocks planned; dispatch: the rows of the pass after the
+                //   layout wait written, before the entries
   kMathStart,   // math: took the posted task (pre-role tasks: start)
   kFirstFull,   // math: the first stage of the k-loop is there; combine (a decode task, several warps a
                 //   token): its tokens' tiles are all in

@@ -42,6 +42,10 @@ __device__ void dispatch_task(const FusedContext<Transport>& c, int block, const
 #pragma unroll 1
   for (int pass = kSplit ? 0 : 1; pass < 2; ++pass) {
     if (pass == 1) {
+      if constexpr (kSplit && trace::kOn) {
+        __syncthreads();  // every warp's own rows written (the stamp's meaning)
+        trace::stamp_current(threadIdx.x == 0, trace::kPosted);
+      }
       if (!wait_layout_done(c, Phase::kDispatch, space.layout, /*abortable=*/true)) return;
       trace::stamp_current(threadIdx.x == 0, trace::kInputs);
       for (int dst = threadIdx.x; dst < d.world; dst += blockDim.x)
@@ -89,6 +93,10 @@ __device__ void dispatch_task(const FusedContext<Transport>& c, int block, const
                                                       c.pair_row[static_cast<int64_t>(t) * k + j])) + c0 / 8;
       for (int v = lane; v < n / 8; v += 32) dst_row[v] = ptx::ld_nc_na_v4(src_row + v);
     }
+  }
+  if constexpr (trace::kOn) {
+    __syncthreads();
+    trace::stamp_current(threadIdx.x == 0, trace::kLoaded);
   }
   // Entries: one 16-byte store per routed pair.
   for (int q = threadIdx.x; q < pairs; q += blockDim.x) {
