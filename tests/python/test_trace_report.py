@@ -78,7 +78,13 @@ def test_chain_steps_of_the_start_up_tasks(repo_script):
     publish = task(1, math_start=0.0, inputs=3.0, epi_stored=3.7, end=4.2)
     collect = task(3, math_start=0.0, inputs=4.6, posted=5.8, loaded=6.2, epi_math=7.3, epi_swiglu=8.1,
                    loop_end=8.3, epi_stored=8.7, end=9.1)
-    steps = m.chain_steps([layout, publish, collect])
+    # A decode kernel's dispatch task: own rows, layout wait, rows sent, entries, arrival adds.
+    dispatch = task(2, math_start=0.0, posted=8.5, inputs=9.0, loaded=15.0, epi_stored=15.9, end=18.4)
+    steps = m.chain_steps([layout, publish, collect, dispatch])
+    assert [label for label, _ in steps["dispatch"]] == ["own rows", "layout wait", "rows sent", "entries", "arrival adds"]
+    assert [v for _, (v,) in steps["dispatch"]] == pytest.approx([8.5, 0.5, 6.0, 0.9, 2.5])
+    # A prefill kernel's dispatch (no own-rows pass: no posted stamp) is left out.
+    assert "dispatch" not in m.chain_steps([task(2, math_start=0.0, inputs=9.0, loaded=15.0, epi_stored=15.9, end=18.4)])
     assert [label for label, _ in steps["layout"]] == ["slots", "tickets", "bases", "rows, done"]
     assert [v for _, (v,) in steps["layout"]] == pytest.approx([0.9, 0.5, 0.4, 1.0])
     assert [v for _, (v,) in steps["publish"]] == pytest.approx([3.0, 0.7, 0.5])
