@@ -114,6 +114,56 @@ __device__ __forceinline__ void warp_quantize_row(const __nv_bfloat16* x, int n,
   }
 }
 
+// warp_quantize_row's codes and scales from about a sixth of its instructions, for the decode kernels'
+// dispatch, where this code runs once a call on each SM it runs on, cold: the first run fetches every
+// instruction, and warp_quantize_row's ~1,500 (its steps unrolled for their side-by-side reductions)
+// took 2-4 us of the 5.5 us a dsv3 T = 1 call's own row took at world 1
+// (docs/performance.md#the-dispatchs-quantiser-in-the-decode-kernels-2026-12-01). The loads are
+// warp_quantize_row's (kUnroll 16-byte loads a lane issued at once); then one 256-column step a round of a
+// loop that is not unrolled, the step's registers picked by a chain of selects (an array indexed at run
+// time would go to local memory): a half-warp's amax, scale, reciprocal and codes, as
+// warp_quantize_group's. n % 64 == 0; x 16-byte, q 8-byte aligned.
+template <int kUnroll = 8>
+__device__ __forceinline__ void warp_quantize_row_compact(const __nv_bfloat16* x, int n, uint8_t* q, float* scales,
+                                                          ScaleFormat format) {
+  constexpr int kStep = 2 * fp8::kBlock;
+  const int lane = threadIdx.x % 32, steps = n / kStep;
+  for (int s0 = 0; s0 < steps; s0 += kUnroll) {
+    int4 raw[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      raw[u] = s0 + u < steps ? ptx::ld_nc_na_v4(x + (s0 + u) * kStep + 8 * lane) : make_int4(0, 0, 0, 0);
+#pragma unroll 1
+    for (int u = 0; u < min(kUnroll, steps - s0); ++u) {
+      int4 r = raw[0];
+#pragma unroll
+      for (int j = 1; j < kUnroll; ++j)
+        if (u == j) r = raw[j];
+      const __nv_bfloat162* pair = reinterpret_cast<const __nv_bfloat162*>(&r);
+      float v[8];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) v[2 * i] = __low2float(pair[i]), v[2 * i + 1] = __high2float(pair[i]);
+      float amax = 0.0f;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(v[i]));
+#pragma unroll
+      for (int offset = 8; offset > 0; offset /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
+      const float scale = fp8::group_scale(amax, format);
+      const float g = __frcp_rn(scale);  // = 1.0f / scale of the reference, without depending on -prec-div
+      if ((lane & 15) == 0) scales[2 * (s0 + u) + lane / 16] = scale;
+      uint32_t word[2];
+#pragma unroll
+      for (int w = 0; w < 2; ++w)
+        word[w] = e4m3x2(v[4 * w] * g, v[4 * w + 1] * g) | (e4m3x2(v[4 * w + 2] * g, v[4 * w + 3] * g) << 16);
+      *reinterpret_cast<uint2*>(q + (s0 + u) * kStep + 8 * lane) = make_uint2(word[0], word[1]);
+    }
+  }
+  for (int g = 2 * steps; g < fp8::num_blocks(n); ++g) {
+    const float scale = warp_quantize_group(x + g * fp8::kBlock, fp8::block_extent(n, g), q + g * fp8::kBlock, format);
+    if (lane == 0) scales[g] = scale;
+  }
+}
+
 // Linear1's h in the epilogue of a warpgroup's 64 x 128 outputs (one 1x128 group per row): value i of
 // h is the output at wgmma_c_coord(thread, i) (rows r and r + 8 alternate in pairs of registers, a row's
 // 128 columns spread over the 4 threads of a quad). Each row's amax is reduced over its quad, then its

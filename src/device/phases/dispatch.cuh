@@ -83,6 +83,8 @@ __device__ void dispatch_task(const FusedContext<Transport>& c, int block, const
           warp_copy_fp8_row(prm.fp8.x_codes + static_cast<int64_t>(t) * H + c0,
                             prm.fp8.x_scales + static_cast<int64_t>(t) * fp8::num_blocks(H) + c0 / fp8::kBlock, n,
                             q + c0, q_scales);
+        else if constexpr (kOwnRowsFirst)
+          warp_quantize_row_compact(prm.x + static_cast<int64_t>(t) * H + c0, n, q + c0, q_scales, prm.fp8.scale_format);
         else
           warp_quantize_row(prm.x + static_cast<int64_t>(t) * H + c0, n, q + c0, q_scales, prm.fp8.scale_format);
         continue;

@@ -169,14 +169,19 @@ constexpr uint16_t kNormalGroup[128] = {
     0x3bbf, 0x3f8a, 0xbef0, 0xbe86, 0x3f9a, 0x3ea7, 0xbf9b, 0x3f80, 0x3e7c, 0x3f7f, 0xbf43, 0x3fb8, 0x3db5, 0x3e01, 0x3f42, 0xbd4e,
 };
 
-// One warp per row (dispatch's warp_quantize_row): codes into q [rows, n], scales into s [rows, ceil(n/128)].
+// One warp per row (dispatch's warp_quantize_row, or the decode kernels' warp_quantize_row_compact): codes
+// into q [rows, n], scales into s [rows, ceil(n/128)].
+template <bool kCompact>
 __global__ void quantize_rows_kernel(const __nv_bfloat16* x, int n, uint8_t* q, float* s,
                                      epfuse::ScaleFormat format) {
   const size_t row = blockIdx.x;
-  dev::warp_quantize_row(x + row * n, n, q + row * n, s + row * epfuse::fp8::num_blocks(n), format);
+  if constexpr (kCompact)
+    dev::warp_quantize_row_compact(x + row * n, n, q + row * n, s + row * epfuse::fp8::num_blocks(n), format);
+  else
+    dev::warp_quantize_row(x + row * n, n, q + row * n, s + row * epfuse::fp8::num_blocks(n), format);
 }
 
-bool run_quantize_case(int rows, int n, epfuse::ScaleFormat format, uint64_t seed) {
+bool run_quantize_case(int rows, int n, epfuse::ScaleFormat format, uint64_t seed, bool compact) {
   using DeviceBuffer = epfuse::detail::CudaBuffer<epfuse::detail::MemoryKind::kDevice>;
   // Rows of different magnitudes (2^-12 .. 2^12), one all-zero row, values that land on ties and
   // beyond 448 after scaling only through rounding. Every fourth row is normal (Box-Muller), so its
@@ -207,7 +212,8 @@ bool run_quantize_case(int rows, int n, epfuse::ScaleFormat format, uint64_t see
   EPFUSE_CUDA_CHECK(cudaMemcpy(d_x.as(), xb.data(), d_x.bytes(), cudaMemcpyHostToDevice));
   EPFUSE_CUDA_CHECK(cudaMemset(d_q.as(), 0x7f, d_q.bytes()));  // NaN codes: unwritten codes show
   EPFUSE_CUDA_CHECK(cudaMemset(d_s.as(), 0xff, d_s.bytes()));
-  quantize_rows_kernel<<<rows, 32>>>(d_x.as<__nv_bfloat16>(), n, d_q.as<uint8_t>(), d_s.as<float>(), format);
+  (compact ? quantize_rows_kernel<true> : quantize_rows_kernel<false>)<<<rows, 32>>>(
+      d_x.as<__nv_bfloat16>(), n, d_q.as<uint8_t>(), d_s.as<float>(), format);
   EPFUSE_CUDA_CHECK_LAUNCH();
   EPFUSE_CUDA_CHECK(cudaDeviceSynchronize());
   std::vector<uint8_t> q(q_ref.size());
@@ -219,8 +225,9 @@ bool run_quantize_case(int rows, int n, epfuse::ScaleFormat format, uint64_t see
     if (q[i] != q_ref[i]) code_diff += 1, first = first < 0 ? static_cast<long>(i) : first;
   for (size_t i = 0; i < s.size(); ++i) scale_diff += std::memcmp(&s[i], &s_ref[i], sizeof(float)) != 0;
   const bool ok = code_diff == 0 && scale_diff == 0;
-  std::printf("%s quantise %d x %d %s: codes differing %ld of %zu%s, scales differing %ld of %zu\n",
-              ok ? "ok  " : "FAIL", rows, n, std::string(epfuse::to_string(format)).c_str(), code_diff, q.size(),
+  std::printf("%s quantise%s %d x %d %s: codes differing %ld of %zu%s, scales differing %ld of %zu\n",
+              ok ? "ok  " : "FAIL", compact ? " (compact)" : "", rows, n, std::string(epfuse::to_string(format)).c_str(),
+              code_diff, q.size(),
               first >= 0 ? (" (first at " + std::to_string(first) + ": got " + std::to_string(q[first]) + ", want " +
                             std::to_string(q_ref[first]) + ")").c_str()
                          : "",
@@ -288,9 +295,9 @@ int main(int argc, char** argv) {
   bool ok = true;
   try {
     for (int K : {128, 512, 2880, 7168}) ok = run_case(K, seed + K) && ok;
-    for (int n : {128, 384, 1280, 2048, 2880, 7168})  // tails of 0, 64 and 128, unroll remainders
+    for (int n : {128, 384, 1280, 1792, 2048, 2880, 7168})  // tails of 0, 64 and 128, unroll remainders
       for (epfuse::ScaleFormat f : {epfuse::ScaleFormat::kFp32, epfuse::ScaleFormat::kUe8m0})
-        ok = run_quantize_case(50, n, f, seed + n) && ok;
+        for (bool compact : {false, true}) ok = run_quantize_case(50, n, f, seed + n, compact) && ok;
     for (epfuse::ScaleFormat f : {epfuse::ScaleFormat::kFp32, epfuse::ScaleFormat::kUe8m0})
       ok = run_fragment_case(f, seed + 99) && ok;
   } catch (const std::exception& e) {
