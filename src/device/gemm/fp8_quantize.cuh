@@ -114,58 +114,43 @@ __device__ __forceinline__ void warp_quantize_row(const __nv_bfloat16* x, int n,
   }
 }
 
-// warp_quantize_row's codes and scales from a fraction of its instructions, for the decode kernels'
-// dispatch: the same loads (kUnroll 16-byte loads a lane issued at once) and the same layout of the work
-// (every step's half-warp amax reduced, then one division and reciprocal a lane for the (step, group) it
-// holds, then the codes), each of the two passes over the steps a loop that is not unrolled, its step's
-// registers picked by a chain of selects (an array indexed at run time would go to local memory). The
-// decode kernel's registers then fit with 40 spill instructions instead of 105, the unrolled steps'
-// among them (docs/performance.md#the-dispatchs-quantiser-in-the-decode-kernels-2026-12-01). n % 64 == 0;
-// x 16-byte, q 8-byte aligned.
+// warp_quantize_row's codes and scales, for the decode kernels' dispatch: the same loads (kUnroll 16-byte
+// loads a lane issued at once), then one 256-column step a round of a loop that is not unrolled, the step's
+// registers picked by a chain of selects (an array indexed at run time would go to local memory): a
+// half-warp's amax, scale, reciprocal and codes, as warp_quantize_group's. Its steps wait on each other's
+// shuffles and divisions (a row's ~2 us slower than warp_quantize_row's side by side), but without the
+// unrolled steps the decode kernel's registers fit with 40 spill instructions instead of 105, which took
+// 1-2.5% off its calls at world 1; the unrolled layout in this loop form gave qwen3-30b back 1-6%
+// (docs/performance.md#the-dispatchs-quantiser-in-the-decode-kernels-2026-12-01). n % 64 == 0; x 16-byte,
+// q 8-byte aligned.
 template <int kUnroll = 8>
 __device__ __forceinline__ void warp_quantize_row_compact(const __nv_bfloat16* x, int n, uint8_t* q, float* scales,
                                                           ScaleFormat format) {
-  static_assert(kUnroll >= 1 && kUnroll <= 16, "one lane per (step, group) of a batch");
   constexpr int kStep = 2 * fp8::kBlock;
   const int lane = threadIdx.x % 32, steps = n / kStep;
-  const auto step_values = [](const int4 (&raw)[kUnroll], int u, float (&v)[8]) {
-    int4 r = raw[0];
-#pragma unroll
-    for (int j = 1; j < kUnroll; ++j)
-      if (u == j) r = raw[j];
-    const __nv_bfloat162* pair = reinterpret_cast<const __nv_bfloat162*>(&r);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) v[2 * i] = __low2float(pair[i]), v[2 * i + 1] = __high2float(pair[i]);
-  };
   for (int s0 = 0; s0 < steps; s0 += kUnroll) {
-    const int batch = min(kUnroll, steps - s0);
     int4 raw[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u)
-      raw[u] = u < batch ? ptx::ld_nc_na_v4(x + (s0 + u) * kStep + 8 * lane) : make_int4(0, 0, 0, 0);
-    // Step u's group h (the half-warp h) amax to lane 16 h + u, as warp_quantize_row's.
-    float mine = 0.0f;
+      raw[u] = s0 + u < steps ? ptx::ld_nc_na_v4(x + (s0 + u) * kStep + 8 * lane) : make_int4(0, 0, 0, 0);
 #pragma unroll 1
-    for (int u = 0; u < batch; ++u) {
+    for (int u = 0; u < min(kUnroll, steps - s0); ++u) {
+      int4 r = raw[0];
+#pragma unroll
+      for (int j = 1; j < kUnroll; ++j)
+        if (u == j) r = raw[j];
+      const __nv_bfloat162* pair = reinterpret_cast<const __nv_bfloat162*>(&r);
       float v[8];
-      step_values(raw, u, v);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) v[2 * i] = __low2float(pair[i]), v[2 * i + 1] = __high2float(pair[i]);
       float amax = 0.0f;
 #pragma unroll
       for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(v[i]));
 #pragma unroll
       for (int offset = 8; offset > 0; offset /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
-      if ((lane & 15) == u) mine = amax;
-    }
-    // Lane 2 u + h takes step u's group h.
-    mine = __shfl_sync(0xffffffffu, mine, 16 * (lane & 1) + (lane >> 1));
-    const float scale = fp8::group_scale(mine, format);
-    const float inv = __frcp_rn(scale);  // = 1.0f / scale of the reference, without depending on -prec-div
-    if (lane < 2 * batch) scales[2 * s0 + lane] = scale;
-#pragma unroll 1
-    for (int u = 0; u < batch; ++u) {
-      const float g = __shfl_sync(0xffffffffu, inv, 2 * u + lane / 16);
-      float v[8];
-      step_values(raw, u, v);
+      const float scale = fp8::group_scale(amax, format);
+      const float g = __frcp_rn(scale);  // = 1.0f / scale of the reference, without depending on -prec-div
+      if ((lane & 15) == 0) scales[2 * (s0 + u) + lane / 16] = scale;
       uint32_t word[2];
 #pragma unroll
       for (int w = 0; w < 2; ++w)
