@@ -47,6 +47,37 @@ __device__ __forceinline__ float warp_quantize_group(const __nv_bfloat16* x, int
   return scale;
 }
 
+// The pieces of a 256-column step that warp_quantize_row and warp_quantize_row_compact share: lane l's 8
+// bf16 values of a step (16 bytes), and their codes times g, stored as 8 bytes at q.
+__device__ __forceinline__ void unpack_bf16x8(const int4& raw, float (&v)[8]) {
+  const __nv_bfloat162* pair = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) v[2 * i] = __low2float(pair[i]), v[2 * i + 1] = __high2float(pair[i]);
+}
+__device__ __forceinline__ void store_codes_x8(const float (&v)[8], float g, uint8_t* q) {
+  uint32_t word[2];
+#pragma unroll
+  for (int w = 0; w < 2; ++w)
+    word[w] = e4m3x2(v[4 * w] * g, v[4 * w + 1] * g) | (e4m3x2(v[4 * w + 2] * g, v[4 * w + 3] * g) << 16);
+  *reinterpret_cast<uint2*>(q) = make_uint2(word[0], word[1]);
+}
+// Lane l's 16 bytes of each of the kUnroll steps from s0 (zeros past the row's `steps`), issued at once.
+template <int kUnroll>
+__device__ __forceinline__ void load_steps(const __nv_bfloat16* x, int s0, int steps, int4 (&raw)[kUnroll]) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u)
+    raw[u] = s0 + u < steps ? ptx::ld_nc_na_v4(x + (s0 + u) * 2 * fp8::kBlock + 8 * lane) : make_int4(0, 0, 0, 0);
+}
+// A row's groups after its whole steps (a last 128 or 64 columns), by warp_quantize_group.
+__device__ __forceinline__ void warp_quantize_tail_groups(const __nv_bfloat16* x, int n, int steps, uint8_t* q, float* scales,
+                                                          ScaleFormat format, int lane) {
+  for (int g = 2 * steps; g < fp8::num_blocks(n); ++g) {
+    const float scale = warp_quantize_group(x + g * fp8::kBlock, fp8::block_extent(n, g), q + g * fp8::kBlock, format);
+    if (lane == 0) scales[g] = scale;
+  }
+}
+
 // A warp quantises a row of n bf16 elements (n % 64 == 0): codes to q, the scale of group g to
 // scales[g]. A step is 256 elements, two groups (a half-warp each, 16-byte loads); kUnroll steps' loads
 // are issued before any is reduced, and their work is laid out so that no step waits for another:
@@ -62,22 +93,15 @@ __device__ __forceinline__ void warp_quantize_row(const __nv_bfloat16* x, int n,
   static_assert(kUnroll >= 1 && kUnroll <= 16, "one lane per (step, group) of a batch");
   constexpr int kStep = 2 * fp8::kBlock;
   const int lane = threadIdx.x % 32, steps = n / kStep;
-  const auto unpack = [](const int4& raw, float (&v)[8]) {
-    const __nv_bfloat162* pair = reinterpret_cast<const __nv_bfloat162*>(&raw);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) v[2 * i] = __low2float(pair[i]), v[2 * i + 1] = __high2float(pair[i]);
-  };
   for (int s0 = 0; s0 < steps; s0 += kUnroll) {
     int4 raw[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u)
-      raw[u] = s0 + u < steps ? ptx::ld_nc_na_v4(x + (s0 + u) * kStep + 8 * lane) : make_int4(0, 0, 0, 0);
+    load_steps(x, s0, steps, raw);
     // Each step's group amax over its half-warp (steps past the row reduce zeros and are not stored).
     float amax[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       float v[8];
-      unpack(raw[u], v);
+      unpack_bf16x8(raw[u], v);
       amax[u] = 0.0f;
 #pragma unroll
       for (int i = 0; i < 8; ++i) amax[u] = fmaxf(amax[u], fabsf(v[i]));
@@ -100,18 +124,11 @@ __device__ __forceinline__ void warp_quantize_row(const __nv_bfloat16* x, int n,
       if (s0 + u >= steps) break;
       const float g = __shfl_sync(0xffffffffu, inv, 2 * u + lane / 16);
       float v[8];
-      unpack(raw[u], v);
-      uint32_t word[2];
-#pragma unroll
-      for (int w = 0; w < 2; ++w)
-        word[w] = e4m3x2(v[4 * w] * g, v[4 * w + 1] * g) | (e4m3x2(v[4 * w + 2] * g, v[4 * w + 3] * g) << 16);
-      *reinterpret_cast<uint2*>(q + (s0 + u) * kStep + 8 * lane) = make_uint2(word[0], word[1]);
+      unpack_bf16x8(raw[u], v);
+      store_codes_x8(v, g, q + (s0 + u) * kStep + 8 * lane);
     }
   }
-  for (int g = 2 * steps; g < fp8::num_blocks(n); ++g) {
-    const float scale = warp_quantize_group(x + g * fp8::kBlock, fp8::block_extent(n, g), q + g * fp8::kBlock, format);
-    if (lane == 0) scales[g] = scale;
-  }
+  warp_quantize_tail_groups(x, n, steps, q, scales, format, lane);
 }
 
 // warp_quantize_row's codes and scales, for the decode kernels' dispatch: the same loads (kUnroll 16-byte
@@ -130,19 +147,15 @@ __device__ __forceinline__ void warp_quantize_row_compact(const __nv_bfloat16* x
   const int lane = threadIdx.x % 32, steps = n / kStep;
   for (int s0 = 0; s0 < steps; s0 += kUnroll) {
     int4 raw[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u)
-      raw[u] = s0 + u < steps ? ptx::ld_nc_na_v4(x + (s0 + u) * kStep + 8 * lane) : make_int4(0, 0, 0, 0);
+    load_steps(x, s0, steps, raw);
 #pragma unroll 1
     for (int u = 0; u < min(kUnroll, steps - s0); ++u) {
       int4 r = raw[0];
 #pragma unroll
       for (int j = 1; j < kUnroll; ++j)
         if (u == j) r = raw[j];
-      const __nv_bfloat162* pair = reinterpret_cast<const __nv_bfloat162*>(&r);
       float v[8];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) v[2 * i] = __low2float(pair[i]), v[2 * i + 1] = __high2float(pair[i]);
+      unpack_bf16x8(r, v);
       float amax = 0.0f;
 #pragma unroll
       for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(v[i]));
@@ -151,17 +164,10 @@ __device__ __forceinline__ void warp_quantize_row_compact(const __nv_bfloat16* x
       const float scale = fp8::group_scale(amax, format);
       const float g = __frcp_rn(scale);  // = 1.0f / scale of the reference, without depending on -prec-div
       if ((lane & 15) == 0) scales[2 * (s0 + u) + lane / 16] = scale;
-      uint32_t word[2];
-#pragma unroll
-      for (int w = 0; w < 2; ++w)
-        word[w] = e4m3x2(v[4 * w] * g, v[4 * w + 1] * g) | (e4m3x2(v[4 * w + 2] * g, v[4 * w + 3] * g) << 16);
-      *reinterpret_cast<uint2*>(q + (s0 + u) * kStep + 8 * lane) = make_uint2(word[0], word[1]);
+      store_codes_x8(v, g, q + (s0 + u) * kStep + 8 * lane);
     }
   }
-  for (int g = 2 * steps; g < fp8::num_blocks(n); ++g) {
-    const float scale = warp_quantize_group(x + g * fp8::kBlock, fp8::block_extent(n, g), q + g * fp8::kBlock, format);
-    if (lane == 0) scales[g] = scale;
-  }
+  warp_quantize_tail_groups(x, n, steps, q, scales, format, lane);
 }
 
 // Linear1's h in the epilogue of a warpgroup's 64 x 128 outputs (one 1x128 group per row): value i of
