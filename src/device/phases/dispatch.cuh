@@ -23,7 +23,8 @@ namespace epfuse::device {
 // read instead of x. The entries and arrival adds are the bf16 ones, so the release add that follows
 // the block's stores also publishes the fp8_x rows to this GPU's other CTAs.
 // kOwnRowsFirst (the decode kernels, FP8): this rank's own rows are quantised before the wait for the
-// layout, which they do not need (their place is the token's fp8_x row), and the rest after it.
+// layout, which they do not need (their place is the token's fp8_x row), and the rest after it; every row
+// by warp_quantize_row_compact, whose registers suit the decode kernel (fp8_quantize.cuh).
 template <bool kFp8 = false, bool kOwnRowsFirst = false, class Transport>
 __device__ void dispatch_task(const FusedContext<Transport>& c, int block, const TaskSpace& space, void* smem) {
   const FusedParams& prm = *c.prm;
