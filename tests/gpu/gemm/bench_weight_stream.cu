@@ -5,6 +5,9 @@
 //   rows:    the weights as the layer holds them, [N][K] e4m3 K-major; a box is 128 rows of 128 bytes
 //            K bytes apart (weight_tensor_map_fp8)
 //   blocked: the same codes as [N / 128][K / 128][128][128], so that a box is 16 KiB contiguous
+// and, with `bulk` as the argument, only a table of the same blocked bytes by 1-D bulk copies
+// (cp.async.bulk, no tensor map): two of 16 KiB a stage, or one of 32 KiB ([N / 256][K / 128][256][128]),
+// beside the rows' boxes: whether a tile's stream is held by the TMA's 128-byte box rows or by HBM.
 // Prints GB/s for each layout, grid and ring depth (median of 11 launches, events around each), and a CTA's
 // own rate (bytes over its first issue to its last landing, globaltimer; median over the CTAs of the
 // median launch). A second table streams each CTA's tile `repeat` times from L2 (K = 768: 26 MB for 132
@@ -28,6 +31,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <string>
 #include <vector>
 
 #include "common/check.h"
@@ -52,17 +56,29 @@ struct Params {
   int k_blocks;   // K / 128
   int repeat;     // passes over the tile's K (k-block kb % k_blocks)
   int stages;     // ring depth (<= kMaxStages)
-  bool blocked;   // the blocked layout's map (rows = N * K / 128, 128 bytes each)
+  int mode;       // Copy: the rows' map, the blocked layout's map (rows = N * K / 128, 128 bytes each), or bulk copies
+  const uint8_t* w;  // the codes (bulk copies)
   uint32_t* abort;
   uint32_t* error;
   uint64_t* span_ns;  // [CTAs]: first issue to last landing
 };
 
+// How a stage's 32 KiB come: two TMA boxes of the rows' map or of the blocked layout's, two 1-D bulk copies
+// of 16 KiB (the blocked layout's boxes) or one of 32 KiB.
+enum Copy : int { kRows = 0, kBlocked = 1, kBulk16 = 2, kBulk32 = 3 };
+constexpr const char* kCopyNames[] = {"rows", "blocked", "bulk 16 KiB", "bulk 32 KiB"};
+
 // Box b (0: rows [256 t, +128), 1: [256 t + 128, +128)) of k-block kb of tile t: its map coordinates.
 __device__ void box_coord(const Params& p, int t, int b, int kb, int& c0, int& c1) {
   const int nb = 2 * t + b;  // 128-row block of N
-  if (p.blocked) c0 = 0, c1 = (nb * p.k_blocks + kb) * 128;
+  if (p.mode == kBlocked) c0 = 0, c1 = (nb * p.k_blocks + kb) * 128;
   else c0 = kb * 128, c1 = nb * 128;
+}
+
+__device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst), "l"(src),
+               "r"(bytes), "r"(bar)
+               : "memory");
 }
 
 // Thread 0 of tile t's owner: its k-blocks into the ring of p.stages stages at base (full[s] guarding stage s),
@@ -84,6 +100,17 @@ __device__ bool stream_tile(const CUtensorMap& map, const Params& p, int t, uint
     if (kb >= total) continue;
     if (kb >= p.stages) before_refill(s);
     dev::ptx::mbar_arrive_expect_tx(bar, 2 * kBox);
+    const int64_t kbm = kb % p.k_blocks;
+    const uint32_t dst = base + static_cast<uint32_t>(s * 2 * kBox);
+    if (p.mode == kBulk32) {
+      bulk_load(dst, p.w + (static_cast<int64_t>(t) * p.k_blocks + kbm) * 2 * kBox, 2 * kBox, bar);
+      continue;
+    }
+    if (p.mode == kBulk16) {
+      for (int b = 0; b < 2; ++b)
+        bulk_load(dst + static_cast<uint32_t>(b * kBox), p.w + (static_cast<int64_t>(2 * t + b) * p.k_blocks + kbm) * kBox, kBox, bar);
+      continue;
+    }
     for (int b = 0; b < boxes; ++b) {
       int c0, c1;
       box_coord(p, t, b, kb % p.k_blocks, c0, c1);
@@ -224,13 +251,13 @@ struct Rate {
 
 // from_l2: no other weights between launches (the tiles stay in L2 from the warm-up launches).
 // fed: fed_stream_kernel, `ctas` tiles on 2 ctas CTAs.
-Rate run(const uint8_t* w, int K, int ctas, int stages, bool blocked, int repeat, bool from_l2, uint32_t* ctl,
+Rate run(const uint8_t* w, int K, int ctas, int stages, int mode, int repeat, bool from_l2, uint32_t* ctl,
          bool fed = false) {
   const int64_t n = static_cast<int64_t>(ctas) * 256;
-  const CUtensorMap map = blocked ? epfuse::fused::weight_tensor_map_fp8(w, n * K / 128, 128, 128)
-                                  : epfuse::fused::weight_tensor_map_fp8(w, n, K, 128);
+  const CUtensorMap map = mode == kBlocked ? epfuse::fused::weight_tensor_map_fp8(w, n * K / 128, 128, 128)
+                                           : epfuse::fused::weight_tensor_map_fp8(w, n, K, 128);
   DeviceBuffer span(static_cast<size_t>(ctas) * sizeof(uint64_t));
-  const Params p{K / 128, repeat, stages, blocked, ctl, ctl + 1, span.as<uint64_t>()};
+  const Params p{K / 128, repeat, stages, mode, w, ctl, ctl + 1, span.as<uint64_t>()};
   const int smem = stages * 2 * kBox;
   EPFUSE_CUDA_CHECK(cudaFuncSetAttribute(stream_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   EPFUSE_CUDA_CHECK(cudaFuncSetAttribute(fed_stream_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
@@ -304,22 +331,43 @@ double run_tma_stores(int ctas, int repeat, bool wait_each) {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
   if (!epfuse::testing::have_gpu()) return epfuse::testing::kSkipped;
+  const bool bulk_only = argc > 1 && std::string(argv[1]) == "bulk";
   int sms = 0;
   EPFUSE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   const int64_t bytes = static_cast<int64_t>(sms) * 256 * 7168 + (64ll << 20);
   DeviceBuffer w(static_cast<size_t>(bytes)), ctl(8);
   EPFUSE_CUDA_CHECK(cudaMemset(w.as(), 0x3c, static_cast<size_t>(bytes)));
   EPFUSE_CUDA_CHECK(cudaMemset(ctl.as(), 0, 8));
+  if (bulk_only) {
+    std::printf("weight stream of one 256-row tile per CTA, nothing consuming, from HBM, by the copy: GB/s over the launch (a CTA's own rate), median of 11\n");
+    std::printf("%6s %5s %7s", "K", "CTAs", "stages");
+    for (int mode : {kRows, kBulk16, kBulk32}) std::printf(" %18s", kCopyNames[mode]);
+    std::printf("\n");
+    for (int K : {2048, 7168})
+      for (int ctas : {48, 96, sms})
+        for (int stages : {4, 6}) {
+          std::printf("%6d %5d %7d", K, ctas, stages);
+          for (int mode : {kRows, kBulk16, kBulk32}) {
+            const Rate r = run(w.as<uint8_t>(), K, ctas, stages, mode, 1, false, ctl.as<uint32_t>());
+            std::printf(" %10.0f (%5.1f)", r.all, r.per_cta);
+          }
+          std::printf("\n");
+        }
+    uint32_t err[2];
+    EPFUSE_CUDA_CHECK(cudaMemcpy(err, ctl.as(), sizeof(err), cudaMemcpyDeviceToHost));
+    std::printf("%s\n", err[1] == 0 ? "no wait ran out" : "FAIL: a wait ran out");
+    return err[1] == 0 ? 0 : 1;
+  }
   std::printf("weight stream of one 256-row tile per CTA, TMA boxes of 128 x 128 bytes, nothing consuming\n");
   std::printf("from HBM: GB/s over the launch (a CTA's own rate), median of 11\n");
   std::printf("%6s %5s %7s %18s %18s\n", "K", "CTAs", "stages", "rows", "blocked");
   for (int K : {768, 2048, 7168})
     for (int ctas : {48, sms})
       for (int stages : {4, 6}) {
-        const Rate rows = run(w.as<uint8_t>(), K, ctas, stages, false, 1, false, ctl.as<uint32_t>());
-        const Rate blocked = run(w.as<uint8_t>(), K, ctas, stages, true, 1, false, ctl.as<uint32_t>());
+        const Rate rows = run(w.as<uint8_t>(), K, ctas, stages, kRows, 1, false, ctl.as<uint32_t>());
+        const Rate blocked = run(w.as<uint8_t>(), K, ctas, stages, kBlocked, 1, false, ctl.as<uint32_t>());
         std::printf("%6d %5d %7d %10.0f (%5.1f) %10.0f (%5.1f)\n", K, ctas, stages, rows.all, rows.per_cta, blocked.all,
                     blocked.per_cta);
       }
@@ -327,15 +375,15 @@ int main() {
   std::printf("%5s %7s %18s\n", "CTAs", "stages", "rows");
   for (int ctas : {1, 8, 48, sms})
     for (int stages : {4, 6}) {
-      const Rate r = run(w.as<uint8_t>(), 768, ctas, stages, false, 16, true, ctl.as<uint32_t>());
+      const Rate r = run(w.as<uint8_t>(), 768, ctas, stages, kRows, 16, true, ctl.as<uint32_t>());
       std::printf("%5d %7d %10.0f (%5.1f)\n", ctas, stages, r.all, r.per_cta);
     }
   std::printf("from HBM, each tile's ring fed by one SM or by the two of a cluster: GB/s over the launch (a tile's own rate), median of 11\n");
   std::printf("%6s %5s %7s %18s %18s\n", "K", "tiles", "stages", "one SM", "two SMs");
   for (int K : {768, 2048, 7168})
     for (int tiles : {48, sms / 2}) {
-      const Rate one = run(w.as<uint8_t>(), K, tiles, 4, false, 1, false, ctl.as<uint32_t>());
-      const Rate two = run(w.as<uint8_t>(), K, tiles, 4, false, 1, false, ctl.as<uint32_t>(), true);
+      const Rate one = run(w.as<uint8_t>(), K, tiles, 4, kRows, 1, false, ctl.as<uint32_t>());
+      const Rate two = run(w.as<uint8_t>(), K, tiles, 4, kRows, 1, false, ctl.as<uint32_t>(), true);
       std::printf("%6d %5d %7d %10.0f (%5.1f) %10.0f (%5.1f)\n", K, tiles, 4, one.all, one.per_cta, two.all, two.per_cta);
     }
   std::printf("stores of a 64 KiB tile by 256 threads, 16 times: a CTA's own GB/s, median of 11\n");
