@@ -7,7 +7,11 @@
 //   blocked: the same codes as [N / 128][K / 128][128][128], so that a box is 16 KiB contiguous
 // and, with `bulk` as the argument, only a table of the same blocked bytes by 1-D bulk copies
 // (cp.async.bulk, no tensor map): two of 16 KiB a stage, or one of 32 KiB ([N / 256][K / 128][256][128]),
-// beside the rows' boxes: whether a tile's stream is held by the TMA's 128-byte box rows or by HBM.
+// beside the rows' boxes: whether a tile's stream is held by the TMA's 128-byte box rows or by HBM;
+// with `prefetch`, only a table of 48 tiles (K = 2048: qwen3-30b T = 1's Linear1) streamed after a delay
+// (a decode step's start-up chain), with their bytes asked into L2 at the launch's start by every thread of
+// 132 CTAs (prefetch.global.L2, its evict_last form, or cp.async.bulk.prefetch.L2 by one thread a CTA), or
+// not: whether a decode step's idle start can bring its weights into L2 for the tiles' rings.
 // Prints GB/s for each layout, grid and ring depth (median of 11 launches, events around each), and a CTA's
 // own rate (bytes over its first issue to its last landing, globaltimer; median over the CTAs of the
 // median launch). A second table streams each CTA's tile `repeat` times from L2 (K = 768: 26 MB for 132
@@ -127,6 +131,44 @@ __global__ void __launch_bounds__(32, 1) stream_kernel(const __grid_constant__ C
   if (threadIdx.x != 0) return;
   for (int s = 0; s < p.stages; ++s) dev::ptx::mbar_init(dev::ptx::smem_u32(&full[s]), 1);
   dev::ptx::fence_mbar_init();
+  const dev::WaitLimit limit{dev::globaltimer_ns() + 2'000'000'000ull, p.abort};
+  const int t = static_cast<int>(blockIdx.x);
+  const uint64_t start = dev::globaltimer_ns();
+  if (stream_tile(map, p, t, full, base, 2, limit, [](int) {})) p.span_ns[t] = dev::globaltimer_ns() - start;
+}
+
+// How prefetch_stream_kernel asks the tiles' bytes into L2 before streaming them.
+enum Prefetch : int { kNoPrefetch = 0, kLineL2 = 1, kLineL2EvictLast = 2, kBulkL2 = 3 };
+constexpr const char* kPrefetchNames[] = {"none", "prefetch.L2", "evict_last", "bulk prefetch"};
+
+// Every thread of the grid asks the first `head` bytes of every row of the first `tiles` tiles (256 rows of
+// K bytes each, row-major from w) into L2 (mode), at once, in k order (every row's first line, then every
+// row's second, ...); then those CTAs wait until delay_ns after their start and stream their tile
+// (stream_tile, the rows' map), each its span from the stream's start to its last landing into p.span_ns.
+__global__ void __launch_bounds__(256, 1) prefetch_stream_kernel(const __grid_constant__ CUtensorMap map, const Params p,
+                                                                 int tiles, int mode, int head, uint64_t delay_ns) {
+  extern __shared__ __align__(1024) char smem[];
+  __shared__ __align__(8) uint64_t full[kMaxStages];
+  const uint64_t t0 = dev::globaltimer_ns();
+  const char* w = reinterpret_cast<const char*>(p.w);
+  const int64_t K = static_cast<int64_t>(p.k_blocks) * 128, rows = static_cast<int64_t>(tiles) * 256;
+  if (mode == kLineL2 || mode == kLineL2EvictLast) {
+    const int64_t lines = rows * (head / 128);
+    for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < lines; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+      const char* a = w + (i % rows) * K + (i / rows) * 128;
+      if (mode == kLineL2) asm volatile("prefetch.global.L2 [%0];\n" ::"l"(a));
+      else asm volatile("prefetch.global.L2::evict_last [%0];\n" ::"l"(a));
+    }
+  } else if (mode == kBulkL2 && threadIdx.x == 0) {
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x)
+      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(w + r * K), "r"(static_cast<uint32_t>(head)) : "memory");
+  }
+  if (static_cast<int>(blockIdx.x) >= tiles || threadIdx.x != 0) return;
+  const uint32_t base = dev::ptx::smem_u32(smem);
+  for (int s = 0; s < p.stages; ++s) dev::ptx::mbar_init(dev::ptx::smem_u32(&full[s]), 1);
+  dev::ptx::fence_mbar_init();
+  while (dev::globaltimer_ns() < t0 + delay_ns) {
+  }
   const dev::WaitLimit limit{dev::globaltimer_ns() + 2'000'000'000ull, p.abort};
   const int t = static_cast<int>(blockIdx.x);
   const uint64_t start = dev::globaltimer_ns();
@@ -286,6 +328,39 @@ Rate run(const uint8_t* w, int K, int ctas, int stages, int mode, int repeat, bo
   return {bytes / (runs[5].first * 1e-3) / 1e9, bytes / ctas / static_cast<double>(median_span(runs[5].second))};
 }
 
+// The prefetch table's row: `tiles` tiles of K streamed delay_us after the launch's start on a grid of
+// `ctas` CTAs, the first `head` bytes of each of their rows asked into L2 by `mode`; from HBM (64 MB
+// written before each launch). Rate.all: the launch in us; per_cta: a tile's own stream, GB/s.
+Rate run_prefetch(const uint8_t* w, int ctas, int tiles, int K, int head, int mode, double delay_us, uint32_t* ctl) {
+  constexpr int kStages = 4;
+  const int64_t n = static_cast<int64_t>(tiles) * 256, tile_bytes = n * K;
+  const CUtensorMap map = epfuse::fused::weight_tensor_map_fp8(w, n, K, 128);
+  DeviceBuffer span(static_cast<size_t>(tiles) * sizeof(uint64_t));
+  const Params p{K / 128, 1, kStages, kRows, w, ctl, ctl + 1, span.as<uint64_t>()};
+  const int smem = kStages * 2 * kBox;
+  EPFUSE_CUDA_CHECK(cudaFuncSetAttribute(prefetch_stream_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  cudaEvent_t a, b;
+  EPFUSE_CUDA_CHECK(cudaEventCreate(&a));
+  EPFUSE_CUDA_CHECK(cudaEventCreate(&b));
+  std::vector<std::pair<float, std::vector<uint64_t>>> runs(11);
+  for (int i = -2; i < 11; ++i) {
+    EPFUSE_CUDA_CHECK(cudaMemsetAsync(const_cast<uint8_t*>(w) + tile_bytes, i & 0x7f, 64ll << 20));
+    EPFUSE_CUDA_CHECK(cudaEventRecord(a));
+    prefetch_stream_kernel<<<ctas, 256, smem>>>(map, p, tiles, mode, head, static_cast<uint64_t>(delay_us * 1e3));
+    EPFUSE_CUDA_CHECK_LAUNCH();
+    EPFUSE_CUDA_CHECK(cudaEventRecord(b));
+    EPFUSE_CUDA_CHECK(cudaEventSynchronize(b));
+    if (i < 0) continue;
+    EPFUSE_CUDA_CHECK(cudaEventElapsedTime(&runs[i].first, a, b));
+    runs[i].second.resize(tiles);
+    EPFUSE_CUDA_CHECK(cudaMemcpy(runs[i].second.data(), span.as(), tiles * sizeof(uint64_t), cudaMemcpyDeviceToHost));
+  }
+  EPFUSE_CUDA_CHECK(cudaEventDestroy(a));
+  EPFUSE_CUDA_CHECK(cudaEventDestroy(b));
+  std::sort(runs.begin(), runs.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+  return {runs[5].first * 1e3, static_cast<double>(tile_bytes) / tiles / static_cast<double>(median_span(runs[5].second))};
+}
+
 // A store table's row: launch() 13 times (2 warm-up), each CTA writing its 64 KiB tile `repeat` times
 // and its span to span_ns; GB/s of the median CTA over its own span, in the median launch of 11 (by its
 // slowest CTA).
@@ -334,12 +409,34 @@ double run_tma_stores(int ctas, int repeat, bool wait_each) {
 int main(int argc, char** argv) {
   if (!epfuse::testing::have_gpu()) return epfuse::testing::kSkipped;
   const bool bulk_only = argc > 1 && std::string(argv[1]) == "bulk";
+  const bool prefetch_only = argc > 1 && std::string(argv[1]) == "prefetch";
   int sms = 0;
   EPFUSE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   const int64_t bytes = static_cast<int64_t>(sms) * 256 * 7168 + (64ll << 20);
   DeviceBuffer w(static_cast<size_t>(bytes)), ctl(8);
   EPFUSE_CUDA_CHECK(cudaMemset(w.as(), 0x3c, static_cast<size_t>(bytes)));
   EPFUSE_CUDA_CHECK(cudaMemset(ctl.as(), 0, 8));
+  if (prefetch_only) {
+    std::printf("tiles streamed after a delay, the first `head` bytes of their rows asked into L2 at the launch's start by a grid of %d CTAs, from HBM\n", sms);
+    std::printf("launch us (a tile's own stream GB/s), median of 11\n");
+    std::printf("%6s %5s %6s %6s", "tiles", "K", "head", "delay");
+    for (int mode : {kNoPrefetch, kLineL2, kLineL2EvictLast, kBulkL2}) std::printf(" %16s", kPrefetchNames[mode]);
+    std::printf("\n");
+    struct Case { int tiles, K, head; double delay; };
+    for (const Case& c : {Case{48, 2048, 2048, 8}, Case{48, 2048, 2048, 12}, Case{48, 2048, 1024, 8}, Case{128, 7168, 512, 12},
+                          Case{128, 7168, 1024, 12}, Case{128, 7168, 1024, 16}, Case{128, 7168, 1536, 16}}) {
+      std::printf("%6d %5d %6d %6.0f", c.tiles, c.K, c.head, c.delay);
+      for (int mode : {kNoPrefetch, kLineL2, kLineL2EvictLast, kBulkL2}) {
+        const Rate r = run_prefetch(w.as<uint8_t>(), sms, c.tiles, c.K, c.head, mode, c.delay, ctl.as<uint32_t>());
+        std::printf(" %8.1f (%5.1f)", r.all, r.per_cta);
+      }
+      std::printf("\n");
+    }
+    uint32_t err[2];
+    EPFUSE_CUDA_CHECK(cudaMemcpy(err, ctl.as(), sizeof(err), cudaMemcpyDeviceToHost));
+    std::printf("%s\n", err[1] == 0 ? "no wait ran out" : "FAIL: a wait ran out");
+    return err[1] == 0 ? 0 : 1;
+  }
   if (bulk_only) {
     std::printf("weight stream of one 256-row tile per CTA, nothing consuming, from HBM, by the copy: GB/s over the launch (a CTA's own rate), median of 11\n");
     std::printf("%6s %5s %7s", "K", "CTAs", "stages");
