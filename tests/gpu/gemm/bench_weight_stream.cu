@@ -291,6 +291,32 @@ struct Rate {
   double per_cta;  // GB/s of the median CTA over its own span
 };
 
+// 11 timed launches of launch() after 2 warm-up ones, before(i) ahead of launch i outside its timing: the
+// median launch by time, its ms and its `ctas` CTAs' spans (span).
+template <class Before, class Launch>
+std::pair<float, std::vector<uint64_t>> median_launch(int ctas, const DeviceBuffer& span, Before before, Launch launch) {
+  cudaEvent_t a, b;
+  EPFUSE_CUDA_CHECK(cudaEventCreate(&a));
+  EPFUSE_CUDA_CHECK(cudaEventCreate(&b));
+  std::vector<std::pair<float, std::vector<uint64_t>>> runs(11);
+  for (int i = -2; i < 11; ++i) {
+    before(i);
+    EPFUSE_CUDA_CHECK(cudaEventRecord(a));
+    launch();
+    EPFUSE_CUDA_CHECK_LAUNCH();
+    EPFUSE_CUDA_CHECK(cudaEventRecord(b));
+    EPFUSE_CUDA_CHECK(cudaEventSynchronize(b));
+    if (i < 0) continue;
+    EPFUSE_CUDA_CHECK(cudaEventElapsedTime(&runs[i].first, a, b));
+    runs[i].second.resize(ctas);
+    EPFUSE_CUDA_CHECK(cudaMemcpy(runs[i].second.data(), span.as(), ctas * sizeof(uint64_t), cudaMemcpyDeviceToHost));
+  }
+  EPFUSE_CUDA_CHECK(cudaEventDestroy(a));
+  EPFUSE_CUDA_CHECK(cudaEventDestroy(b));
+  std::sort(runs.begin(), runs.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+  return runs[5];
+}
+
 // from_l2: no other weights between launches (the tiles stay in L2 from the warm-up launches).
 // fed: fed_stream_kernel, `ctas` tiles on 2 ctas CTAs.
 Rate run(const uint8_t* w, int K, int ctas, int stages, int mode, int repeat, bool from_l2, uint32_t* ctl,
@@ -303,29 +329,17 @@ Rate run(const uint8_t* w, int K, int ctas, int stages, int mode, int repeat, bo
   const int smem = stages * 2 * kBox;
   EPFUSE_CUDA_CHECK(cudaFuncSetAttribute(stream_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   EPFUSE_CUDA_CHECK(cudaFuncSetAttribute(fed_stream_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  cudaEvent_t a, b;
-  EPFUSE_CUDA_CHECK(cudaEventCreate(&a));
-  EPFUSE_CUDA_CHECK(cudaEventCreate(&b));
-  std::vector<std::pair<float, std::vector<uint64_t>>> runs(11);
-  for (int i = -2; i < 11; ++i) {
-    // Other weights in between, so that this tile's bytes come from HBM, not L2 (60 MB > L2).
-    if (!from_l2) EPFUSE_CUDA_CHECK(cudaMemsetAsync(const_cast<uint8_t*>(w) + n * K, i & 0x7f, 64ll << 20));
-    EPFUSE_CUDA_CHECK(cudaEventRecord(a));
-    if (fed) fed_stream_kernel<<<2 * ctas, 32, smem>>>(map, p);
-    else stream_kernel<<<ctas, 32, smem>>>(map, p);
-    EPFUSE_CUDA_CHECK_LAUNCH();
-    EPFUSE_CUDA_CHECK(cudaEventRecord(b));
-    EPFUSE_CUDA_CHECK(cudaEventSynchronize(b));
-    if (i < 0) continue;
-    EPFUSE_CUDA_CHECK(cudaEventElapsedTime(&runs[i].first, a, b));
-    runs[i].second.resize(ctas);
-    EPFUSE_CUDA_CHECK(cudaMemcpy(runs[i].second.data(), span.as(), ctas * sizeof(uint64_t), cudaMemcpyDeviceToHost));
-  }
-  EPFUSE_CUDA_CHECK(cudaEventDestroy(a));
-  EPFUSE_CUDA_CHECK(cudaEventDestroy(b));
-  std::sort(runs.begin(), runs.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+  auto median = median_launch(
+      ctas, span,
+      [&](int i) {  // other weights in between, so that this tile's bytes come from HBM, not L2 (60 MB > L2)
+        if (!from_l2) EPFUSE_CUDA_CHECK(cudaMemsetAsync(const_cast<uint8_t*>(w) + n * K, i & 0x7f, 64ll << 20));
+      },
+      [&] {
+        if (fed) fed_stream_kernel<<<2 * ctas, 32, smem>>>(map, p);
+        else stream_kernel<<<ctas, 32, smem>>>(map, p);
+      });
   const double bytes = static_cast<double>(n) * K * repeat;
-  return {bytes / (runs[5].first * 1e-3) / 1e9, bytes / ctas / static_cast<double>(median_span(runs[5].second))};
+  return {bytes / (median.first * 1e-3) / 1e9, bytes / ctas / static_cast<double>(median_span(median.second))};
 }
 
 // The prefetch table's row: `tiles` tiles of K streamed delay_us after the launch's start on a grid of
@@ -339,26 +353,10 @@ Rate run_prefetch(const uint8_t* w, int ctas, int tiles, int K, int head, int mo
   const Params p{K / 128, 1, kStages, kRows, w, ctl, ctl + 1, span.as<uint64_t>()};
   const int smem = kStages * 2 * kBox;
   EPFUSE_CUDA_CHECK(cudaFuncSetAttribute(prefetch_stream_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  cudaEvent_t a, b;
-  EPFUSE_CUDA_CHECK(cudaEventCreate(&a));
-  EPFUSE_CUDA_CHECK(cudaEventCreate(&b));
-  std::vector<std::pair<float, std::vector<uint64_t>>> runs(11);
-  for (int i = -2; i < 11; ++i) {
-    EPFUSE_CUDA_CHECK(cudaMemsetAsync(const_cast<uint8_t*>(w) + tile_bytes, i & 0x7f, 64ll << 20));
-    EPFUSE_CUDA_CHECK(cudaEventRecord(a));
-    prefetch_stream_kernel<<<ctas, 256, smem>>>(map, p, tiles, mode, head, static_cast<uint64_t>(delay_us * 1e3));
-    EPFUSE_CUDA_CHECK_LAUNCH();
-    EPFUSE_CUDA_CHECK(cudaEventRecord(b));
-    EPFUSE_CUDA_CHECK(cudaEventSynchronize(b));
-    if (i < 0) continue;
-    EPFUSE_CUDA_CHECK(cudaEventElapsedTime(&runs[i].first, a, b));
-    runs[i].second.resize(tiles);
-    EPFUSE_CUDA_CHECK(cudaMemcpy(runs[i].second.data(), span.as(), tiles * sizeof(uint64_t), cudaMemcpyDeviceToHost));
-  }
-  EPFUSE_CUDA_CHECK(cudaEventDestroy(a));
-  EPFUSE_CUDA_CHECK(cudaEventDestroy(b));
-  std::sort(runs.begin(), runs.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
-  return {runs[5].first * 1e3, static_cast<double>(tile_bytes) / tiles / static_cast<double>(median_span(runs[5].second))};
+  auto median = median_launch(
+      tiles, span, [&](int i) { EPFUSE_CUDA_CHECK(cudaMemsetAsync(const_cast<uint8_t*>(w) + tile_bytes, i & 0x7f, 64ll << 20)); },
+      [&] { prefetch_stream_kernel<<<ctas, 256, smem>>>(map, p, tiles, mode, head, static_cast<uint64_t>(delay_us * 1e3)); });
+  return {median.first * 1e3, static_cast<double>(tile_bytes) / tiles / static_cast<double>(median_span(median.second))};
 }
 
 // A store table's row: launch() 13 times (2 warm-up), each CTA writing its 64 KiB tile `repeat` times
@@ -404,6 +402,14 @@ double run_tma_stores(int ctas, int repeat, bool wait_each) {
   return rate;
 }
 
+// The exit status: 0 when no stream's wait ran out in any launch (ctl's error word), and the line saying so.
+int waits_in_time(const DeviceBuffer& ctl) {
+  uint32_t err[2];
+  EPFUSE_CUDA_CHECK(cudaMemcpy(err, ctl.as(), sizeof(err), cudaMemcpyDeviceToHost));
+  std::printf("%s\n", err[1] == 0 ? "no wait ran out" : "FAIL: a wait ran out");
+  return err[1] == 0 ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -432,10 +438,7 @@ int main(int argc, char** argv) {
       }
       std::printf("\n");
     }
-    uint32_t err[2];
-    EPFUSE_CUDA_CHECK(cudaMemcpy(err, ctl.as(), sizeof(err), cudaMemcpyDeviceToHost));
-    std::printf("%s\n", err[1] == 0 ? "no wait ran out" : "FAIL: a wait ran out");
-    return err[1] == 0 ? 0 : 1;
+    return waits_in_time(ctl);
   }
   if (bulk_only) {
     std::printf("weight stream of one 256-row tile per CTA, nothing consuming, from HBM, by the copy: GB/s over the launch (a CTA's own rate), median of 11\n");
@@ -452,10 +455,7 @@ int main(int argc, char** argv) {
           }
           std::printf("\n");
         }
-    uint32_t err[2];
-    EPFUSE_CUDA_CHECK(cudaMemcpy(err, ctl.as(), sizeof(err), cudaMemcpyDeviceToHost));
-    std::printf("%s\n", err[1] == 0 ? "no wait ran out" : "FAIL: a wait ran out");
-    return err[1] == 0 ? 0 : 1;
+    return waits_in_time(ctl);
   }
   std::printf("weight stream of one 256-row tile per CTA, TMA boxes of 128 x 128 bytes, nothing consuming\n");
   std::printf("from HBM: GB/s over the launch (a CTA's own rate), median of 11\n");
@@ -490,8 +490,5 @@ int main(int argc, char** argv) {
   std::printf("%5s %10s %10s\n", "CTAs", "pipelined", "each waited");
   for (int ctas : {1, 48, sms})
     std::printf("%5d %10.1f %10.1f\n", ctas, run_tma_stores(ctas, 16, false), run_tma_stores(ctas, 16, true));
-  uint32_t err[2];
-  EPFUSE_CUDA_CHECK(cudaMemcpy(err, ctl.as(), sizeof(err), cudaMemcpyDeviceToHost));
-  std::printf("%s\n", err[1] == 0 ? "no wait ran out" : "FAIL: a wait ran out");
-  return err[1] == 0 ? 0 : 1;
+  return waits_in_time(ctl);
 }
