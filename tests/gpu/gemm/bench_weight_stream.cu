@@ -8,10 +8,11 @@
 // and, with `bulk` as the argument, only a table of the same blocked bytes by 1-D bulk copies
 // (cp.async.bulk, no tensor map): two of 16 KiB a stage, or one of 32 KiB ([N / 256][K / 128][256][128]),
 // beside the rows' boxes: whether a tile's stream is held by the TMA's 128-byte box rows or by HBM;
-// with `prefetch`, only a table of 48 tiles (K = 2048: qwen3-30b T = 1's Linear1) streamed after a delay
-// (a decode step's start-up chain), with their bytes asked into L2 at the launch's start by every thread of
-// 132 CTAs (prefetch.global.L2, its evict_last form, or cp.async.bulk.prefetch.L2 by one thread a CTA), or
-// not: whether a decode step's idle start can bring its weights into L2 for the tiles' rings.
+// with `prefetch`, only a table of tiles streamed after a delay (a decode step's start-up chain: 48 tiles of
+// K = 2048, qwen3-30b T = 1's Linear1, and 128 of K = 7168, dsv3's), the first bytes of their rows asked
+// into L2 at the launch's start by every CTA of the grid (prefetch.global.L2, its evict_last form, or
+// cp.async.bulk.prefetch.L2 by one thread a CTA), or not: whether a decode step's idle start can bring its
+// weights into L2 for the tiles' rings.
 // Prints GB/s for each layout, grid and ring depth (median of 11 launches, events around each), and a CTA's
 // own rate (bytes over its first issue to its last landing, globaltimer; median over the CTAs of the
 // median launch). A second table streams each CTA's tile `repeat` times from L2 (K = 768: 26 MB for 132
@@ -117,24 +118,31 @@ __device__ bool stream_tile(const CUtensorMap& map, const Params& p, int t, uint
     }
     for (int b = 0; b < boxes; ++b) {
       int c0, c1;
-      box_coord(p, t, b, kb % p.k_blocks, c0, c1);
+      box_coord(p, t, b, static_cast<int>(kbm), c0, c1);
       dev::ptx::tma_load_2d(base + static_cast<uint32_t>((s * 2 + b) * kBox), &map, bar, c0, c1);
     }
   }
   return true;
 }
 
-__global__ void __launch_bounds__(32, 1) stream_kernel(const __grid_constant__ CUtensorMap map, const Params p) {
-  extern __shared__ __align__(1024) char smem[];
-  __shared__ __align__(8) uint64_t full[kMaxStages];
-  const uint32_t base = dev::ptx::smem_u32(smem);
-  if (threadIdx.x != 0) return;
+// Thread 0 of a CTA: its tile (blockIdx.x) through a ring in its own shared memory (smem, full[]), both
+// boxes of every stage by its own TMA, started at globaltimer not_before at the earliest; its span from
+// the start to the last landing into p.span_ns.
+__device__ void stream_own_tile(const CUtensorMap& map, const Params& p, char* smem, uint64_t* full, uint64_t not_before = 0) {
   for (int s = 0; s < p.stages; ++s) dev::ptx::mbar_init(dev::ptx::smem_u32(&full[s]), 1);
   dev::ptx::fence_mbar_init();
+  while (dev::globaltimer_ns() < not_before) {
+  }
   const dev::WaitLimit limit{dev::globaltimer_ns() + 2'000'000'000ull, p.abort};
   const int t = static_cast<int>(blockIdx.x);
   const uint64_t start = dev::globaltimer_ns();
-  if (stream_tile(map, p, t, full, base, 2, limit, [](int) {})) p.span_ns[t] = dev::globaltimer_ns() - start;
+  if (stream_tile(map, p, t, full, dev::ptx::smem_u32(smem), 2, limit, [](int) {})) p.span_ns[t] = dev::globaltimer_ns() - start;
+}
+
+__global__ void __launch_bounds__(32, 1) stream_kernel(const __grid_constant__ CUtensorMap map, const Params p) {
+  extern __shared__ __align__(1024) char smem[];
+  __shared__ __align__(8) uint64_t full[kMaxStages];
+  if (threadIdx.x == 0) stream_own_tile(map, p, smem, full);
 }
 
 // How prefetch_stream_kernel asks the tiles' bytes into L2 before streaming them.
@@ -163,16 +171,7 @@ __global__ void __launch_bounds__(256, 1) prefetch_stream_kernel(const __grid_co
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x)
       asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(w + r * K), "r"(static_cast<uint32_t>(head)) : "memory");
   }
-  if (static_cast<int>(blockIdx.x) >= tiles || threadIdx.x != 0) return;
-  const uint32_t base = dev::ptx::smem_u32(smem);
-  for (int s = 0; s < p.stages; ++s) dev::ptx::mbar_init(dev::ptx::smem_u32(&full[s]), 1);
-  dev::ptx::fence_mbar_init();
-  while (dev::globaltimer_ns() < t0 + delay_ns) {
-  }
-  const dev::WaitLimit limit{dev::globaltimer_ns() + 2'000'000'000ull, p.abort};
-  const int t = static_cast<int>(blockIdx.x);
-  const uint64_t start = dev::globaltimer_ns();
-  if (stream_tile(map, p, t, full, base, 2, limit, [](int) {})) p.span_ns[t] = dev::globaltimer_ns() - start;
+  if (static_cast<int>(blockIdx.x) < tiles && threadIdx.x == 0) stream_own_tile(map, p, smem, full, t0 + delay_ns);
 }
 
 __device__ __forceinline__ uint32_t cluster_rank() {
