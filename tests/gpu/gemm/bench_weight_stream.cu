@@ -291,9 +291,10 @@ struct Rate {
 };
 
 // 11 timed launches of launch() after 2 warm-up ones, before(i) ahead of launch i outside its timing: the
-// median launch by time, its ms and its `ctas` CTAs' spans (span).
+// median launch by time, its ms and the spans its CTAs wrote to span (one uint64_t a CTA).
 template <class Before, class Launch>
-std::pair<float, std::vector<uint64_t>> median_launch(int ctas, const DeviceBuffer& span, Before before, Launch launch) {
+std::pair<float, std::vector<uint64_t>> median_launch(const DeviceBuffer& span, Before before, Launch launch) {
+  const size_t ctas = span.bytes() / sizeof(uint64_t);
   cudaEvent_t a, b;
   EPFUSE_CUDA_CHECK(cudaEventCreate(&a));
   EPFUSE_CUDA_CHECK(cudaEventCreate(&b));
@@ -329,7 +330,7 @@ Rate run(const uint8_t* w, int K, int ctas, int stages, int mode, int repeat, bo
   EPFUSE_CUDA_CHECK(cudaFuncSetAttribute(stream_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   EPFUSE_CUDA_CHECK(cudaFuncSetAttribute(fed_stream_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   auto median = median_launch(
-      ctas, span,
+      span,
       [&](int i) {  // other weights in between, so that this tile's bytes come from HBM, not L2 (60 MB > L2)
         if (!from_l2) EPFUSE_CUDA_CHECK(cudaMemsetAsync(const_cast<uint8_t*>(w) + n * K, i & 0x7f, 64ll << 20));
       },
@@ -346,16 +347,16 @@ Rate run(const uint8_t* w, int K, int ctas, int stages, int mode, int repeat, bo
 // written before each launch). Rate.all: the launch in us; per_cta: a tile's own stream, GB/s.
 Rate run_prefetch(const uint8_t* w, int ctas, int tiles, int K, int head, int mode, double delay_us, uint32_t* ctl) {
   constexpr int kStages = 4;
-  const int64_t n = static_cast<int64_t>(tiles) * 256, tile_bytes = n * K;
+  const int64_t n = static_cast<int64_t>(tiles) * 256, weight_bytes = n * K;
   const CUtensorMap map = epfuse::fused::weight_tensor_map_fp8(w, n, K, 128);
   DeviceBuffer span(static_cast<size_t>(tiles) * sizeof(uint64_t));
   const Params p{K / 128, 1, kStages, kRows, w, ctl, ctl + 1, span.as<uint64_t>()};
   const int smem = kStages * 2 * kBox;
   EPFUSE_CUDA_CHECK(cudaFuncSetAttribute(prefetch_stream_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   auto median = median_launch(
-      tiles, span, [&](int i) { EPFUSE_CUDA_CHECK(cudaMemsetAsync(const_cast<uint8_t*>(w) + tile_bytes, i & 0x7f, 64ll << 20)); },
+      span, [&](int i) { EPFUSE_CUDA_CHECK(cudaMemsetAsync(const_cast<uint8_t*>(w) + weight_bytes, i & 0x7f, 64ll << 20)); },
       [&] { prefetch_stream_kernel<<<ctas, 256, smem>>>(map, p, tiles, mode, head, static_cast<uint64_t>(delay_us * 1e3)); });
-  return {median.first * 1e3, static_cast<double>(tile_bytes) / tiles / static_cast<double>(median_span(median.second))};
+  return {median.first * 1e3, static_cast<double>(weight_bytes) / tiles / static_cast<double>(median_span(median.second))};
 }
 
 // A store table's row: launch() 13 times (2 warm-up), each CTA writing its 64 KiB tile `repeat` times
