@@ -143,10 +143,12 @@ __device__ void producer_role(const device::FusedContext<Transport>& c, TaskSche
   device::ptx::cp_async_wait_all();  // leave no copy in flight behind an exited thread
 }
 
-// The math warpgroups: take each task the producer posted, run it, free its slot.
+// The math warpgroups: take each task the producer posted, run it, free its slot. Inlined, as
+// warp_specialised_roles: nvcc made the FP8 decode kernels' roles a call of their own, which cost qwen3-30b's
+// FP8 decode rows 1-2% (docs/performance.md#the-fp8-decode-kernels-roles-inlined-2026-12-01).
 template <class Tiles, class Transport>
-__device__ void math_role(const device::FusedContext<Transport>& c, TaskScheduler<Transport>& scheduler,
-                          TaskProfiler& profiler, void* smem) {
+__device__ __forceinline__ void math_role(const device::FusedContext<Transport>& c, TaskScheduler<Transport>& scheduler,
+                                          TaskProfiler& profiler, void* smem) {
   using Gemm = typename Tiles::Gemm;
   const ThreadGroup g = Tiles::consumers();
   auto& sh = Tiles::shared(smem);
@@ -183,10 +185,12 @@ __device__ void math_role(const device::FusedContext<Transport>& c, TaskSchedule
   if (g.leader()) device::trace::end_launch();
 }
 
-// Every thread of the CTA, with its first task from the GEMM phase on; the CTA ends in here.
+// Every thread of the CTA, with its first task from the GEMM phase on; the CTA ends in here (inlined: see
+// math_role).
 template <class Tiles, class Transport>
-__device__ void warp_specialised_roles(const device::FusedContext<Transport>& c, TaskScheduler<Transport>& scheduler,
-                                       TaskProfiler& profiler, Task first, void* smem) {
+__device__ __forceinline__ void warp_specialised_roles(const device::FusedContext<Transport>& c,
+                                                       TaskScheduler<Transport>& scheduler, TaskProfiler& profiler,
+                                                       Task first, void* smem) {
   using Gemm = typename Tiles::Gemm;
   if (threadIdx.x < Gemm::kProducerThreads) {
     device::ptx::setmaxnreg_dec<Gemm::kProducerRegs>();
