@@ -321,8 +321,6 @@ struct TileGemmTmaFp8Decode : TileGemmTmaFp8<kStages_> {
   // against 40 at 72; docs/performance.md#the-fp8-decode-kernels-producer-at-72-registers-2026-12-01).
   static constexpr int kProducerRegs = 72;
   static constexpr int kConsumerRegs = 208;
-  static_assert(Base::kProducerThreads * kProducerRegs + Base::kConsumerThreads * kConsumerRegs <= 168 * Base::kThreads,
-                "setmaxnreg: the roles' registers within what the CTA starts with");
   __device__ static bool mainloop(typename Base::RingPos& pos, int K, int rows, void* smem, typename Base::Accum& acc,
                                   const WaitLimit& limit) {
     return Base::template mainloop<true>(pos, K, rows, smem, acc, limit);

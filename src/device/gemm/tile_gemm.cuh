@@ -79,8 +79,14 @@ concept AllThreadTile =
       { G::visit_col16(cacc, quad) } -> std::same_as<void>;
     };
 
+// Registers a thread holds at launch with `threads` threads a CTA, one CTA an SM: the register file's 65,536
+// in the allocator's units of 8 (168 at 384 threads). The roles' setmaxnreg split moves registers between
+// warps within that pool only: 64 / 224 at 384 threads (65,536 in all, over the pool) hung.
+constexpr int launch_registers_per_thread(int threads) { return 65536 / threads / 8 * 8; }
+
 // What both warp-specialised tiles (bf16 TileGemmTma, FP8 TileGemmTmaFp8) share: the roles, the ring,
-// the math side and the accumulator visitors; they differ in the producer's operands (load_tile).
+// the math side and the accumulator visitors; they differ in the producer's operands (load_tile). Their
+// register split (kProducerRegs, kConsumerRegs) fits the pool the CTA starts with.
 template <class G>
 concept WarpSpecialisedRoles =
     TileGemmConstants<G> &&
@@ -100,7 +106,9 @@ concept WarpSpecialisedRoles =
       { G::mainloop(pos, K, rows, smem, acc, limit) } -> std::same_as<bool>;
       { G::template visit_cols<0, 8>(cacc, pair) } -> std::same_as<void>;
       { G::template visit_gate_up<0, 8>(cacc, quad) } -> std::same_as<void>;
-    };
+    } &&
+    (G::kProducerThreads * G::kProducerRegs + G::kConsumerThreads * G::kConsumerRegs <=
+     (G::kProducerThreads + G::kConsumerThreads) * launch_registers_per_thread(G::kProducerThreads + G::kConsumerThreads));
 
 template <class G>
 concept WarpSpecialisedTile =
