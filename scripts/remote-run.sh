@@ -22,6 +22,7 @@
 # prefill-trace (the world-1 prefill rows traced, with their per-SM budgets, from EPFUSE_TRACE_BIN),
 # source-view (ncu's per-line warp-state samples of one fused FP8 launch, EPFUSE_SV_SHAPES), tile-peers (the
 # FP8 tile alone and DeepGEMM's grouped GEMM on the tile benchmark's shapes, EPFUSE_DEEPGEMM=DIR).
+# EPFUSE_OUT_ARCHIVE=1 leaves $OUT as one archive, out.tgz, after the steps.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -254,3 +255,9 @@ for step in "$@"; do
     *) echo "unknown step $step" ;;
   esac
 done
+# EPFUSE_OUT_ARCHIVE=1: every file the steps left in $OUT as one archive, $OUT/out.tgz, in place of the files
+# (for a host that copies back only a few files of a run).
+if [ "${EPFUSE_OUT_ARCHIVE:-0}" = 1 ]; then
+  tar czf /tmp/remote-run-out.tgz -C "$OUT" . && find "$OUT" -mindepth 1 -delete && mv /tmp/remote-run-out.tgz "$OUT/out.tgz"
+  echo "=== outputs in $OUT/out.tgz"
+fi
