@@ -255,9 +255,9 @@ for step in "$@"; do
     *) echo "unknown step $step" ;;
   esac
 done
-# EPFUSE_OUT_ARCHIVE=1: every file the steps left in $OUT as one archive, $OUT/out.tgz, in place of the files
-# (for a host that copies back only a few files of a run).
+# EPFUSE_OUT_ARCHIVE (above): for a host that copies back only a few files of a run.
 if [ "${EPFUSE_OUT_ARCHIVE:-0}" = 1 ]; then
-  tar czf /tmp/remote-run-out.tgz -C "$OUT" . && find "$OUT" -mindepth 1 -delete && mv /tmp/remote-run-out.tgz "$OUT/out.tgz"
+  archive=$(mktemp --suffix .tgz)
+  tar czf "$archive" -C "$OUT" . && find "$OUT" -mindepth 1 -delete && mv "$archive" "$OUT/out.tgz"
   echo "=== outputs in $OUT/out.tgz"
 fi

@@ -108,7 +108,7 @@ concept WarpSpecialisedRoles =
       { G::template visit_gate_up<0, 8>(cacc, quad) } -> std::same_as<void>;
     } &&
     (G::kProducerThreads * G::kProducerRegs + G::kConsumerThreads * G::kConsumerRegs <=
-     (G::kProducerThreads + G::kConsumerThreads) * launch_registers_per_thread(G::kProducerThreads + G::kConsumerThreads));
+     G::kThreads * launch_registers_per_thread(G::kThreads));
 
 template <class G>
 concept WarpSpecialisedTile =
