@@ -109,30 +109,40 @@ __device__ __forceinline__ void wgmma_e4m3_f32(float (&d)[kN / 2], uint64_t desc
 // register peak below the 64-row kernel's (docs/performance.md#the-decode-form-in-the-layer-2026-11-29).
 // Waits for all its MMAs (the stage is free on return). tests/gpu/gemm/test_fp8_tile.cu checks the
 // halves alone against a float64 reference, test_fp8_tma_tile both in the tile.
+// The two steps of one slice h of fp8_block_mma_promote: its 4 MMAs into the scratch as one wgmma group
+// (committed, not waited for), and, once that group is done (wgmma_wait_group), the scratch times its
+// scales added into the slice's accumulators (s0 for the thread's first row, s1 for its row + 8).
+template <int kSlices>
+__device__ __forceinline__ void fp8_slice_issue(float (&scratch)[128 / kSlices], uint64_t desc_a, uint64_t desc_b, int h) {
+  constexpr uint32_t kSliceBytes = 2 * (128 / kSlices) * kSw128RowBytes;
+  ptx::fence_accumulators(scratch);
+  ptx::wgmma_fence();
+#pragma unroll
+  for (int k = 0; k < kFp8BlockK / kFp8WgmmaK; ++k) {
+    const uint64_t a = desc_advance(desc_a, k * kFp8WgmmaK), b = desc_advance(desc_b, h * kSliceBytes + k * kFp8WgmmaK);
+    if constexpr (kSlices == 2) ptx::wgmma_m64n128k32_e4m3_f32(scratch, a, b, k > 0 ? 1 : 0);
+    else ptx::wgmma_m64n64k32_e4m3_f32(scratch, a, b, k > 0 ? 1 : 0);
+  }
+  ptx::wgmma_commit_group();
+}
+template <int kSlices>
+__device__ __forceinline__ void fp8_slice_promote(float (&acc)[128], float (&scratch)[128 / kSlices], int h, float s0, float s1) {
+  constexpr int kRegs = 128 / kSlices;
+  ptx::fence_accumulators(scratch);
+#pragma unroll
+  for (int i = 0; i < kRegs; ++i) acc[kRegs * h + i] = fmaf(scratch[i], ((i >> 1) & 1) ? s1 : s0, acc[kRegs * h + i]);
+}
 template <int kSlices>
 __device__ __forceinline__ void fp8_block_mma_promote(float (&acc)[128], float (&scratch)[128 / kSlices], uint64_t desc_a,
                                                       uint64_t desc_b, const float (&row_scale)[2], float col_scale0,
                                                       float col_scale1) {
   static_assert(kSlices == 2 || kSlices == 4, "n128 halves or n64 quarters");
-  constexpr int kRegs = 128 / kSlices;
-  constexpr uint32_t kSliceBytes = 2 * kRegs * kSw128RowBytes;
 #pragma unroll
   for (int h = 0; h < kSlices; ++h) {
-    ptx::fence_accumulators(scratch);
-    ptx::wgmma_fence();
-#pragma unroll
-    for (int k = 0; k < kFp8BlockK / kFp8WgmmaK; ++k) {
-      const uint64_t a = desc_advance(desc_a, k * kFp8WgmmaK), b = desc_advance(desc_b, h * kSliceBytes + k * kFp8WgmmaK);
-      if constexpr (kSlices == 2) ptx::wgmma_m64n128k32_e4m3_f32(scratch, a, b, k > 0 ? 1 : 0);
-      else ptx::wgmma_m64n64k32_e4m3_f32(scratch, a, b, k > 0 ? 1 : 0);
-    }
-    ptx::wgmma_commit_group();
+    fp8_slice_issue<kSlices>(scratch, desc_a, desc_b, h);
     ptx::wgmma_wait_group<0>();
-    ptx::fence_accumulators(scratch);
     const float col_scale = h < kSlices / 2 ? col_scale0 : col_scale1;
-    const float s0 = row_scale[0] * col_scale, s1 = row_scale[1] * col_scale;
-#pragma unroll
-    for (int i = 0; i < kRegs; ++i) acc[kRegs * h + i] = fmaf(scratch[i], ((i >> 1) & 1) ? s1 : s0, acc[kRegs * h + i]);
+    fp8_slice_promote<kSlices>(acc, scratch, h, row_scale[0] * col_scale, row_scale[1] * col_scale);
   }
 }
 __device__ __forceinline__ void fp8_block_mma_promote_halves(float (&acc)[128], float (&scratch)[64], uint64_t desc_a,

@@ -13,9 +13,10 @@
 //      columns [0, 128) and [row1, row1 + 128) as [128, 256) (Linear1: gate and up), plus the two block
 //      scales of that K block (scale0[kb], scale1[kb]; thread 0, 4-byte cp.async through L1: weight
 //      scales are never written by the kernel).
-// Math: each math warpgroup owns 64 rows; per k-block it runs its 64 x 256 as two n128 halves,
-// fp8_block_mma_promote_halves (gemm_fp8.cuh: 4 x wgmma m64n128k32 per half into one 64-register
-// scratch, promoted into its 64 accumulators times row scale x block scale once they are done). The
+// Math: each math warpgroup owns 64 rows; per k-block it runs its 64 x 256 as two n128 halves
+// (mainloop_halves; gemm_fp8.cuh fp8_slice_issue / fp8_slice_promote: 4 x wgmma m64n128k32 per half into
+// one 64-register scratch, promoted into its 64 accumulators times row scale x block scale once they are
+// done). The
 // halves replaced the earlier four n64 quarters (which hid the promotions but read A from shared
 // memory twice as often): on an H100 2-5% faster at dsv3 T=4096 and qwen3 T=16384, mixtral (at the
 // power cap) unchanged (docs/performance.md#the-fp8-k-loop-what-was-tried). The accumulators are the bf16 tile's: register
@@ -184,11 +185,13 @@ struct TileGemmTmaFp8 {
   // only passes the stages through (Ring::pass; its acc stays zero), which leaves the tensor cores to
   // the other at small T, where the tile is a weight stream. False (in this thread) when a wait for a
   // stage ran out; the caller makes that group-uniform.
-  // kQuarters: the k-block in n64 quarters (fp8_block_mma_promote<4>, the decode kernel's).
+  // kQuarters: the k-block in n64 quarters (fp8_block_mma_promote<4>, the decode kernel's); otherwise
+  // n128 halves (mainloop_halves).
   template <bool kQuarters = false>
   __device__ static bool mainloop(RingPos& pos, int K, int rows, void* smem, Accum& acc, const WaitLimit& limit) {
+    if constexpr (!kQuarters) return mainloop_halves(pos, K, rows, smem, acc, limit);
     const auto [ct, base, desc_a0, desc_b0] = Bf16::start_math(smem, acc);
-    float scratch[kQuarters ? kBlockN / 8 : kBlockN / 4];
+    float scratch[kBlockN / 8];
     const int group_row0 = (ct / 128) * kWgmmaM;
     const int num_kb = num_k_blocks(K);
     if (Bf16::padding_group(ct, rows)) return Ring::pass(base, pos, num_kb, true, limit);
@@ -202,15 +205,56 @@ struct TileGemmTmaFp8 {
       trace::first_full(ct, kb);
       // The A rows came through cp.async (generic proxy); wgmma reads through the async proxy.
       ptx::fence_proxy_async_shared();
-      const uint32_t sa = scale_a0 + static_cast<uint32_t>(s * kStageBytesScaleA + (kb & 3) * 4);
-      const float row_scale[2] = {ld_shared_f32(sa), ld_shared_f32(sa + 8u * 16u)};
-      const float col_scale0 = ld_shared_f32(stage_scale_b(base, s));
-      const float col_scale1 = ld_shared_f32(stage_scale_b(base, s) + 4u);
+      const BlockScales sc = block_scales(base, scale_a0, s, kb);
       const uint64_t desc_a = uniform_u64(desc_advance(desc_a0, static_cast<uint32_t>(s * kStageBytesA)));
       const uint64_t desc_b = uniform_u64(desc_advance(desc_b0, static_cast<uint32_t>(s * kStageBytesB)));
-      fp8_block_mma_promote<kQuarters ? 4 : 2>(acc.v, scratch, desc_a, desc_b, row_scale, col_scale0, col_scale1);
+      fp8_block_mma_promote<4>(acc.v, scratch, desc_a, desc_b, sc.row, sc.col0, sc.col1);
       // All the k-block's MMAs finished (its last promotion waits for them) and this thread's scale
       // reads are done: its release of the stage.
+      ptx::mbar_arrive(Ring::empty_bar(base, s));
+    }
+    return ok;
+  }
+
+  // The 64-row k-loop in n128 halves (the prefill kernels'): per k-block half 0's MMAs and promotion, then
+  // half 1's MMAs, and under those one look at the next k-block's stage (a try-wait, no spin beside the
+  // MMAs), so that a stage already full is not waited for again at the next k-block's top. Its scales and
+  // descriptors are read at the top: held across half 1's promotion they cost the epilogues registers,
+  // and the proxy fence, run while a group is in flight, waits for it
+  // (docs/performance.md#the-next-k-blocks-stage-under-the-second-half-2026-12-01).
+  __device__ static bool mainloop_halves(RingPos& pos, int K, int rows, void* smem, Accum& acc, const WaitLimit& limit) {
+    const auto [ct, base, desc_a0, desc_b0] = Bf16::start_math(smem, acc);
+    float scratch[kBlockN / 4];
+    const int group_row0 = (ct / 128) * kWgmmaM;
+    const int num_kb = num_k_blocks(K);
+    if (Bf16::padding_group(ct, rows)) return Ring::pass(base, pos, num_kb, true, limit);
+    const int row = group_row0 + wgmma_c_coord(ct % 128, 0).row;
+    const uint32_t scale_a0 = stage_scale_a(base, 0) + static_cast<uint32_t>(row * 16);
+    bool ok = true, have = false;  // have: the k-block's stage was seen full
+    for (int kb = 0; kb < num_kb; ++kb, ++pos.kb) {
+      const int s = Ring::stage(pos);
+      if (!have) {
+        if (!(ok = Ring::wait_full(base, pos, limit))) break;
+        trace::first_full(ct, kb);
+      }
+      const BlockScales sc = block_scales(base, scale_a0, s, kb);
+      // The A rows came through cp.async (generic proxy); wgmma reads through the async proxy.
+      ptx::fence_proxy_async_shared();
+      // Uniform: ptxas keeps them in uniform registers.
+      const uint64_t desc_a = uniform_u64(desc_advance(desc_a0, static_cast<uint32_t>(s * kStageBytesA)));
+      const uint64_t desc_b = uniform_u64(desc_advance(desc_b0, static_cast<uint32_t>(s * kStageBytesB)));
+      fp8_slice_issue<2>(scratch, desc_a, desc_b, 0);
+      ptx::wgmma_wait_group<0>();
+      fp8_slice_promote<2>(acc.v, scratch, 0, sc.row[0] * sc.col0, sc.row[1] * sc.col0);
+      fp8_slice_issue<2>(scratch, desc_a, desc_b, 1);
+      const float s0 = sc.row[0] * sc.col1, s1 = sc.row[1] * sc.col1;
+      // Under half 1's MMAs: a stage not yet full is waited for at the loop's top.
+      const RingPos next{pos.kb + 1};
+      have = kb + 1 < num_kb && ptx::mbar_try_wait(Ring::full_bar(base, Ring::stage(next)), (next.kb / kStages) & 1u);
+      if (have) trace::first_full(ct, kb + 1);
+      ptx::wgmma_wait_group<0>();
+      fp8_slice_promote<2>(acc.v, scratch, 1, s0, s1);
+      // All the k-block's MMAs finished and this thread's scale reads of it are done: its release.
       ptx::mbar_arrive(Ring::empty_bar(base, s));
     }
     return ok;
@@ -293,6 +337,18 @@ struct TileGemmTmaFp8 {
     }
     ptx::cp_async_4(stage_scale_b(base, s), b.scale0 + kb);
     ptx::cp_async_4(stage_scale_b(base, s) + 4u, b.scale1 + kb);
+  }
+  // A k-block's scales, from its stage: this thread's two rows' (scale_a0: its rows' group in stage 0)
+  // and the two weight blocks'.
+  struct BlockScales {
+    float row[2];
+    float col0, col1;
+  };
+  __device__ static BlockScales block_scales(uint32_t base, uint32_t scale_a0, int s, int kb) {
+    const uint32_t sa = scale_a0 + static_cast<uint32_t>(s * kStageBytesScaleA + (kb & 3) * 4);
+    return {{ld_shared_f32(sa), ld_shared_f32(sa + 8u * 16u)},
+            ld_shared_f32(stage_scale_b(base, s)),
+            ld_shared_f32(stage_scale_b(base, s) + 4u)};
   }
   // v as one value of the warp (lane 0's; every lane holds the same): ptxas then keeps the k-block's
   // descriptor arithmetic in uniform registers. Without it the n64 quarters' 16 descriptors
