@@ -94,24 +94,10 @@ __device__ __forceinline__ void wgmma_e4m3_f32(float (&d)[kN / 2], uint64_t desc
 
 }  // namespace ptx
 
-// One warpgroup, one 128-K block of a 64 x 256 tile in kSlices slices of N (2: n128 halves, 4: n64
-// quarters): acc[kRegs s + i] += (A_block . B_rows[n s, n s + n)^T)[i] * row_scale * (the slice's half
-// of B: col_scale0 or col_scale1), n = 256 / kSlices, kRegs = n / 2, with B's 256 rows at desc_b
-// (K-major, 128-byte swizzle, row r at 128 r bytes). Each slice's 4 MMAs go into one kRegs-register
-// scratch, which is then promoted with the group's MMAs drained (the other math warpgroup's MMAs can run
-// meanwhile); slice s's register i is register kRegs s + i of the 64 x 256 accumulators (same columns).
-// Halves (the 64-row kernel's): 128 accumulators + 64 scratch. Four n64 quarters through two 32-register
-// scratches that took turns hid the promotions behind the group's own MMAs but read A from shared
-// memory four times a k-block instead of twice; on an H100 the halves were 5% faster at dsv3 T=4096 and
-// 2% at qwen3 T=16384, mixtral (at the board's power cap) unchanged
-// (docs/performance.md#the-fp8-k-loop-what-was-tried). Quarters through one scratch (the decode kernel's
-// tiles of more than 16 rows): half the scratch registers for twice the drains, which keeps that kernel's
-// register peak below the 64-row kernel's (docs/performance.md#the-decode-form-in-the-layer-2026-11-29).
-// Waits for all its MMAs (the stage is free on return). tests/gpu/gemm/test_fp8_tile.cu checks the
-// halves alone against a float64 reference, test_fp8_tma_tile both in the tile.
-// The two steps of one slice h of fp8_block_mma_promote: its 4 MMAs into the scratch as one wgmma group
-// (committed, not waited for), and, once that group is done (wgmma_wait_group), the scratch times its
-// scales added into the slice's accumulators (s0 for the thread's first row, s1 for its row + 8).
+// The two steps of one slice h of fp8_block_mma_promote (below; mainloop_halves runs them apart): its 4
+// MMAs into the scratch as one wgmma group (committed, not waited for), and, once that group is done
+// (wgmma_wait_group), the scratch times its scales added into the slice's accumulators (s0 for the
+// thread's first row, s1 for its row + 8).
 template <int kSlices>
 __device__ __forceinline__ void fp8_slice_issue(float (&scratch)[128 / kSlices], uint64_t desc_a, uint64_t desc_b, int h) {
   constexpr uint32_t kSliceBytes = 2 * (128 / kSlices) * kSw128RowBytes;
@@ -132,6 +118,22 @@ __device__ __forceinline__ void fp8_slice_promote(float (&acc)[128], float (&scr
 #pragma unroll
   for (int i = 0; i < kRegs; ++i) acc[kRegs * h + i] = fmaf(scratch[i], ((i >> 1) & 1) ? s1 : s0, acc[kRegs * h + i]);
 }
+
+// One warpgroup, one 128-K block of a 64 x 256 tile in kSlices slices of N (2: n128 halves, 4: n64
+// quarters): acc[kRegs s + i] += (A_block . B_rows[n s, n s + n)^T)[i] * row_scale * (the slice's half
+// of B: col_scale0 or col_scale1), n = 256 / kSlices, kRegs = n / 2, with B's 256 rows at desc_b
+// (K-major, 128-byte swizzle, row r at 128 r bytes). Each slice's 4 MMAs go into one kRegs-register
+// scratch, which is then promoted with the group's MMAs drained (the other math warpgroup's MMAs can run
+// meanwhile); slice s's register i is register kRegs s + i of the 64 x 256 accumulators (same columns).
+// Halves (the 64-row kernel's): 128 accumulators + 64 scratch. Four n64 quarters through two 32-register
+// scratches that took turns hid the promotions behind the group's own MMAs but read A from shared
+// memory four times a k-block instead of twice; on an H100 the halves were 5% faster at dsv3 T=4096 and
+// 2% at qwen3 T=16384, mixtral (at the board's power cap) unchanged
+// (docs/performance.md#the-fp8-k-loop-what-was-tried). Quarters through one scratch (the decode kernel's
+// tiles of more than 16 rows): half the scratch registers for twice the drains, which keeps that kernel's
+// register peak below the 64-row kernel's (docs/performance.md#the-decode-form-in-the-layer-2026-11-29).
+// Waits for all its MMAs (the stage is free on return). tests/gpu/gemm/test_fp8_tile.cu checks the
+// halves alone against a float64 reference, test_fp8_tma_tile both in the tile.
 template <int kSlices>
 __device__ __forceinline__ void fp8_block_mma_promote(float (&acc)[128], float (&scratch)[128 / kSlices], uint64_t desc_a,
                                                       uint64_t desc_b, const float (&row_scale)[2], float col_scale0,
