@@ -59,10 +59,12 @@ struct TileGemmTmaFp8 {
   static constexpr int kProducerThreads = Bf16::kProducerThreads;  // warpgroup 0
   static constexpr int kConsumerThreads = Bf16::kConsumerThreads;  // warpgroups 1 and 2
   static constexpr int kThreads = Bf16::kThreads;
-  // The bf16 tile's split, 64 / 216. ptxas (sm_90a, CUDA 13.0, test_fp8_tma_tile's kernel: this
-  // mainloop plus visit_cols and the h quantisation): no spills at 64 / 216, 56 / 224 and 72 / 208; the
-  // producer spills at 48 / 224 and 40 / 232, the math warps at 80 / 200 (128 accumulators + 64 scratch).
-  static constexpr int kProducerRegs = Bf16::kProducerRegs;
+  // 72 / 216: the launch's whole 128 * 72 + 256 * 216 = 64,512. In the fused kernel the producer's
+  // k-block copies spilled at 64 and more at 56, with its task loop (there the layer ran 7-9% slower,
+  // the math warps' k-loop unchanged); at 72 its copies hold no spill and the layer ran 0.2-0.7% faster
+  // at the power cap (docs/performance.md#the-producers-registers-in-the-fp8-layer-2026-12-01). The math warps
+  // spill at 80 / 200 (128 accumulators + 64 scratch).
+  static constexpr int kProducerRegs = 72;
   static constexpr int kConsumerRegs = Bf16::kConsumerRegs;
   static constexpr int kBoxRows = Bf16::kBoxRows;  // TMA box rows of the weight maps (two per stage)
   static constexpr int kChunkBytes = 16;
