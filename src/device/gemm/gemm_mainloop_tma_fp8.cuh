@@ -376,8 +376,10 @@ struct TileGemmTmaFp8Decode : TileGemmTmaFp8<kStages_> {
   using Base = TileGemmTmaFp8<kStages_>;
   static constexpr bool kDecodeForm = true;
   // The producer's task decoding, inlined with the roles, spilled at 64 registers (69 spill instructions
-  // against 40 at 72; docs/performance.md#the-fp8-decode-kernels-producer-at-72-registers-2026-12-01).
-  static constexpr int kProducerRegs = 72;
+  // against 40 at 72; docs/performance.md#the-fp8-decode-kernels-producer-at-72-registers-2026-12-01); at
+  // 88, the launch's whole budget with the math warps' 208, the kernel has none
+  // (docs/performance.md#the-fp8-decode-kernels-producer-at-88-registers-2026-12-01).
+  static constexpr int kProducerRegs = 88;
   static constexpr int kConsumerRegs = 208;
   __device__ static bool mainloop(typename Base::RingPos& pos, int K, int rows, void* smem, typename Base::Accum& acc,
                                   const WaitLimit& limit) {
