@@ -1,10 +1,15 @@
 #!/usr/bin/env python3
 """Spill instructions (LDL / STL) of the fused kernels, per source line, from a binary built with -lineinfo.
 
-Usage: spill_report.py BINARY [KERNEL_SUBSTRING] [--base BASE_BINARY]
-  KERNEL_SUBSTRING picks the fused_moe_kernel instantiations to count (default TileGemmTmaFp8, the FP8
-  kernel; its LsaTransport instantiation is reported). Prints the total, then one line per innermost
-  source location (file, line) with its count; with --base, the same for BASE side by side.
+Usage: spill_report.py BINARY [KERNEL_SUBSTRING] [--base BASE_BINARY] [--roles]
+  KERNEL_SUBSTRING picks the fused_moe_kernel instantiations to count (default TileGemmTmaFp8: the FP8
+  prefill and decode kernels; their LsaTransport instantiations are reported). Prints the total, then one
+  line per innermost source location (file, line) with its count; with --base, the same for BASE side by
+  side. --roles splits each count by where the instruction sits: before the kernel's first setmaxnreg
+  (launch: every warp), after the math warps' (math) or after the producer's (producer). By address only:
+  code a role reaches by a branch into another role's range counts as that range's (setmaxnreg_check.py
+  lists such branches). A spill in the producer's loops cost the layer more than the same count elsewhere
+  (docs/performance.md#the-producers-registers-in-the-fp8-layer-2026-12-01).
 Why: ptxas allocates the registers of the whole persistent kernel at once, so a change in one task (for
 example the collect task, before the GEMM phase) can move spills into the math warps' epilogue loops,
 and the FP8 expert phase ran 4-7% slower for it (docs/performance.md#register-allocation-and-spills). Check this before timing.
@@ -39,18 +44,20 @@ def tool(name):
     sys.exit(f"spill_report.py: no {name} (set ${name.upper()})")
 
 
-def spills(binary, kernel):
-    """(total, Counter of (file, line) -> LDL/STL count) over the matching LsaTransport kernels."""
+def spills(binary, kernel, roles=False):
+    """(total, Counter of (file, line) -> LDL/STL count) over the matching LsaTransport kernels; with roles,
+    the keys are (role, file, line)."""
     counts, total = collections.Counter(), 0
     with tempfile.TemporaryDirectory() as d:
         subprocess.run([tool("cuobjdump"), "-xelf", "all", os.path.abspath(binary)], cwd=d, check=True,
                        capture_output=True)
         for cubin in glob.glob(os.path.join(d, "*.cubin")):
             sass = subprocess.run([tool("nvdisasm"), "-gi", cubin], capture_output=True, text=True).stdout
-            inside, where, pending = False, None, None
+            inside, where, pending, role = False, None, None, "launch"
             for line in sass.splitlines():
                 if line.startswith(".text."):
                     inside = "fused_moe_kernel" in line and kernel in line and "LsaTransport" in line
+                    role = "launch"
                     continue
                 if not inside:
                     continue
@@ -61,14 +68,19 @@ def spills(binary, kernel):
                     continue
                 if pending is not None:
                     where, pending = pending, None
+                if "USETMAXREG" in line:  # the math warps take registers (TRY_ALLOC), the producer gives them (DEALLOC)
+                    role = "math" if "TRY_ALLOC" in line else "producer"
                 if re.search(r"\b(LDL|STL)[.\s]", line):
-                    counts[where] += 1
+                    counts[(role,) + where if roles else where] += 1
                     total += 1
     return total, counts
 
 
 def main():
     args = sys.argv[1:]
+    roles = "--roles" in args
+    if roles:
+        args.remove("--roles")
     base = None
     if "--base" in args:
         i = args.index("--base")
@@ -77,17 +89,24 @@ def main():
     if not args:
         sys.exit(__doc__)
     binary, kernel = args[0], (args[1] if len(args) > 1 else "TileGemmTmaFp8")
-    total, counts = spills(binary, kernel)
+    total, counts = spills(binary, kernel, roles)
+    name = lambda k: (f"{k[0]:8s} " if roles else "") + f"{k[-2]}:{k[-1]}"
+    order = lambda k: tuple(str(x) for x in k[:-1]) + (k[-1],)
     if base is None:
         print(f"total {total}")
-        for (f, l), n in sorted(counts.items(), key=lambda kv: (str(kv[0][0]), kv[0][1])):
-            print(f"{n:5d}  {f}:{l}")
+        if roles:
+            by_role = collections.Counter()
+            for k, n in counts.items():
+                by_role[k[0]] += n
+            print("  " + ", ".join(f"{r} {by_role[r]}" for r in ("launch", "math", "producer")))
+        for k in sorted(counts, key=order):
+            print(f"{counts[k]:5d}  {name(k)}")
         return
-    btotal, bcounts = spills(base, kernel)
+    btotal, bcounts = spills(base, kernel, roles)
     print(f"total {total} (base {btotal})")
-    for key in sorted(set(counts) | set(bcounts), key=lambda k: (str(k[0]), k[1])):
-        if counts[key] != bcounts[key]:
-            print(f"{counts[key]:5d} {bcounts[key]:5d}  {key[0]}:{key[1]}")
+    for k in sorted(set(counts) | set(bcounts), key=order):
+        if counts[k] != bcounts[k]:
+            print(f"{counts[k]:5d} {bcounts[k]:5d}  {name(k)}")
 
 
 if __name__ == "__main__":
