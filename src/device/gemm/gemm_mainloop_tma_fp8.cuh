@@ -16,8 +16,7 @@
 // Math: each math warpgroup owns 64 rows; per k-block it runs its 64 x 256 as two n128 halves
 // (mainloop_halves; gemm_fp8.cuh fp8_slice_issue / fp8_slice_promote: 4 x wgmma m64n128k32 per half into
 // one 64-register scratch, promoted into its 64 accumulators times row scale x block scale once they are
-// done). The
-// halves replaced the earlier four n64 quarters (which hid the promotions but read A from shared
+// done). The halves replaced the earlier four n64 quarters (which hid the promotions but read A from shared
 // memory twice as often): on an H100 2-5% faster at dsv3 T=4096 and qwen3 T=16384, mixtral (at the
 // power cap) unchanged (docs/performance.md#the-fp8-k-loop-what-was-tried). The accumulators are the bf16 tile's: register
 // reg of the 128 holds the same (row, column), so the epilogues' visit_cols / visit_gate_up work
@@ -226,6 +225,8 @@ struct TileGemmTmaFp8 {
   // (docs/performance.md#the-next-k-blocks-stage-under-the-second-half-2026-12-01).
   __device__ static bool mainloop_halves(RingPos& pos, int K, int rows, void* smem, Accum& acc, const WaitLimit& limit) {
     const auto [ct, base, desc_a0, desc_b0] = Bf16::start_math(smem, acc);
+    // The preamble is mainloop's: folded into one helper it moved both FP8 kernels' register allocation
+    // (2026-12-01, scripts/sass_compare.py), so it stays apart until a GPU run can time the fold.
     float scratch[kBlockN / 4];
     const int group_row0 = (ct / 128) * kWgmmaM;
     const int num_kb = num_k_blocks(K);
