@@ -20,6 +20,7 @@
 
 #include "comm/collective_step.h"
 #include "comm/comm_backend.h"
+#include "comm/nccl_version.h"
 #include "comm/tcp_store.h"
 #include "common/check.h"
 #include "common/device_buffer.h"
@@ -159,6 +160,7 @@ class NcclBackend final : public CommBackend {
     // The window registration is collective and unbounded: enter it only once every rank has its
     // memory (a rank whose allocation failed would leave the others registering forever).
     agree_on_step(owner_, "alloc_symmetric(" + std::to_string(bytes) + " bytes)", [&] {
+      require_nccl_device_api(rank_);  // the window is for device code
       if (injected_allocation_failure())
         throw_allocation(cudaErrorMemoryAllocation, "ncclMemAlloc", bytes, rank_prefix(rank_));
       EPFUSE_RANK_NCCL_CHECK(rank_, ncclMemAlloc(&buffer.ptr_, bytes));
@@ -175,6 +177,8 @@ class NcclBackend final : public CommBackend {
                    rank_prefix(rank_) + "create_device_comm: lsa_barrier_count=" + std::to_string(lsa_barrier_count) +
                        " is negative");
     check_not_aborted("create_device_comm");
+    // ncclDevCommCreate is collective: every rank's check agreed before any enters it.
+    agree_on_step(owner_, "create_device_comm", [&] { require_nccl_device_api(rank_); });
     DeviceGuard guard(device_, rank_);
     ncclDevCommRequirements reqs{};  // zero: no GIN, no extra resources, no multimem
     reqs.lsaBarrierCount = lsa_barrier_count;

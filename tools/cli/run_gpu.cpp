@@ -7,6 +7,7 @@
 #include <exception>
 #include <memory>
 #include <optional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -295,7 +296,10 @@ int run_rank(const RunPlan& plan, const BootstrapOptions& boot, const std::strin
   } catch (const std::exception& e) {
     // Peers may be blocked in a collective this rank will never join. run_on aborted the communicator
     // (its job was destroyed locally); report and leave now, the launcher stops the rest.
-    fmt::print(stderr, "epfuse: rank {}: {}\n", comm->rank(), e.what());
+    // The library's errors name their rank already: say it once.
+    const std::string who = fmt::format("rank {}: ", comm->rank());
+    const std::string what = e.what();
+    fmt::print(stderr, "epfuse: {}{}\n", what.starts_with(who) ? "" : who, what);
     std::fflush(stdout);
     std::fflush(stderr);
     std::_Exit(1);
