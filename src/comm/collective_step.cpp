@@ -43,8 +43,13 @@ std::string unpack_message(const double* v) {
 void agree_on_step(Communicator& comm, const std::string& step, const std::function<void()>& local) {
   std::exception_ptr failure;
   std::string why;
+  ErrorCode code = ErrorCode::kInternal;
   try {
     local();
+  } catch (const Error& e) {
+    failure = std::current_exception();
+    why = e.what();
+    code = e.code();
   } catch (const std::exception& e) {
     failure = std::current_exception();
     why = e.what();
@@ -52,14 +57,24 @@ void agree_on_step(Communicator& comm, const std::string& step, const std::funct
     failure = std::current_exception();
     why = "an exception not derived from std::exception";
   }
+  // The agreement's own failure after a local one (a sticky CUDA error stops the host collective's
+  // scratch too) must not hide the local one, its cause: the local message comes first.
+  auto gather = [&](std::span<const double> values) {
+    try {
+      return comm.all_gather(values);
+    } catch (const std::exception& e) {
+      if (!failure) throw;
+      throw Error(code, why + " (then agreeing on " + step + " failed: " + e.what() + ")");
+    }
+  };
   const double mine = failure ? 1.0 : 0.0;
-  const std::vector<double> status = comm.all_gather(std::span<const double>(&mine, 1));
+  const std::vector<double> status = gather(std::span<const double>(&mine, 1));
   int failed = -1;
   for (int r = 0; r < static_cast<int>(status.size()) && failed < 0; ++r)
     if (status[static_cast<size_t>(r)] != 0.0) failed = r;
   if (failed < 0) return;
   // Every rank saw the same statuses, so every rank makes this second collective.
-  const std::vector<double> messages = comm.all_gather(pack_message(why));
+  const std::vector<double> messages = gather(pack_message(why));
   if (failure) std::rethrow_exception(failure);
   throw Error(ErrorCode::kAborted, "rank " + std::to_string(comm.rank()) + ": " + step + ": rank " +
                                        std::to_string(failed) + " failed: " +

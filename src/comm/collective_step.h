@@ -21,7 +21,8 @@ inline constexpr size_t kAgreedMessageBytes = 480;
 // rank's `local` returned, returns on every rank. Otherwise every rank throws: a rank whose `local`
 // threw rethrows its own exception; every other rank throws Error(kAborted) "rank R: <step>: rank F
 // failed: <F's message (first kAgreedMessageBytes bytes)>" naming the lowest failed rank F. Errors of
-// the agreement itself (a timeout, an aborted communicator) propagate as they are.
+// the agreement itself (a timeout, an aborted communicator) propagate as they are, but on a rank whose
+// `local` threw first: there its own message leads, with its code, and the agreement's follows.
 void agree_on_step(Communicator& comm, const std::string& step, const std::function<void()>& local);
 
 }  // namespace epfuse::detail

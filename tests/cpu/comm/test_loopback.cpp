@@ -570,6 +570,30 @@ TEST(Agree, TheLowestFailedRankIsNamedAndLongMessagesAreCut) {
   EXPECT_EQ(caught[2].what, "other");
 }
 
+// A local failure that also stops the agreement (a sticky CUDA error fails the host collective too; here an
+// abort) reaches the caller as itself, code and message first, never as the agreement's error alone.
+TEST(Agree, ALocalFailureThatStopsTheAgreementStaysTheCause) {
+  LoopbackWorld world(3, 0, kLong);
+  std::vector<Caught> caught(3);
+  world.run([&](Communicator& comm) {
+    caught[static_cast<size_t>(comm.rank())] = catch_error([&] {
+      epfuse::detail::agree_on_step(comm, "Workspace::create (buffers)", [&] {
+        if (comm.rank() != 1) return;
+        comm.abort("the device is gone");
+        throw Error(ErrorCode::kCuda, "rank 1: probe: an illegal memory access was encountered");
+      });
+    });
+  });
+  EXPECT_EQ(caught[1].code, ErrorCode::kCuda);
+  EXPECT_TRUE(starts_with(caught[1].what, "rank 1: probe: an illegal memory access was encountered (then agreeing on "
+                                          "Workspace::create (buffers) failed: "))
+      << caught[1].what;
+  for (int r : {0, 2}) {  // the peers: the abort, naming rank 1
+    EXPECT_EQ(caught[static_cast<size_t>(r)].code, ErrorCode::kAborted) << r;
+    EXPECT_TRUE(contains(caught[static_cast<size_t>(r)].what, "rank 1 failed: the device is gone")) << caught[static_cast<size_t>(r)].what;
+  }
+}
+
 // Communicator::abort on a loopback rank: every peer's current and later collective fails naming it.
 TEST(Loopback, CommunicatorAbortFailsThePeers) {
   LoopbackWorld world(3, 0, kLong);
