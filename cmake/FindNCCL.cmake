@@ -1,20 +1,64 @@
-# Finds NCCL (>= 2.28 for the device API) and defines NCCL::nccl.
-# Searches NCCL_ROOT, $NCCL_HOME and the CUDA toolkit (which ships NCCL in lib/, not lib64/, on our machines).
-find_path(NCCL_INCLUDE_DIR nccl.h
-  HINTS ${NCCL_ROOT} $ENV{NCCL_HOME} ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include
-  PATH_SUFFIXES include)
-find_library(NCCL_LIBRARY nccl
-  HINTS ${NCCL_ROOT} $ENV{NCCL_HOME} ${CUDAToolkit_LIBRARY_DIR} /usr/local/cuda/lib /usr/local/cuda/lib64
-  PATH_SUFFIXES lib lib64)
+# Finds NCCL with the device API (nccl_device.h), at least the version asked (find_package(NCCL <version>)),
+# and defines NCCL::nccl. Candidates in order: NCCL_ROOT, $NCCL_HOME, the CUDA toolkit (NCCL in lib/, not lib64/,
+# on our machines), the system's, and PyPI's nvidia-nccl-cu13 (torch's dependency: headers and library) as
+# python3 sees it. The first that is new enough wins, so a host whose system NCCL is older builds against
+# torch's; the error names every candidate seen and its version. NCCL_INCLUDE_DIR and NCCL_LIBRARY, when set,
+# are taken as they are.
+function(_nccl_version include_dir out)
+  file(STRINGS "${include_dir}/nccl.h" _lines REGEX "^#define NCCL_(MAJOR|MINOR|PATCH) ")
+  string(REGEX REPLACE ".*NCCL_MAJOR ([0-9]+).*" "\\1" _maj "${_lines}")
+  string(REGEX REPLACE ".*NCCL_MINOR ([0-9]+).*" "\\1" _min "${_lines}")
+  string(REGEX REPLACE ".*NCCL_PATCH ([0-9]+).*" "\\1" _pat "${_lines}")
+  set(${out} "${_maj}.${_min}.${_pat}" PARENT_SCOPE)
+endfunction()
+
+if(NOT NCCL_INCLUDE_DIR OR NOT NCCL_LIBRARY)
+  find_package(Python3 COMPONENTS Interpreter QUIET)
+  set(_nccl_wheel "")
+  if(Python3_Interpreter_FOUND)
+    execute_process(COMMAND "${Python3_EXECUTABLE}" -c "import nvidia.nccl as m; print(list(m.__path__)[0])"
+                    OUTPUT_VARIABLE _nccl_wheel OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+  endif()
+  set(_nccl_prefixes ${NCCL_ROOT} $ENV{NCCL_HOME} ${CUDAToolkit_LIBRARY_ROOT} /usr/local/cuda /usr ${_nccl_wheel})
+  set(_nccl_seen "")
+  foreach(_prefix IN LISTS _nccl_prefixes)
+    if(_prefix STREQUAL "" OR NOT EXISTS "${_prefix}/include/nccl.h")
+      continue()
+    endif()
+    _nccl_version("${_prefix}/include" _version)
+    if(NOT EXISTS "${_prefix}/include/nccl_device.h")
+      list(APPEND _nccl_seen "${_version} at ${_prefix} (no nccl_device.h)")
+      continue()
+    endif()
+    if(NCCL_FIND_VERSION AND _version VERSION_LESS NCCL_FIND_VERSION)
+      list(APPEND _nccl_seen "${_version} at ${_prefix}")
+      continue()
+    endif()
+    find_library(_nccl_lib NAMES nccl libnccl.so.2
+      PATHS "${_prefix}" "${_prefix}/lib/x86_64-linux-gnu" PATH_SUFFIXES lib lib64 NO_DEFAULT_PATH)
+    if(NOT _nccl_lib)
+      list(APPEND _nccl_seen "${_version} at ${_prefix} (headers without libnccl)")
+      unset(_nccl_lib CACHE)
+      continue()
+    endif()
+    set(NCCL_INCLUDE_DIR "${_prefix}/include" CACHE PATH "NCCL's headers")
+    set(NCCL_LIBRARY "${_nccl_lib}" CACHE FILEPATH "NCCL's library")
+    unset(_nccl_lib CACHE)
+    break()
+  endforeach()
+endif()
 if(NCCL_INCLUDE_DIR AND EXISTS "${NCCL_INCLUDE_DIR}/nccl.h")
-  file(STRINGS "${NCCL_INCLUDE_DIR}/nccl.h" _nccl_ver REGEX "^#define NCCL_(MAJOR|MINOR|PATCH) ")
-  string(REGEX REPLACE ".*NCCL_MAJOR ([0-9]+).*" "\\1" _maj "${_nccl_ver}")
-  string(REGEX REPLACE ".*NCCL_MINOR ([0-9]+).*" "\\1" _min "${_nccl_ver}")
-  string(REGEX REPLACE ".*NCCL_PATCH ([0-9]+).*" "\\1" _pat "${_nccl_ver}")
-  set(NCCL_VERSION "${_maj}.${_min}.${_pat}")
+  _nccl_version("${NCCL_INCLUDE_DIR}" NCCL_VERSION)
+endif()
+set(_nccl_why "")
+if(_nccl_seen)
+  list(JOIN _nccl_seen ", " _nccl_seen_text)
+  set(_nccl_why "seen: ${_nccl_seen_text}. Set NCCL_HOME to an NCCL >= ${NCCL_FIND_VERSION} (PyPI's nvidia-nccl-cu13 \
+carries headers and library: pip install nvidia-nccl-cu13)")
 endif()
 include(FindPackageHandleStandardArgs)
-find_package_handle_standard_args(NCCL REQUIRED_VARS NCCL_LIBRARY NCCL_INCLUDE_DIR VERSION_VAR NCCL_VERSION)
+find_package_handle_standard_args(NCCL REQUIRED_VARS NCCL_LIBRARY NCCL_INCLUDE_DIR VERSION_VAR NCCL_VERSION
+  REASON_FAILURE_MESSAGE "${_nccl_why}")
 if(NCCL_FOUND AND NOT TARGET NCCL::nccl)
   add_library(NCCL::nccl UNKNOWN IMPORTED)
   set_target_properties(NCCL::nccl PROPERTIES

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages epfuse builds with (cmake, g++, make, GoogleTest, git, python3, and
 # the tools' CLI11, nlohmann/json and fmt),
-# only those missing: a no-op when everything is there. CUDA 13 and NCCL >= 2.28 are not
-# installed here; they are checked, with a clear error if absent.
+# only those missing: a no-op when everything is there. CUDA 13 and NCCL >= 2.28.9 are not
+# installed here; they are checked (NCCL by CMake), with a clear error if absent.
 set -euo pipefail
 
 die() { echo "install-deps: $*" >&2; exit 1; }
@@ -49,23 +49,13 @@ fi
 gcc_major=$(g++ -dumpversion | cut -d. -f1)
 ((gcc_major >= 12)) || die "g++ >= 12 is required (C++20), found $(g++ -dumpversion)"
 
-# CUDA and NCCL: checked, never installed.
+# CUDA: checked, never installed.
 cuda=${CUDA_HOME:-/usr/local/cuda}
 [[ -x $cuda/bin/nvcc ]] || die "CUDA 13 not found: no nvcc at $cuda/bin/nvcc (install the CUDA toolkit or set CUDA_HOME)"
 nvcc_version=$("$cuda/bin/nvcc" --version | sed -n 's/.*release \([0-9]*\)\..*/\1/p')
 ((nvcc_version >= 13)) || die "CUDA >= 13 is required, found nvcc release $nvcc_version at $cuda"
-nccl_header=""
-for d in ${NCCL_HOME:+$NCCL_HOME/include} "$cuda/include" /usr/include; do
-  [[ -f $d/nccl.h ]] && { nccl_header=$d/nccl.h; break; }
-done
-[[ -n $nccl_header ]] || die "NCCL not found: no nccl.h under \$NCCL_HOME/include, $cuda/include or /usr/include"
-[[ -f $(dirname "$nccl_header")/nccl_device.h ]] ||
-  die "NCCL at $(dirname "$nccl_header") has no nccl_device.h: epfuse needs NCCL >= 2.28 (the device API)"
-nccl_lib=""
-for d in ${NCCL_HOME:+$NCCL_HOME/lib} "$cuda/lib" "$cuda/lib64" /usr/lib/x86_64-linux-gnu; do
-  ls "$d"/libnccl.so* >/dev/null 2>&1 && { nccl_lib=$d; break; }
-done
-[[ -n $nccl_lib ]] || die "NCCL library not found: no libnccl.so under \$NCCL_HOME/lib, $cuda/lib, $cuda/lib64"
+# NCCL: found and checked by CMake (cmake/FindNCCL.cmake: the device API, at least the version the fused layer
+# needs, from NCCL_HOME, the toolkit, the system or PyPI's nvidia-nccl-cu13), with every candidate named when none fits.
 # The Python package's tests (tests/python): pytest, matplotlib (the timeline's figure), and torch + transformers (the GPU host's versions) for
 # the CPU tests of epfuse.torch and epfuse.hf (about a minute and 4.6 GB from PyPI). Best effort, and only
 # with room on disk: without them those tests report why they skip. EPFUSE_SKIP_PY_DEPS=1 skips all.
