@@ -53,8 +53,10 @@ std::string nccl_device_api_mismatch(int built, int loaded, const std::string& l
 void require_nccl_device_api(int rank) {
   int loaded = 0;
   EPFUSE_RANK_NCCL_CHECK(rank, ncclGetVersion(&loaded));
-  const std::string why = nccl_device_api_mismatch(NCCL_VERSION_CODE, loaded, loaded_nccl_file(), EPFUSE_BUILT_NCCL_LIBRARY);
-  EPFUSE_REQUIRE(why.empty(), ErrorCode::kUnsupported, rank_prefix(rank) + why);
+  if (loaded == NCCL_VERSION_CODE) return;  // the loaded file is looked up only for the error
+  throw Error(ErrorCode::kUnsupported, rank_prefix(rank) + nccl_device_api_mismatch(NCCL_VERSION_CODE, loaded,
+                                                                                    loaded_nccl_file(),
+                                                                                    EPFUSE_BUILT_NCCL_LIBRARY));
 }
 
 }  // namespace epfuse::detail

@@ -16,6 +16,7 @@
 #include "cli/commands.h"
 #include "cli/run.h"
 #include "cli/run_report.h"
+#include "comm/comm_backend.h"
 #include "common/check.h"
 #include "common/job.h"
 #include "common/output.h"
@@ -297,7 +298,7 @@ int run_rank(const RunPlan& plan, const BootstrapOptions& boot, const std::strin
     // Peers may be blocked in a collective this rank will never join. run_on aborted the communicator
     // (its job was destroyed locally); report and leave now, the launcher stops the rest.
     // The library's errors name their rank already: say it once.
-    const std::string who = fmt::format("rank {}: ", comm->rank());
+    const std::string who = ::epfuse::detail::rank_prefix(comm->rank());
     const std::string what = e.what();
     fmt::print(stderr, "epfuse: {}{}\n", what.starts_with(who) ? "" : who, what);
     std::fflush(stdout);
