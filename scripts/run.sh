@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Quick start: build epfuse, then run the layer once and check it against the float64 reference:
-# on every GPU when there are GPUs, otherwise the CPU reference on 2 simulated ranks.
-# Extra arguments go to `epfuse run` (e.g. --model dsv3 --tokens 128, --impl fused).
+# the fused layer on every GPU when there are GPUs, otherwise the CPU reference on 2 simulated ranks.
+# Extra arguments go to `epfuse run` (e.g. --model dsv3 --tokens 128, --impl unfused for the baseline).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 source "$root/scripts/build.sh"

@@ -56,7 +56,7 @@ void add_run_flags(FlagParser& p, RunFlags& f) {
   p.add("--ranks", f.ranks, "ranks (GPUs); default: every GPU, or the --tokens list's length");
   p.add("--routing", f.routing, "uniform|skewed|one-expert|dropped|one-rank");
   p.add("--seed", f.seed, "weight seed; each call's inputs are seeded from (seed, call)");
-  p.add("--impl", f.impl, "reference|unfused|fused (default: unfused with GPUs,\nreference without)");
+  p.add("--impl", f.impl, "reference|unfused|fused (default: fused with GPUs,\nreference without)");
   p.add("--iters", f.iters, "consecutive forward calls");
   p.add("--vary", f.vary, "fresh routing and token counts in [0, max] for every call after the first");
   p.add("--verify-every", f.verify_every, "compare with the reference every K-th call (first and last always)");
@@ -146,7 +146,7 @@ RunPlan resolve_run_plan(const RunFlags& f, const FlagParser& parser, int ranks,
   plan.routing = *routing;
 
   if (f.impl.empty()) {
-    plan.impl = have_gpu ? std::optional(f.one_gpu ? Impl::kFused : Impl::kUnfused) : std::nullopt;
+    plan.impl = have_gpu ? std::optional(Impl::kFused) : std::nullopt;  // the product; the unfused chain by --impl
   } else if (f.impl != "reference") {
     plan.impl = parse_impl(f.impl);
     if (!plan.impl) throw UsageError("--impl " + f.impl + ": expected reference, unfused or fused");

@@ -39,7 +39,9 @@ TEST(RunSoakOptions, PlainRunsRepeatCalls) {
   EXPECT_FALSE(plan.graph);
   EXPECT_EQ(plan.cycles, 0);
   EXPECT_STREQ(plan.mode(), "calls");
-  EXPECT_TRUE(plan.impl == Impl::kUnfused);  // the default with GPUs, unchanged by the soak flags
+  EXPECT_TRUE(plan.impl == Impl::kFused);  // the default with GPUs, unchanged by the soak flags
+  EXPECT_TRUE(plan_for({"--impl", "unfused"}).impl == Impl::kUnfused);
+  EXPECT_FALSE(plan_for({}, /*have_gpu=*/false).impl.has_value());  // the CPU reference
 }
 
 TEST(RunSoakOptions, GraphRunsTheFusedLayer) {
