@@ -3,7 +3,9 @@
 # on our machines), the system's, and PyPI's nvidia-nccl-cu13 (torch's dependency: headers and library) as
 # python3 sees it. The first that is new enough wins, so a host whose system NCCL is older builds against
 # torch's; the error names every candidate seen and its version. NCCL_INCLUDE_DIR and NCCL_LIBRARY, when set,
-# are taken as they are.
+# are taken as they are. NCCL_PREFER_PYTHON (pyproject.toml sets it for `pip install .`) puts the wheel first:
+# the Python package runs on torch's NCCL, and the fused layer refuses an NCCL other than the one it was built
+# against (src/comm/nccl_version.h).
 function(_nccl_version include_dir out)
   file(STRINGS "${include_dir}/nccl.h" _lines REGEX "^#define NCCL_(MAJOR|MINOR|PATCH) ")
   string(REGEX REPLACE ".*NCCL_MAJOR ([0-9]+).*" "\\1" _maj "${_lines}")
@@ -16,10 +18,24 @@ if(NOT NCCL_INCLUDE_DIR OR NOT NCCL_LIBRARY)
   find_package(Python3 COMPONENTS Interpreter QUIET)
   set(_nccl_wheel "")
   if(Python3_Interpreter_FOUND)
-    execute_process(COMMAND "${Python3_EXECUTABLE}" -c "import nvidia.nccl as m; print(list(m.__path__)[0])"
-                    OUTPUT_VARIABLE _nccl_wheel OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+    # As python3 runs, then in isolated mode (-I): pip's build isolation hides the environment's own
+    # site-packages, torch's wheel with them, from the interpreter but not from `python -I`.
+    foreach(_flag "" "-I")
+      execute_process(COMMAND "${Python3_EXECUTABLE}" ${_flag} -c "import nvidia.nccl as m; print(list(m.__path__)[0])"
+                      OUTPUT_VARIABLE _nccl_wheel OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+      if(_nccl_wheel)
+        break()
+      endif()
+    endforeach()
   endif()
-  set(_nccl_prefixes ${NCCL_ROOT} $ENV{NCCL_HOME} ${CUDAToolkit_LIBRARY_ROOT} /usr/local/cuda /usr ${_nccl_wheel})
+  # NCCL_SYSTEM_PREFIXES: the fixed places, replaceable (tests/cpu/build/find_nccl_test.cmake runs without them).
+  if(NOT DEFINED NCCL_SYSTEM_PREFIXES)
+    set(NCCL_SYSTEM_PREFIXES /usr/local/cuda /usr)
+  endif()
+  set(_nccl_prefixes ${NCCL_ROOT} $ENV{NCCL_HOME} ${CUDAToolkit_LIBRARY_ROOT} ${NCCL_SYSTEM_PREFIXES} ${_nccl_wheel})
+  if(NCCL_PREFER_PYTHON AND _nccl_wheel)
+    list(PREPEND _nccl_prefixes "${_nccl_wheel}")
+  endif()
   list(REMOVE_DUPLICATES _nccl_prefixes)
   set(_nccl_seen "")
   foreach(_prefix IN LISTS _nccl_prefixes)
@@ -52,10 +68,16 @@ if(NCCL_INCLUDE_DIR AND EXISTS "${NCCL_INCLUDE_DIR}/nccl.h")
   _nccl_version("${NCCL_INCLUDE_DIR}" NCCL_VERSION)
 endif()
 set(_nccl_why "")
-if(_nccl_seen)
-  list(JOIN _nccl_seen ", " _nccl_seen_text)
-  set(_nccl_why "seen: ${_nccl_seen_text}. Set NCCL_HOME to an NCCL >= ${NCCL_FIND_VERSION} (PyPI's nvidia-nccl-cu13 \
-carries headers and library: pip install nvidia-nccl-cu13)")
+if(NOT NCCL_INCLUDE_DIR OR NOT NCCL_LIBRARY)
+  set(_nccl_seen_text "none")
+  if(_nccl_seen)
+    list(JOIN _nccl_seen ", " _nccl_seen_text)
+  endif()
+  list(FILTER _nccl_prefixes EXCLUDE REGEX "^$")
+  list(JOIN _nccl_prefixes ", " _nccl_where)
+  set(_nccl_why "looked in ${_nccl_where} and python3's nvidia.nccl, seen: ${_nccl_seen_text}. Set NCCL_HOME to an \
+NCCL >= ${NCCL_FIND_VERSION}, or pip install nvidia-nccl-cu13 (torch's NCCL: headers and library) into python3's \
+environment")
 endif()
 include(FindPackageHandleStandardArgs)
 find_package_handle_standard_args(NCCL REQUIRED_VARS NCCL_LIBRARY NCCL_INCLUDE_DIR VERSION_VAR NCCL_VERSION
