@@ -34,6 +34,9 @@ std::string where(const char* call, const char* file, int line) {
 }  // namespace
 
 void throw_cuda(cudaError_t err, const char* call, const char* file, int line) {
+  // Reported here, so cleared: a failed launch's error would otherwise come back from the next
+  // cudaGetLastError (EPFUSE_CUDA_CHECK_LAUNCH), in another call. A sticky error stays the context's.
+  (void)cudaGetLastError();
   throw Error(ErrorCode::kCuda,
               where(call, file, line) + ": " + cudaGetErrorString(err) + " (" + cudaGetErrorName(err) + ")");
 }

@@ -378,21 +378,14 @@ int prepare_fused_kernel(Transport transport, const GemmTileShape& tile, const d
   with_shape(tile, [&](auto gemm) {
     const KernelShape ks = fused_kernel_shape(tile, dims);
     with_kernel<decltype(gemm)>(transport, dims.world, [&](auto kernel) {
-      // Static + dynamic shared memory must fit a block's opt-in limit: say so by numbers rather than
-      // through cudaFuncSetAttribute's cudaErrorInvalidValue.
-      cudaFuncAttributes attr{};
-      EPFUSE_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
-      int device = 0, optin = 0;
-      EPFUSE_CUDA_CHECK(cudaGetDevice(&device));
-      EPFUSE_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-      if (attr.sharedSizeBytes + ks.smem_bytes > static_cast<size_t>(optin))
+      // The kernel's dynamic shared memory must fit what a block may have: say so by numbers rather than
+      // through the launch's cudaErrorInvalidValue.
+      const size_t allowed = detail::allow_all_dynamic_smem(kernel);
+      if (ks.smem_bytes > allowed)
         throw Error(ErrorCode::kUnsupported,
                     "fused kernel (block_m " + std::to_string(tile.block_m) + ", block_k " + std::to_string(tile.block_k) +
-                        "): " + std::to_string(ks.smem_bytes) + " B of dynamic + " +
-                        std::to_string(attr.sharedSizeBytes) + " B of static shared memory exceed this GPU's " +
-                        std::to_string(optin) + " B per block");
-      EPFUSE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             static_cast<int>(ks.smem_bytes)));
+                        "): " + std::to_string(ks.smem_bytes) + " B of dynamic shared memory exceed the " +
+                        std::to_string(allowed) + " B this GPU leaves a block beside the kernel's static shared memory");
       EPFUSE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, kernel, ks.threads, ks.smem_bytes));
     });
   });

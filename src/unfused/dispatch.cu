@@ -1,5 +1,6 @@
 // The sender's side of dispatch: layout (where each token goes) and pack (its records).
 #include "common/check.h"
+#include "common/launch.h"
 #include "unfused/kernels.h"
 #include "unfused/vec.cuh"
 
@@ -136,8 +137,7 @@ void launch_layout(const ChainShape& s, const int32_t* topk_idx, int num_tokens,
                    int32_t* send_slot, unsigned long long* error_key, cudaStream_t stream) {
   const size_t smem = static_cast<size_t>(s.num_experts) * sizeof(int32_t);
   if (smem > kDefaultSharedMemory)  // only for thousands of experts
-    EPFUSE_CUDA_CHECK(cudaFuncSetAttribute(layout_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          static_cast<int>(smem)));
+    detail::allow_all_dynamic_smem(layout_kernel);
   const int grid = grid_blocks(num_tokens, kLayoutThreads, s.sm_count, 2);
   layout_kernel<<<grid, kLayoutThreads, smem, stream>>>(s, topk_idx, num_tokens, send_counts, send_slot, error_key);
   EPFUSE_CUDA_CHECK_LAUNCH();

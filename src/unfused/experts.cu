@@ -1,5 +1,6 @@
 // The receiver's side before and between the expert GEMMs: permute to expert-contiguous rows, SwiGLU.
 #include "common/check.h"
+#include "common/launch.h"
 #include "unfused/kernels.h"
 #include "unfused/vec.cuh"
 
@@ -139,8 +140,7 @@ void launch_permute(const ChainShape& s, const uint8_t* recv_records, int num_re
   if (num_records == 0) return;
   const size_t smem = 3 * static_cast<size_t>(s.experts_per_rank) * sizeof(int32_t);
   if (smem > kDefaultSharedMemory)  // only for thousands of local experts
-    EPFUSE_CUDA_CHECK(cudaFuncSetAttribute(permute_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          static_cast<int>(smem)));
+    detail::allow_all_dynamic_smem(permute_kernel);
   const int grid = grid_blocks(num_records, kPermuteRecords, s.sm_count, 4);
   permute_kernel<<<grid, kPermuteThreads, smem, stream>>>(s, recv_records, num_records, recv_counts, expert_fill, rows,
                                                            row_weight, token_rows);

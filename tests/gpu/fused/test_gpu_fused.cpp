@@ -25,6 +25,7 @@
 #include "epfuse/epfuse.h"
 #include "fused/fused_layer.h"
 #include "fused/heuristics.h"
+#include "failed_launch.h"
 #include "fused/plan.h"
 #include "late_write.h"
 #include "layer_rank.h"
@@ -550,6 +551,33 @@ EPFUSE_RANK_TEST(FusedLayer, TwoLayersShareOneWorkspace) {
   EXPECT_LE(free_stack_before - std::min(free_stack_before, free_after), size_t{2} << 20)
       << "58 layers on one workspace took device memory";
   (void)free_before;
+}
+
+// Two layers on one workspace whose kernels differ in their shared memory alone (the plan's size follows
+// the expert count), the larger created first: a kernel's shared-memory attribute is the process's, and
+// set to the second layer's need it failed every launch of the first (common/launch.h
+// allow_all_dynamic_smem). Before their calls, a launch the runtime refuses: its error is that launch's
+// alone, not reported again by the next call's launch check (core/check.cpp throw_cuda).
+EPFUSE_RANK_TEST(FusedLayer, LayersOfDifferentExpertCountsShareOneWorkspace) {
+  const LayerConfig a = testing::small_layer_config(256, 0.0f);  // 16 experts, top-4
+  LayerConfig b = a;
+  b.num_experts = 8;
+  b.topk = 2;
+  std::unique_ptr<Workspace> ws = Workspace::create(testing::comm(), a);
+  testing::LayerRank ra(Impl::kFused, a, 0, ws.get());
+  testing::LayerRank rb(Impl::kFused, b, 0, ws.get());
+  try {
+    testing::failed_launch();
+    ADD_FAILURE() << "a launch of 2048 threads a block went through";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kCuda) << e.what();
+  }
+  for (int call = 0; call < 6; ++call) {
+    testing::LayerRank& r = call % 2 == 0 ? ra : rb;
+    const int tokens = make_token_counts(r.world(), 64, 1900 + call)[r.rank()];
+    const HostTokens in = r.tokens(tokens, Routing::kUniform, 1900 + call);
+    r.expect_matches_reference(in, std::string(call % 2 ? "b" : "a") + " call " + std::to_string(call));
+  }
 }
 
 }  // namespace
