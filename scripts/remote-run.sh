@@ -17,6 +17,7 @@
 # e.g. --dtype fp8; scripts/ab_summary.py's table at the end), ab-layer (the same over EPFUSE_RANKS GPUs on the
 # models' decode and prefill rows together), decode (dsv3 and qwen3-30b at T = 1, 8, 32 with the 58-layer graph step; EPFUSE_PEERS adds MegaMoE),
 # decode-trace (timelines of qwen3-30b T=8, 32 and dsv3 T=8 from a trace build, EPFUSE_TRACE_BIN),
+# speed-w4 (issue 41's world-4 FP8 rows over EPFUSE_RANKS GPUs, default 4; EPFUSE_PEERS adds MegaMoE),
 # lag-sweep (the fused FP8 layer over EPFUSE_RANKS GPUs, default 4, at each EPFUSE_SCHEDULE_LAG of
 # EPFUSE_LAGS, default "auto first 0.5 2", on dsv3 T = 512, 1024, 4096 and qwen3-30b T = 4096, 16384),
 # prefill-trace (the world-1 prefill rows traced, with their per-SM budgets, from EPFUSE_TRACE_BIN),
@@ -220,6 +221,16 @@ for step in "$@"; do
       timeout 560 tools/epfuse bench --model dsv3,qwen3-30b --tokens 1,8,32 --impl fused --ranks "${EPFUSE_RANKS:-4}" \
         --dtype fp8,bf16 --torch off --layers 58 --graph --check-layers 3 ${EPFUSE_PEERS:+--peers "$EPFUSE_PEERS" --peer-steps megamoe} \
         --json "$OUT/decode.json" 2>&1 | tee "$OUT/decode.log" | grep -E "^(dsv3|qwen3)|58 layers|rror" | tail -40 ;;
+    speed-w4)  # issue 41's world-4 rows over EPFUSE_RANKS GPUs (default 4), fused FP8, every row verified:
+      # qwen3-30b T = 1024, 4096, 16384 and dsv3 T = 128, 1024, 4096 a rank; EPFUSE_PEERS=DIR adds MegaMoE
+      # SM90 FP8 at the same T in the same process (tools/bench/peers.cpp sets its batches)
+      for spec in "qwen3-30b 1024,4096,16384" "dsv3 128,1024,4096"; do
+        set -- $spec
+        timeout 280 tools/epfuse bench --impl fused --torch off --dtype fp8 --ranks "${EPFUSE_RANKS:-4}" --model "$1" \
+          --tokens "$2" --ceilings gemm=790,hbm=4250,nvlink=350,fp8=1447 \
+          ${EPFUSE_PEERS:+--peers "$EPFUSE_PEERS" --peer-steps megamoe} --json "$OUT/speed-w4-$1.json" 2>&1 \
+          | tee "$OUT/speed-w4-$1.log" | grep -E "^(dsv3|qwen3)|megamoe|rror|timed" | tail -20
+      done ;;
     lag-sweep)  # the GEMM order at prefill sizes (docs/performance.md#the-gemm-order-at-world-4-a-lag-sweep-2026-11-28)
       for lag in ${EPFUSE_LAGS:-auto first 0.5 2}; do
         EPFUSE_SCHEDULE_LAG=$lag timeout 150 tools/epfuse bench --impl fused --torch off --dtype fp8 --ranks "${EPFUSE_RANKS:-4}" \
