@@ -3,7 +3,7 @@
 # (scripts/remote-pack.sh). Usage: bash scripts/remote-run.sh STEP... ; logs go to $OUT (or /tmp/out).
 # Steps: unit (GPU unit tests, one process per GPU), run-unfused / run-fused (CLI correctness matrix,
 # one process per GPU), onegpu-unit / run-onegpu (the same with every rank on GPU 0: --one-gpu),
-# sanitize (compute-sanitizer memcheck, racecheck and synccheck on a small world-4 one-GPU run), sanitize-w1
+# sanitize (compute-sanitizer memcheck, racecheck and synccheck on a small world-4 one-GPU run, FP8 and bf16; EPFUSE_SANITIZE_DTYPES picks), sanitize-w1
 # (the same tools on the FP8 and bf16 layer at world 1, over NCCL), smoke,
 # vary1000, soak (10,000 calls at world 1 and at world 4 one-GPU, $OUT/soak-w*.json), faults (the
 # fault-injection tests on one GPU: test_gpu_faults one-GPU and the CLI's run_fused_fault_onegpu_*),
@@ -66,11 +66,11 @@ for step in "$@"; do
     onegpu-unit) ctest -L onegpu --timeout 600 --output-on-failure 2>&1 | tee "$OUT/onegpu-unit.log" | grep -E "Test +#|tests passed|tests failed|FAILED|Error|error" | tail -40 ;;
     run-onegpu)
       ctest -L run -R '^run_fused_onegpu_' --timeout 600 --output-on-failure 2>&1 | tee "$OUT/run-onegpu.log" | grep -E "tests passed|tests failed|\*\*\*|Failed|Timeout" | tail -40 ;;
-    sanitize)  # the one-GPU world 4
-      for tool in ${EPFUSE_SANITIZERS:-memcheck racecheck synccheck}; do
-        sanitize_layer "$tool" 25 --one-gpu --impl fused --ranks 4 --hidden 256 --intermediate 256 --experts 16 \
-          --topk 4 --tokens 24,0,7,1 --routing one-rank
-      done 2>&1 | tee "$OUT/sanitize.log" ;;
+    sanitize)  # the one-GPU world 4, FP8 and bf16
+      for dt in ${EPFUSE_SANITIZE_DTYPES:-fp8 bf16}; do for tool in ${EPFUSE_SANITIZERS:-memcheck racecheck synccheck}; do
+        sanitize_layer "$tool $dt" 25 --one-gpu --impl fused --dtype $dt --ranks 4 --hidden 256 --intermediate 256 \
+          --experts 16 --topk 4 --tokens 24,0,7,1 --routing one-rank
+      done; done 2>&1 | tee "$OUT/sanitize.log" ;;
     sanitize-w1)  # world 1 through NCCL: its communicator set-up probes kernels and allocations that this GPU
       # refuses and NCCL handles (memcheck reported 9 such API errors, none from the layer: 2026-11-29), so API
       # errors are not reported here; the layer checks every CUDA return code itself
