@@ -12,6 +12,7 @@
 #include <cuda_bf16.h>
 
 #include "device/gemm/gemm_maps.h"
+#include "device/gemm/stage_copies.cuh"
 #include "device/ptx/ptx.cuh"
 
 namespace epfuse::device {
@@ -31,21 +32,16 @@ struct TileGemm {
   static constexpr int kMmaM = kWarpTileM / 16;  // m16 blocks per warp
   static constexpr int kMmaN = kWarpTileN / 8;   // n8 blocks per warp
   static constexpr int kKSteps = kBlockK / 16;   // k16 steps per stage
-  static constexpr int kChunksPerRow = kBlockK / kChunkElems;
   static constexpr int kStageElemsA = kBlockM * kBlockK;
   static constexpr int kStageElemsB = kBlockN * kBlockK;
   static constexpr int kSmemBytes = kStages * (kStageElemsA + kStageElemsB) * 2;
-  // 16-byte chunks each thread copies per stage (the last pass may be partial for a small A tile).
-  static constexpr int kLoadsA = (kBlockM * kChunksPerRow + kThreads - 1) / kThreads;
-  static constexpr int kLoadsB = (kBlockN * kChunksPerRow + kThreads - 1) / kThreads;
+  using Copies = StageCopies<kBlockM, kBlockN, kBlockK, kThreads, kStages>;
 
   static_assert(kBlockM % (16 * kWarpsM) == 0, "warp tile M must be a multiple of the m16 mma");
   // Multiple of 16 (not 8): B is read with ldmatrix.x4 (two n8 blocks) and SwiGLU pairs n8 blocks.
   static_assert(kBlockN % (16 * kWarpsN) == 0, "warp tile N must be a multiple of 16");
   static_assert(kBlockK % 64 == 0, "the 8-row XOR swizzle needs rows of at least 8 chunks (128 bytes)");
   static_assert(kStages >= 2, "a pipeline needs at least two stages");
-  static_assert((kBlockN * kChunksPerRow) % kThreads == 0, "B tile chunks must spread evenly");
-  static_assert(kLoadsA <= 32, "copy_a is a 32-bit mask");
 
   struct Accum {
     float v[kMmaM][kMmaN][4];
@@ -72,47 +68,12 @@ struct TileGemm {
     // The caller may have been reading or writing smem (a previous tile's epilogue).
     sync_threads();
 
-    // Each thread copies fixed (row, chunk) slots every stage: resolve its row pointers once, so the
-    // gather (a_row) costs one lookup per row per tile, not per k-block. Padding rows are zeroed once in
-    // every stage; no copy ever writes them during this call. Destinations are recomputed at each use
-    // (they fold into immediate offsets), which keeps registers for the accumulators.
-    const __nv_bfloat16* src_a[kLoadsA];
-    uint32_t copy_a = 0;  // bit i: load i of A is a real row
-#pragma unroll
-    for (int i = 0; i < kLoadsA; ++i) {
-      const int index = tid + i * kThreads;
-      src_a[i] = nullptr;
-      if (index < kBlockM * kChunksPerRow) {
-        const int chunk = load_chunk(index, kBlockK);
-        const __nv_bfloat16* src = a_row(load_row(index, kBlockK));
-        if (src != nullptr) {
-          src_a[i] = src + chunk * kChunkElems;
-          copy_a |= 1u << i;
-        } else {
-#pragma unroll
-          for (int s = 0; s < kStages; ++s)
-            *reinterpret_cast<int4*>(smem_a + s * kStageElemsA + load_offset(index)) = int4{0, 0, 0, 0};
-        }
-      }
-    }
-    const __nv_bfloat16* src_b[kLoadsB];
-#pragma unroll
-    for (int i = 0; i < kLoadsB; ++i) {
-      const int index = tid + i * kThreads;
-      src_b[i] = b_row(load_row(index, kBlockK)) + load_chunk(index, kBlockK) * kChunkElems;
-    }
-
+    Copies copies;
+    copies.resolve(tid, a_row, b_row, smem_a, kStageElemsA);
     const int num_k_blocks = K / kBlockK;
     auto load_stage = [&](int k_block, int stage) {
-      const int k0 = k_block * kBlockK;
-      const uint32_t base_a = smem_a_u32 + stage * kStageElemsA * 2;
-      const uint32_t base_b = smem_b_u32 + stage * kStageElemsB * 2;
-#pragma unroll
-      for (int i = 0; i < kLoadsA; ++i)
-        if (copy_a & (1u << i)) ptx::cp_async_16(base_a + 2u * load_offset(tid + i * kThreads), src_a[i] + k0);
-#pragma unroll
-      for (int i = 0; i < kLoadsB; ++i)
-        ptx::cp_async_16(base_b + 2u * load_offset(tid + i * kThreads), src_b[i] + k0, b_read_once, b_policy);
+      copies.load(tid, k_block * kBlockK, smem_a_u32 + stage * kStageElemsA * 2, smem_b_u32 + stage * kStageElemsB * 2,
+                  b_read_once, b_policy);
     };
 
     // Prologue: kStages - 1 k-blocks in flight. Always commit (possibly empty groups) so the group count
@@ -177,10 +138,6 @@ struct TileGemm {
   }
 
   __device__ static void sync_threads() { ptx::named_barrier_sync(kBarrierId, kThreads); }
-  // Element offset within a stage of copy slot `index` (= tid + i * kThreads).
-  __device__ static int load_offset(int index) {
-    return smem_chunk_offset(load_row(index, kBlockK), load_chunk(index, kBlockK), kBlockK);
-  }
 
   template <class F>
   __device__ static void visit(const Accum& acc, F f) {

@@ -29,6 +29,7 @@
 
 #include "device/gemm/gemm_maps.h"
 #include "device/gemm/gemm_maps_wgmma.h"
+#include "device/gemm/stage_copies.cuh"
 #include "device/ptx/ptx.cuh"
 #include "device/ptx/wgmma.cuh"
 
@@ -48,13 +49,11 @@ struct TileGemmWgmma {
   static constexpr int kGroupsN = kWarpsN_;
   static constexpr int kGroupTileN = kBlockN / kGroupsN;
   static constexpr int kKSteps = kBlockK / kWgmmaK;
-  static constexpr int kChunksPerRow = kBlockK / kChunkElems;
   static constexpr int kStageBytesA = kBlockM * kBlockK * 2;
   static constexpr int kStageBytesB = kBlockN * kBlockK * 2;
   // + one swizzle atom: the stages are placed at the first 1024-byte boundary of the caller's buffer.
   static constexpr int kSmemBytes = kStages * (kStageBytesA + kStageBytesB) + kSw128AtomBytes;
-  static constexpr int kLoadsA = (kBlockM * kChunksPerRow + kThreads - 1) / kThreads;
-  static constexpr int kLoadsB = (kBlockN * kChunksPerRow + kThreads - 1) / kThreads;
+  using Copies = StageCopies<kBlockM, kBlockN, kBlockK, kThreads, kStages>;
 
   static_assert(kWarpsM_ % 4 == 0 && kBlockM == kGroupsM * kWgmmaM, "one warpgroup (4 warps) per 64 rows");
   static_assert(kGroupTileN == 128 || kGroupTileN == 256, "group tile N must have a wgmma wrapper");
@@ -62,8 +61,6 @@ struct TileGemmWgmma {
   static_assert(kStages >= 3, "one stage being read, one MMA group in flight, at least one being loaded");
   static_assert(kStageBytesA % kSw128AtomBytes == 0 && kStageBytesB % kSw128AtomBytes == 0,
                 "every stage and group tile must start on a swizzle atom");
-  static_assert((kBlockN * kChunksPerRow) % kThreads == 0, "B tile chunks must spread evenly");
-  static_assert(kLoadsA <= 32, "copy_a is a 32-bit mask");
 
   struct Accum {
     float v[kGroupTileN / 2];
@@ -87,44 +84,12 @@ struct TileGemmWgmma {
     // The caller may have been reading or writing smem (a previous tile's epilogue).
     sync_threads();
 
-    // Fixed copy slots per thread, row pointers resolved once per tile (as in TileGemm); padding rows
-    // are zeroed once in every stage and never written by a copy during this call.
-    const __nv_bfloat16* src_a[kLoadsA];
-    uint32_t copy_a = 0;  // bit i: load i of A is a real row
-#pragma unroll
-    for (int i = 0; i < kLoadsA; ++i) {
-      const int index = tid + i * kThreads;
-      src_a[i] = nullptr;
-      if (index < kBlockM * kChunksPerRow) {
-        const __nv_bfloat16* src = a_row(load_row(index, kBlockK));
-        if (src != nullptr) {
-          src_a[i] = src + load_chunk(index, kBlockK) * kChunkElems;
-          copy_a |= 1u << i;
-        } else {
-#pragma unroll
-          for (int s = 0; s < kStages; ++s)
-            *reinterpret_cast<int4*>(smem_a + s * kStageBytesA + 2 * load_offset(index)) = int4{0, 0, 0, 0};
-        }
-      }
-    }
-    const __nv_bfloat16* src_b[kLoadsB];
-#pragma unroll
-    for (int i = 0; i < kLoadsB; ++i) {
-      const int index = tid + i * kThreads;
-      src_b[i] = b_row(load_row(index, kBlockK)) + load_chunk(index, kBlockK) * kChunkElems;
-    }
-
+    Copies copies;
+    copies.resolve(tid, a_row, b_row, smem_a, kStageBytesA);
     const int num_k_blocks = K / kBlockK;
     auto load_stage = [&](int k_block, int stage) {
-      const int k0 = k_block * kBlockK;
-      const uint32_t stage_a = base_a + stage * kStageBytesA;
-      const uint32_t stage_b = base_b + stage * kStageBytesB;
-#pragma unroll
-      for (int i = 0; i < kLoadsA; ++i)
-        if (copy_a & (1u << i)) ptx::cp_async_16(stage_a + 2u * load_offset(tid + i * kThreads), src_a[i] + k0);
-#pragma unroll
-      for (int i = 0; i < kLoadsB; ++i)
-        ptx::cp_async_16(stage_b + 2u * load_offset(tid + i * kThreads), src_b[i] + k0, b_read_once, b_policy);
+      copies.load(tid, k_block * kBlockK, base_a + stage * kStageBytesA, base_b + stage * kStageBytesB, b_read_once,
+                  b_policy);
     };
 
     // Prologue: kStages - 2 k-blocks in flight. Always commit (possibly empty groups) so that
@@ -179,11 +144,6 @@ struct TileGemmWgmma {
   }
 
   __device__ static void sync_threads() { ptx::named_barrier_sync(kBarrierId, kThreads); }
-  // Element offset within a stage of copy slot `index` (= tid + i * kThreads): with
-  // kBlockK = 64 the XOR swizzle of gemm_maps.h is the hardware's 128-byte swizzle.
-  __device__ static int load_offset(int index) {
-    return smem_chunk_offset(load_row(index, kBlockK), load_chunk(index, kBlockK), kBlockK);
-  }
 
   template <class F>
   __device__ static void visit(const Accum& acc, F f) {
