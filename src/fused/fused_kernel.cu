@@ -290,7 +290,7 @@ __global__ void __launch_bounds__(Gemm::kThreads, 1) fused_moe_kernel(const __gr
       case Phase::kPublish: device::publish_task<kDecodeKernel<Gemm>>(c, scheduler.space().layout, smem); break;
       case Phase::kDispatch: device::dispatch_task<kFp8, kDecodeKernel<Gemm>>(c, task.index, scheduler.space(), smem); break;
       case Phase::kCollect:
-        device::collect_task(c, Gemm::kBlockM, nblocks1, nblocks2, smem, scratch_before_gemm<Gemm>());
+        device::collect_task<kDecodeKernel<Gemm>>(c, Gemm::kBlockM, nblocks1, nblocks2, smem, scratch_before_gemm<Gemm>());
         break;
       case Phase::kLinear1:
         if constexpr (!kRoles) Tiles::linear1(c, task.tile, smem);

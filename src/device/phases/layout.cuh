@@ -155,26 +155,54 @@ __device__ void publish_task(const FusedContext<Transport>& c, int layout_tasks,
   if (threadIdx.x == 0 && status != 0) raise_abort(c.ctl);
 }
 
-// plan_prefixes' scan (task_map.h) by the 32 lanes of one warp, each call from all of them: 32
-// elements a step, each step's sums by shuffles, carried into the next; the same sums as SerialScan.
+// plan_prefixes' scan (task_map.h) by the 32 lanes of one warp, each call from all of them; the same sums
+// as SerialScan. kChunks false: 32 elements a step, each step's sums by shuffles, carried into the next.
+// kChunks true (the decode kernels, fused_kernel.cu decode_kernel): lane l sums its consecutive elements
+// (scan_lane_chunk), one round of shuffles turns the lanes' sums into their chunks' bases, and each lane
+// stores its chunk's sums: one round whatever n, where by steps the collect's scans took 1.7 us at 128
+// experts against 0.7 at 32, twice a call (docs/performance.md#the-plans-scans-by-chunks-a-lane-2026-12-01).
+// Only there, and its loops not unrolled: in the prefill kernels the chunks moved the producer's registers
+// (spills in its loads), and unrolled they took the FP8 decode kernel from 0 to 75 spill instructions.
+template <bool kChunks>
 struct WarpScan {
   int lane;
   template <class Load, class Store>
   __device__ int operator()(int n, Load&& load, Store&& store) const {
-    int carry = 0;
-    for (int base = 0; base < n; base += 32) {
-      const int i = base + lane;
-      const int v = i < n ? load(i) : 0;
-      int inclusive = v;
-#pragma unroll
-      for (int d = 1; d < 32; d *= 2) {
-        const int below = __shfl_up_sync(~0u, inclusive, d);
-        if (lane >= d) inclusive += below;
+    if constexpr (kChunks) {
+      const LaneChunk chunk = scan_lane_chunk(n, lane);
+      int sum = 0;
+#pragma unroll 1
+      for (int i = chunk.begin; i < chunk.end; ++i) sum += load(i);
+      const int inclusive = inclusive_lanes(sum);
+      int run = inclusive - sum;
+#pragma unroll 1
+      for (int i = chunk.begin; i < chunk.end; ++i) {  // element i loaded again before its sum is stored
+        const int v = load(i);
+        store(i, run);
+        run += v;
       }
-      if (i < n) store(i, carry + inclusive - v);
-      carry += __shfl_sync(~0u, inclusive, 31);
+      return __shfl_sync(~0u, inclusive, 31);
+    } else {
+      int carry = 0;
+      for (int base = 0; base < n; base += 32) {
+        const int i = base + lane;
+        const int v = i < n ? load(i) : 0;
+        const int inclusive = inclusive_lanes(v);
+        if (i < n) store(i, carry + inclusive - v);
+        carry += __shfl_sync(~0u, inclusive, 31);
+      }
+      return carry;
     }
-    return carry;
+  }
+  // The sum of v over lanes 0 .. lane (doubling rounds of shuffles).
+  __device__ int inclusive_lanes(int v) const {
+    int inclusive = v;
+#pragma unroll
+    for (int d = 1; d < 32; d *= 2) {
+      const int below = __shfl_up_sync(~0u, inclusive, d);
+      if (lane >= d) inclusive += below;
+    }
+    return inclusive;
   }
 };
 
@@ -190,7 +218,8 @@ EPFUSE_HD size_t collect_scratch_ints(const FusedDims& d) {
   return plan_ints(d) + static_cast<size_t>(d.world) * d.local_experts() + d.local_experts();
 }
 
-template <class Transport>
+// kDecode: the decode kernels (fused_kernel.cu decode_kernel), whose scans go by chunks (WarpScan).
+template <bool kDecode, class Transport>
 __device__ void collect_task(const FusedContext<Transport>& c, int block_m, int nblocks1, int nblocks2, void* smem,
                              int scratch_bytes) {
   const FusedParams& prm = *c.prm;
@@ -268,7 +297,7 @@ __device__ void collect_task(const FusedContext<Transport>& c, int block_m, int 
       // Warp 0: the prefixes as scans, then the schedule and the targets expert by expert (lane by lane);
       // the lagged schedule of worlds > 1 (more Linear1 tiles than its lag, more m-blocks than
       // experts, a combine the GEMMs do not cover) in two such steps (task_map.h gemm_schedule_steps).
-      const int mblocks = plan_prefixes(counts, count_stride, W, L, p, WarpScan{lane});
+      const int mblocks = plan_prefixes(counts, count_stride, W, L, p, WarpScan<kDecode>{lane});
       __syncwarp();
       trace::stamp_current(threadIdx.x == 0 && real, trace::kEpiMath);
       const int lag = prm.schedule_lag_quarters >= 0 ? forced_lag(prm.schedule_lag_quarters, static_cast<int>(gridDim.x))

@@ -170,9 +170,22 @@ EPFUSE_HD ExpertPlan plan_view(int* ints, int world, int local_experts) {
   return p;
 }
 
+// The elements [begin, end) of n that lane `lane` of a 32-lane scan takes (layout.cuh WarpScan<true>, the
+// decode kernels'): ceil(n / 32) consecutive ones a lane, so that one round of shuffles over the lanes' sums
+// covers any n; the last lanes take fewer or none.
+struct LaneChunk {
+  int begin;
+  int end;
+};
+EPFUSE_HD LaneChunk scan_lane_chunk(int n, int lane) {
+  const int per = (n + 31) / 32;
+  const int begin = lane * per < n ? lane * per : n;
+  return {begin, begin + per < n ? begin + per : n};
+}
+
 // An exclusive scan by one thread: store(i, sum of load(j) for j < i) for i < n, each element loaded
-// before its sum is stored; returns the sum of all n. The collect task's warp computes the same sums
-// 32 elements a step (layout.cuh WarpScan).
+// before its sum is stored; returns the sum of all n. The collect task's warp computes the same sums 32
+// elements a step or each lane on a chunk of consecutive elements (layout.cuh WarpScan, scan_lane_chunk).
 struct SerialScan {
   template <class Load, class Store>
   EPFUSE_HD int operator()(int n, Load&& load, Store&& store) const {
@@ -216,7 +229,7 @@ EPFUSE_HD void plan_expert(const uint32_t* counts, int count_stride, int world, 
 // Step 2, once step 1 ran for every expert: the prefix sums over experts (entry_off, pair_off,
 // mb_start), each one exclusive scan. scan(n, load, store) calls store(i, sum of load(j) for j < i)
 // for every i < n and returns the sum of all n; it may store element i once it has loaded element i,
-// never before (mb_start is scanned in place). The collect task's warp scans 32 experts a step
+// never before (mb_start is scanned in place). The collect task's warp scans them side by side
 // (layout.cuh WarpScan): the serial steps took its thread 0 microseconds on the way to the
 // first tile (docs/performance.md#where-a-t--1-call-goes-2026-11-28-the-timeline). Every thread of the
 // scan stores mb_start[local_experts] (the same value). Returns the m-block count.

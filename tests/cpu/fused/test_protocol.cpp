@@ -604,13 +604,42 @@ TEST(FusedPlan, MblockBoundHolds) {
 }
 
 // The collect task's construction (layout.cuh): plan_expert one expert per thread, plan_prefixes over
-// a warp's scan (32 lanes a step: each step's values loaded, summed by the lanes' doubling rounds, then
-// stored, carried into the next), then the world-1 schedule (linear1_first_segments) and the targets
-// one expert per lane, or the lagged schedule of worlds > 1 on one lane. Here the experts go in a
-// random order; the plan must equal, int for int, that of one thread in expert order (the prefixes as
-// plan_prefixes computed them before the scans, spelled out below), over random counts at worlds 1-8,
-// 1-300 local experts, count strides past L and empty experts.
-struct LaneStepScan {  // WarpScan's arithmetic (layout.cuh), lane by lane
+// a warp's scan (the decode kernels': each lane sums its chunk of consecutive elements, scan_lane_chunk;
+// the lanes' sums scanned by doubling rounds; each lane stores its chunk's sums; the prefill kernels':
+// 32 elements a step), then the world-1 schedule
+// (linear1_first_segments) and the targets one expert per lane, or the lagged schedule of worlds > 1 on
+// one lane. Here the experts go in a random order; the plan must equal, int for int, that of one thread
+// in expert order (the prefixes as plan_prefixes computed them before the scans, spelled out below),
+// over random counts at worlds 1-8, 1-300 local experts, count strides past L and empty experts.
+struct LaneChunkScan {  // WarpScan<true>'s arithmetic (layout.cuh; the decode kernels), lane by lane
+  template <class Load, class Store>
+  int operator()(int n, Load&& load, Store&& store) const {
+    int sum[32], inclusive[32];
+    for (int lane = 0; lane < 32; ++lane) {
+      const LaneChunk c = scan_lane_chunk(n, lane);
+      sum[lane] = 0;
+      for (int i = c.begin; i < c.end; ++i) sum[lane] += load(i);
+      inclusive[lane] = sum[lane];
+    }
+    for (int d = 1; d < 32; d *= 2) {
+      int below[32];
+      for (int lane = 0; lane < 32; ++lane) below[lane] = inclusive[(lane - d + 32) % 32];
+      for (int lane = d; lane < 32; ++lane) inclusive[lane] += below[lane];
+    }
+    for (int lane = 0; lane < 32; ++lane) {
+      const LaneChunk c = scan_lane_chunk(n, lane);
+      int run = inclusive[lane] - sum[lane];
+      for (int i = c.begin; i < c.end; ++i) {
+        const int v = load(i);
+        store(i, run);
+        run += v;
+      }
+    }
+    return inclusive[31];
+  }
+};
+
+struct LaneStepScan {  // WarpScan<false>'s arithmetic (the prefill kernels): 32 elements a step
   template <class Load, class Store>
   int operator()(int n, Load&& load, Store&& store) const {
     int carry = 0;
@@ -628,6 +657,21 @@ struct LaneStepScan {  // WarpScan's arithmetic (layout.cuh), lane by lane
     return carry;
   }
 };
+
+// Every element in exactly one lane's chunk, in lane order, and every chunk at most ceil(n / 32) long.
+TEST(FusedPlan, LaneChunksCoverTheScanOnce) {
+  for (int n = 0; n <= 1100; ++n) {
+    int next = 0;
+    for (int lane = 0; lane < 32; ++lane) {
+      const LaneChunk c = scan_lane_chunk(n, lane);
+      ASSERT_EQ(c.begin, next) << "n " << n << " lane " << lane;
+      ASSERT_LE(c.begin, c.end);
+      ASSERT_LE(c.end - c.begin, (n + 31) / 32);
+      next = c.end;
+    }
+    ASSERT_EQ(next, n) << "n " << n;
+  }
+}
 
 TEST(FusedPlan, WarpConstructionIsTheOneThreadPlan) {
   std::mt19937 rng(4242);
@@ -681,7 +725,7 @@ TEST(FusedPlan, WarpConstructionIsTheOneThreadPlan) {
         for (int e = 0; e < L; ++e) order[e] = e;
         std::shuffle(order.begin(), order.end(), rng);
         for (int e : order) plan_expert(counts.data(), stride, world, e, block_m, warp.plan);
-        const int mb2 = plan_prefixes(counts.data(), stride, world, L, warp.plan, LaneStepScan{});
+        const int mb2 = plan_prefixes(counts.data(), stride, world, L, warp.plan, LaneChunkScan{});
         ASSERT_EQ(mb2, mb1);
         std::shuffle(order.begin(), order.end(), rng);
         int total2 = 0;
@@ -696,12 +740,20 @@ TEST(FusedPlan, WarpConstructionIsTheOneThreadPlan) {
 
         ASSERT_EQ(warp.ints, one.ints) << "world " << world << ", L " << L << ", trial " << trial;
         ASSERT_EQ(bases2, bases1);
-        // The one-thread path of the library (SerialScan) is the same plan too.
+        const auto same_prefixes = [&](const PlanStore& other) {
+          for (int i = 0; i < L + 1; ++i) ASSERT_EQ(other.plan.mb_start[i], one.plan.mb_start[i]);
+          for (int i = 0; i < world * L; ++i) ASSERT_EQ(other.plan.entry_off[i], one.plan.entry_off[i]);
+          for (int i = 0; i < L; ++i) ASSERT_EQ(other.plan.pair_off[i], one.plan.pair_off[i]);
+        };
+        // The one-thread path of the library (SerialScan) is the same plan too, and so are the prefill
+        // kernels' scans by steps of 32.
         PlanStore lib(d);
         ASSERT_EQ(build_expert_plan(counts.data(), stride, world, L, block_m, lib.plan), mb1);
-        for (int i = 0; i < L + 1; ++i) ASSERT_EQ(lib.plan.mb_start[i], one.plan.mb_start[i]);
-        for (int i = 0; i < world * L; ++i) ASSERT_EQ(lib.plan.entry_off[i], one.plan.entry_off[i]);
-        for (int i = 0; i < L; ++i) ASSERT_EQ(lib.plan.pair_off[i], one.plan.pair_off[i]);
+        same_prefixes(lib);
+        PlanStore steps(d);
+        for (int e = 0; e < L; ++e) plan_expert(counts.data(), stride, world, e, block_m, steps.plan);
+        ASSERT_EQ(plan_prefixes(counts.data(), stride, world, L, steps.plan, LaneStepScan{}), mb1);
+        same_prefixes(steps);
         ++checked;
       }
     }
