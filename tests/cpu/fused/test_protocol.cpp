@@ -611,6 +611,16 @@ TEST(FusedPlan, MblockBoundHolds) {
 // one lane. Here the experts go in a random order; the plan must equal, int for int, that of one thread
 // in expert order (the prefixes as plan_prefixes computed them before the scans, spelled out below),
 // over random counts at worlds 1-8, 1-300 local experts, count strides past L and empty experts.
+// WarpScan's doubling rounds of shuffles (layout.cuh inclusive_lanes), lane by lane: each lane's value
+// becomes the sum over lanes 0 .. lane.
+void inclusive_over_lanes(int (&inclusive)[32]) {
+  for (int d = 1; d < 32; d *= 2) {
+    int below[32];
+    for (int lane = 0; lane < 32; ++lane) below[lane] = inclusive[(lane - d + 32) % 32];
+    for (int lane = d; lane < 32; ++lane) inclusive[lane] += below[lane];
+  }
+}
+
 struct LaneChunkScan {  // WarpScan<true>'s arithmetic (layout.cuh; the decode kernels), lane by lane
   template <class Load, class Store>
   int operator()(int n, Load&& load, Store&& store) const {
@@ -621,11 +631,7 @@ struct LaneChunkScan {  // WarpScan<true>'s arithmetic (layout.cuh; the decode k
       for (int i = c.begin; i < c.end; ++i) sum[lane] += load(i);
       inclusive[lane] = sum[lane];
     }
-    for (int d = 1; d < 32; d *= 2) {
-      int below[32];
-      for (int lane = 0; lane < 32; ++lane) below[lane] = inclusive[(lane - d + 32) % 32];
-      for (int lane = d; lane < 32; ++lane) inclusive[lane] += below[lane];
-    }
+    inclusive_over_lanes(inclusive);
     for (int lane = 0; lane < 32; ++lane) {
       const LaneChunk c = scan_lane_chunk(n, lane);
       int run = inclusive[lane] - sum[lane];
@@ -646,11 +652,7 @@ struct LaneStepScan {  // WarpScan<false>'s arithmetic (the prefill kernels): 32
     for (int base = 0; base < n; base += 32) {
       int v[32], inclusive[32];
       for (int lane = 0; lane < 32; ++lane) inclusive[lane] = v[lane] = base + lane < n ? load(base + lane) : 0;
-      for (int d = 1; d < 32; d *= 2) {
-        int below[32];
-        for (int lane = 0; lane < 32; ++lane) below[lane] = inclusive[(lane - d + 32) % 32];
-        for (int lane = d; lane < 32; ++lane) inclusive[lane] += below[lane];
-      }
+      inclusive_over_lanes(inclusive);
       for (int lane = 0; lane < 32 && base + lane < n; ++lane) store(base + lane, carry + inclusive[lane] - v[lane]);
       carry += inclusive[31];
     }
