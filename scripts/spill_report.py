@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Spill instructions (LDL / STL) of the fused kernels, per source line, from a binary built with -lineinfo.
 
-Usage: spill_report.py BINARY [KERNEL_SUBSTRING] [--base BASE_BINARY] [--roles]
+Usage: spill_report.py BINARY [KERNEL_SUBSTRING] [--base BASE_BINARY] [--roles] [--transport NAME]
   KERNEL_SUBSTRING picks the fused_moe_kernel instantiations to count (default TileGemmTmaFp8: the FP8
-  prefill and decode kernels; their LsaTransport instantiations are reported). Prints the total, then one
+  prefill and decode kernels; their LsaTransport instantiations are reported, or those of --transport, e.g.
+  LocalTransport: the world-1 kernels). Prints the total, then one
   line per innermost source location (file, line) with its count; with --base, the same for BASE side by
   side. --roles splits each count by where the instruction sits: before the kernel's first setmaxnreg
   (launch: every warp), after the math warps' (math) or after the producer's (producer). By address only:
@@ -44,8 +45,8 @@ def tool(name):
     sys.exit(f"spill_report.py: no {name} (set ${name.upper()})")
 
 
-def spills(binary, kernel, roles=False):
-    """(total, Counter of (file, line) -> LDL/STL count) over the matching LsaTransport kernels; with roles,
+def spills(binary, kernel, roles=False, transport="LsaTransport"):
+    """(total, Counter of (file, line) -> LDL/STL count) over the matching `transport` kernels; with roles,
     the keys are (role, file, line)."""
     counts, total = collections.Counter(), 0
     with tempfile.TemporaryDirectory() as d:
@@ -56,7 +57,7 @@ def spills(binary, kernel, roles=False):
             inside, where, pending, role = False, None, None, "launch"
             for line in sass.splitlines():
                 if line.startswith(".text."):
-                    inside = "fused_moe_kernel" in line and kernel in line and "LsaTransport" in line
+                    inside = "fused_moe_kernel" in line and kernel in line and transport in line
                     role = "launch"
                     continue
                 if not inside:
@@ -81,6 +82,11 @@ def main():
     roles = "--roles" in args
     if roles:
         args.remove("--roles")
+    transport = "LsaTransport"
+    if "--transport" in args:
+        i = args.index("--transport")
+        transport = args[i + 1]
+        del args[i : i + 2]
     base = None
     if "--base" in args:
         i = args.index("--base")
@@ -89,7 +95,7 @@ def main():
     if not args:
         sys.exit(__doc__)
     binary, kernel = args[0], (args[1] if len(args) > 1 else "TileGemmTmaFp8")
-    total, counts = spills(binary, kernel, roles)
+    total, counts = spills(binary, kernel, roles, transport)
     name = lambda k: (f"{k[0]:8s} " if roles else "") + f"{k[-2]}:{k[-1]}"
     order = lambda k: tuple(str(x) for x in k[:-1]) + (k[-1],)
     if base is None:
@@ -102,7 +108,7 @@ def main():
         for k in sorted(counts, key=order):
             print(f"{counts[k]:5d}  {name(k)}")
         return
-    btotal, bcounts = spills(base, kernel, roles)
+    btotal, bcounts = spills(base, kernel, roles, transport)
     print(f"total {total} (base {btotal})")
     for k in sorted(set(counts) | set(bcounts), key=order):
         if counts[k] != bcounts[k]:
