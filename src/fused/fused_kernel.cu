@@ -228,7 +228,7 @@ constexpr int tile_smem_bytes() {
 // shape ask here.
 template <class Gemm>
 __host__ __device__ size_t plan_copy_bytes(const device::FusedDims& dims) {
-  const size_t plan_bytes = device::plan_ints(dims) * sizeof(int);
+  const size_t plan_bytes = device::plan_copy_bytes16(dims);
   return static_cast<size_t>(tile_smem_bytes<Gemm>()) + plan_bytes + device::kStaticSmemBytes <=
                  static_cast<size_t>(device::kBlockSmemBytes)
              ? plan_bytes : 0;

@@ -54,11 +54,7 @@ class TaskScheduler {
       // shared-memory loads, not dependent global loads behind the SM's own TMA copies
       // (docs/performance.md#the-plan-in-shared-memory-2026-11-29).
       const ExpertPlan published = c_.published_plan();
-      if (c_.plan.rows != published.rows) {
-        for (int i = g.rank(); i < static_cast<int>(plan_ints(c_.prm->dims)); i += g.count)
-          c_.plan.rows[i] = __ldcg(published.rows + i);
-        g.sync();
-      }
+      if (c_.plan.rows != published.rows && !copy_plan(g, published)) return {Phase::kDone, 0};
       space_ = with_gemm_tasks(space_, c_.plan.seg_start[*c_.plan.segments]);
       have_plan_ = true;
     }
@@ -66,6 +62,28 @@ class TaskScheduler {
   }
 
   __device__ const TaskSpace& space() const { return space_; }
+
+  // The published plan into this CTA's copy (FusedContext::plan), by one bulk copy: one round trip at any
+  // expert count, where a loop of loads by the group's threads took ~2 us at 128 experts
+  // (docs/performance.md#the-plans-copy-by-one-bulk-copy-2026-12-01). False (group-uniform, recorded) when
+  // its wait ran out.
+  __device__ bool copy_plan(const ThreadGroup& g, const ExpertPlan& published) {
+    __shared__ __align__(8) uint64_t bar;
+    const uint32_t b = ptx::smem_u32(&bar);
+    if (g.leader()) {
+      ptx::mbar_init(b, 1);
+      ptx::fence_mbar_init();
+      ptx::fence_proxy_async_global();  // the plan's stores, acquired by the wait above, before the copy reads them
+      const uint32_t bytes = static_cast<uint32_t>(plan_copy_bytes16(c_.prm->dims));
+      ptx::mbar_arrive_expect_tx(b, bytes);
+      ptx::bulk_load(ptx::smem_u32(c_.plan.rows), published.rows, bytes, b);
+    }
+    g.sync();  // the barrier is initialised before any thread waits on it
+    const bool ok = mbar_wait(b, 0, c_.limit(c_.prm->timeout_ns), [&] {
+      report_timeout(c_.ctl, c_.prm->rank, c_.site(Phase::kLinear1, WaitKind::kPlan), 0, 0);
+    });
+    return !g.sync_or(!ok);
+  }
   // When this CTA saw the plan published (a trace build's kPlanSeen; 0 otherwise or before).
   __device__ uint64_t plan_seen() const { return plan_seen_; }
 

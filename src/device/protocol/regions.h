@@ -135,6 +135,10 @@ EPFUSE_HD size_t plan_ints(const FusedDims& d) {
   return l + l + (l + 1) + l * (w + 1) + w * l + l + 1 + (2 * l + 1) + 2 * l;
 }
 
+// The plan's bytes as a CTA copies them whole into its shared memory (scheduler.cuh: one bulk copy, whose
+// size is a multiple of 16; the plan region is padded past them by align_region).
+EPFUSE_HD size_t plan_copy_bytes16(const FusedDims& d) { return (plan_ints(d) * 4 + 15) / 16 * 16; }
+
 // control_bytes: sizeof(FusedControl) (kernel_params.h), passed in to keep this header free of it.
 EPFUSE_HD PrivRegions make_priv_regions(const FusedDims& d, size_t control_bytes) {
   const size_t t = d.max_tokens, k = d.topk, l = d.local_experts();

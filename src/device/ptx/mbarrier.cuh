@@ -66,6 +66,18 @@ __device__ __forceinline__ void tma_store_2d(const void* map, uint32_t src, int 
                "r"(c1)
                : "memory");
 }
+// Bulk copy (no tensor map): `bytes` (a multiple of 16; both addresses 16-byte aligned) of global `src`
+// into shared memory at `dst`, its bytes counted on `bar`.
+__device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+               "l"(src), "r"(bytes), "r"(bar)
+               : "memory");
+}
+// Global memory written by generic stores (another CTA's, acquired through a flag) becomes visible to
+// this thread's later bulk or TMA reads (the async proxy).
+__device__ __forceinline__ void fence_proxy_async_global() {
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");
+}
 __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 // Until every bulk group this thread committed is complete (its writes done).
 __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
