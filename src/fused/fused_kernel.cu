@@ -222,10 +222,10 @@ constexpr int tile_smem_bytes() {
     return (RoleTilesOf<Gemm>::kSmemBytes + 15) / 16 * 16;
   else return (device::ExpertTiles<Gemm>::kSmemBytes + 15) / 16 * 16;
 }
-// Bytes of the CTA's plan copy after tile_smem_bytes: the plan's (rounded up to 16 bytes: one bulk copy), when the block then stays within its
-// dynamic shared memory budget (expert_ffn.cuh kBlockSmemBytes less kStaticSmemBytes, as the tiles' own
-// static_asserts); 0 when it does not fit and the tasks read the published plan. The kernel and its launch
-// shape ask here.
+// Bytes of the CTA's plan copy after tile_smem_bytes: the plan's, rounded up to 16 (one bulk copy), when the
+// block then stays within its dynamic shared memory budget (expert_ffn.cuh kBlockSmemBytes less
+// kStaticSmemBytes, as the tiles' own static_asserts); 0 when it does not fit and the tasks read the published
+// plan. The kernel and its launch shape ask here.
 template <class Gemm>
 __host__ __device__ size_t plan_copy_bytes(const device::FusedDims& dims) {
   const size_t plan_bytes = device::plan_copy_bytes16(dims);
