@@ -138,6 +138,7 @@ EPFUSE_HD size_t plan_ints(const FusedDims& d) {
 // The plan's bytes as a CTA copies them whole into its shared memory (scheduler.cuh: one bulk copy, whose
 // size is a multiple of 16; the plan region is padded past them by align_region).
 EPFUSE_HD size_t plan_copy_bytes16(const FusedDims& d) { return (plan_ints(d) * 4 + 15) / 16 * 16; }
+static_assert(kRegionAlign % 16 == 0, "align_region(plan bytes) covers plan_copy_bytes16");
 
 // control_bytes: sizeof(FusedControl) (kernel_params.h), passed in to keep this header free of it.
 EPFUSE_HD PrivRegions make_priv_regions(const FusedDims& d, size_t control_bytes) {

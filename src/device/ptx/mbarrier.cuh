@@ -1,8 +1,9 @@
 // Thin wrappers over the Hopper asynchronous-transaction PTX the warp-specialised tile GEMM
 // (gemm_mainloop_tma.cuh) uses: shared-memory mbarriers (init, arrive, arrive with an expected byte
-// count, parity wait), the arrive that fires when a thread's cp.async copies have landed, and the TMA
-// 2-D tile load that completes its bytes on an mbarrier. One instruction per function, no policy.
-// Source: PTX ISA "mbarrier", "cp.async.mbarrier.arrive", "cp.async.bulk.tensor".
+// count, parity wait), the arrive that fires when a thread's cp.async copies have landed, the TMA
+// 2-D tile load that completes its bytes on an mbarrier, and the plain bulk copy into shared memory with the
+// proxy fence its global reads need. One instruction per function, no policy.
+// Source: PTX ISA "mbarrier", "cp.async.mbarrier.arrive", "cp.async.bulk.tensor", "cp.async.bulk", "membar/fence".
 #pragma once
 #include <cstdint>
 
