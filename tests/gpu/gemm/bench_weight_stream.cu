@@ -12,7 +12,8 @@
 // K = 2048, qwen3-30b T = 1's Linear1, and 128 of K = 7168, dsv3's), the first bytes of their rows asked
 // into L2 at the launch's start by every CTA of the grid (prefetch.global.L2, its evict_last form, or
 // cp.async.bulk.prefetch.L2 by one thread a CTA), or not: whether a decode step's idle start can bring its
-// weights into L2 for the tiles' rings.
+// weights into L2 for the tiles' rings; with `slices`, only a table of a decode call's weight streams by the
+// CTAs' shares (today's tiles, or CTAs that each take a slice of one expert's I through both GEMMs).
 // Prints GB/s for each layout, grid and ring depth (median of 11 launches, events around each), and a CTA's
 // own rate (bytes over its first issue to its last landing, globaltimer; median over the CTAs of the
 // median launch). A second table streams each CTA's tile `repeat` times from L2 (K = 768: 26 MB for 132
@@ -29,7 +30,7 @@
 // docs/performance.md#the-k-split-of-small-tiles-2026-11-28-not-kept says what the first table is for,
 // docs/performance.md#stores-from-held-ring-stages-2026-11-28-not-kept what the second and third are for,
 // its open questions ("the Linear2 tile's stores under the next tile's MMAs, by TMA") the fourth.
-// Usage: bench_weight_stream
+// Usage: bench_weight_stream [bulk | prefetch | slices]
 #include <cuda.h>
 #include <cuda_runtime.h>
 
@@ -66,6 +67,8 @@ struct Params {
   uint32_t* abort;
   uint32_t* error;
   uint64_t* span_ns;  // [CTAs]: first issue to last landing
+  int short_from = 1 << 30;  // CTAs from this one stream only the first short_k_blocks k-blocks of their rows
+  int short_k_blocks = 0;
 };
 
 // How a stage's 32 KiB come: two TMA boxes of the rows' map or of the blocked layout's, two 1-D bulk copies
@@ -93,7 +96,8 @@ __device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_
 template <class BeforeRefill>
 __device__ bool stream_tile(const CUtensorMap& map, const Params& p, int t, uint64_t* full, uint32_t base, int boxes,
                             const dev::WaitLimit& limit, BeforeRefill before_refill) {
-  const int total = p.k_blocks * p.repeat;
+  const int k_blocks = t >= p.short_from ? p.short_k_blocks : p.k_blocks;
+  const int total = k_blocks * p.repeat;
   for (int kb = 0; kb < total + p.stages; ++kb) {
     const int s = kb % p.stages;
     const uint32_t bar = dev::ptx::smem_u32(&full[s]);
@@ -105,7 +109,7 @@ __device__ bool stream_tile(const CUtensorMap& map, const Params& p, int t, uint
     if (kb >= total) continue;
     if (kb >= p.stages) before_refill(s);
     dev::ptx::mbar_arrive_expect_tx(bar, 2 * kBox);
-    const int64_t kbm = kb % p.k_blocks;
+    const int64_t kbm = kb % k_blocks;
     const uint32_t dst = base + static_cast<uint32_t>(s * 2 * kBox);
     if (p.mode == kBulk32) {
       bulk_load(dst, p.w + (static_cast<int64_t>(t) * p.k_blocks + kbm) * 2 * kBox, 2 * kBox, bar);
@@ -319,13 +323,14 @@ std::pair<float, std::vector<uint64_t>> median_launch(const DeviceBuffer& span, 
 
 // from_l2: no other weights between launches (the tiles stay in L2 from the warm-up launches).
 // fed: fed_stream_kernel, `ctas` tiles on 2 ctas CTAs.
+// short_from / short_K: the CTAs from short_from stream only the first short_K bytes of their rows (Params).
 Rate run(const uint8_t* w, int K, int ctas, int stages, int mode, int repeat, bool from_l2, uint32_t* ctl,
-         bool fed = false) {
+         bool fed = false, int short_from = 1 << 30, int short_K = 0) {
   const int64_t n = static_cast<int64_t>(ctas) * 256;
   const CUtensorMap map = mode == kBlocked ? epfuse::fused::weight_tensor_map_fp8(w, n * K / 128, 128, 128)
                                            : epfuse::fused::weight_tensor_map_fp8(w, n, K, 128);
   DeviceBuffer span(static_cast<size_t>(ctas) * sizeof(uint64_t));
-  const Params p{K / 128, repeat, stages, mode, w, ctl, ctl + 1, span.as<uint64_t>()};
+  const Params p{K / 128, repeat, stages, mode, w, ctl, ctl + 1, span.as<uint64_t>(), short_from, short_K / 128};
   const int smem = stages * 2 * kBox;
   EPFUSE_CUDA_CHECK(cudaFuncSetAttribute(stream_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   EPFUSE_CUDA_CHECK(cudaFuncSetAttribute(fed_stream_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
@@ -338,7 +343,8 @@ Rate run(const uint8_t* w, int K, int ctas, int stages, int mode, int repeat, bo
         if (fed) fed_stream_kernel<<<2 * ctas, 32, smem>>>(map, p);
         else stream_kernel<<<ctas, 32, smem>>>(map, p);
       });
-  const double bytes = static_cast<double>(n) * K * repeat;
+  const int long_ctas = std::min(ctas, short_from);
+  const double bytes = 256.0 * (static_cast<double>(long_ctas) * K + static_cast<double>(ctas - long_ctas) * short_K) * repeat;
   return {bytes / (median.first * 1e-3) / 1e9, bytes / ctas / static_cast<double>(median_span(median.second))};
 }
 
@@ -416,6 +422,7 @@ int main(int argc, char** argv) {
   if (!epfuse::testing::have_gpu()) return epfuse::testing::kSkipped;
   const bool bulk_only = argc > 1 && std::string(argv[1]) == "bulk";
   const bool prefetch_only = argc > 1 && std::string(argv[1]) == "prefetch";
+  const bool slices_only = argc > 1 && std::string(argv[1]) == "slices";
   int sms = 0;
   EPFUSE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   const int64_t bytes = static_cast<int64_t>(sms) * 256 * 7168 + (64ll << 20);
@@ -438,6 +445,30 @@ int main(int argc, char** argv) {
       }
       std::printf("\n");
     }
+    return waits_in_time(ctl);
+  }
+  if (slices_only) {
+    // qwen3-30b T = 1 (H 2048, I 768, 8 experts routed), its 37.7 MB of weights from HBM: as the decode kernel
+    // streams them (48 Linear1 tiles of 256 rows over K = H beside 64 Linear2 tiles of 256 rows over K = I), and
+    // as CTAs that each take a slice of one expert's I through both GEMMs would (a slice of 128: Linear1's 256
+    // rows over H and Linear2's H rows over 128, 768 KB, as one tile of K = 3072; of 64: 384 KB, K = 1536)
+    // (docs/performance.md#a-cta-a-slice-of-i-through-both-gemms-the-weight-stream-2026-12-02).
+    std::printf("decode weight streams from HBM: launch us and GB/s over the launch, median of 11\n");
+    // And the same bytes over every SM (132 x K 1152, 38.9 MB), each at 4 and 6 stages: what more streams or more
+    // bytes in flight give.
+    struct Case { const char* name; int ctas, K, short_from, short_K; };
+    for (int stages : {4, 6})
+      for (const Case& c : {Case{"Linear1 alone: 48 x K 2048", 48, 2048, 1 << 30, 0},
+                            Case{"Linear1 beside Linear2: 48 x K 2048 + 64 x K 768", 112, 2048, 48, 768},
+                            Case{"slices of 128: 48 x K 3072", 48, 3072, 1 << 30, 0},
+                            Case{"slices of 64: 96 x K 1536", 96, 1536, 1 << 30, 0},
+                            Case{"every SM: 132 x K 1152", 132, 1152, 1 << 30, 0}}) {
+        if (c.ctas > sms) continue;
+        const Rate r = run(w.as<uint8_t>(), c.K, c.ctas, stages, kRows, 1, false, ctl.as<uint32_t>(), false, c.short_from, c.short_K);
+        const int long_ctas = std::min(c.ctas, c.short_from);
+        const double bytes = 256.0 * (static_cast<double>(long_ctas) * c.K + static_cast<double>(c.ctas - long_ctas) * c.short_K);
+        std::printf("%-50s %d stages %8.1f us %8.0f GB/s\n", c.name, stages, bytes / (r.all * 1e9) * 1e6, r.all);
+      }
     return waits_in_time(ctl);
   }
   if (bulk_only) {
