@@ -356,6 +356,13 @@ void with_shape(const GemmTileShape& s, Fn fn) {
   static_assert(device::TileGemmKind<Fp8> && Fp8::kThreads == kTmaFp8M128N256.threads() && !Fp8::kDecodeForm);
   static_assert(device::TileGemmKind<Fp8Decode> && Fp8Decode::kThreads == kTmaFp8M128N256Decode.threads() &&
                 Fp8Decode::kDecodeForm);
+  // The decode kernel's CTAs copy the expert plan into the shared memory its tiles leave (plan_copy_bytes); where
+  // it does not fit, its tasks read the published plan, and 16 KB more of the tiles' cost the decode rows 4-5%
+  // that way (docs/performance.md#the-decode-k-blocks-split-between-the-math-warpgroups-2026-12-02-not-kept).
+  // Room kept for 128 local experts at world 8.
+  static_assert(tile_smem_bytes<Fp8Decode>() + device::plan_copy_bytes16(device::FusedDims{8, 0, 0, 8 * 128, 8, 0}) +
+                        device::kStaticSmemBytes <= device::kBlockSmemBytes,
+                "the decode kernel's tiles leave room for the CTA's plan copy");
   if (s == kTmaFp8M128N256) return fn(Fp8{});
   if (s == kTmaFp8M128N256Decode) return fn(Fp8Decode{});
   with_shape_impl(s, fn, std::make_index_sequence<std::size(kFusedTileShapes)>{});

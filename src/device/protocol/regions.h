@@ -22,7 +22,7 @@ struct FusedDims {
   int topk = 0;          // k
   int max_tokens = 0;    // T_max per rank
 
-  EPFUSE_HD int local_experts() const { return num_experts / world; }
+  EPFUSE_HD constexpr int local_experts() const { return num_experts / world; }
   // (token, local expert) pairs one receiver can get in one call: every rank's every slot.
   EPFUSE_HD int64_t max_recv_pairs() const { return static_cast<int64_t>(world) * max_tokens * topk; }
   // Tight upper bound on sum_e ceil(n_e / block_m) over local experts with sum_e n_e <= N pairs: with j
@@ -130,14 +130,14 @@ struct PrivRegions {
 // Ints of the expert plan (task_map.h plan_view): rows[L], pair_off[L], mb_start[L+1],
 // src_prefix[L][world+1], entry_off[world][L], arrival_target[L], and the GEMM schedule: segments[1],
 // seg_start[2L+1], seg_code[2L].
-EPFUSE_HD size_t plan_ints(const FusedDims& d) {
+EPFUSE_HD constexpr size_t plan_ints(const FusedDims& d) {
   const size_t l = d.local_experts(), w = d.world;
   return l + l + (l + 1) + l * (w + 1) + w * l + l + 1 + (2 * l + 1) + 2 * l;
 }
 
 // The plan's bytes as a CTA copies them whole into its shared memory (scheduler.cuh: one bulk copy, whose
 // size is a multiple of 16; the plan region is padded past them by align_region).
-EPFUSE_HD size_t plan_copy_bytes16(const FusedDims& d) { return (plan_ints(d) * 4 + 15) / 16 * 16; }
+EPFUSE_HD constexpr size_t plan_copy_bytes16(const FusedDims& d) { return (plan_ints(d) * 4 + 15) / 16 * 16; }
 static_assert(kRegionAlign % 16 == 0, "align_region(plan bytes) covers plan_copy_bytes16");
 
 // control_bytes: sizeof(FusedControl) (kernel_params.h), passed in to keep this header free of it.
