@@ -227,7 +227,7 @@ constexpr int tile_smem_bytes() {
 // kStaticSmemBytes, as the tiles' own static_asserts); 0 when it does not fit and the tasks read the published
 // plan. The kernel and its launch shape ask here.
 template <class Gemm>
-__host__ __device__ size_t plan_copy_bytes(const device::FusedDims& dims) {
+__host__ __device__ constexpr size_t plan_copy_bytes(const device::FusedDims& dims) {
   const size_t plan_bytes = device::plan_copy_bytes16(dims);
   return static_cast<size_t>(tile_smem_bytes<Gemm>()) + plan_bytes + device::kStaticSmemBytes <=
                  static_cast<size_t>(device::kBlockSmemBytes)
@@ -360,8 +360,7 @@ void with_shape(const GemmTileShape& s, Fn fn) {
   // it does not fit, its tasks read the published plan, and 16 KB more of the tiles' cost the decode rows 4-5%
   // that way (docs/performance.md#the-decode-k-blocks-split-between-the-math-warpgroups-2026-12-02-not-kept).
   // Room kept for 128 local experts at world 8.
-  static_assert(tile_smem_bytes<Fp8Decode>() + device::plan_copy_bytes16(device::FusedDims{8, 0, 0, 8 * 128, 8, 0}) +
-                        device::kStaticSmemBytes <= device::kBlockSmemBytes,
+  static_assert(plan_copy_bytes<Fp8Decode>(device::FusedDims{8, 0, 0, 8 * 128, 8, 0}) != 0,
                 "the decode kernel's tiles leave room for the CTA's plan copy");
   if (s == kTmaFp8M128N256) return fn(Fp8{});
   if (s == kTmaFp8M128N256Decode) return fn(Fp8Decode{});

@@ -83,12 +83,6 @@ __device__ void box_coord(const Params& p, int t, int b, int kb, int& c0, int& c
   else c0 = kb * 128, c1 = nb * 128;
 }
 
-__device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst), "l"(src),
-               "r"(bytes), "r"(bar)
-               : "memory");
-}
-
 // Thread 0 of tile t's owner: its k-blocks into the ring of p.stages stages at base (full[s] guarding stage s),
 // boxes [0, boxes) of each stage by this CTA's TMA, with the expected bytes of both (fed_stream_kernel's
 // second CTA brings box 1 otherwise); before_refill(s) runs before a stage's next round is issued. False
@@ -112,12 +106,12 @@ __device__ bool stream_tile(const CUtensorMap& map, const Params& p, int t, uint
     const int64_t kbm = kb % k_blocks;
     const uint32_t dst = base + static_cast<uint32_t>(s * 2 * kBox);
     if (p.mode == kBulk32) {
-      bulk_load(dst, p.w + (static_cast<int64_t>(t) * p.k_blocks + kbm) * 2 * kBox, 2 * kBox, bar);
+      dev::ptx::bulk_load(dst, p.w + (static_cast<int64_t>(t) * p.k_blocks + kbm) * 2 * kBox, 2 * kBox, bar);
       continue;
     }
     if (p.mode == kBulk16) {
       for (int b = 0; b < 2; ++b)
-        bulk_load(dst + static_cast<uint32_t>(b * kBox), p.w + (static_cast<int64_t>(2 * t + b) * p.k_blocks + kbm) * kBox, kBox, bar);
+        dev::ptx::bulk_load(dst + static_cast<uint32_t>(b * kBox), p.w + (static_cast<int64_t>(2 * t + b) * p.k_blocks + kbm) * kBox, kBox, bar);
       continue;
     }
     for (int b = 0; b < boxes; ++b) {
@@ -292,6 +286,7 @@ uint64_t median_span(std::vector<uint64_t>& spans) {
 struct Rate {
   double all;      // GB/s over the launch
   double per_cta;  // GB/s of the median CTA over its own span
+  double launch_us = 0;  // the median launch (run)
 };
 
 // 11 timed launches of launch() after 2 warm-up ones, before(i) ahead of launch i outside its timing: the
@@ -345,7 +340,8 @@ Rate run(const uint8_t* w, int K, int ctas, int stages, int mode, int repeat, bo
       });
   const int long_ctas = std::min(ctas, short_from);
   const double bytes = 256.0 * (static_cast<double>(long_ctas) * K + static_cast<double>(ctas - long_ctas) * short_K) * repeat;
-  return {bytes / (median.first * 1e-3) / 1e9, bytes / ctas / static_cast<double>(median_span(median.second))};
+  return {bytes / (median.first * 1e-3) / 1e9, bytes / ctas / static_cast<double>(median_span(median.second)),
+          median.first * 1e3};
 }
 
 // The prefetch table's row: `tiles` tiles of K streamed delay_us after the launch's start on a grid of
@@ -465,9 +461,7 @@ int main(int argc, char** argv) {
                             Case{"every SM: 132 x K 1152", 132, 1152, 1 << 30, 0}}) {
         if (c.ctas > sms) continue;
         const Rate r = run(w.as<uint8_t>(), c.K, c.ctas, stages, kRows, 1, false, ctl.as<uint32_t>(), false, c.short_from, c.short_K);
-        const int long_ctas = std::min(c.ctas, c.short_from);
-        const double bytes = 256.0 * (static_cast<double>(long_ctas) * c.K + static_cast<double>(c.ctas - long_ctas) * c.short_K);
-        std::printf("%-50s %d stages %8.1f us %8.0f GB/s\n", c.name, stages, bytes / (r.all * 1e9) * 1e6, r.all);
+        std::printf("%-50s %d stages %8.1f us %8.0f GB/s\n", c.name, stages, r.launch_us, r.all);
       }
     return waits_in_time(ctl);
   }
