@@ -52,7 +52,7 @@ inline constexpr Variable kEnvironment[] = {
      "auto (schedule_lag in src/device/protocol/task_map.h)"},
     {"EPFUSE_FUSED_TILE",
      "diagnostics: the fused kernel's tile at every T instead of the choice by rows an expert: auto, or one the "
-     "layer can run of mma-32x128, wgmma-128x128, tma-128x256 (bf16), fp8-128x256 and fp8-decode (FP8)",
+     "layer can run of mma-32x128, wgmma-128x128, tma-128x256 (bf16), fp8-128x256, fp8-decode and fp8-split (FP8)",
      "auto (choose_fused_tile in src/fused/plan.cpp)"},
     {"EPFUSE_PROFILE", "1: rank 0 prints the fused kernel's per-phase profile when timing stops", "off"},
     {"EPFUSE_UNFUSED_GEMM", "the unfused chain's expert GEMMs: grouped, loop or auto", "auto"},

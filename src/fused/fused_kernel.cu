@@ -214,6 +214,21 @@ template <class Gemm>
 using RoleTilesOf = std::conditional_t<device::WarpSpecialisedFp8Tile<Gemm>, device::WarpSpecialisedFp8Tiles<Gemm>,
                                        device::WarpSpecialisedTiles<Gemm>>;
 
+// The FP8 split kernel (heuristics.h kTmaFp8M128N256Split), whose Linear2 tiles split over K, and the task
+// slots its split may take (task_map.h linear2_call_parts): the CTAs, at most the workspace's split slots.
+template <class Gemm>
+constexpr bool split_kernel() {
+  if constexpr (requires { Gemm::kSplitK; }) return Gemm::kSplitK;
+  else return false;
+}
+template <class Gemm>
+inline constexpr bool kSplitKernel = split_kernel<Gemm>();
+template <class Gemm>
+__device__ __forceinline__ int split_slots(const device::FusedParams& prm) {
+  if constexpr (kSplitKernel<Gemm>) return device::split_slot_count(prm);
+  else return 0;
+}
+
 // Dynamic shared memory the tiles of a tile GEMM use; the CTA's copy of the expert plan follows it
 // (FusedContext::plan), when it fits beside them.
 template <class Gemm>
@@ -290,7 +305,8 @@ __global__ void __launch_bounds__(Gemm::kThreads, 1) fused_moe_kernel(const __gr
       case Phase::kPublish: device::publish_task<kDecodeKernel<Gemm>>(c, scheduler.space().layout, smem); break;
       case Phase::kDispatch: device::dispatch_task<kFp8, kDecodeKernel<Gemm>>(c, task.index, scheduler.space(), smem); break;
       case Phase::kCollect:
-        device::collect_task<kDecodeKernel<Gemm>>(c, Gemm::kBlockM, nblocks1, nblocks2, smem, scratch_before_gemm<Gemm>());
+        device::collect_task<kDecodeKernel<Gemm>, kSplitKernel<Gemm>>(c, Gemm::kBlockM, nblocks1, nblocks2, smem,
+                                                                      scratch_before_gemm<Gemm>(), split_slots<Gemm>(prm));
         break;
       case Phase::kLinear1:
         if constexpr (!kRoles) Tiles::linear1(c, task.tile, smem);
@@ -347,8 +363,8 @@ void with_shape_impl(const GemmTileShape& s, Fn& fn, std::index_sequence<Is...>)
   const bool found = ((s == kFusedTileShapes[Is] ? (fn(GemmAt<Is>{}), true) : false) || ...);
   if (!found) throw Error(ErrorCode::kInternal, "fused kernel: no instantiation for the chosen GEMM tile shape");
 }
-// The FP8 kernels (kTmaFp8M128N256 and its decode kernel, every weight_format fp8-block128 config)
-// besides kFusedTileShapes.
+// The FP8 kernels (kTmaFp8M128N256, its decode kernel and its split kernel, every weight_format
+// fp8-block128 config) besides kFusedTileShapes.
 template <class Fn>
 void with_shape(const GemmTileShape& s, Fn fn) {
   using Fp8 = device::TileGemmTmaFp8<kTmaFp8M128N256.stages>;
@@ -364,6 +380,12 @@ void with_shape(const GemmTileShape& s, Fn fn) {
                 "the decode kernel's tiles leave room for the CTA's plan copy");
   if (s == kTmaFp8M128N256) return fn(Fp8{});
   if (s == kTmaFp8M128N256Decode) return fn(Fp8Decode{});
+  using Fp8Split = device::TileGemmTmaFp8Split<kTmaFp8M128N256Split.stages>;
+  static_assert(device::TileGemmKind<Fp8Split> && Fp8Split::kThreads == kTmaFp8M128N256Split.threads() &&
+                Fp8Split::kDecodeForm && Fp8Split::kSplitK && !Fp8Decode::kSplitK);
+  static_assert(plan_copy_bytes<Fp8Split>(device::FusedDims{8, 0, 0, 8 * 128, 8, 0}) != 0,
+                "the split kernel's tiles leave room for the CTA's plan copy");
+  if (s == kTmaFp8M128N256Split) return fn(Fp8Split{});
   with_shape_impl(s, fn, std::make_index_sequence<std::size(kFusedTileShapes)>{});
 }
 

@@ -203,6 +203,8 @@ class FusedWorkspace final : public Workspace {
     prm.loopback.stride = window_.stride();
     prm.workspace = private_.as<char>();
     prm.fp8.x_offset = plan_.fp8_x;
+    prm.split_k.offset = plan_.split_k;
+    prm.split_k.slots = plan_.split_k != 0 ? device::kSplitSlots : 0;
     prm.host_failed = static_cast<uint32_t*>(host_failed_device_);
   }
 

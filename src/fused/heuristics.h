@@ -17,7 +17,8 @@ namespace epfuse::fused {
 // only; block_k 128 e4m3 = one 128-byte row, as kWgmmaTma's 64 bf16).
 // kWgmmaTmaFp8Decode: TileGemmTmaFp8Decode, the same tile whose tiles of at most 16 rows run its decode
 // form (mainloop_swapped); a kernel of its own, so that kWgmmaTmaFp8's registers stay as they are.
-enum class GemmMma : int { kMmaSync = 0, kWgmma = 1, kWgmmaTma = 2, kWgmmaTmaFp8 = 3, kWgmmaTmaFp8Decode = 4 };
+// kWgmmaTmaFp8Split: TileGemmTmaFp8Split, the decode kernel with Linear2's tiles split over K.
+enum class GemmMma : int { kMmaSync = 0, kWgmma = 1, kWgmmaTma = 2, kWgmmaTmaFp8 = 3, kWgmmaTmaFp8Decode = 4, kWgmmaTmaFp8Split = 5 };
 
 struct GemmTileShape {
   int block_m;
@@ -29,7 +30,9 @@ struct GemmTileShape {
   GemmMma mma = GemmMma::kMmaSync;
 
   // Math warps (warps_m x warps_n), plus the producer warpgroup of the warp-specialised kWgmmaTma.
-  constexpr bool fp8() const { return mma == GemmMma::kWgmmaTmaFp8 || mma == GemmMma::kWgmmaTmaFp8Decode; }
+  constexpr bool fp8() const {
+    return mma == GemmMma::kWgmmaTmaFp8 || mma == GemmMma::kWgmmaTmaFp8Decode || mma == GemmMma::kWgmmaTmaFp8Split;
+  }
   constexpr bool warp_specialised() const { return mma == GemmMma::kWgmmaTma || fp8(); }
   constexpr int threads() const { return 32 * warps_m * warps_n + (warp_specialised() ? 128 : 0); }
   // The wgmma stages start on a 1024-byte boundary (128-byte swizzle atoms): one atom of slack; the
@@ -114,6 +117,12 @@ inline constexpr GemmTileShape kTmaFp8M128N256{128, 256, 128, 4, 8, 1, GemmMma::
 // per-GPU shapes, at 32 rows even (docs/performance.md#the-fp8-decode-kernel-up-to-more-rows-an-expert-2026-11-30).
 inline constexpr GemmTileShape kTmaFp8M128N256Decode{128, 256, 128, 4, 8, 1, GemmMma::kWgmmaTmaFp8Decode};
 inline constexpr int kFp8DecodeRowsPerExpert = 16;
+// The decode kernel with Linear2's K split (TileGemmTmaFp8Split; task_map.h linear2_call_parts): where a call
+// has at most half the grid's Linear2 tiles and a long I (mixtral: 2 experts a GPU, I = 14336), each tile's K
+// in parts on CTAs of their own. Measured in the decode kernel on an H200: mixtral T = 1-128 13-17% faster (4
+// parts), T = 256 7% slower (2 parts); taken only when forced (EPFUSE_FUSED_TILE=fp8-split) until its own
+// kernel has run (docs/performance.md#linear2-split-over-k-2026-12-02-the-split-kernel).
+inline constexpr GemmTileShape kTmaFp8M128N256Split{128, 256, 128, 4, 8, 1, GemmMma::kWgmmaTmaFp8Split};
 inline constexpr GemmTileShape kFusedTileShapes[] = {kTmaM128N256, kWgmmaM128N128, kTileM32};
 
 }  // namespace epfuse::fused

@@ -6,6 +6,7 @@
 
 #include "common/check.h"
 #include "device/kernel/kernel_params.h"
+#include "device/protocol/regions.h"
 #include "epfuse/error.h"
 #include "fused/heuristics.h"
 #include "padding/padding.h"
@@ -45,9 +46,9 @@ bool fused_tile_supports(const GemmTileShape& s, const LayerConfig& cfg) {
 
 std::vector<GemmTileShape> supported_fused_tiles(const LayerConfig& cfg) {
   std::vector<GemmTileShape> out;
-  // FP8 runs the FP8 128 x 256 tile (H % 256 == 0, I % 128 == 0), in its two kernels.
+  // FP8 runs the FP8 128 x 256 tile (H % 256 == 0, I % 128 == 0), in its three kernels.
   if (cfg.weight_format == WeightFormat::kFp8Block128) {
-    if (fused_tile_supports(kTmaFp8M128N256, cfg)) out = {kTmaFp8M128N256, kTmaFp8M128N256Decode};
+    if (fused_tile_supports(kTmaFp8M128N256, cfg)) out = {kTmaFp8M128N256, kTmaFp8M128N256Decode, kTmaFp8M128N256Split};
     return out;
   }
   for (const GemmTileShape& s : kFusedTileShapes)
@@ -115,6 +116,12 @@ FusedPlan plan_fused(const LayerConfig& cfg, int world) {
     p.fp8_x = p.priv.total;
     p.priv.total += device::fp8_x_bytes(p.dims);
     p.buffers.push_back({"fp8_x", "T*(H+4*ceil4(H/128)) (FP8)", p.priv.total - p.fp8_x, false});
+    // Linear2's K split (task_map.h linear2_parts), where the capacity's I can be split.
+    if (const size_t bytes = device::split_k_bytes(p.dims); bytes > 0) {
+      p.split_k = p.priv.total;
+      p.priv.total += bytes;
+      p.buffers.push_back({"split_k", "128*4+128*128K (FP8, I>=4096)", bytes, false});
+    }
   }
   return p;
 }

@@ -25,6 +25,7 @@ struct FusedPlan {
   device::PrivRegions priv;
   std::vector<BufferBytes> buffers;  // each region, in address order
   size_t fp8_x = 0;                  // FP8 configs: the private fp8_x region (after priv's regions; priv.total includes it)
+  size_t split_k = 0;                // FP8 configs of a long I: the private split region (after fp8_x; 0: none)
   size_t symmetric_bytes() const { return sym.total; }
   size_t private_bytes() const { return priv.total; }
 };
@@ -36,7 +37,7 @@ bool fused_tile_supports(const GemmTileShape& s, const LayerConfig& cfg);
 std::vector<GemmTileShape> supported_fused_tiles(const LayerConfig& cfg);
 // A call's tile from its rows per local expert, the rank's local experts and its grid (CTAs): bf16
 // choose_bf16_tile (heuristics.h); FP8 its decode kernel up to kFp8DecodeRowsPerExpert rows an expert,
-// else the 64-row kernel.
+// else the 64-row kernel (the split kernel, kTmaFp8M128N256Split, only when forced).
 GemmTileShape choose_fused_tile(const LayerConfig& cfg, int rows_per_expert, int local_experts, int grid);
 // The fused kernel's tiles by name (EPFUSE_FUSED_TILE, for diagnostics and A/Bs of the choice above).
 struct NamedFusedTile {
@@ -47,7 +48,8 @@ inline constexpr NamedFusedTile kNamedFusedTiles[] = {{"mma-32x128", kTileM32},
                                                       {"wgmma-128x128", kWgmmaM128N128},
                                                       {"tma-128x256", kTmaM128N256},
                                                       {"fp8-128x256", kTmaFp8M128N256},
-                                                      {"fp8-decode", kTmaFp8M128N256Decode}};
+                                                      {"fp8-decode", kTmaFp8M128N256Decode},
+                                                      {"fp8-split", kTmaFp8M128N256Split}};
 // A tile's name in kNamedFusedTiles ("" for a shape the fused kernel is not instantiated for).
 std::string_view fused_tile_name(const GemmTileShape& s);
 // The tile named `name` when cfg can run it (supported_fused_tiles); else Error(kInvalidArgument), `who`

@@ -16,6 +16,7 @@
 
 #include "device/diagnostics/trace.cuh"
 #include "device/ffn/epilogue.cuh"
+#include "device/ffn/split_k.cuh"
 #include "device/gemm/gemm_mainloop.cuh"
 #include "device/gemm/gemm_maps_wgmma.h"
 #include "device/kernel/context.cuh"
@@ -275,6 +276,27 @@ struct WarpSpecialisedTileRoles {
       return sh.queue.release(s, g);
     finish_linear2(c, posted, sh, s, g, [&](const RowTable& t) { FragmentStores<Gemm>::linear2(c, acc, tile, posted.rows, t, g); });
   }
+  // A part of a Linear2 tile split over K: the k-loop over its part's K, then, in the part that finishes last,
+  // the sum of every part's (split_k.cuh) and the tile's epilogue.
+  template <class Transport>
+  __device__ static void split_linear2(const FusedContext<Transport>& c, const Posted& posted, Shared& sh, int s,
+                                       typename Gemm::RingPos& ring, void* smem, const ThreadGroup& g) {
+    const Linear2Part p = linear2_part(c, posted.task.tile);
+    typename Gemm::Accum acc;
+    if (!mainloop(c, p.tile, Phase::kLinear2, p.k.k, posted.rows, ring, smem, acc, g)) return sh.queue.release(s, g);
+    // A warp of the 64-row layout holds 16 rows (gemm_maps_wgmma.h wgmma_c_coord): of padding, it has no sums.
+    const bool active = (g.rank() / 128) * kWgmmaM + (g.rank() % 128) / 32 * 16 < posted.rows;
+    if (!split_k_meet(*c.prm, p, c.prm->dims.hidden / kBlockN, acc.v, active, g)) return sh.queue.release(s, g);
+    finish_linear2(c, posted, sh, s, g, [&](const RowTable& t) { FragmentStores<Gemm>::linear2(c, acc, p.tile, posted.rows, t, g); });
+  }
+  // A Linear2 task of the split kernel: its tile and part (task_map.h split_column) and its part's K.
+  template <class Transport>
+  __device__ static Linear2Part linear2_part(const FusedContext<Transport>& c, const GemmTile& column) {
+    const FusedDims& d = c.prm->dims;
+    const int parts = linear2_call_parts(c.plan.mb_start[c.local_experts], d.hidden / kBlockN, d.intermediate, split_slot_count(*c.prm));
+    const SplitColumn sc = split_column(column, parts);
+    return {sc.tile, sc.part, parts, linear2_k_span(d.intermediate, parts, sc.part)};
+  }
   // A Linear1 tile after its epilogue's stores (ending in a barrier of g): the slot is freed and the tile
   // counted on its m-block's l1_done.
   template <class Transport>
@@ -307,6 +329,7 @@ template <class Gemm_>
 struct WarpSpecialisedTiles : WarpSpecialisedTileRoles<Gemm_> {
   using Roles = WarpSpecialisedTileRoles<Gemm_>;
   using Gemm = Gemm_;
+  static constexpr bool kSplitLinear2 = false;  // bf16 Linear2 tiles are never split (split_k.cuh)
   using typename Roles::Posted;
   using typename Roles::RowTable;
   using typename Roles::Shared;
@@ -373,9 +396,12 @@ struct WarpSpecialisedTiles : WarpSpecialisedTileRoles<Gemm_> {
   }
 };
 
-// K of a GEMM tile: H for Linear1, I for Linear2.
-__device__ __forceinline__ int tile_k(const FusedDims& d, Phase phase) {
-  return phase == Phase::kLinear1 ? d.hidden : d.intermediate;
+// K of a GEMM tile: H for Linear1, I for Linear2 (its part's, where Tiles split Linear2: kSplitLinear2).
+template <class Tiles, class Transport>
+__device__ __forceinline__ int tile_k(const FusedContext<Transport>& c, const Task& task) {
+  if constexpr (Tiles::kSplitLinear2)
+    if (task.phase == Phase::kLinear2) return Tiles::linear2_part(c, task.tile).k.k;
+  return task.phase == Phase::kLinear1 ? c.prm->dims.hidden : c.prm->dims.intermediate;
 }
 
 // Producer warpgroup of a warp-specialised CTA, before it waits for a GEMM tile's inputs: thread 0
@@ -388,7 +414,7 @@ __device__ __forceinline__ int preload_weights(const FusedContext<Transport>& c,
                                                const typename Tiles::Gemm::RingPos& ring, void* smem) {
   using Gemm = typename Tiles::Gemm;
   const FusedParams& prm = *c.prm;
-  const int K = tile_k(prm.dims, task.phase);
+  const int K = tile_k<Tiles>(c, task);
   bool ok = true;
   if (g.leader()) {
     ok = Gemm::load_weights(ring, Tiles::b_operand(c, task), K, smem, c.limit(prm.timeout_ns));
@@ -404,7 +430,7 @@ template <class Tiles, class Transport>
 __device__ __forceinline__ void drop_weights(const FusedContext<Transport>& c, const Task& task,
                                              const typename Tiles::Gemm::RingPos& ring, void* smem) {
   const FusedParams& prm = *c.prm;
-  Tiles::Gemm::drop_weights(ring, tile_k(prm.dims, task.phase), smem, c.limit(prm.timeout_ns));
+  Tiles::Gemm::drop_weights(ring, tile_k<Tiles>(c, task), smem, c.limit(prm.timeout_ns));
 }
 
 // What the kernel's roles (fused_kernel.cu producer_role / math_role) call on the tiles of a

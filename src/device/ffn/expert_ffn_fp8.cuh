@@ -34,6 +34,13 @@ struct WarpSpecialisedFp8Tiles : WarpSpecialisedTileRoles<Gemm_> {
   using RowTable = typename Base::RowTable;  // a[i]: the row's FP8 codes (as bytes), scales follow (x) or apart (h)
   using Posted = typename Base::Posted;
   using Shared = typename Base::Shared;
+  // The split kernel (TileGemmTmaFp8Split: Gemm::kSplitK) splits Linear2 tiles over K where a call has few of
+  // them (task_map.h linear2_call_parts, split_k.cuh): a part reads its k-blocks' h codes, h scales, weight
+  // boxes and weight scales. A kernel of its own: in the decode kernel the split's code cost qwen3-30b's decode
+  // rows 2-4%, in the 64-row kernel it moved its register allocation (82 -> 133 spill instructions) and cost
+  // qwen3-30b T = 16384 4% (docs/performance.md#linear2-split-over-k-2026-12-02-the-split-kernel).
+  static constexpr bool kSplitLinear2 = Gemm::kSplitK;
+  static_assert(Gemm::kBlockK == kSplitKBlock, "a part is whole k-blocks of the tile");
   static constexpr int kBlockM = Gemm::kBlockM;
   static constexpr int kBlockN = Gemm::kBlockN;
   static constexpr int kOutCols = kBlockN / 2;  // h columns of a Linear1 tile: one 1x128 group per row
@@ -86,6 +93,16 @@ struct WarpSpecialisedFp8Tiles : WarpSpecialisedTileRoles<Gemm_> {
                    : task.phase == Phase::kLinear2
                        ? fp8_h_scales(prm.capacity, c.h) + (h_row0 + sr) * fp8_scale_stride(I)
                        : reinterpret_cast<const float*>(srow + fp8_x_scale_offset(H));
+    // A Linear2 part of the split kernel starts at its first K element (a multiple of 4 scale blocks: the
+    // scale groups stay 16-byte aligned).
+    if constexpr (kSplitLinear2)
+      if (task.phase == Phase::kLinear2) {
+        const int k0 = Base::linear2_part(c, task.tile).k.k0;
+#pragma unroll
+        for (int i = 0; i < Gemm::kProducerRows; ++i)
+          if (a_rows.a[i] != nullptr) a_rows.a[i] += k0;
+        if (a_rows.scale != nullptr) a_rows.scale += k0 / fp8::kBlock;
+      }
   }
 
   // The weight operand of a GEMM tile: w13's or w2's codes and the block scales of its two 128-row halves
@@ -96,12 +113,25 @@ struct WarpSpecialisedFp8Tiles : WarpSpecialisedTileRoles<Gemm_> {
     const bool l1 = task.phase == Phase::kLinear1;
     // Every 128-row half of a tile is one weight block row (I % 128 == 0, H % 256 == 0).
     static_assert(kBlockN == 2 * kWeightBoxRows && kWeightBoxRows == fp8::kBlock, "a box is one weight block row");
+    if constexpr (kSplitLinear2)
+      if (!l1) return split_b_operand(c, task);
     const auto [row0, row1] = tma_weight_rows(l1, task.tile.expert, task.tile.nblock, prm.dims.hidden, prm.dims.intermediate);
     const float* scales = l1 ? prm.fp8.w13_scales : prm.fp8.w2_scales;
     const int kb = l1 ? prm.fp8.w13_kb : prm.fp8.w2_kb;
     return {l1 ? static_cast<const void*>(&prm.w13_map) : static_cast<const void*>(&prm.w2_map), row0, row1,
             scales + static_cast<int64_t>(row0 / fp8::kBlock) * kb, scales + static_cast<int64_t>(row1 / fp8::kBlock) * kb,
             weights_read_once(c.plan, task.tile.expert)};
+  }
+  // The weight operand of a Linear2 part in the split kernel: its tile's w2 rows from its part's first K element.
+  template <class Transport>
+  __device__ static typename Gemm::BOperand split_b_operand(const FusedContext<Transport>& c, const Task& task) {
+    const FusedParams& prm = *c.prm;
+    const Linear2Part p = Base::linear2_part(c, task.tile);
+    const auto [row0, row1] = tma_weight_rows(false, p.tile.expert, p.tile.nblock, prm.dims.hidden, prm.dims.intermediate);
+    const float* scales = prm.fp8.w2_scales + p.k.k0 / fp8::kBlock;
+    const int kb = prm.fp8.w2_kb;
+    return {&prm.w2_map, row0, row1, scales + static_cast<int64_t>(row0 / fp8::kBlock) * kb,
+            scales + static_cast<int64_t>(row1 / fp8::kBlock) * kb, weights_read_once(c.plan, p.tile.expert), p.k.k0};
   }
 
   // Issues every operand load of a prepared GEMM tile into the ring, but the weights of its first
@@ -113,10 +143,18 @@ struct WarpSpecialisedFp8Tiles : WarpSpecialisedTileRoles<Gemm_> {
                                               void* smem, int preloaded) {
     const FusedParams& prm = *c.prm;
     const bool l1 = task.phase == Phase::kLinear1;
-    const bool loaded = Gemm::load_tile(ring, a_rows.a, a_rows.scale, b_operand(c, task), l1 ? H : I, smem,
+    const bool loaded = Gemm::load_tile(ring, a_rows.a, a_rows.scale, b_operand(c, task), l1 ? H : linear2_k(c, task, I), smem,
                                         c.limit(prm.timeout_ns), preloaded);
     if (!loaded) pipeline_failed(c, task.phase, task.tile);
     return !g.sync_or(!loaded);
+  }
+
+  // A Linear2 task's K: I, or its part's in the split kernel. (Computed where the argument was, `l1 ? H : I`,
+  // so that the other kernels' instructions stay as they were, scripts/sass_compare.py.)
+  template <class Transport>
+  __device__ static int linear2_k(const FusedContext<Transport>& c, const Task& task, int I) {
+    if constexpr (kSplitLinear2) return Base::linear2_part(c, task.tile).k.k;
+    else return I;
   }
 
   // ---- math warpgroups (the k-loop wrapper and the 64-row form's Linear2 are the bf16 tiles') ----
@@ -146,11 +184,17 @@ struct WarpSpecialisedFp8Tiles : WarpSpecialisedTileRoles<Gemm_> {
                                  typename Gemm::RingPos& ring, void* smem, const ThreadGroup& g) {
     if constexpr (Gemm::kDecodeForm) {
       if (decode_form(posted)) {
+        if constexpr (kSplitLinear2) {
+          if (posted.rows <= Gemm::kSwappedTokensSmall)
+            return split_decode_linear2<Gemm::kSwappedTokensSmall>(c, posted, sh, s, ring, smem, g);
+          return split_decode_linear2<Gemm::kSwappedTokens>(c, posted, sh, s, ring, smem, g);
+        }
         if (posted.rows <= Gemm::kSwappedTokensSmall) return decode_linear2<Gemm::kSwappedTokensSmall>(c, posted, sh, s, ring, smem, g);
         return decode_linear2<Gemm::kSwappedTokens>(c, posted, sh, s, ring, smem, g);
       }
     }
-    Base::linear2(c, posted, sh, s, ring, smem, g);
+    if constexpr (kSplitLinear2) Base::split_linear2(c, posted, sh, s, ring, smem, g);
+    else Base::linear2(c, posted, sh, s, ring, smem, g);
   }
 
   // The decode form's tiles (at most kTokens rows): mainloop_swapped<kTokens> and SwappedStores.
@@ -177,6 +221,21 @@ struct WarpSpecialisedFp8Tiles : WarpSpecialisedTileRoles<Gemm_> {
       return sh.queue.release(s, g);
     Base::finish_linear2(c, posted, sh, s, g,
                          [&](const RowTable& t) { SwappedStores<Gemm, kTokens>::linear2(c, acc, tile, posted.rows, t, g); });
+  }
+  // The same for a part of a tile split over K (Base::split_linear2).
+  template <int kTokens, class Transport>
+  __device__ static void split_decode_linear2(const FusedContext<Transport>& c, const Posted& posted, Shared& sh, int s,
+                                              typename Gemm::RingPos& ring, void* smem, const ThreadGroup& g) {
+    const Linear2Part p = Base::linear2_part(c, posted.task.tile);
+    float acc[kTokens];
+    if (!Base::run_kloop(c, p.tile, Phase::kLinear2, g, [&](const WaitLimit& limit) {
+          return Gemm::template mainloop_swapped<kTokens>(ring, p.k.k, smem, acc, limit);
+        }))
+      return sh.queue.release(s, g);
+    // Every thread's registers hold tile columns (the weights' rows) of all kTokens rows: all of them take part.
+    if (!split_k_meet(*c.prm, p, c.prm->dims.hidden / kBlockN, acc, true, g)) return sh.queue.release(s, g);
+    Base::finish_linear2(c, posted, sh, s, g,
+                         [&](const RowTable& t) { SwappedStores<Gemm, kTokens>::linear2(c, acc, p.tile, posted.rows, t, g); });
   }
 
  private:

@@ -105,6 +105,7 @@ struct TileGemmTmaFp8 {
     const float* scale0;
     const float* scale1;
     bool evict_first = false;  // read once this call (weights_read_once): boxes loaded with an L2 evict_first hint
+    int k0 = 0;                // the K element of k-block 0 (a part of a K split, task_map.h linear2_k_span); scale0/1 start there
   };
   using RingPos = device::RingPos;
 
@@ -277,6 +278,7 @@ struct TileGemmTmaFp8 {
   static constexpr int kSwappedTokensSmall = 8;
   static constexpr int kSwappedTokens = 16;
   static constexpr bool kDecodeForm = false;  // whether the fused kernel runs its tiles of <= kSwappedTokens rows this way
+  static constexpr bool kSplitK = false;      // whether the fused kernel splits its Linear2 tiles over K (TileGemmTmaFp8Split)
   template <int kTokens>
   __device__ static bool mainloop_swapped(RingPos& pos, int K, void* smem, float (&acc)[kTokens], const WaitLimit& limit) {
     const int ct = static_cast<int>(threadIdx.x) - kProducerThreads, g = ct / 128, lane = ct % 32;
@@ -329,7 +331,7 @@ struct TileGemmTmaFp8 {
   __device__ static void load_b(uint32_t base, int s, const BOperand& b, int kb) {
     const uint32_t full = Ring::full_bar(base, s);
     const uint32_t sb = stage_b(base, s);
-    const int k0 = kb * kBlockK;
+    const int k0 = b.k0 + kb * kBlockK;
     ptx::mbar_arrive_expect_tx(full, kStageBytesB);  // box bytes, zero-filled columns included
     if (b.evict_first) {
       ptx::tma_load_2d_evict_first(sb, b.map, full, k0, b.row0);
@@ -386,6 +388,14 @@ struct TileGemmTmaFp8Decode : TileGemmTmaFp8<kStages_> {
                                   const WaitLimit& limit) {
     return Base::template mainloop<true>(pos, K, rows, smem, acc, limit);
   }
+};
+
+// The decode kernel whose Linear2 tiles split over K where a call has few of them (heuristics.h
+// kTmaFp8M128N256Split; expert_ffn_fp8.cuh kSplitLinear2, split_k.cuh): the same tile and forms. A kernel of its
+// own, so that the decode kernel keeps the instructions its rows were measured with.
+template <int kStages_>
+struct TileGemmTmaFp8Split : TileGemmTmaFp8Decode<kStages_> {
+  static constexpr bool kSplitK = true;
 };
 
 }  // namespace epfuse::device

@@ -96,6 +96,12 @@ struct FusedParams {
   int schedule_lag_quarters = -1;
   // task_map.h combine_wants_lag for this layer's intermediate size and format (schedule_lag's last argument).
   bool combine_lag = true;
+  // The workspace's private split region (regions.h split_k_bytes; FP8 only): its offset and slots (0: none,
+  // no Linear2 tile is split). Last, so that the fields above keep their parameter offsets.
+  struct {
+    size_t offset = 0;
+    int slots = 0;
+  } split_k;
 };
 
 }  // namespace epfuse::device

@@ -219,9 +219,11 @@ EPFUSE_HD size_t collect_scratch_ints(const FusedDims& d) {
 }
 
 // kDecode: the decode kernels (fused_kernel.cu decode_kernel), whose scans go by chunks (WarpScan).
-template <bool kDecode, class Transport>
+// kSplit (the FP8 split kernel): its Linear2 tiles split over K on split_slots task slots (task_map.h
+// linear2_call_parts): the schedule holds nblocks2 x parts Linear2 columns an m-block.
+template <bool kDecode, bool kSplit, class Transport>
 __device__ void collect_task(const FusedContext<Transport>& c, int block_m, int nblocks1, int nblocks2, void* smem,
-                             int scratch_bytes) {
+                             int scratch_bytes, int split_slots) {
   const FusedParams& prm = *c.prm;
   const FusedDims& d = prm.dims;
   const int L = c.local_experts, W = d.world;
@@ -302,8 +304,9 @@ __device__ void collect_task(const FusedContext<Transport>& c, int block_m, int 
       trace::stamp_current(threadIdx.x == 0 && real, trace::kEpiMath);
       const int lag = prm.schedule_lag_quarters >= 0 ? forced_lag(prm.schedule_lag_quarters, static_cast<int>(gridDim.x))
                                                      : schedule_lag(W, static_cast<int>(gridDim.x), mblocks, nblocks1, L, prm.combine_lag);
+      const int parts = kSplit ? linear2_call_parts(mblocks, nblocks2, d.intermediate, split_slots) : 1;
       // target is filled below: until then it holds the lagged schedule's placements.
-      gemm_schedule_steps(p, L, nblocks1, nblocks2, lag, reinterpret_cast<int*>(p.target), lane, 32,
+      gemm_schedule_steps(p, L, nblocks1, nblocks2 * parts, lag, reinterpret_cast<int*>(p.target), lane, 32,
                           [] { __syncwarp(); });
       __syncwarp();
       trace::stamp_current(threadIdx.x == 0 && real, trace::kEpiSwiglu);

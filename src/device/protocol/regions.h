@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "common/host_device.h"
+#include "device/protocol/task_map.h"
 
 namespace epfuse::device {
 
@@ -182,6 +183,19 @@ EPFUSE_HD bool fp8_h_fits(const FusedDims& capacity, const FusedDims& layer) {
   return n * layer.intermediate <= fp8_h_scale_offset(capacity) &&
          fp8_h_scale_offset(capacity) + n * fp8_scale_stride(layer.intermediate) * 4 <= region;
 }
+// The private split region (FP8 workspaces whose capacity's I can be split, task_map.h linear2_parts;
+// after fp8_x): kSplitSlots u32 counters (one a split Linear2 tile, zero between calls: the last part
+// resets its tile's), then kSplitSlots slots of kSplitSlotBytes, one a part's fp32 sums (device/ffn/split_k.cuh:
+// 256 math threads x the 64-row tile's 128 accumulators). A call splits its tiles over at most
+// min(CTAs, kSplitSlots) parts.
+inline constexpr int kSplitSlots = 128;
+inline constexpr size_t kSplitSlotBytes = 256 * 128 * 4;
+EPFUSE_HD bool split_k_possible(const FusedDims& d) { return d.intermediate >= 2 * kSplitMinKBlocks * kSplitKBlock; }
+EPFUSE_HD size_t split_counter_bytes() { return align_region(kSplitSlots * 4); }
+EPFUSE_HD size_t split_k_bytes(const FusedDims& d) {
+  return split_k_possible(d) ? split_counter_bytes() + kSplitSlots * kSplitSlotBytes : 0;
+}
+
 // The private fp8_x region (this rank's own token rows, quantised by dispatch): [T_max] FP8 x rows,
 // after every other private region (PrivRegions::total of a bf16 workspace), present only in
 // workspaces made for an FP8 capacity.

@@ -129,10 +129,65 @@ EPFUSE_HD TaskSpace with_gemm_tasks(TaskSpace s, int gemm_tasks) {
 }
 
 // One GEMM tile: the expert, its m-block (numbered over all local experts, ExpertPlan::mb_start) and
-// n-block.
+// n-block (of a Linear2 tile split over K, its column: n-block x parts + part, split_column).
 struct GemmTile {
   int expert = 0, mblock = 0, nblock = 0;
 };
+
+// ---- Linear2's K split (the FP8 split kernel's: heuristics.h kTmaFp8M128N256Split) ----
+// Where a call has fewer Linear2 tiles than CTAs by a factor of two or more and a long Linear2 K (mixtral:
+// I = 14336, two experts a GPU, 32 tiles of 112 k-blocks at decode sizes, each streaming 3.7 MB of weights on
+// one SM while 100 SMs idle), each tile's K is cut into `parts` runs of k-blocks, one task each; the part that
+// finishes last adds every part's fp32 sums in part order and runs the tile's epilogue
+// (device/ffn/split_k.cuh). The schedule is the unsplit one over nblocks2 x parts Linear2 columns (the collect
+// task builds it so, and gemm_tile returns the column as the n-block), a tile's parts consecutive
+// (split_column). A part is a multiple of 4 k-blocks (the FP8 tile copies a row's scales in 16-byte groups of
+// 4 K blocks, gemm_mainloop_tma_fp8.cuh) and at least kSplitMinKBlocks long: a K split of 3-block parts cost
+// qwen3-30b's decode rows 3-5% (docs/performance.md#the-k-split-over-ctas-2026-11-28-not-kept).
+inline constexpr int kSplitKBlock = 128;      // elements of K a k-block (the FP8 tile's scale block)
+inline constexpr int kSplitMinKBlocks = 16;  // k-blocks of a part, at least
+EPFUSE_HD int split_part_kblocks(int k_blocks, int parts) { return (ceil_div(k_blocks, parts) + 3) / 4 * 4; }
+// The parts of each Linear2 tile: as many as `slots` task slots (the CTAs, at most the workspace's split
+// slots) hold for `tiles` tiles, at most k_blocks / kSplitMinKBlocks; 1 (no split) below two.
+EPFUSE_HD int linear2_parts(int tiles, int k_blocks, int slots) {
+  if (tiles <= 0) return 1;
+  int want = slots / tiles;
+  if (k_blocks / kSplitMinKBlocks < want) want = k_blocks / kSplitMinKBlocks;
+  return want < 2 ? 1 : ceil_div(k_blocks, split_part_kblocks(k_blocks, want));
+}
+// The parts of a call's Linear2 tiles, from its m-blocks (ExpertPlan::mb_start[L]), n-blocks of H and I: what
+// the collect task builds the schedule with and each task reads its column with.
+EPFUSE_HD int linear2_call_parts(int mblocks, int nblocks2, int intermediate, int slots) {
+  return linear2_parts(mblocks * nblocks2, ceil_div(intermediate, kSplitKBlock), slots);
+}
+// The k-blocks [first, first + count) of part `part` of `parts` (every part non-empty for linear2_parts' counts).
+struct KBlockRange {
+  int first, count;
+};
+EPFUSE_HD KBlockRange split_part_range(int k_blocks, int parts, int part) {
+  if (parts <= 1) return {0, k_blocks};
+  const int per = split_part_kblocks(k_blocks, parts), first = part * per;
+  return {first, k_blocks - first < per ? k_blocks - first : per};
+}
+// K elements [k0, k0 + k) of a Linear2 tile of intermediate size I (its part's, or the whole of I).
+struct KSpan {
+  int k0, k;
+};
+EPFUSE_HD KSpan linear2_k_span(int intermediate, int parts, int part) {
+  const KBlockRange r = split_part_range(ceil_div(intermediate, kSplitKBlock), parts, part);
+  const int k0 = r.first * kSplitKBlock, end = (r.first + r.count) * kSplitKBlock;
+  return {k0, (end < intermediate ? end : intermediate) - k0};
+}
+// A split Linear2 task's tile (its n-block) and part, from its column of the schedule.
+struct SplitColumn {
+  GemmTile tile;
+  int part;
+};
+EPFUSE_HD SplitColumn split_column(const GemmTile& column, int parts) {
+  return {{column.expert, column.mblock, column.nblock / parts}, column.nblock % parts};
+}
+// A split tile's counter and the first of its parts' slots: tiles (m-block, n-block) in m-block order.
+EPFUSE_HD int split_tile_id(const GemmTile& t, int nblocks2) { return t.mblock * nblocks2 + t.nblock; }
 
 struct Task {
   Phase phase;

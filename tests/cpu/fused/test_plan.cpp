@@ -48,6 +48,16 @@ TEST(FusedMemoryPlan, Fp8AddsTheOwnRowRegionAndItsTile) {
     EXPECT_EQ(choose_fused_tile(fp8, rows, 64, 132), kTmaFp8M128N256Decode);
   for (int rows : {kFp8DecodeRowsPerExpert + 1, 32, 100, 4096})
     EXPECT_EQ(choose_fused_tile(fp8, rows, 64, 132), kTmaFp8M128N256);
+  // A long I (mixtral): the split region in the workspace after fp8_x; none for dsv3's I.
+  LayerConfig mixtral = config(4096, 14336, 8, 2, 1024);
+  mixtral.weight_format = WeightFormat::kFp8Block128;
+  const FusedPlan m = plan_fused(mixtral, 4);
+  EXPECT_EQ(m.buffers.back().name, "split_k");
+  EXPECT_EQ(m.split_k, m.fp8_x + device::fp8_x_bytes(m.dims));
+  EXPECT_EQ(m.private_bytes(), m.split_k + device::split_k_bytes(m.dims));
+  EXPECT_EQ(choose_fused_tile(mixtral, 1, 2, 132), kTmaFp8M128N256Decode);  // the split kernel only when forced
+  EXPECT_EQ(forced_fused_tile(mixtral, "fp8-split"), kTmaFp8M128N256Split);
+  EXPECT_EQ(plan_fused(fp8, 4).split_k, 0u);
   // EPFUSE_FUSED_TILE's names: the FP8 kernels for an FP8 layer, a bf16 tile refused with the ones it runs.
   EXPECT_EQ(forced_fused_tile(fp8, "fp8-decode"), kTmaFp8M128N256Decode);
   EXPECT_EQ(forced_fused_tile(fp8, "fp8-128x256"), kTmaFp8M128N256);
@@ -58,14 +68,16 @@ TEST(FusedMemoryPlan, Fp8AddsTheOwnRowRegionAndItsTile) {
     } catch (const Error& e) {
       EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
       EXPECT_EQ(std::string(e.what()), std::string("rank 3: EPFUSE_FUSED_TILE = '") + bad +
-                                           "' is not a tile this layer runs (auto or one of fp8-128x256, fp8-decode)");
+                                           "' is not a tile this layer runs (auto or one of fp8-128x256, fp8-decode, fp8-split)");
     }
   }
   EXPECT_EQ(forced_fused_tile(bf16, "mma-32x128"), kTileM32);
   EXPECT_EQ(forced_fused_tile(bf16, "tma-128x256"), kTmaM128N256);
-  ASSERT_EQ(supported_fused_tiles(fp8).size(), 2u);
+  ASSERT_EQ(supported_fused_tiles(fp8).size(), 3u);
   EXPECT_EQ(kTmaFp8M128N256Decode.threads(), 384);
   EXPECT_EQ(kTmaFp8M128N256Decode.smem_bytes(), kTmaFp8M128N256.smem_bytes());
+  EXPECT_EQ(kTmaFp8M128N256Split.threads(), 384);
+  EXPECT_EQ(kTmaFp8M128N256Split.smem_bytes(), kTmaFp8M128N256.smem_bytes());
   EXPECT_EQ(kTmaFp8M128N256.threads(), 384);
   LayerConfig odd = fp8;
   odd.hidden = 384;  // % 256 != 0

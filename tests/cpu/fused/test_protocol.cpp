@@ -453,6 +453,114 @@ TEST(FusedSchedule, Linear1FirstIsTheSerialScheduleWithoutLag) {
   EXPECT_EQ(forced_lag(1, 2), 1);
 }
 
+// Linear2's K split (task_map.h linear2_parts, split_part_range, linear2_k_span): the parts of a tile fit the
+// slots, none shorter than kSplitMinKBlocks but where there is no split, every part's first k-block a multiple
+// of 4 (the FP8 scale groups), the parts in order, non-empty and covering [0, k_blocks) exactly once.
+TEST(FusedSplitK, PartsCoverKInAlignedRuns) {
+  for (int k_blocks = 1; k_blocks <= 300; ++k_blocks) {
+    for (int tiles : {1, 2, 7, 16, 32, 33, 64, 65, 132, 500}) {
+      for (int slots : {0, 1, 64, 128, 132}) {
+        const int parts = linear2_parts(tiles, k_blocks, slots);
+        ASSERT_GE(parts, 1);
+        if (parts == 1) {
+          const KBlockRange r = split_part_range(k_blocks, 1, 0);
+          EXPECT_EQ(r.first, 0);
+          EXPECT_EQ(r.count, k_blocks);
+          continue;
+        }
+        EXPECT_LE(tiles * parts, slots) << "k_blocks " << k_blocks << " tiles " << tiles;
+        int next = 0;
+        for (int part = 0; part < parts; ++part) {
+          const KBlockRange r = split_part_range(k_blocks, parts, part);
+          EXPECT_EQ(r.first, next) << "k_blocks " << k_blocks << " parts " << parts << " part " << part;
+          EXPECT_EQ(r.first % 4, 0);
+          EXPECT_GE(r.count, 1);
+          EXPECT_GE(r.count, part + 1 < parts ? kSplitMinKBlocks : 1);
+          next = r.first + r.count;
+        }
+        EXPECT_EQ(next, k_blocks) << "k_blocks " << k_blocks << " parts " << parts;
+      }
+    }
+  }
+  // The shapes it is for: mixtral's 112 k-blocks (I = 14336) over 32 tiles on 132 CTAs: 4 parts of 28; qwen3-30b's
+  // 6 and dsv3's 16 never split.
+  EXPECT_EQ(linear2_parts(32, 112, 132), 4);
+  EXPECT_EQ(split_part_range(112, 4, 3).first, 84);
+  EXPECT_EQ(linear2_parts(64, 112, 132), 2);
+  EXPECT_EQ(linear2_parts(1024, 112, 132), 1);
+  EXPECT_EQ(linear2_parts(8, 6, 132), 1);
+  EXPECT_EQ(linear2_parts(8, 16, 132), 1);
+  EXPECT_EQ(linear2_call_parts(2, 16, 14336, 132), 4);  // mixtral's 2 experts x 16 n-blocks of H 4096
+  // K elements: the parts of I = 14336 tile it; an I that is not a multiple of kSplitKBlock ends at I.
+  for (int I : {14336, 4096, 8192 + 64}) {
+    const int kb = (I + kSplitKBlock - 1) / kSplitKBlock, parts = linear2_parts(4, kb, 132);
+    int next = 0;
+    for (int part = 0; part < parts; ++part) {
+      const KSpan k = linear2_k_span(I, parts, part);
+      EXPECT_EQ(k.k0, next);
+      EXPECT_EQ(k.k0 % (4 * kSplitKBlock), 0);
+      next = k.k0 + k.k;
+    }
+    EXPECT_EQ(next, I);
+  }
+}
+
+// The schedule of split Linear2 tiles (the collect task's: the unsplit schedule over nblocks2 x parts
+// columns, split_column): every (m-block, n-block) of each expert's Linear2 appears with each of its parts
+// exactly once, a tile's parts one after another, and the Linear1 tasks as without the split.
+TEST(FusedSplitK, ScheduleHoldsEveryPartOnce) {
+  std::mt19937 rng(7);
+  for (int L : {1, 2, 5}) {
+    for (int parts : {1, 2, 4, 7}) {
+      for (int lag : {1, 132, kLinear1First}) {
+        std::vector<int> mblocks(L);
+        for (int& m : mblocks) m = rng() % 4 == 0 ? 0 : 1 + static_cast<int>(rng() % 3);
+        MblockPlan split(mblocks), plain(mblocks);
+        const int nb1 = 1 + static_cast<int>(rng() % 5), nb2 = 1 + static_cast<int>(rng() % 5);
+        std::vector<int> placed(L);
+        const int total = build_gemm_schedule(split.plan, L, nb1, nb2 * parts, lag, placed.data());
+        const int total1 = build_gemm_schedule(plain.plan, L, nb1, nb2, lag, placed.data());
+        ASSERT_EQ(total, split.plan.mb_start[L] * (nb1 + nb2 * parts));
+        std::set<std::tuple<int, int, int>> l2;
+        std::vector<GemmTile> l1_split, l1_plain;
+        SplitColumn prev{};
+        int prev_kind = -1;
+        for (int i = 0; i < total; ++i) {
+          int kind = -1;
+          const GemmTile t = gemm_tile(split.plan, i, &kind);
+          if (kind == kSegLinear1) {
+            l1_split.push_back(t);
+            prev_kind = kind;
+            continue;
+          }
+          const SplitColumn c = split_column(t, parts);
+          ASSERT_LT(c.tile.nblock, nb2);
+          ASSERT_LT(c.part, parts);
+          EXPECT_EQ(c.tile.expert, t.expert);
+          EXPECT_EQ(c.tile.mblock, t.mblock);
+          EXPECT_TRUE(l2.insert({c.tile.mblock, c.tile.nblock, c.part}).second);
+          const int mb = split.plan.mb_start[t.expert + 1] - split.plan.mb_start[t.expert];
+          if (mb == 1 && prev_kind == kSegLinear2 && prev.tile.expert == t.expert && c.part > 0) {
+            EXPECT_EQ(prev.tile.nblock, c.tile.nblock);  // one m-block: a tile's parts are consecutive tasks
+            EXPECT_EQ(prev.part, c.part - 1);
+          }
+          prev = c, prev_kind = kind;
+        }
+        EXPECT_EQ(static_cast<int>(l2.size()), split.plan.mb_start[L] * nb2 * parts);
+        for (int i = 0; i < total1; ++i) {
+          int kind = -1;
+          const GemmTile t = gemm_tile(plain.plan, i, &kind);
+          if (kind == kSegLinear1) l1_plain.push_back(t);
+        }
+        ASSERT_EQ(l1_split.size(), l1_plain.size());
+        for (size_t i = 0; i < l1_split.size(); ++i)
+          EXPECT_TRUE(l1_split[i].expert == l1_plain[i].expert && l1_split[i].mblock == l1_plain[i].mblock &&
+                      l1_split[i].nblock == l1_plain[i].nblock);
+      }
+    }
+  }
+}
+
 // The schedule's promises (task_map.h): a bijection onto the tiles, n-block major within a segment,
 // every Linear2 tile after all Linear1 tiles of its expert, Linear2 segments in expert order, each at
 // least `lag` Linear1 tasks past the end of its Linear1 or after the last Linear1 segment, and right after

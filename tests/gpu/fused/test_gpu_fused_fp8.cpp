@@ -26,9 +26,11 @@
 #include "epfuse/epfuse.h"
 #include "fp8_layer_rank.h"
 #include "fused/fused_layer.h"
+#include "device/protocol/regions.h"
 #include "fused/heuristics.h"
 #include "layer_rank.h"
 #include "multiprocess.h"
+#include "scoped_env.h"
 #include "stale_shared.h"
 
 namespace epfuse {
@@ -131,6 +133,35 @@ EPFUSE_RANK_TEST(FusedFp8, BothKernelsAndBothFormsMatchReference) {
     }
   EXPECT_GT(decode_launches, 0);
   EXPECT_GT(other_launches, 0);
+}
+
+// Linear2's K split (task_map.h linear2_call_parts, split_k.cuh) in the split kernel (EPFUSE_FUSED_TILE=fp8-split,
+// set before the ranks create their layers): a long I (8192: 64 k-blocks) over few Linear2 tiles (H 256: one
+// n-block; 8 experts, top-2) splits each tile into up to 4 parts, whose last part adds every part's sums and
+// stores. Every form of the kernel: T = 1 and 3 (N = 8), 40 uniform (about 10 rows an expert: N = 16), kOneExpert
+// at 40 and 128 (a tile of more than 16 rows: the 64-row form); one forward after another on one layer (each
+// finds its tiles' counters at zero), every row against the reference.
+void split_linear2_matches_reference() {
+  LayerConfig cfg = fp8_layer_config();
+  cfg.intermediate = 8192;
+  cfg.num_experts = 8;
+  cfg.topk = 2;
+  Rank r(cfg);
+  // The arithmetic the kernel runs: at most 8 Linear2 tiles on a grid of 132 or more CTAs take 4 parts.
+  ASSERT_EQ(device::linear2_call_parts(8, 1, cfg.intermediate, device::kSplitSlots), 4);
+  uint64_t seed = 900;
+  for (int count : {1, 3, 40, 128, 1})
+    for (Routing routing : {Routing::kUniform, Routing::kOneExpert}) {
+      const std::string what = std::string(to_string(routing)) + " T=" + std::to_string(count);
+      r.check(r.tokens(count, routing, seed++), what);
+      const std::optional<fused::GemmTileShape> tile = fused::last_launched_tile(r.layer());
+      ASSERT_TRUE(tile.has_value()) << what;
+      EXPECT_EQ(*tile, fused::kTmaFp8M128N256Split) << what;
+    }
+}
+TEST(FusedFp8, SplitLinear2MatchesReference) {
+  testing::ScopedEnv tile("EPFUSE_FUSED_TILE", "fp8-split");
+  testing::on_every_rank(split_linear2_matches_reference);
 }
 
 // Shared memory is not cleared between kernels. Before each checked forward every SM's shared memory
