@@ -113,25 +113,20 @@ struct WarpSpecialisedFp8Tiles : WarpSpecialisedTileRoles<Gemm_> {
     const bool l1 = task.phase == Phase::kLinear1;
     // Every 128-row half of a tile is one weight block row (I % 128 == 0, H % 256 == 0).
     static_assert(kBlockN == 2 * kWeightBoxRows && kWeightBoxRows == fp8::kBlock, "a box is one weight block row");
+    GemmTile tile = task.tile;
+    int k0 = 0;  // the split kernel's Linear2 part: its tile, from its first K element
     if constexpr (kSplitLinear2)
-      if (!l1) return split_b_operand(c, task);
-    const auto [row0, row1] = tma_weight_rows(l1, task.tile.expert, task.tile.nblock, prm.dims.hidden, prm.dims.intermediate);
-    const float* scales = l1 ? prm.fp8.w13_scales : prm.fp8.w2_scales;
+      if (!l1) {
+        const Linear2Part p = Base::linear2_part(c, task.tile);
+        tile = p.tile;
+        k0 = p.k.k0;
+      }
+    const auto [row0, row1] = tma_weight_rows(l1, tile.expert, tile.nblock, prm.dims.hidden, prm.dims.intermediate);
+    const float* scales = (l1 ? prm.fp8.w13_scales : prm.fp8.w2_scales) + k0 / fp8::kBlock;
     const int kb = l1 ? prm.fp8.w13_kb : prm.fp8.w2_kb;
     return {l1 ? static_cast<const void*>(&prm.w13_map) : static_cast<const void*>(&prm.w2_map), row0, row1,
             scales + static_cast<int64_t>(row0 / fp8::kBlock) * kb, scales + static_cast<int64_t>(row1 / fp8::kBlock) * kb,
-            weights_read_once(c.plan, task.tile.expert)};
-  }
-  // The weight operand of a Linear2 part in the split kernel: its tile's w2 rows from its part's first K element.
-  template <class Transport>
-  __device__ static typename Gemm::BOperand split_b_operand(const FusedContext<Transport>& c, const Task& task) {
-    const FusedParams& prm = *c.prm;
-    const Linear2Part p = Base::linear2_part(c, task.tile);
-    const auto [row0, row1] = tma_weight_rows(false, p.tile.expert, p.tile.nblock, prm.dims.hidden, prm.dims.intermediate);
-    const float* scales = prm.fp8.w2_scales + p.k.k0 / fp8::kBlock;
-    const int kb = prm.fp8.w2_kb;
-    return {&prm.w2_map, row0, row1, scales + static_cast<int64_t>(row0 / fp8::kBlock) * kb,
-            scales + static_cast<int64_t>(row1 / fp8::kBlock) * kb, weights_read_once(c.plan, p.tile.expert), p.k.k0};
+            weights_read_once(c.plan, tile.expert), k0};
   }
 
   // Issues every operand load of a prepared GEMM tile into the ring, but the weights of its first
