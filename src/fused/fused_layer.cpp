@@ -442,7 +442,8 @@ class FusedLayer final : public MoeLayer {
     const int64_t rows = static_cast<int64_t>(prm.num_tokens) * cfg_.topk * comm.world_size() / cfg_.num_experts;
     const GemmTileShape tile =
         forced_tile_ ? *forced_tile_
-                     : choose_fused_tile(cfg_, static_cast<int>(std::min<int64_t>(rows, 1 << 30)), dims_.local_experts(), grid_);
+                     : choose_fused_tile(cfg_, static_cast<int>(std::min<int64_t>(rows, 1 << 30)), dims_.local_experts(), grid_,
+                                       prm.split_k.slots);
     prm.swiglu_clamp = cfg_.swiglu_clamp;
     prm.combine_lag = device::combine_wants_lag(cfg_.intermediate, fp8_);
     prm.x = in.x;

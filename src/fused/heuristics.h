@@ -119,9 +119,9 @@ inline constexpr GemmTileShape kTmaFp8M128N256Decode{128, 256, 128, 4, 8, 1, Gem
 inline constexpr int kFp8DecodeRowsPerExpert = 16;
 // The decode kernel with Linear2's K split (TileGemmTmaFp8Split; task_map.h linear2_call_parts): where a call
 // has at most half the grid's Linear2 tiles and a long I (mixtral: 2 experts a GPU, I = 14336), each tile's K
-// in parts on CTAs of their own. Measured in the decode kernel on an H200: mixtral T = 1-128 13-17% faster (4
-// parts), T = 256 7% slower (2 parts); taken only when forced (EPFUSE_FUSED_TILE=fp8-split) until its own
-// kernel has run (docs/performance.md#linear2-split-over-k-2026-12-02-the-split-kernel).
+// in parts on CTAs of their own. Chosen where the call's expected tiles take two parts or more
+// (choose_fused_tile): on an H200 mixtral T = 1-128 13-16% faster than the kernel chosen before (4 parts),
+// T = 256 5% (2 parts) (docs/performance.md#linear2-split-over-k-2026-12-02-the-split-kernel).
 inline constexpr GemmTileShape kTmaFp8M128N256Split{128, 256, 128, 4, 8, 1, GemmMma::kWgmmaTmaFp8Split};
 inline constexpr GemmTileShape kFusedTileShapes[] = {kTmaM128N256, kWgmmaM128N128, kTileM32};
 

@@ -7,6 +7,7 @@
 #include "common/check.h"
 #include "device/kernel/kernel_params.h"
 #include "device/protocol/regions.h"
+#include "device/protocol/task_map.h"
 #include "epfuse/error.h"
 #include "fused/heuristics.h"
 #include "padding/padding.h"
@@ -56,9 +57,15 @@ std::vector<GemmTileShape> supported_fused_tiles(const LayerConfig& cfg) {
   return out;
 }
 
-GemmTileShape choose_fused_tile(const LayerConfig& cfg, int rows_per_expert, int local_experts, int grid) {
-  if (cfg.weight_format == WeightFormat::kFp8Block128)  // at every T (padding rows are cheap)
+GemmTileShape choose_fused_tile(const LayerConfig& cfg, int rows_per_expert, int local_experts, int grid, int split_slots) {
+  if (cfg.weight_format == WeightFormat::kFp8Block128) {  // at every T (padding rows are cheap)
+    // The split kernel where the call's expected Linear2 tiles leave the grid room for two parts or more of each
+    // (the device splits by the call's real m-blocks: one part, the decode kernel, where more arrive).
+    const GemmTileShape& s = kTmaFp8M128N256Split;
+    const int mblocks = local_experts * std::max(1, (rows_per_expert + s.block_m - 1) / s.block_m);
+    if (device::linear2_call_parts(mblocks, cfg.hidden / s.block_n, cfg.intermediate, std::min(split_slots, grid)) >= 2) return s;
     return rows_per_expert <= kFp8DecodeRowsPerExpert ? kTmaFp8M128N256Decode : kTmaFp8M128N256;
+  }
   const GemmTileShape s = choose_bf16_tile(rows_per_expert, local_experts, grid, cfg.hidden, cfg.intermediate);
   EPFUSE_REQUIRE(s.block_m != 0, ErrorCode::kInternal, "fused layer: no GEMM tile shape for a validated config");
   return s;

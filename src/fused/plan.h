@@ -35,10 +35,12 @@ FusedPlan plan_fused(const LayerConfig& cfg, int world);
 // The tile shapes that can run both GEMMs of cfg (Linear1: n = 2I, k = H; Linear2: n = H, k = I).
 bool fused_tile_supports(const GemmTileShape& s, const LayerConfig& cfg);
 std::vector<GemmTileShape> supported_fused_tiles(const LayerConfig& cfg);
-// A call's tile from its rows per local expert, the rank's local experts and its grid (CTAs): bf16
-// choose_bf16_tile (heuristics.h); FP8 its decode kernel up to kFp8DecodeRowsPerExpert rows an expert,
-// else the 64-row kernel (the split kernel, kTmaFp8M128N256Split, only when forced).
-GemmTileShape choose_fused_tile(const LayerConfig& cfg, int rows_per_expert, int local_experts, int grid);
+// A call's tile from its rows per local expert, the rank's local experts, its grid (CTAs) and its workspace's
+// split slots (FusedParams::split_k.slots, 0 without a split region): bf16 choose_bf16_tile (heuristics.h);
+// FP8 the split kernel (kTmaFp8M128N256Split) where Linear2's tiles would take two parts or more
+// (task_map.h linear2_call_parts), else its decode kernel up to kFp8DecodeRowsPerExpert rows an expert,
+// else the 64-row kernel.
+GemmTileShape choose_fused_tile(const LayerConfig& cfg, int rows_per_expert, int local_experts, int grid, int split_slots = 0);
 // The fused kernel's tiles by name (EPFUSE_FUSED_TILE, for diagnostics and A/Bs of the choice above).
 struct NamedFusedTile {
   std::string_view name;

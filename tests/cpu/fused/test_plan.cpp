@@ -55,7 +55,17 @@ TEST(FusedMemoryPlan, Fp8AddsTheOwnRowRegionAndItsTile) {
   EXPECT_EQ(m.buffers.back().name, "split_k");
   EXPECT_EQ(m.split_k, m.fp8_x + device::fp8_x_bytes(m.dims));
   EXPECT_EQ(m.private_bytes(), m.split_k + device::split_k_bytes(m.dims));
-  EXPECT_EQ(choose_fused_tile(mixtral, 1, 2, 132), kTmaFp8M128N256Decode);  // the split kernel only when forced
+  // The split kernel where mixtral's Linear2 tiles (2 experts x 16 n-blocks an m-block) leave a grid of 132
+  // room for two parts or more: 4 parts up to 128 rows an expert, 2 at 256; at 257 (6 m-blocks, 96 tiles) one
+  // part, the 64-row kernel. Without split slots, or on a grid of 33 (the one-GPU mode's 4 ranks), none.
+  for (int rows : {0, 1, 16, 17, 128, 256})
+    EXPECT_EQ(choose_fused_tile(mixtral, rows, 2, 132, device::kSplitSlots), kTmaFp8M128N256Split) << rows;
+  EXPECT_EQ(choose_fused_tile(mixtral, 257, 2, 132, device::kSplitSlots), kTmaFp8M128N256);
+  EXPECT_EQ(choose_fused_tile(mixtral, 1, 2, 132, 0), kTmaFp8M128N256Decode);
+  EXPECT_EQ(choose_fused_tile(mixtral, 1, 2, 33, device::kSplitSlots), kTmaFp8M128N256Decode);
+  EXPECT_EQ(choose_fused_tile(mixtral, 64, 2, 33, device::kSplitSlots), kTmaFp8M128N256);
+  // dsv3's 64 experts a GPU have 1,792 Linear2 tiles at one row each: no split, slots or not.
+  EXPECT_EQ(choose_fused_tile(fp8, 1, 64, 132, device::kSplitSlots), kTmaFp8M128N256Decode);
   EXPECT_EQ(forced_fused_tile(mixtral, "fp8-split"), kTmaFp8M128N256Split);
   EXPECT_EQ(plan_fused(fp8, 4).split_k, 0u);
   // EPFUSE_FUSED_TILE's names: the FP8 kernels for an FP8 layer, a bf16 tile refused with the ones it runs.
