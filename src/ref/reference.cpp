@@ -54,68 +54,23 @@ bool is_fp8(const LayerConfig& cfg) { return cfg.weight_format == WeightFormat::
 
 // Rows [rows, cols] of `v` replaced by their FP8 value: quantised in float with one scale per
 // block_rows x 128 block (common/fp8.h), read back as code * scale, exact in double. The weights use
-// 128x128 blocks, the activations x and h 1x128 groups, as the kernels will.
+// 128x128 blocks (a band of at most 128 rows is one block row), the activations x and h 1x128 groups,
+// as the kernels will. The float copies live in this thread's buffers, kept between calls.
 void round_to_fp8(double* v, int rows, int cols, int block_rows, ScaleFormat format) {
+  thread_local std::vector<float> f, scales;
+  thread_local std::vector<uint8_t> q;
   const size_t n = static_cast<size_t>(rows) * cols;
-  std::vector<float> f(v, v + n);
-  std::vector<uint8_t> q(n);
-  std::vector<float> scales(static_cast<size_t>((rows + block_rows - 1) / block_rows) * fp8::num_blocks(cols));
+  f.assign(v, v + n);
+  q.resize(n);
+  const int col_blocks = fp8::num_blocks(cols);
+  scales.resize(static_cast<size_t>((rows + block_rows - 1) / block_rows) * col_blocks);
   fp8::quantize_matrix(f.data(), rows, cols, block_rows, q.data(), scales.data(), format);
-  for (size_t i = 0; i < n; ++i) {
-    const int r = static_cast<int>(i / cols), c = static_cast<int>(i % cols);
-    v[i] = static_cast<double>(fp8::e4m3_to_float(q[i])) *
-           scales[static_cast<size_t>(r / block_rows) * fp8::num_blocks(cols) + c / fp8::kBlock];
+  for (int r = 0; r < rows; ++r) {
+    const float* s = &scales[static_cast<size_t>(r / block_rows) * col_blocks];
+    const size_t at = static_cast<size_t>(r) * cols;
+    for (int c = 0; c < cols; ++c) v[at + c] = static_cast<double>(fp8::e4m3_to_float(q[at + c])) * s[c / fp8::kBlock];
   }
 }
-
-// An expert's bf16 weights as the FP8 layer holds them (config.h, kFp8Block128): the gate and up
-// halves of w13 blocked apart, then w2. No change for bf16 weights.
-void quantize_expert(const LayerConfig& cfg, std::vector<double>& w13, std::vector<double>& w2) {
-  if (!is_fp8(cfg)) return;
-  const int H = cfg.hidden, I = cfg.intermediate;
-  round_to_fp8(w13.data(), I, H, fp8::kBlock, cfg.scale_format);
-  round_to_fp8(w13.data() + static_cast<size_t>(I) * H, I, H, fp8::kBlock, cfg.scale_format);
-  round_to_fp8(w2.data(), H, I, fp8::kBlock, cfg.scale_format);
-}
-
-// One expert applied to its hits: contrib[(row * k + slot) * H + c] = weight * (W2 a)[c].
-struct ExpertWorker {
-  const LayerConfig& cfg;
-  const std::vector<double>& x;  // [rows, H] requested rows as double
-  std::vector<double>& contrib;  // [rows, k, H]
-  std::vector<double> w13, w2, h13, act;
-
-  void run(const ExpertSource& experts, int expert, const std::vector<Hit>& hits) {
-    const int H = cfg.hidden, I = cfg.intermediate, n = static_cast<int>(hits.size());
-    experts.load(expert, w13, w2);
-    require(w13.size() == static_cast<size_t>(2) * I * H && w2.size() == static_cast<size_t>(H) * I,
-            "ExpertSource::load(" + std::to_string(expert) + ") returned " + std::to_string(w13.size()) + " and " +
-                std::to_string(w2.size()) + " values, expected 2*I*H and H*I");
-    // Weight rows outside, tokens inside: each weight row is read once from memory, then from cache.
-    h13.resize(static_cast<size_t>(n) * 2 * I);
-    for (int r = 0; r < 2 * I; ++r)
-      for (int i = 0; i < n; ++i)
-        h13[static_cast<size_t>(i) * 2 * I + r] =
-            dot(&w13[static_cast<size_t>(r) * H], &x[static_cast<size_t>(hits[i].row) * H], H);
-    act.resize(static_cast<size_t>(n) * I);
-    for (int i = 0; i < n; ++i)
-      for (int c = 0; c < I; ++c)
-        act[static_cast<size_t>(i) * I + c] = swiglu(h13[static_cast<size_t>(i) * 2 * I + c],
-                                                     h13[static_cast<size_t>(i) * 2 * I + I + c], cfg.swiglu_clamp);
-    // FP8: the top-k weight goes into h before h is quantised 1x128 for Linear2 (the kernel's Linear1
-    // epilogue), so it is not applied again after Linear2.
-    const bool fp8 = is_fp8(cfg);
-    if (fp8) {
-      for (int i = 0; i < n; ++i)
-        for (int c = 0; c < I; ++c) act[static_cast<size_t>(i) * I + c] *= hits[i].weight;
-      round_to_fp8(act.data(), n, I, 1, cfg.scale_format);
-    }
-    for (int c = 0; c < H; ++c)
-      for (int i = 0; i < n; ++i)
-        contrib[(static_cast<size_t>(hits[i].row) * cfg.topk + hits[i].slot) * H + c] =
-            (fp8 ? 1.0 : hits[i].weight) * dot(&w2[static_cast<size_t>(c) * I], &act[static_cast<size_t>(i) * I], I);
-  }
-};
 
 void check_shape(const LayerConfig& cfg) {
   require(cfg.hidden > 0 && cfg.intermediate > 0 && cfg.num_experts > 0 && cfg.topk > 0,
@@ -124,32 +79,101 @@ void check_shape(const LayerConfig& cfg) {
               ": all must be positive");
 }
 
-}  // namespace
+using Matrix = ExpertSource::Matrix;
 
-void GeneratedExperts::load(int expert, std::vector<double>& w13, std::vector<double>& w2) const {
-  check_shape(cfg_);
-  require(expert >= 0 && expert < cfg_.num_experts, "GeneratedExperts::load: expert=" + std::to_string(expert) +
-                                                        " outside [0, " + std::to_string(cfg_.num_experts) + ")");
-  const int H = cfg_.hidden, I = cfg_.intermediate;
-  // One hash per row, one mix per element (ref/generator.h): the same bits as the GPU generator.
-  auto fill = [&](std::vector<double>& out, detail::Stream stream, int rows, int cols, float scale) {
-    out.resize(static_cast<size_t>(rows) * cols);
-    for (int r = 0; r < rows; ++r) {
-      const uint64_t key = detail::weight_row_key(seed_, stream, expert, r);
-      const uint64_t block_key = detail::weight_block_key(seed_, stream, expert, r);
-      double* row = &out[static_cast<size_t>(r) * cols];
-      for (int c = 0; c < cols; ++c)
-        row[c] = detail::bf16_bits_to_float(detail::weight_bf16_bits(key, block_key, c, scale));
+// A matrix's rows and columns: w13 [2I, H] in two halves of I rows (gate, up; FP8 blocks them apart),
+// w2 [H, I] in one.
+struct MatrixShape {
+  int rows, cols, half;
+};
+MatrixShape shape_of(const LayerConfig& cfg, Matrix m) {
+  return m == Matrix::kW13 ? MatrixShape{2 * cfg.intermediate, cfg.hidden, cfg.intermediate}
+                           : MatrixShape{cfg.hidden, cfg.intermediate, cfg.hidden};
+}
+
+// The bands of a matrix (ExpertSource::load_band's ranges), in row order: first rows and counts.
+std::vector<std::pair<int, int>> bands_of(const MatrixShape& s) {
+  std::vector<std::pair<int, int>> out;
+  for (int h0 = 0; h0 < s.rows; h0 += s.half)
+    for (int r = 0; r < s.half; r += ExpertSource::kBandRows)
+      out.emplace_back(h0 + r, std::min(ExpertSource::kBandRows, s.half - r));
+  return out;
+}
+
+// Runs fn(i, scratch) for i in [0, count) on up to `threads` threads, each with its own scratch
+// vector; after each, done() under a lock. The first exception stops the others and is rethrown.
+template <class Fn, class Done>
+void parallel_for(int threads, size_t count, Fn fn, Done done) {
+  std::atomic<size_t> next{0};
+  std::mutex mutex;  // guards error and done()
+  std::exception_ptr error;
+  auto work = [&] {
+    std::vector<double> scratch;
+    for (size_t i = next++; i < count; i = next++) {
+      try {
+        fn(i, scratch);
+      } catch (...) {
+        std::lock_guard lock(mutex);
+        if (!error) error = std::current_exception();
+        next = count;  // stop everyone
+        return;
+      }
+      std::lock_guard lock(mutex);
+      done();
     }
   };
-  fill(w13, detail::Stream::kW13, 2 * I, H, detail::weight_scale(H));
-  fill(w2, detail::Stream::kW2, H, I, detail::weight_scale(I));
-  quantize_expert(cfg_, w13, w2);
+  const int n = static_cast<int>(std::min<size_t>(std::max(threads, 1), count));
+  std::vector<std::thread> pool;
+  for (int i = 1; i < n; ++i) pool.emplace_back(work);
+  if (count > 0) work();
+  for (std::thread& t : pool) t.join();
+  if (error) std::rethrow_exception(error);
+}
+
+}  // namespace
+
+ExpertSource::ExpertSource(const LayerConfig& cfg) : cfg_(cfg) { check_shape(cfg_); }
+
+void ExpertSource::load_band(int expert, Matrix matrix, int first, int count, double* out) const {
+  const MatrixShape s = shape_of(cfg_, matrix);
+  const char* name = matrix == Matrix::kW13 ? "w13" : "w2";
+  require(expert >= 0 && expert < cfg_.num_experts, "ExpertSource::load_band: expert=" + std::to_string(expert) +
+                                                        " outside [0, " + std::to_string(cfg_.num_experts) + ")");
+  const int in_half = first % s.half;
+  require(first >= 0 && count >= 1 && count <= kBandRows && first + count <= s.rows && in_half % kBandRows == 0 &&
+              in_half + count <= s.half,
+          std::string("ExpertSource::load_band: rows [") + std::to_string(first) + ", " + std::to_string(first + count) +
+              ") of " + name + " are not a band (at most " + std::to_string(kBandRows) +
+              " rows from a multiple of it in a half of " + std::to_string(s.half) + " rows)");
+  bf16_band(expert, matrix, first, count, out);
+  if (is_fp8(cfg_)) round_to_fp8(out, count, s.cols, fp8::kBlock, cfg_.scale_format);
+}
+
+void ExpertSource::load(int expert, std::vector<double>& w13, std::vector<double>& w2) const {
+  for (Matrix m : {Matrix::kW13, Matrix::kW2}) {
+    const MatrixShape s = shape_of(cfg_, m);
+    std::vector<double>& out = m == Matrix::kW13 ? w13 : w2;
+    out.resize(static_cast<size_t>(s.rows) * s.cols);
+    for (const auto& [first, count] : bands_of(s)) load_band(expert, m, first, count, &out[static_cast<size_t>(first) * s.cols]);
+  }
+}
+
+void GeneratedExperts::bf16_band(int expert, Matrix matrix, int first, int count, double* out) const {
+  const LayerConfig& cfg = config();
+  const MatrixShape s = shape_of(cfg, matrix);
+  const detail::Stream stream = matrix == Matrix::kW13 ? detail::Stream::kW13 : detail::Stream::kW2;
+  const float scale = detail::weight_scale(s.cols);
+  // One hash per row, one mix per element (ref/generator.h): the same bits as the GPU generator.
+  for (int r = first; r < first + count; ++r) {
+    const uint64_t key = detail::weight_row_key(seed_, stream, expert, r);
+    const uint64_t block_key = detail::weight_block_key(seed_, stream, expert, r);
+    double* row = out + static_cast<size_t>(r - first) * s.cols;
+    for (int c = 0; c < s.cols; ++c) row[c] = detail::bf16_bits_to_float(detail::weight_bf16_bits(key, block_key, c, scale));
+  }
 }
 
 HostExperts::HostExperts(const LayerConfig& cfg, std::vector<bf16> w13, std::vector<bf16> w2)
-    : cfg_(cfg), w13_(std::move(w13)), w2_(std::move(w2)) {
-  check_shape(cfg_);
+    : ExpertSource(cfg), w13_(std::move(w13)), w2_(std::move(w2)) {
   const size_t per_expert = static_cast<size_t>(cfg.hidden) * cfg.intermediate;
   require(w13_.size() == 2 * per_expert * cfg.num_experts && w2_.size() == per_expert * cfg.num_experts,
           "HostExperts: w13 has " + std::to_string(w13_.size()) + " and w2 " + std::to_string(w2_.size()) +
@@ -157,28 +181,28 @@ HostExperts::HostExperts(const LayerConfig& cfg, std::vector<bf16> w13, std::vec
               " and E*H*I=" + std::to_string(per_expert * cfg.num_experts));
 }
 
-void HostExperts::load(int expert, std::vector<double>& w13, std::vector<double>& w2) const {
-  require(expert >= 0 && expert < cfg_.num_experts, "HostExperts::load: expert=" + std::to_string(expert) +
-                                                        " outside [0, " + std::to_string(cfg_.num_experts) + ")");
-  const size_t per_expert = static_cast<size_t>(cfg_.hidden) * cfg_.intermediate;
-  auto convert = [](const bf16* src, size_t n, std::vector<double>& out) {
-    out.resize(n);
-    for (size_t i = 0; i < n; ++i) out[i] = detail::bf16_bits_to_float(__bfloat16_as_ushort(src[i]));
-  };
-  convert(&w13_[2 * per_expert * expert], 2 * per_expert, w13);
-  convert(&w2_[per_expert * expert], per_expert, w2);
-  quantize_expert(cfg_, w13, w2);
+void HostExperts::bf16_band(int expert, Matrix matrix, int first, int count, double* out) const {
+  const MatrixShape s = shape_of(config(), matrix);
+  const std::vector<bf16>& w = matrix == Matrix::kW13 ? w13_ : w2_;
+  const bf16* src = &w[(static_cast<size_t>(expert) * s.rows + first) * s.cols];
+  for (size_t i = 0; i < static_cast<size_t>(count) * s.cols; ++i)
+    out[i] = detail::bf16_bits_to_float(__bfloat16_as_ushort(src[i]));
 }
 
 std::vector<double> reference_forward(const LayerConfig& cfg, const HostTokens& in, const ExpertSource& experts,
                                       std::span<const int> rows, int threads, const Progress& progress) {
   check_shape(cfg);
-  const int H = cfg.hidden, k = cfg.topk, T = in.num_tokens;
+  const int H = cfg.hidden, I = cfg.intermediate, k = cfg.topk, T = in.num_tokens;
   require(T >= 0 && in.x.size() == static_cast<size_t>(T) * H && in.topk_idx.size() == static_cast<size_t>(T) * k &&
               in.topk_weights.size() == static_cast<size_t>(T) * k,
           "reference: num_tokens=" + std::to_string(T) + " but x, topk_idx, topk_weights hold " +
               std::to_string(in.x.size()) + ", " + std::to_string(in.topk_idx.size()) + ", " +
               std::to_string(in.topk_weights.size()) + " values (expected T*H, T*k, T*k)");
+  const LayerConfig& src = experts.config();
+  require(src.hidden == H && src.intermediate == I && src.weight_format == cfg.weight_format &&
+              src.scale_format == cfg.scale_format,
+          "reference: the expert source holds H=" + std::to_string(src.hidden) + ", I=" + std::to_string(src.intermediate) +
+              " in another format or shape than the layer's H=" + std::to_string(H) + ", I=" + std::to_string(I));
 
   std::vector<int> all_rows;
   if (rows.empty()) {
@@ -206,42 +230,69 @@ std::vector<double> reference_forward(const LayerConfig& cfg, const HostTokens& 
       if (e >= 0) hits[e].push_back({i, j, static_cast<double>(in.topk_weights[static_cast<size_t>(t) * k + j])});
     }
   }
-  if (is_fp8(cfg)) round_to_fp8(x.data(), n, H, 1, cfg.scale_format);  // x as dispatch sends it
+  const bool fp8 = is_fp8(cfg);
+  if (fp8) round_to_fp8(x.data(), n, H, 1, cfg.scale_format);  // x as dispatch sends it
   std::vector<int> needed;
   for (int e = 0; e < cfg.num_experts; ++e)
     if (!hits[e].empty()) needed.push_back(e);
+  const size_t U = needed.size();
 
+  // Three passes over every needed expert: Linear1 by w13 bands (gate and up of each hit), the
+  // activation by expert, Linear2 by w2 bands. Weight rows outside, tokens inside: each weight row is
+  // read once from memory, then from cache.
+  const MatrixShape s13 = shape_of(cfg, Matrix::kW13), s2 = shape_of(cfg, Matrix::kW2);
+  const std::vector<std::pair<int, int>> bands13 = bands_of(s13), bands2 = bands_of(s2);
+  std::vector<std::vector<double>> h13(U), act(U);
+  for (size_t u = 0; u < U; ++u) h13[u].resize(hits[needed[u]].size() * 2 * I);
   std::vector<double> contrib(static_cast<size_t>(n) * k * H);
   if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  threads = std::max(1, std::min<int>(threads, static_cast<int>(needed.size())));
-
-  std::atomic<size_t> next{0};
-  std::mutex mutex;  // guards done, error and the progress callback
+  const int64_t total = static_cast<int64_t>(U * (bands13.size() + 1 + bands2.size()));
   int64_t done = 0;
-  std::exception_ptr error;
-  auto work = [&] {
-    ExpertWorker worker{cfg, x, contrib, {}, {}, {}, {}};
-    for (size_t w = next++; w < needed.size(); w = next++) {
-      try {
-        worker.run(experts, needed[w], hits[needed[w]]);
-      } catch (...) {
-        std::lock_guard lock(mutex);
-        if (!error) error = std::current_exception();
-        next = needed.size();  // stop everyone
-        return;
-      }
-      std::lock_guard lock(mutex);
-      ++done;
-      if (progress) progress(done, static_cast<int64_t>(needed.size()));
-    }
+  const auto count_one = [&] {
+    ++done;
+    if (progress) progress(done, total);
   };
-  if (!needed.empty()) {
-    std::vector<std::thread> pool;
-    for (int i = 1; i < threads; ++i) pool.emplace_back(work);
-    work();
-    for (std::thread& t : pool) t.join();
-  }
-  if (error) std::rethrow_exception(error);
+
+  parallel_for(threads, U * bands13.size(), [&](size_t task, std::vector<double>& band) {
+    const size_t u = task / bands13.size();
+    const auto [first, count] = bands13[task % bands13.size()];
+    const std::vector<Hit>& hs = hits[needed[u]];
+    band.resize(static_cast<size_t>(count) * H);
+    experts.load_band(needed[u], Matrix::kW13, first, count, band.data());
+    for (int r = 0; r < count; ++r)
+      for (size_t i = 0; i < hs.size(); ++i)
+        h13[u][i * 2 * I + first + r] = dot(&band[static_cast<size_t>(r) * H], &x[static_cast<size_t>(hs[i].row) * H], H);
+  }, count_one);
+
+  parallel_for(threads, U, [&](size_t u, std::vector<double>&) {
+    const std::vector<Hit>& hs = hits[needed[u]];
+    const int m = static_cast<int>(hs.size());
+    act[u].resize(static_cast<size_t>(m) * I);
+    for (int i = 0; i < m; ++i)
+      for (int c = 0; c < I; ++c)
+        act[u][static_cast<size_t>(i) * I + c] =
+            swiglu(h13[u][static_cast<size_t>(i) * 2 * I + c], h13[u][static_cast<size_t>(i) * 2 * I + I + c], cfg.swiglu_clamp);
+    // FP8: the top-k weight goes into h before h is quantised 1x128 for Linear2 (the kernel's Linear1
+    // epilogue), so it is not applied again after Linear2.
+    if (fp8) {
+      for (int i = 0; i < m; ++i)
+        for (int c = 0; c < I; ++c) act[u][static_cast<size_t>(i) * I + c] *= hs[i].weight;
+      round_to_fp8(act[u].data(), m, I, 1, cfg.scale_format);
+    }
+    std::vector<double>().swap(h13[u]);
+  }, count_one);
+
+  parallel_for(threads, U * bands2.size(), [&](size_t task, std::vector<double>& band) {
+    const size_t u = task / bands2.size();
+    const auto [first, count] = bands2[task % bands2.size()];
+    const std::vector<Hit>& hs = hits[needed[u]];
+    band.resize(static_cast<size_t>(count) * I);
+    experts.load_band(needed[u], Matrix::kW2, first, count, band.data());
+    for (int r = 0; r < count; ++r)
+      for (size_t i = 0; i < hs.size(); ++i)
+        contrib[(static_cast<size_t>(hs[i].row) * k + hs[i].slot) * H + first + r] =
+            (fp8 ? 1.0 : hs[i].weight) * dot(&band[static_cast<size_t>(r) * I], &act[u][i * I], I);
+  }, count_one);
 
   // Slots summed in slot order: the result does not depend on which thread computed what.
   std::vector<double> y(static_cast<size_t>(n) * H, 0.0);

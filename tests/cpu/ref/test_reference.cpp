@@ -283,7 +283,8 @@ TEST(Reference, NonFiniteXReachesOnlyItsOwnRow) {
   expect_other_rows_equal(reference_forward(g.cfg, g.in, g.experts), y, t, H);
 }
 
-TEST(Reference, ProgressCountsExperts) {
+// Progress counts every needed expert's w13 bands, its activation and its w2 bands.
+TEST(Reference, ProgressCountsBandsAndExperts) {
   GeneratedCase g;
   int64_t last = 0, calls = 0, total = -1;
   reference_forward(g.cfg, g.in, g.experts, {}, 3, [&](int64_t done, int64_t all) {
@@ -292,18 +293,47 @@ TEST(Reference, ProgressCountsExperts) {
     total = all;
     ++calls;
   });
-  EXPECT_EQ(total, g.cfg.num_experts);  // 40 tokens x 4 slots hit all 16 experts
+  const int per_expert = 2 * ((g.cfg.intermediate + 127) / 128) + 1 + (g.cfg.hidden + 127) / 128;
+  EXPECT_EQ(total, g.cfg.num_experts * per_expert);  // 40 tokens x 4 slots hit all 16 experts
   EXPECT_EQ(calls, total);
 }
 
 TEST(Reference, ExceptionsFromLoadReachTheCaller) {
   struct Failing final : ExpertSource {
-    void load(int expert, std::vector<double>&, std::vector<double>&) const override {
-      throw Error(ErrorCode::kInternal, "cannot load expert " + std::to_string(expert));
+    using ExpertSource::ExpertSource;
+    void bf16_band(int expert, Matrix, int first, int, double*) const override {
+      if (first >= 128) throw Error(ErrorCode::kInternal, "cannot load expert " + std::to_string(expert));
     }
   };
   GeneratedCase g;
-  EXPECT_THROW(reference_forward(g.cfg, g.in, Failing{}, {}, 4), Error);
+  for (int threads : {1, 4}) EXPECT_THROW(reference_forward(g.cfg, g.in, Failing{g.cfg}, {}, threads), Error);
+}
+
+// A band is whole FP8 block rows of one matrix half: load_band refuses any other range, and the whole
+// expert read band by band equals the bands read one at a time, in any order.
+TEST(Reference, LoadBandTakesBandsOnly) {
+  LayerConfig cfg{320, 192, 4, 2, 8, 0.0f};  // halves of 192 rows: bands of 128 and 64
+  cfg.weight_format = WeightFormat::kFp8Block128;
+  const GeneratedExperts experts(cfg, 3);
+  std::vector<double> w13, w2, band(128 * 320);
+  experts.load(2, w13, w2);
+  using M = ExpertSource::Matrix;
+  for (const auto& [first, count] : std::vector<std::pair<int, int>>{{320, 64}, {0, 128}, {192, 128}, {128, 64}}) {
+    experts.load_band(2, M::kW13, first, count, band.data());
+    for (int i = 0; i < count * 320; ++i) ASSERT_EQ(band[i], w13[static_cast<size_t>(first) * 320 + i]) << first;
+  }
+  experts.load_band(2, M::kW2, 256, 64, band.data());
+  for (int i = 0; i < 64 * 192; ++i) ASSERT_EQ(band[i], w2[static_cast<size_t>(256) * 192 + i]);
+  for (const auto& [first, count] :
+       std::vector<std::pair<int, int>>{{64, 128}, {128, 128}, {0, 129}, {0, 0}, {-128, 64}, {384, 1}, {320, 65}})
+    EXPECT_THROW(experts.load_band(2, M::kW13, first, count, band.data()), Error) << first << " " << count;
+  EXPECT_THROW(experts.load_band(2, M::kW2, 256, 128, band.data()), Error);
+  EXPECT_THROW(experts.load_band(4, M::kW2, 0, 64, band.data()), Error);
+  // A source of another shape than the layer's is refused.
+  LayerConfig other = cfg;
+  other.intermediate = 256;
+  const HostTokens in = make_tokens(cfg, 1, 0, 3, Routing::kUniform, 1);
+  EXPECT_THROW(reference_forward(cfg, in, GeneratedExperts(other, 3)), Error);
 }
 
 // The reference's use case: a few sampled rows of a big layer. On a machine with 16+ threads this
