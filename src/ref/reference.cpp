@@ -240,8 +240,8 @@ std::vector<double> reference_forward(const LayerConfig& cfg, const HostTokens& 
   // Three passes over every needed expert: Linear1 by w13 bands (gate and up of each hit), the
   // activation by expert, Linear2 by w2 bands. Weight rows outside, tokens inside: each weight row is
   // read once from memory, then from cache.
-  const MatrixShape s13 = shape_of(cfg, Matrix::kW13), s2 = shape_of(cfg, Matrix::kW2);
-  const std::vector<std::pair<int, int>> bands13 = bands_of(s13), bands2 = bands_of(s2);
+  const std::vector<std::pair<int, int>> bands13 = bands_of(shape_of(cfg, Matrix::kW13)),
+                                         bands2 = bands_of(shape_of(cfg, Matrix::kW2));
   std::vector<std::vector<double>> h13(U), act(U);
   for (size_t u = 0; u < U; ++u) h13[u].resize(hits[needed[u]].size() * 2 * I);
   std::vector<double> contrib(static_cast<size_t>(n) * k * H);
@@ -253,16 +253,25 @@ std::vector<double> reference_forward(const LayerConfig& cfg, const HostTokens& 
     if (progress) progress(done, total);
   };
 
-  parallel_for(threads, U * bands13.size(), [&](size_t task, std::vector<double>& band) {
-    const size_t u = task / bands13.size();
-    const auto [first, count] = bands13[task % bands13.size()];
-    const std::vector<Hit>& hs = hits[needed[u]];
-    band.resize(static_cast<size_t>(count) * H);
-    experts.load_band(needed[u], Matrix::kW13, first, count, band.data());
-    for (int r = 0; r < count; ++r)
-      for (size_t i = 0; i < hs.size(); ++i)
-        h13[u][i * 2 * I + first + r] = dot(&band[static_cast<size_t>(r) * H], &x[static_cast<size_t>(hs[i].row) * H], H);
-  }, count_one);
+  // One pass over every needed expert's bands of `m`: store(u, i, row, dot(band row, input(u, i))) for
+  // each of the expert's hits i.
+  const auto band_pass = [&](Matrix m, auto input, auto store) {
+    const MatrixShape s = shape_of(cfg, m);
+    const std::vector<std::pair<int, int>>& bands = m == Matrix::kW13 ? bands13 : bands2;
+    parallel_for(threads, U * bands.size(), [&](size_t task, std::vector<double>& band) {
+      const size_t u = task / bands.size();
+      const auto [first, count] = bands[task % bands.size()];
+      const size_t m_hits = hits[needed[u]].size();
+      band.resize(static_cast<size_t>(count) * s.cols);
+      experts.load_band(needed[u], m, first, count, band.data());
+      for (int r = 0; r < count; ++r)
+        for (size_t i = 0; i < m_hits; ++i) store(u, i, first + r, dot(&band[static_cast<size_t>(r) * s.cols], input(u, i), s.cols));
+    }, count_one);
+  };
+
+  band_pass(
+      Matrix::kW13, [&](size_t u, size_t i) { return &x[static_cast<size_t>(hits[needed[u]][i].row) * H]; },
+      [&](size_t u, size_t i, int row, double v) { h13[u][i * 2 * I + row] = v; });
 
   parallel_for(threads, U, [&](size_t u, std::vector<double>&) {
     const std::vector<Hit>& hs = hits[needed[u]];
@@ -282,17 +291,12 @@ std::vector<double> reference_forward(const LayerConfig& cfg, const HostTokens& 
     std::vector<double>().swap(h13[u]);
   }, count_one);
 
-  parallel_for(threads, U * bands2.size(), [&](size_t task, std::vector<double>& band) {
-    const size_t u = task / bands2.size();
-    const auto [first, count] = bands2[task % bands2.size()];
-    const std::vector<Hit>& hs = hits[needed[u]];
-    band.resize(static_cast<size_t>(count) * I);
-    experts.load_band(needed[u], Matrix::kW2, first, count, band.data());
-    for (int r = 0; r < count; ++r)
-      for (size_t i = 0; i < hs.size(); ++i)
-        contrib[(static_cast<size_t>(hs[i].row) * k + hs[i].slot) * H + first + r] =
-            (fp8 ? 1.0 : hs[i].weight) * dot(&band[static_cast<size_t>(r) * I], &act[u][i * I], I);
-  }, count_one);
+  band_pass(
+      Matrix::kW2, [&](size_t u, size_t i) { return &act[u][i * I]; },
+      [&](size_t u, size_t i, int row, double v) {
+        const Hit& hit = hits[needed[u]][i];
+        contrib[(static_cast<size_t>(hit.row) * k + hit.slot) * H + row] = (fp8 ? 1.0 : hit.weight) * v;
+      });
 
   // Slots summed in slot order: the result does not depend on which thread computed what.
   std::vector<double> y(static_cast<size_t>(n) * H, 0.0);
