@@ -62,8 +62,9 @@ GemmTileShape choose_fused_tile(const LayerConfig& cfg, int rows_per_expert, int
     // The split kernel where the call's expected Linear2 tiles leave the grid room for two parts or more of each
     // (the device splits by the call's real m-blocks: one part, the decode kernel, where more arrive).
     const GemmTileShape& s = kTmaFp8M128N256Split;
-    const int mblocks = local_experts * std::max(1, (rows_per_expert + s.block_m - 1) / s.block_m);
-    if (device::linear2_call_parts(mblocks, cfg.hidden / s.block_n, cfg.intermediate, std::min(split_slots, grid)) >= 2) return s;
+    const int mblocks = local_experts * std::max(1, device::ceil_div(rows_per_expert, s.block_m));
+    const int slots = device::split_task_slots(split_slots, grid);
+    if (device::linear2_call_parts(mblocks, cfg.hidden / s.block_n, cfg.intermediate, slots) >= 2) return s;
     return rows_per_expert <= kFp8DecodeRowsPerExpert ? kTmaFp8M128N256Decode : kTmaFp8M128N256;
   }
   const GemmTileShape s = choose_bf16_tile(rows_per_expert, local_experts, grid, cfg.hidden, cfg.intermediate);

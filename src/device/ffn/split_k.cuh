@@ -16,9 +16,9 @@
 
 namespace epfuse::device {
 
-// The task slots a call's split may take: the CTAs, at most the workspace's split slots (0: no split region).
+// The task slots this launch's split may take (task_map.h split_task_slots).
 __device__ __forceinline__ int split_slot_count(const FusedParams& prm) {
-  return min(prm.split_k.slots, static_cast<int>(gridDim.x));
+  return split_task_slots(prm.split_k.slots, static_cast<int>(gridDim.x));
 }
 
 // A Linear2 task of the split kernel: its tile (the n-block), its part of `parts`, and that part's K.

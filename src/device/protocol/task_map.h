@@ -155,6 +155,8 @@ EPFUSE_HD int linear2_parts(int tiles, int k_blocks, int slots) {
   if (k_blocks / kSplitMinKBlocks < want) want = k_blocks / kSplitMinKBlocks;
   return want < 2 ? 1 : ceil_div(k_blocks, split_part_kblocks(k_blocks, want));
 }
+// The task slots a call's split may take: the CTAs, at most the workspace's split slots (0: no split region).
+EPFUSE_HD int split_task_slots(int workspace_slots, int ctas) { return workspace_slots < ctas ? workspace_slots : ctas; }
 // The parts of a call's Linear2 tiles, from its m-blocks (ExpertPlan::mb_start[L]), n-blocks of H and I: what
 // the collect task builds the schedule with and each task reads its column with.
 EPFUSE_HD int linear2_call_parts(int mblocks, int nblocks2, int intermediate, int slots) {
