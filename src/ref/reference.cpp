@@ -1,4 +1,5 @@
-// The float64 CPU reference: experts loaded once each, applied to all requested rows that use them.
+// The float64 CPU reference: each needed expert's weights loaded once, band by band, and applied to all
+// requested rows that use them.
 #include "epfuse/reference.h"
 
 #include <algorithm>

@@ -137,11 +137,11 @@ EPFUSE_RANK_TEST(FusedFp8, BothKernelsAndBothFormsMatchReference) {
 
 // Linear2's K split (task_map.h linear2_call_parts, split_k.cuh) in the split kernel, forced
 // (EPFUSE_FUSED_TILE=fp8-split, set before the ranks create their layers) and chosen (auto: choose_fused_tile
-// takes it where the expected tiles leave room for parts, every T here in every mode): a long I (8192: 64 k-blocks) over few Linear2 tiles (H 256: one
-// n-block; 8 experts, top-2) splits each tile into up to 4 parts, whose last part adds every part's sums and
-// stores. Every form of the kernel: T = 1 and 3 (N = 8), 40 uniform (about 10 rows an expert: N = 16), kOneExpert
-// at 40 and 128 (a tile of more than 16 rows: the 64-row form); one forward after another on one layer (each
-// finds its tiles' counters at zero), every row against the reference.
+// takes it where the expected tiles leave room for parts, every T here in every mode): a long I (8192: 64
+// k-blocks) over few Linear2 tiles (H 256: one n-block; 8 experts, top-2) splits each tile into up to 4 parts,
+// whose last part adds every part's sums and stores. Every form of the kernel: T = 1 and 3 (N = 8), 40 uniform
+// (about 10 rows an expert: N = 16), kOneExpert at 40 and 128 (a tile of more than 16 rows: the 64-row form); one
+// forward after another on one layer (each finds its tiles' counters at zero), every row against the reference.
 void split_linear2_matches_reference() {
   LayerConfig cfg = fp8_layer_config();
   cfg.intermediate = 8192;
