@@ -73,6 +73,7 @@ BenchOptions parse_bench_options(const std::vector<std::string>& args) {
   o.args = args;
   std::vector<std::string> models, impls{"unfused", "fused"}, dtypes{"bf16"};
   std::string scales = "fp32";
+  int sms = 0;
   std::vector<int> tokens{128, 1024, 4096};
   std::string configs, routing = "uniform", torch = "auto", ceilings = "measure";
   LayerConfig custom;
@@ -97,6 +98,7 @@ BenchOptions parse_bench_options(const std::vector<std::string>& args) {
            "in DIR/scripts): runs its GEMM-alone and\nMegaMoE steps after the layers, their rows in the same table")
       .add("--peer-steps", o.peer_steps, "which of the peers' steps --peers runs: gemm, megamoe, routed (DeepGEMM's\nFP8 GEMMs on routed expert counts, after gemm has built DeepGEMM)")
       .add("--ranks", o.ranks, "GPUs, one process each (0: all)")
+      .add("--sms", sms, "the fused kernel's SM budget per rank (LayerConfig::num_sms; 0: every SM)")
       .add("--routing", routing, "uniform, skewed, one-expert, dropped or one-rank (torch runs uniform only)")
       .add("--warmup", o.warmup, "untimed forwards before timing")
       .add("--iters", o.iters, "timed forwards per row")
@@ -188,7 +190,8 @@ BenchOptions parse_bench_options(const std::vector<std::string>& args) {
     for (int t : tokens) o.cases.push_back(make_case("custom", custom, t));
   }
   if (o.cases.empty()) o.cases = facts_cases();  // no shape asked: the FACTS.md sweep
-  for (BenchCase& c : o.cases) c.layer.swiglu_clamp = custom.swiglu_clamp;
+  if (sms < 0) throw UsageError("--sms: must be >= 0 (0: every SM)");
+  for (BenchCase& c : o.cases) c.layer.swiglu_clamp = custom.swiglu_clamp, c.layer.num_sms = sms;
 
   // --dtype: each case once per weight format, in the order given.
   std::vector<WeightFormat> formats;

@@ -45,6 +45,7 @@ TEST(Options, DtypesMultiplyTheCases) {
   EXPECT_EQ(parse_bench_options({}).cases[0].layer.weight_format, WeightFormat::kBf16);  // default bf16
   EXPECT_THROW(parse_bench_options({"--dtype", "fp16"}), UsageError);
   EXPECT_THROW(parse_bench_options({"--dtype", "fp8", "--scales", "e8"}), UsageError);
+  EXPECT_THROW(parse_bench_options({"--sms", "-1"}), UsageError);
   const auto c = parse_ceilings("gemm=812,hbm=4250,nvlink=350,fp8=1400");
   ASSERT_TRUE(c);
   EXPECT_DOUBLE_EQ(c->fp8_gemm_tflops, 1400);
@@ -54,7 +55,7 @@ TEST(Options, DtypesMultiplyTheCases) {
 TEST(Options, ModelsTimesTokensAndAnExplicitShape) {
   const BenchOptions o = parse_bench_options({"--model", "dsv3,mixtral", "--tokens", "64,256", "--hidden", "256",
                                               "--intermediate", "128", "--experts", "16", "--topk", "4",
-                                              "--clamp=7", "--impl", "unfused", "--ranks", "2"});
+                                              "--clamp=7", "--impl", "unfused", "--ranks", "2", "--sms", "64"});
   ASSERT_EQ(o.cases.size(), 6u);
   EXPECT_EQ(case_label(o.cases[1]), "dsv3 T=256");
   EXPECT_EQ(case_label(o.cases[2]), "mixtral T=64");
@@ -62,9 +63,10 @@ TEST(Options, ModelsTimesTokensAndAnExplicitShape) {
   EXPECT_EQ(o.cases[4].layer.hidden, 256);
   EXPECT_EQ(o.cases[5].layer.max_tokens_per_rank, 256);
   for (const BenchCase& c : o.cases) EXPECT_FLOAT_EQ(c.layer.swiglu_clamp, 7.0f);
+  for (const BenchCase& c : o.cases) EXPECT_EQ(c.layer.num_sms, 64);
   EXPECT_EQ(o.impls, (std::vector<std::string>{"unfused"}));
   EXPECT_EQ(o.ranks, 2);
-  EXPECT_EQ(o.args.size(), 17u);  // kept verbatim for the rank processes
+  EXPECT_EQ(o.args.size(), 19u);  // kept verbatim for the rank processes
 }
 
 TEST(Options, Ceilings) {
