@@ -16,7 +16,8 @@
 # ab (a focused A/B of the fused layer, this build's or EPFUSE_NEW_BIN, against EPFUSE_BASE_BIN; EPFUSE_AB_SHAPES, EPFUSE_AB_ROUNDS, EPFUSE_AB_ARGS
 # e.g. --dtype fp8; scripts/ab_summary.py's table at the end), ab-layer (the same over EPFUSE_RANKS GPUs on the
 # models' decode and prefill rows together), decode (dsv3 and qwen3-30b at T = 1, 8, 32 with the 58-layer graph step; EPFUSE_PEERS adds MegaMoE),
-# decode-trace (timelines of qwen3-30b T=8, 32 and dsv3 T=8 from a trace build, EPFUSE_TRACE_BIN),
+# decode-trace (timelines of qwen3-30b T=8, 32 and dsv3 T=8 from a trace build, EPFUSE_TRACE_BIN), decode-sweep
+# (the per-GPU shapes' FP8 decode rows against T, each with its weight floor),
 # speed-w4 (issue 41's world-4 FP8 rows over EPFUSE_RANKS GPUs, default 4; EPFUSE_PEERS adds MegaMoE),
 # lag-sweep (the fused FP8 layer over EPFUSE_RANKS GPUs, default 4, at each EPFUSE_SCHEDULE_LAG of
 # EPFUSE_LAGS, default "auto first 0.5 2", on dsv3 T = 512, 1024, 4096 and qwen3-30b T = 4096, 16384),
@@ -221,6 +222,14 @@ for step in "$@"; do
       timeout 560 tools/epfuse bench --model dsv3,qwen3-30b --tokens 1,8,32 --impl fused --ranks "${EPFUSE_RANKS:-4}" \
         --dtype fp8,bf16 --torch off --layers 58 --graph --check-layers 3 ${EPFUSE_PEERS:+--peers "$EPFUSE_PEERS" --peer-steps megamoe} \
         --json "$OUT/decode.json" 2>&1 | tee "$OUT/decode.log" | grep -E "^(dsv3|qwen3)|58 layers|rror" | tail -40 ;;
+    decode-sweep)  # decode against T over EPFUSE_RANKS GPUs (default 1), FP8, the per-GPU shapes: each row's distance
+      # to its weight floor as Linear1's tiles pass a wave (docs/performance.md#decode-against-t-at-world-1-the-weight-floor-plus-a-constant-2026-12-02);
+      # EPFUSE_SMS sets the kernel's SM budget (bench --sms)
+      for spec in "qwen3 2048 768 32 1,2,3,4,5,6,7,8,10,12,16,24,32" "dsv3 7168 2048 64 1,2,3,4,6,8"; do set -- $spec
+        timeout 200 tools/epfuse bench --impl fused --torch off --dtype fp8 --ranks "${EPFUSE_RANKS:-1}" --hidden $2 --intermediate $3 \
+          --experts $4 --topk 8 --tokens $5 --iters 200 --sets 8 --verify-rows 4 --ceilings gemm=790,hbm=4250,nvlink=350,fp8=1447 \
+          ${EPFUSE_SMS:+--sms "$EPFUSE_SMS"} --json "$OUT/decode-sweep-$1.json" 2>&1 | grep -E "^custom|rror|timed"
+      done 2>&1 | tee "$OUT/decode-sweep.log" ;;
     speed-w4)  # issue 41's world-4 rows over EPFUSE_RANKS GPUs (default 4), fused FP8, every row verified:
       # qwen3-30b T = 1024, 4096, 16384 and dsv3 T = 128, 1024, 4096 a rank; EPFUSE_PEERS=DIR adds MegaMoE
       # SM90 FP8 at the same T in the same process (tools/bench/peers.cpp sets its batches)
