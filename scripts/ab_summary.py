@@ -6,7 +6,10 @@ Each file is one binary's run in one round, named [ab-]TAG[-anything]-rN.json wi
 (scripts/remote-run.sh's ab and ab-layer steps write them so). For every fused row (config, T per rank,
 ranks, dtype) and binary it prints the median of the rounds' medians in us, their range, and the ratio to
 the base binary (--base, default "main" when present, else the first tag in sorted order); a row that
-failed its check in some round is marked UNVERIFIED, since its time means nothing. A phase change needs
+failed its check in some round is marked UNVERIFIED, since its time means nothing. Runs with --sustained
+add a second table of the same form over the sustained ms a call: on the power-capped rows that one
+carries the A/B, where the synchronised medians spread 3-5% between rounds of one binary
+(docs/performance.md#ptxass-register-usage-level-2026-12-02-not-kept). A phase change needs
 its prefill rows here beside its decode rows
 (docs/performance.md#the-count-messages-before-the-layout-and-the-layout-of-one-block-2026-11-30-not-kept).
 """
@@ -35,7 +38,8 @@ def row_key(r):
 
 
 def collect(paths):
-    """{row key: {tag: {"ms": [round medians], "verified": all rounds verified}}} and the tags seen."""
+    """{row key: {tag: {"ms": [round medians], "sustained": [rounds' sustained ms a call], "verified": all
+    rounds verified}}} and the tags seen."""
     table = collections.defaultdict(dict)
     tags = set()
     for path in paths:
@@ -46,28 +50,31 @@ def collect(paths):
         for r in rows:
             if r.get("impl", "fused") != "fused":
                 continue
-            cell = table[row_key(r)].setdefault(tag, {"ms": [], "verified": True})
+            cell = table[row_key(r)].setdefault(tag, {"ms": [], "sustained": [], "verified": True})
             cell["ms"].append(float(r["median_ms"]))
+            if (r.get("sustained") or {}).get("ms_per_call") is not None:
+                cell["sustained"].append(float(r["sustained"]["ms_per_call"]))
             cell["verified"] = cell["verified"] and r.get("verified") is True
     return table, tags
 
 
-def summarise(table, tags, base):
-    """Lines of the summary; each cell 'us [lo-hi]' and, beside the base, the ratio new / base."""
+def summarise(table, tags, base, field="ms"):
+    """Lines of the summary of `field` ("ms": the synchronised medians; "sustained": the sustained ms a
+    call); each cell 'us [lo-hi]' and, beside the base, the ratio new / base."""
     order = [base] + sorted(t for t in tags if t != base)
-    lines = ["config T/rank ranks dtype | " + " | ".join(
+    lines = [("" if field == "ms" else "sustained: ") + "config T/rank ranks dtype | " + " | ".join(
         t if t == base else f"{t} (x {base})" for t in order)]
     for key in sorted(table):
         cells = []
         ref = table[key].get(base)
-        ref_us = statistics.median(ref["ms"]) * 1e3 if ref else None
+        ref_us = statistics.median(ref[field]) * 1e3 if ref and ref[field] else None
         for t in order:
             c = table[key].get(t)
-            if not c:
+            if not c or not c[field]:
                 cells.append("-")
                 continue
-            us = statistics.median(c["ms"]) * 1e3
-            s = f"{us:.1f} [{min(c['ms']) * 1e3:.1f}-{max(c['ms']) * 1e3:.1f}]"
+            us = statistics.median(c[field]) * 1e3
+            s = f"{us:.1f} [{min(c[field]) * 1e3:.1f}-{max(c[field]) * 1e3:.1f}]"
             if t != base and ref_us:
                 s += f" {us / ref_us:.3f}"
             if not c["verified"]:
@@ -88,6 +95,8 @@ def main(argv=None):
         print(f"ab_summary: no file of the base binary '{base}'", file=sys.stderr)
         return 2
     print("\n".join(summarise(table, tags, base)))
+    if any(c["sustained"] for cells in table.values() for c in cells.values()):
+        print("\n".join(summarise(table, tags, base, "sustained")))
     return 0
 
 

@@ -140,7 +140,7 @@ for step in "$@"; do
     ab)  # A/B of the fused layer against EPFUSE_BASE_BIN on EPFUSE_AB_SHAPES ("name H I E k T,T..;..."; default
       # dsv3 at T = 1024, 4096; EPFUSE_AB_SHAPE "H I E k T" still names one), EPFUSE_AB_ROUNDS rounds (default 3),
       # the base first in each: the spread between rounds is the noise. On the power-capped
-      # rows add --sustained 1500 to EPFUSE_AB_ARGS and compare its ms a call: it repeats within 0.3%
+      # rows add --sustained 1500 to EPFUSE_AB_ARGS and compare its ms a call (the summary's second table): it repeats within 0.3%
       # where the synchronised medians spread 3-5% (docs/performance.md#power-cap-and-energy).
       shapes=${EPFUSE_AB_SHAPES:-$([ -n "${EPFUSE_AB_SHAPE:-}" ] && echo "custom $EPFUSE_AB_SHAPE" || echo "dsv3 7168 2048 64 8 1024,4096")}
       bins=$(ab_bins)  # EPFUSE_AB_BINS: several variants against one base in the same rounds

@@ -47,3 +47,31 @@ def test_names_tags_and_base(tmp_path, repo_script, capsys):
     assert out[0] == "config T/rank ranks dtype | a | b (x a)"
     assert out[1] == f"qwen3-30b 8 2 fp8 | 90.0 [90.0-90.0] | 80.0 [80.0-80.0] {80 / 90:.3f}"
     assert m.main(["--base", "c"] + files) == 2
+
+
+def test_sustained_rows_get_their_own_table(tmp_path, repo_script, capsys):
+    m = repo_script("ab_summary")
+
+    def sustained_file(name, median_us, sustained_us):
+        data = {"rows": [{"config": "mixtral", "tokens_per_rank": 4096, "ranks": 1, "dtype": "fp8", "impl": "fused",
+                          "median_ms": median_us / 1e3, "verified": True,
+                          "sustained": {"calls": 500, "ms_per_call": sustained_us / 1e3}}]}
+        path = tmp_path / name
+        path.write_text(json.dumps(data))
+        return str(path)
+
+    files = [sustained_file("main-r1.json", 2830.0, 2996.0), sustained_file("main-r2.json", 2850.0, 3000.0),
+             sustained_file("new-r1.json", 2730.0, 3002.0), sustained_file("new-r2.json", 2710.0, 2998.0)]
+    table, tags = m.collect(files)
+    # The medians say 4.5% faster; the sustained calls at the cap say even.
+    assert m.summarise(table, tags, "main")[1] == f"mixtral 4096 1 fp8 | 2840.0 [2830.0-2850.0] | 2720.0 [2710.0-2730.0] {2720 / 2840:.3f}"
+    sustained = m.summarise(table, tags, "main", "sustained")
+    assert sustained[0] == "sustained: config T/rank ranks dtype | main | new (x main)"
+    assert sustained[1] == f"mixtral 4096 1 fp8 | 2998.0 [2996.0-3000.0] | 3000.0 [2998.0-3002.0] {3000 / 2998:.3f}"
+    assert m.main(files) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 4 and out[2].startswith("sustained: ")
+    # Without sustained runs there is one table.
+    plain = [bench_file(tmp_path, "main-r3.json", [("dsv3", 1, 100.0, True)])]
+    assert m.main(plain) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 2
