@@ -5,10 +5,17 @@ import json
 import pytest
 
 
-def bench_file(dirpath, name, rows):
-    """A `epfuse bench --json` file with the given (config, T, median us, verified) rows, at world 2."""
-    data = {"rows": [{"config": c, "tokens_per_rank": t, "ranks": 2, "dtype": "fp8", "impl": "fused",
-                      "median_ms": us / 1e3, "verified": ok} for c, t, us, ok in rows]}
+def bench_file(dirpath, name, rows, ranks=2):
+    """A `epfuse bench --json` file with the given (config, T, median us, verified[, sustained us a call])
+    rows, at world `ranks`."""
+    def row(c, t, us, ok, sustained_us=None):
+        r = {"config": c, "tokens_per_rank": t, "ranks": ranks, "dtype": "fp8", "impl": "fused",
+             "median_ms": us / 1e3, "verified": ok}
+        if sustained_us is not None:
+            r["sustained"] = {"calls": 500, "ms_per_call": sustained_us / 1e3}
+        return r
+
+    data = {"rows": [row(*r) for r in rows]}
     path = dirpath / name
     path.write_text(json.dumps(data))
     return str(path)
@@ -52,16 +59,9 @@ def test_names_tags_and_base(tmp_path, repo_script, capsys):
 def test_sustained_rows_get_their_own_table(tmp_path, repo_script, capsys):
     m = repo_script("ab_summary")
 
-    def sustained_file(name, median_us, sustained_us):
-        data = {"rows": [{"config": "mixtral", "tokens_per_rank": 4096, "ranks": 1, "dtype": "fp8", "impl": "fused",
-                          "median_ms": median_us / 1e3, "verified": True,
-                          "sustained": {"calls": 500, "ms_per_call": sustained_us / 1e3}}]}
-        path = tmp_path / name
-        path.write_text(json.dumps(data))
-        return str(path)
-
-    files = [sustained_file("main-r1.json", 2830.0, 2996.0), sustained_file("main-r2.json", 2850.0, 3000.0),
-             sustained_file("new-r1.json", 2730.0, 3002.0), sustained_file("new-r2.json", 2710.0, 2998.0)]
+    files = [bench_file(tmp_path, f"{tag}-r{i + 1}.json", [("mixtral", 4096, us, True, sustained_us)], ranks=1)
+             for tag, rounds in (("main", [(2830.0, 2996.0), (2850.0, 3000.0)]), ("new", [(2730.0, 3002.0), (2710.0, 2998.0)]))
+             for i, (us, sustained_us) in enumerate(rounds)]
     table, tags = m.collect(files)
     # The medians say 4.5% faster; the sustained calls at the cap say even.
     assert m.summarise(table, tags, "main")[1] == f"mixtral 4096 1 fp8 | 2840.0 [2830.0-2850.0] | 2720.0 [2710.0-2730.0] {2720 / 2840:.3f}"
