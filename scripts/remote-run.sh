@@ -4,7 +4,7 @@
 # Steps: unit (GPU unit tests, one process per GPU), run-unfused / run-fused (CLI correctness matrix,
 # one process per GPU), onegpu-unit / run-onegpu (the same with every rank on GPU 0: --one-gpu),
 # sanitize (compute-sanitizer memcheck, racecheck and synccheck on a small world-4 one-GPU run, FP8 and bf16; EPFUSE_SANITIZE_DTYPES picks), sanitize-w1
-# (the same tools on the FP8 and bf16 layer at world 1, over NCCL), smoke,
+# (the same tools on the FP8 and bf16 layer at world 1, over NCCL, at a prefill and a decode size), smoke,
 # vary1000, soak (10,000 calls at world 1 and at world 4 one-GPU, $OUT/soak-w*.json), faults (the
 # fault-injection tests on one GPU: test_gpu_faults one-GPU and the CLI's run_fused_fault_onegpu_*),
 # ctest (the entries matching $EPFUSE_CTEST_REGEX), spread (the one-GPU entries over every GPU of the host),
@@ -74,11 +74,13 @@ for step in "$@"; do
       done; done 2>&1 | tee "$OUT/sanitize.log" ;;
     sanitize-w1)  # world 1 through NCCL: its communicator set-up probes kernels and allocations that this GPU
       # refuses and NCCL handles (memcheck reported 9 such API errors, none from the layer: 2026-11-29), so API
-      # errors are not reported here; the layer checks every CUDA return code itself
-      for dt in fp8 bf16; do for tool in ${EPFUSE_SANITIZERS:-memcheck racecheck synccheck}; do
-        sanitize_layer "$tool $dt" 6 --report-api-errors no -- --impl fused --dtype $dt --ranks 1 --hidden 256 \
-          --intermediate 768 --experts 16 --topk 4 --tokens 300
-      done; done 2>&1 | tee "$OUT/sanitize-w1.log" ;;
+      # errors are not reported here; the layer checks every CUDA return code itself. T = 300 (75 rows an expert)
+      # runs the 64-row kernels, T = 32 (8) the decode kernels (fused_layer.cpp's rows for plan.cpp choose_fused_tile);
+      # EPFUSE_SANITIZE_W1_TOKENS picks
+      for t in ${EPFUSE_SANITIZE_W1_TOKENS:-300 32}; do for dt in fp8 bf16; do for tool in ${EPFUSE_SANITIZERS:-memcheck racecheck synccheck}; do
+        sanitize_layer "$tool $dt T=$t" 6 --report-api-errors no -- --impl fused --dtype $dt --ranks 1 --hidden 256 \
+          --intermediate 768 --experts 16 --topk 4 --tokens $t
+      done; done; done 2>&1 | tee "$OUT/sanitize-w1.log" ;;
     bench-w1)  # the FACTS one-GPU table's shapes: one GPU's share of each world-4 config, at world 1
       bins=("tools/epfuse"); [ -n "${EPFUSE_BASE_BIN:-}" ] && bins+=("$EPFUSE_BASE_BIN")
       for round in 1 2; do for bin in "${bins[@]}"; do tag=$( [ "$bin" = tools/epfuse ] && echo new || echo base )
