@@ -436,6 +436,7 @@ class FusedLayer final : public MoeLayer {
     prm.rank = comm.rank();
     prm.layer_id = layer_id_;
     prm.num_tokens = host_status == 0 ? in.num_tokens : 0;
+    prm.tasks = device::make_task_space(prm.num_tokens, grid_, dims_.world);
     prm.host_status = host_status;
     // Rows per local expert if every rank has about as many tokens as this one (the real counts are
     // known only on the device); the tile shape is a per-rank choice, not part of the protocol.

@@ -22,8 +22,7 @@ namespace epfuse::device {
 template <class Transport>
 class TaskScheduler {
  public:
-  __device__ explicit TaskScheduler(const FusedContext<Transport>& c)
-      : c_(c), space_(make_task_space(c.prm->num_tokens, static_cast<int>(gridDim.x), c.prm->dims.world)) {}
+  __device__ explicit TaskScheduler(const FusedContext<Transport>& c) : c_(c), space_(c.prm->tasks) {}
 
   // The next task for group g (kDone when there is none, or after an abort): the whole CTA, or in a
   // warp-specialised CTA its producer warps, which hand each task on to the math warps (TaskQueue).
