@@ -281,7 +281,7 @@ __global__ void __launch_bounds__(Gemm::kThreads, 1) fused_moe_kernel(const __gr
   device::trace::begin_launch(c.epoch);
   const int nblocks1 = 2 * prm.dims.intermediate / Gemm::kBlockN;
   const int nblocks2 = prm.dims.hidden / Gemm::kBlockN;
-  TaskScheduler scheduler(c);
+  TaskScheduler scheduler(c, kDecodeKernel<Gemm>);
   TaskProfiler profiler(prm.profile);
   for (int pre = 0;; ++pre) {
     const Task task = scheduler.next();

@@ -102,9 +102,9 @@ struct FusedParams {
     size_t offset = 0;
     int slots = 0;
   } split_k;
-  // The call's task counts (task_map.h make_task_space of num_tokens, the grid and the world), by the host
-  // with num_tokens: made in every CTA they took ~1 us of integer divisions before its first task
-  // (docs/performance.md#a-decode-calls-fixed-cost-by-parts-its-start-as-a-launch-of-its-own-and-launches-with-no-token-2026-12-02-diagnostic).
+  // The call's task counts (task_map.h make_task_space of num_tokens, the grid and the world), made by the
+  // host with num_tokens, read by the decode kernels' scheduler (scheduler.cuh): made in every CTA they took
+  // ~1 us of integer divisions before its first task (docs/performance.md#the-calls-task-counts-by-the-host-2026-12-02).
   // Last, so that the fields above keep their parameter offsets.
   TaskSpace tasks{};
 };

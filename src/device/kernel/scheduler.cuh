@@ -22,7 +22,12 @@ namespace epfuse::device {
 template <class Transport>
 class TaskScheduler {
  public:
-  __device__ explicit TaskScheduler(const FusedContext<Transport>& c) : c_(c), space_(c.prm->tasks) {}
+  // host_space (the decode kernels, fused_kernel.cu): the task counts the host made (FusedParams::tasks);
+  // otherwise made here, as the other kernels' instructions were measured with
+  // (docs/performance.md#the-calls-task-counts-by-the-host-2026-12-02).
+  __device__ TaskScheduler(const FusedContext<Transport>& c, bool host_space)
+      : c_(c),
+        space_(host_space ? c.prm->tasks : make_task_space(c.prm->num_tokens, static_cast<int>(gridDim.x), c.prm->dims.world)) {}
 
   // The next task for group g (kDone when there is none, or after an abort): the whole CTA, or in a
   // warp-specialised CTA its producer warps, which hand each task on to the math warps (TaskQueue).
